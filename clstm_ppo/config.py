@@ -1,0 +1,169 @@
+"""Typed configuration: the one source of truth for every setting.
+
+A run's settings come from the dataclass defaults, then a YAML file, then
+repeated ``--set section.key=value`` overrides, in that order. Unknown keys and
+values of the wrong type are errors that name the key and the valid choices.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased as one line a user can act on."""
+
+
+@dataclass
+class SyntheticConfig:
+    """Seeded GBM market with Markov regime switching and Poisson jumps."""
+
+    n_bars: int = 5000
+    n_underlyings: int = 1
+    seed: int = 0
+    start_date: str = "2000-01-03"
+    initial_price: float = 100.0
+    regime_drift: list[float] = field(default_factory=lambda: [0.10, -0.15])  # annualised, one per regime
+    regime_vol: list[float] = field(default_factory=lambda: [0.12, 0.35])  # annualised, one per regime
+    regime_switch_prob: float = 0.01  # chance per bar of leaving the current regime
+    correlation: float = 0.6  # loading on the common factor when n_underlyings > 1
+    jumps_per_year: float = 4.0
+    jump_mean: float = -0.02  # mean log jump size
+    jump_std: float = 0.04
+    base_volume: float = 1.0e6
+    signal_strength: float = 0.0  # >0 plants a learnable next-bar signal in the volume (tests use it)
+
+
+@dataclass
+class DataConfig:
+    source: str = "sp500"  # a built-in name (sp500, synthetic), a CSV/parquet file, a folder of them, or paths joined by ','
+    symbols: list[str] | None = None  # keep only these underlyings of a multi-symbol source
+    window: int = 30  # TW: bars in one observation (CLSTM-PPO paper: 30)
+    train_end: str | None = None  # last date of the training split; None: the built-in's default, else train_frac
+    val_end: str | None = None  # last date of the validation split; the test split is what follows
+    train_frac: float = 0.70  # used only when no split dates are known
+    val_frac: float = 0.15
+    periods_per_year: int = 252  # bars per year, for annualising volatility (daily: 252)
+    vol_window: int = 20  # bars in the realised-volatility estimate
+    volume_window: int = 20  # bars in the volume z-score
+    turbulence_lookback: int = 252  # bars before t that give mu and Sigma (FinRL: 252)
+    turbulence_quantile: float = 0.90  # threshold = this quantile of training-split turbulence (paper: 0.90)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+# ---------------------------------------------------------------- dict <-> dataclass
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints widen to floats, nothing else is guessed."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"config: {key} must be {_type_name(tp)}, got {value!r}")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config: {key} must be a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config: {key} must be a mapping of settings, got {value!r}")
+        return from_dict(tp, value, prefix=f"{key}.")
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp in (int, str) and isinstance(value, tp) and not isinstance(value, bool):
+        return value
+    if tp is str and isinstance(value, datetime.date):
+        return value.isoformat()  # YAML reads 2013-01-31 as a date; settings keep dates as text
+    raise ConfigError(f"config: {key} must be {_type_name(tp)}, got {value!r}")
+
+
+def from_dict(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a (possibly partial) nested dict."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in hints:
+            raise ConfigError(f"config: unknown key '{prefix}{key}'; valid keys here: {', '.join(names)}")
+        kwargs[key] = _coerce(value, hints[key], prefix + key)
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_override(text: str) -> dict[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: write it as section.key=value, e.g. --set data.window=20")
+    dotted, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw.strip() else None  # YAML gives 3 -> int, 0.5 -> float, [1,2] -> list
+    nested: dict[str, Any] = {}
+    cursor = nested
+    parts = dotted.strip().split(".")
+    for part in parts[:-1]:
+        cursor = cursor.setdefault(part, {})
+    cursor[parts[-1]] = value
+    return nested
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file at ``path``, then each ``key=value`` override."""
+    values = to_dict(Config())
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} not found; pass an existing YAML file to --config")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of sections, not {type(loaded).__name__}")
+        values = _merge(values, loaded)
+    for text in overrides or []:
+        values = _merge(values, _parse_override(text))
+    return from_dict(Config, values)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,54 @@
+"""``python -m clstm_ppo.data --data sp500``: what the pipeline makes of a data source."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
+from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data
+
+
+def summary(data: MarketData) -> str:
+    lines = [f"underlyings: {', '.join(data.symbols)}  |  bars after warm-up: {len(data.dates)}  |  "
+             f"window: {data.window}"]
+    lines.append(f"{'split':<11} {'rows':>6}  {'first':<10}  {'last':<10}  {'turbulent bars':>14}")
+    for name in SPLITS:
+        start, end = data.splits[name]
+        first, last = data.split_dates(name)
+        over = int((data.turbulence[start:end] > data.turbulence_threshold).sum())
+        lines.append(f"{name:<11} {end - start:>6}  {first.date()!s:<10}  {last.date()!s:<10}  "
+                     f"{over:>6} ({over / (end - start):5.1%})")
+    lines.append(f"turbulence threshold (training-split quantile): {data.turbulence_threshold:.4f}")
+    lines.append("")
+    lines.append(f"{'feature':<20} {'train mean':>11} {'train std':>10} {'min':>10} {'max':>10}"
+                 f" {'val z-mean':>10} {'test z-mean':>11}")
+    train, val, test = (slice(*data.splits[n]) for n in SPLITS)
+    for i, name in enumerate(data.feature_names):
+        raw = data.raw_features[:, train, i]
+        lines.append(f"{name:<20} {raw.mean():>11.4f} {raw.std():>10.4f} {raw.min():>10.4f} {raw.max():>10.4f}"
+                     f" {data.features[:, val, i].mean():>10.3f} {data.features[:, test, i].mean():>11.3f}")
+    lines.append("(z-mean: mean of the normalised feature; training statistics are applied to every split)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clstm_ppo.data", description=__doc__)
+    parser.add_argument("--data", default=None, help="sp500, synthetic, a CSV/parquet file or a folder of them")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args)
+    if args.data is not None:
+        cfg.data.source = args.data
+    data = build_market_data(cfg.data)
+    print(summary(data))
+    return 0
+
+
+def entry() -> None:
+    sys.exit(run_cli(main))
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,130 @@
+"""Load -> align -> featurise -> split -> normalise: the arrays the market and env read."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from clstm_ppo.config import DataConfig
+from clstm_ppo.data.errors import DataError
+from clstm_ppo.data.features import FEATURE_NAMES, compute_features, log_returns
+from clstm_ppo.data.loading import BUILTIN_SOURCES, load_bars
+from clstm_ppo.data.normalize import Normalizer
+from clstm_ppo.data.turbulence import turbulence
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass
+class MarketData:
+    symbols: list[str]
+    dates: pd.DatetimeIndex  # (T,) shared by every underlying
+    feature_names: tuple[str, ...]
+    features: np.ndarray  # (S, T, F) float32, normalised with training-split statistics
+    raw_features: np.ndarray  # (S, T, F) float64, before normalisation
+    bars: dict[str, np.ndarray]  # open/high/low/close/volume/realized_vol[/iv] -> (S, T) float64
+    turbulence: np.ndarray  # (T,) raw turbulence, for the trading rule
+    turbulence_threshold: float  # quantile of training-split turbulence
+    splits: dict[str, tuple[int, int]]  # name -> [start, end) rows
+    normalizer: Normalizer
+    window: int
+
+    def split_dates(self, name: str) -> tuple[pd.Timestamp, pd.Timestamp]:
+        start, end = self.splits[name]
+        return self.dates[start], self.dates[end - 1]
+
+
+def _check_config(cfg: DataConfig) -> None:
+    if cfg.window < 1:
+        raise DataError(f"data.window is {cfg.window}; it must be at least 1 bar")
+    if not 0.0 < cfg.turbulence_quantile <= 1.0:
+        raise DataError(f"data.turbulence_quantile is {cfg.turbulence_quantile}; pick a value in (0, 1]")
+    if cfg.train_frac <= 0 or cfg.val_frac <= 0 or cfg.train_frac + cfg.val_frac >= 1.0:
+        raise DataError("data.train_frac and data.val_frac must be positive and sum to less than 1")
+
+
+def _align(frames: dict[str, pd.DataFrame], source: str) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
+    """Keep the dates every underlying has, so turbulence sees one joint return vector per bar."""
+    common = None
+    for frame in frames.values():
+        dates = pd.DatetimeIndex(frame["date"])
+        common = dates if common is None else common.intersection(dates)
+    if common is None or len(common) < 2:
+        raise DataError(f"data source '{source}': its underlyings share fewer than 2 dates; "
+                        "give files that cover the same period")
+    return common, {s: f.set_index("date").loc[common] for s, f in frames.items()}
+
+
+def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[int, int]]:
+    builtin = BUILTIN_SOURCES.get(cfg.source)
+    train_end = cfg.train_end or (builtin.train_end if builtin else None)
+    val_end = cfg.val_end or (builtin.val_end if builtin else None)
+    if (train_end is None) != (val_end is None):
+        raise DataError("set both data.train_end and data.val_end, or neither (then train_frac/val_frac apply)")
+    if train_end is None:
+        cut1 = int(round(len(dates) * cfg.train_frac))
+        cut2 = int(round(len(dates) * (cfg.train_frac + cfg.val_frac)))
+    else:
+        try:
+            t_end, v_end = pd.Timestamp(train_end), pd.Timestamp(val_end)
+        except ValueError:
+            raise DataError(f"data.train_end {train_end!r} or data.val_end {val_end!r} is not a date; "
+                            "write YYYY-MM-DD") from None
+        if t_end >= v_end:
+            raise DataError(f"data.train_end ({t_end.date()}) must come before data.val_end ({v_end.date()})")
+        # An end date includes its whole day, also for intraday bars.
+        cut1 = int(dates.searchsorted(t_end + pd.Timedelta(days=1), side="left"))
+        cut2 = int(dates.searchsorted(v_end + pd.Timedelta(days=1), side="left"))
+    return {"train": (0, cut1), "validation": (cut1, cut2), "test": (cut2, len(dates))}
+
+
+def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> MarketData:
+    """Everything the market and env need, from ``cfg``.
+
+    ``normalizer``: re-apply saved statistics (from a checkpoint) instead of fitting new ones.
+    """
+    _check_config(cfg)
+    frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic)
+    dates, frames = _align(frames, cfg.source)
+    symbols = list(frames)
+    returns = np.stack([log_returns(frames[s]["close"]).to_numpy() for s in symbols], axis=1)
+    turb = turbulence(returns, cfg.turbulence_lookback)
+    raw = np.stack([compute_features(frames[s], cfg, turb).to_numpy() for s in symbols])  # (S, T, F)
+
+    finite_rows = np.isfinite(raw).all(axis=(0, 2))
+    if not finite_rows.any():
+        raise DataError(f"data source '{cfg.source}' has {len(dates)} bars, too few to warm up the indicators "
+                        f"(turbulence alone needs {cfg.turbulence_lookback + 1}); give a longer history")
+    first = int(np.argmax(finite_rows))  # warm-up rows (indicators, turbulence look-back) are dropped
+    holes = np.flatnonzero(~finite_rows[first:])
+    if holes.size:
+        row = first + holes[0]
+        s, f = np.argwhere(~np.isfinite(raw[:, row, :]))[0]
+        raise DataError(f"data source '{cfg.source}' [symbol {symbols[s]}]: feature '{FEATURE_NAMES[f]}' is undefined "
+                        f"at {dates[row].date()} (flat prices?); drop or fix the bars around that date")
+    dates = dates[first:]
+    raw = raw[:, first:, :]
+    turb = turb[first:]
+    bars = {c: np.stack([frames[s][c].to_numpy(dtype=np.float64)[first:] for s in symbols])
+            for c in ("open", "high", "low", "close", "volume", "iv") if all(c in frames[s] for s in symbols)}
+    bars["realized_vol"] = raw[:, :, FEATURE_NAMES.index("realized_vol")].copy()
+
+    splits = _split_bounds(dates, cfg)
+    for name in SPLITS:
+        start, end = splits[name]
+        if end - start < cfg.window + 1:
+            span = f"{dates[start].date()}..{dates[end - 1].date()}" if end > start else "empty"
+            raise DataError(f"{name} split ({span}, after indicator warm-up) has {end - start} bars, fewer than "
+                            f"window + 1 = {cfg.window + 1}; move data.train_end/data.val_end or lower data.window")
+    train = slice(*splits["train"])
+    if normalizer is None:
+        normalizer = Normalizer.fit(raw[:, train, :], FEATURE_NAMES)
+    elif normalizer.names != FEATURE_NAMES:
+        raise DataError(f"saved normalisation covers features {list(normalizer.names)}, "
+                        f"this version computes {list(FEATURE_NAMES)}; retrain or use the matching version")
+    return MarketData(
+        symbols=symbols, dates=dates, feature_names=FEATURE_NAMES, features=normalizer.apply(raw), raw_features=raw,
+        bars=bars, turbulence=turb, turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),
+        splits=splits, normalizer=normalizer, window=cfg.window,
+    )

@@ -1,0 +1,31 @@
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "offline")
+torch.set_num_threads(1)  # two test processes on two cores: one thread each is much faster
+
+
+def make_bars(n: int = 400, seed: int = 0, start: str = "2001-01-01") -> pd.DataFrame:
+    """Plain random-walk OHLCV bars with the capitalised column names a Yahoo export has."""
+    rng = np.random.default_rng(seed)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
+    open_ = close * np.exp(rng.normal(0, 0.002, n))
+    return pd.DataFrame({
+        "Date": pd.bdate_range(start, periods=n).strftime("%Y-%m-%d"),
+        "Open": open_,
+        "High": np.maximum(open_, close) * 1.005,
+        "Low": np.minimum(open_, close) * 0.995,
+        "Close": close,
+        "Volume": rng.integers(1_000_000, 2_000_000, n),
+    })
+
+
+@pytest.fixture
+def bars_csv(tmp_path):
+    path = tmp_path / "ABC.csv"
+    make_bars().to_csv(path, index=False)
+    return path
