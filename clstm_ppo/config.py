@@ -59,9 +59,62 @@ class DataConfig:
 
 
 @dataclass
+class CostConfig:
+    """Fees per contract (US listed options, 2024 levels) and the quoted-spread and slippage model."""
+
+    commission_per_contract: float = 0.65  # typical US retail broker (e.g. Interactive Brokers' tiered rate)
+    commission_min_per_order: float = 1.00  # the same brokers' per-order minimum
+    occ_clearing_per_contract: float = 0.025  # OCC clearing fee, both sides
+    finra_taf_per_contract: float = 0.00279  # FINRA Trading Activity Fee, sells only
+    sec_fee_per_million: float = 27.80  # SEC Section 31 fee on sale proceeds; the rate is reset every fiscal year
+    orf_per_contract: float = 0.02  # options regulatory fee (exchange-set, about $0.02), both sides
+    spread_base: float = 0.03  # quoted spread as a share of mid for a liquid at-the-money option
+    spread_min: float = 0.02  # the spread is clamped to [spread_min, spread_max] of mid
+    spread_max: float = 0.10
+    spread_cheap_price: float = 2.0  # options with mid (per share) below this quote wider ...
+    spread_cheap_coef: float = 1.0  # ... by up to this factor
+    spread_moneyness_coef: float = 5.0  # wider by this factor per unit |ln(K/S)|
+    spread_vol_coef: float = 1.0  # wider by this factor per unit of implied vol above 20%
+    slippage_coef: float = 0.5  # price impact share of mid per (order contracts / option volume)
+    max_slippage: float = 0.05  # impact is capped at this share of mid
+    option_volume_ratio: float = 1.0e-4  # option contracts traded per bar per share of underlying volume
+    min_option_volume: float = 50.0  # option-volume proxy floor (and its value without a volume column)
+
+
+@dataclass
+class MarketConfig:
+    risk_free_rate: float = 0.02  # r, continuously compounded
+    dividend_yield: float = 0.015  # q, continuously compounded (S&P 500 ~1.5-2%)
+    iv_premium: float = 1.10  # implied vol = realised vol x this, when the data has no iv/vix column
+    iv_skew: float = 1.0  # iv(K) = iv_atm * (1 - iv_skew * ln(K/S)): lower strikes trade richer
+    min_iv: float = 0.05
+    max_iv: float = 2.00
+    moneyness: list[float] = field(default_factory=lambda: [0.95, 1.00, 1.05])  # strike / spot of the chain
+    expiries_days: list[int] = field(default_factory=lambda: [30, 60])  # calendar days to expiry
+    strike_step: float = 0.0  # strikes round to this; 0: the largest of 0.01, 0.05, ..., 100 below 0.5% of spot
+    multiplier: int = 100  # shares per contract
+    costs: CostConfig = field(default_factory=CostConfig)
+
+
+@dataclass
+class EnvConfig:
+    initial_cash: float = 1_000_000.0  # an S&P 500 index option costs $2k-$15k a contract
+    max_positions: int = 5  # open positions at once
+    position_frac: float = 0.05  # premium paid per new position, as a share of equity
+    episode_length: int = 252  # bars; 0: from the split's first valid bar to its end
+    ruin_fraction: float = 0.5  # the episode ends early once equity falls below this share of initial cash
+    reward_scale: float = 1.0e-3  # reward = change in equity ($) x this
+    drawdown_penalty: float = 0.0  # optional shaping: minus this x (drawdown share of peak equity) per bar
+    turbulence_penalty: float = 0.0  # optional shaping: minus this x (open positions while turbulent) per bar
+    dtype: str = "float32"  # float32 (fast, on GPU too) or float64 (exact accounting, used by the tests)
+
+
+@dataclass
 class Config:
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
+    market: MarketConfig = field(default_factory=MarketConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
 
 
 # ---------------------------------------------------------------- dict <-> dataclass

@@ -22,7 +22,7 @@ class Normalizer:
         return cls(tuple(names), flat.mean(axis=0), np.maximum(flat.std(axis=0), STD_FLOOR))
 
     def apply(self, raw: np.ndarray) -> np.ndarray:
-        return ((np.asarray(raw, dtype=np.float64) - self.mean) / self.std).astype(np.float32)
+        return np.ascontiguousarray((np.asarray(raw, dtype=np.float64) - self.mean) / self.std, dtype=np.float32)
 
     def state_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "mean": self.mean.tolist(), "std": self.std.tolist()}

@@ -1,0 +1,5 @@
+"""Trading environment: a batched torch env (N copies at once) and a gymnasium wrapper over one copy."""
+from clstm_ppo.env.actions import ActionSpace
+from clstm_ppo.env.options_env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation, StepResult
+
+__all__ = ["ActionSpace", "BatchedOptionsEnv", "Observation", "PORTFOLIO_FEATURES", "StepResult"]

@@ -1,0 +1,89 @@
+"""Every cost of an order, itemised: spread, slippage and the five fees (SPEC section 4).
+
+Fills: buy at ask, sell at bid, around the Black-Scholes mid. The half spread
+is paid on each side, so a round trip pays the full quoted spread once.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from clstm_ppo.config import CostConfig
+
+COST_KINDS = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf")
+
+
+class Fill(NamedTuple):
+    price: Tensor  # per share, after spread and slippage
+    costs: Tensor  # (..., len(COST_KINDS)) dollars per kind
+    total: Tensor  # dollars: sum of costs
+
+
+def quoted_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig) -> Tensor:
+    """Full bid-ask spread as a share of mid: wider for cheap, far-from-money and high-vol options."""
+    cheap = (1.0 - mid / cfg.spread_cheap_price).clamp(0.0, 1.0) * cfg.spread_cheap_coef
+    far = log_moneyness.abs() * cfg.spread_moneyness_coef
+    stormy = (iv - 0.20).clamp_min(0.0) * cfg.spread_vol_coef
+    return (cfg.spread_base * (1.0 + cheap) * (1.0 + far) * (1.0 + stormy)).clamp(cfg.spread_min, cfg.spread_max)
+
+
+def fill_price(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
+               option_volume: Tensor, cfg: CostConfig) -> Tensor:
+    """Per-share price of an order after half the quoted spread and the size-driven slippage."""
+    half = 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
+    impact = (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
+    return mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + impact))
+
+
+def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
+               option_volume: Tensor, cfg: CostConfig, multiplier: int) -> Fill:
+    """Fill price and itemised costs of buying (``is_sell=False``) or selling ``contracts`` at ``mid``.
+
+    ``contracts`` may be 0 (no order): every cost is then 0.
+    """
+    half = 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
+    impact = (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
+    sign = -1.0 if is_sell else 1.0
+    price = mid * (1.0 + sign * (half + impact))
+    shares = contracts * multiplier
+    traded = (contracts > 0).to(mid.dtype)
+    zero = torch.zeros_like(mid)
+    proceeds = price * shares
+    costs = torch.stack([
+        mid * half * shares,
+        mid * impact * shares,
+        torch.maximum(cfg.commission_per_contract * contracts, cfg.commission_min_per_order * traded),
+        cfg.occ_clearing_per_contract * contracts,
+        cfg.finra_taf_per_contract * contracts if is_sell else zero,
+        proceeds * (cfg.sec_fee_per_million / 1e6) if is_sell else zero,
+        cfg.orf_per_contract * contracts,
+    ], dim=-1)
+    return Fill(price, costs, costs.sum(-1))
+
+
+def fees_only(fill: Fill) -> Tensor:
+    """The cash fees of a fill (the spread and slippage are already inside its price)."""
+    return fill.costs[..., 2:].sum(-1)
+
+
+def round_trip_fees_one_contract(cfg: CostConfig) -> float:
+    """Fees of buying one contract plus the closing-fee reserve it needs (SEC fee aside)."""
+    opening = max(cfg.commission_per_contract, cfg.commission_min_per_order) + cfg.occ_clearing_per_contract \
+        + cfg.orf_per_contract
+    closing = max(cfg.commission_per_contract, cfg.commission_min_per_order) + cfg.occ_clearing_per_contract \
+        + cfg.orf_per_contract + cfg.finra_taf_per_contract
+    return opening + closing
+
+
+def closing_fee_reserve(contracts: Tensor, cfg: CostConfig) -> Tensor:
+    """An upper bound on the per-contract fees of selling ``contracts`` later, SEC fee aside.
+
+    Cash is kept at or above the reserve of every open position, so closing one
+    (whose SEC fee is a fraction of its own proceeds) never drives cash negative.
+    """
+    per_contract = cfg.occ_clearing_per_contract + cfg.finra_taf_per_contract + cfg.orf_per_contract
+    commission = torch.maximum(cfg.commission_per_contract * contracts,
+                               cfg.commission_min_per_order * (contracts > 0).to(contracts.dtype))
+    return commission + per_contract * contracts
