@@ -78,8 +78,10 @@ class BatchedOptionsEnv:
         self.grid_moneyness = grid_m.repeat(len(market.expiries_days))  # (G,), moneyness fastest
         self.grid_expiry = grid_e.repeat_interleave(len(market.moneyness))
         self.window_offsets = torch.arange(-self.window + 1, 1, device=self.device)
+        self._build_chain_tables()
 
         n, p = num_envs, cfg.max_positions
+        self.slot_ids = torch.arange(p, device=self.device)
         zeros = lambda *shape, dtype=None: torch.zeros(*shape, dtype=dtype or self.dtype, device=self.device)
         self.sym = zeros(n, dtype=torch.long)
         self.t = zeros(n, dtype=torch.long)
@@ -94,6 +96,32 @@ class BatchedOptionsEnv:
         self.max_len = self._longest_episode()
         self.equity_curve = zeros(n, self.max_len + 1)
         self._mask = zeros(n, self.actions.n, dtype=torch.bool)
+
+    # ------------------------------------------------------------------ chain tables
+
+    def _build_chain_tables(self) -> None:
+        """Quote the whole chain of every bar once: it depends on the bar, never on a copy's state.
+
+        ``close_cost`` (S, T, 2G): one contract's cost at t's close, for the action mask.
+        ``open_*``: strikes, mids and vols at t's open with the vol known at t-1, for fills at t.
+        """
+        m, g = self.market_cfg, self.actions.grid_size
+        expiry_years = (self.grid_expiry / DAYS_PER_YEAR).expand(*self.close_px.shape, g)
+        prev_iv = torch.cat([self.atm_iv[:, :1], self.atm_iv[:, :-1]], dim=1)  # at t's open, t-1's vol is known
+
+        def quote(spot: Tensor, atm_iv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            spot = spot.unsqueeze(-1).expand(*spot.shape, g)
+            strike = chain_strikes(spot, self.grid_moneyness.expand_as(spot), m)
+            iv = skewed_iv(atm_iv.unsqueeze(-1), strike, spot, m)
+            mids = torch.cat(bs_call_put(spot, strike, expiry_years, m.risk_free_rate, m.dividend_yield, iv), -1)
+            return strike, mids, iv
+
+        strike, mids, iv = quote(self.close_px, self.atm_iv)
+        log_m = torch.log(strike / self.close_px.unsqueeze(-1)).repeat(1, 1, 2)
+        volume = self.option_volume.unsqueeze(-1)
+        ask = fill_price(mids, torch.ones_like(mids), False, iv.repeat(1, 1, 2), log_m, volume, m.costs)
+        self.close_cost = ask * m.multiplier + round_trip_fees_one_contract(m.costs)
+        self.open_strike, self.open_mid, self.open_iv = quote(self.open_px, prev_iv)
 
     # ------------------------------------------------------------------ episode bounds
 
@@ -180,12 +208,7 @@ class BatchedOptionsEnv:
         self._book_closes(sell, proceeds, fill.costs)
 
         # 2. Buy-to-open at t+1's open into the first free slot.
-        buying = (action >= 1) & (action <= 2 * a.grid_size)
-        g = ((action - 1) % a.grid_size).clamp_min(0)
-        buy_call = action <= a.grid_size
-        strike = chain_strikes(spot_open.squeeze(-1), self.grid_moneyness[g], self.market_cfg)
-        expiry = self.grid_expiry[g]
-        self._open(buying, buy_call, strike, expiry, spot_open.squeeze(-1), t_now, opt_volume.squeeze(-1))
+        self._open(action, spot_open.squeeze(-1), t_next, opt_volume.squeeze(-1))
 
         # 3. Age to t+1's close: expiry settles at intrinsic, the rest is marked at mid.
         spot_close = self.close_px[self.sym, t_next].unsqueeze(-1)
@@ -229,10 +252,17 @@ class BatchedOptionsEnv:
         self.contracts = torch.where(closing, torch.zeros_like(self.contracts), self.contracts)
         self.entry_cost = torch.where(closing, torch.zeros_like(self.entry_cost), self.entry_cost)
 
-    def _open(self, buying: Tensor, is_call: Tensor, strike: Tensor, expiry: Tensor, spot: Tensor,
-              t_bar: Tensor, opt_volume: Tensor) -> None:
-        cfg, costs, mult = self.cfg, self.market_cfg.costs, self.market_cfg.multiplier
-        mid, iv = self._quote(spot, t_bar, strike, expiry, is_call)
+    def _open(self, action: Tensor, spot: Tensor, t_fill: Tensor, opt_volume: Tensor) -> None:
+        """Buy-to-open at ``t_fill``'s open into each buying copy's first free slot."""
+        cfg, costs, mult, grid = self.cfg, self.market_cfg.costs, self.market_cfg.multiplier, self.actions.grid_size
+        buying = (action >= 1) & (action <= 2 * grid)
+        quote_index = (action - 1).clamp(0, 2 * grid - 1)  # calls then puts, as in the action space
+        g = quote_index % grid
+        is_call = quote_index < grid
+        mid = self.open_mid[self.sym, t_fill, quote_index]
+        strike = self.open_strike[self.sym, t_fill, g]
+        iv = self.open_iv[self.sym, t_fill, g]
+        expiry = self.grid_expiry[g]
         log_m = torch.log(strike / spot)
         # Size: position_frac of equity at the ask; then as many as cash allows after the closing-fee reserves.
         first_ask = fill_price(mid, torch.ones_like(spot), False, iv, log_m, opt_volume, costs)
@@ -254,14 +284,11 @@ class BatchedOptionsEnv:
         self.cash -= cost
         self.costs_paid += fill.costs
         slot = free.to(torch.int8).argmax(-1)
-        rows = torch.nonzero(go).squeeze(-1)
-        s = slot[rows]
-        self.active[rows, s] = True
-        self.is_call[rows, s] = is_call[rows]
-        self.strike[rows, s] = strike[rows]
-        self.dte[rows, s] = expiry[rows]
-        self.contracts[rows, s] = contracts[rows]
-        self.entry_cost[rows, s] = cost[rows]
+        here = go.unsqueeze(-1) & (self.slot_ids == slot.unsqueeze(-1))  # (N, P) one-hot: no sync, no scatter
+        self.active |= here
+        self.is_call = torch.where(here, is_call.unsqueeze(-1), self.is_call)
+        for name, value in (("strike", strike), ("dte", expiry), ("contracts", contracts), ("entry_cost", cost)):
+            setattr(self, name, torch.where(here, value.unsqueeze(-1), getattr(self, name)))
 
     def _mark(self) -> None:
         spot = self.close_px[self.sym, self.t].unsqueeze(-1)
@@ -311,18 +338,9 @@ class BatchedOptionsEnv:
         mask[:, a.close_all] = any_open
         mask[:, a.close_worst] = any_open
         mask[:, a.close_best] = any_open
-        spot = self.close_px[self.sym, self.t].unsqueeze(-1)  # (N, 1)
-        strikes = chain_strikes(spot.expand(-1, a.grid_size), self.grid_moneyness, self.market_cfg)
-        expiry = self.grid_expiry.expand(self.num_envs, -1)
         can_open = (~self.active).any(-1) & ~turbulent
         room = self.cash - closing_fee_reserve(self.contracts, costs).sum(-1) - 2 * costs.commission_min_per_order
-        spot, strikes, years, iv = self._pricing_inputs(spot, self.t, strikes, expiry)
-        m = self.market_cfg
-        prices = torch.cat(bs_call_put(spot, strikes, years, m.risk_free_rate, m.dividend_yield, iv), dim=-1)
-        log_m = torch.log(strikes / spot).repeat(1, 2)
-        volume = self.option_volume[self.sym, self.t].unsqueeze(-1)
-        ask = fill_price(prices, torch.ones_like(prices), False, iv.repeat(1, 2), log_m, volume, costs)
-        one = ask * mult + round_trip_fees_one_contract(costs)  # one contract, with its buying and closing fees
+        one = self.close_cost[self.sym, self.t]  # (N, 2G): one contract with its buying and closing fees
         ok = (one <= room.unsqueeze(-1)) & (one <= self.cfg.position_frac * self.equity.unsqueeze(-1))
         mask[:, 1:1 + 2 * a.grid_size] = ok & can_open.unsqueeze(-1)
         return mask
