@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	$(PY) -m clstm_ppo.data --data sp500 $(RUN_ARGS)
+	$(PY) -m clstm_ppo.train $(RUN_ARGS)
 
 test: $(VENV)/.installed
 	WANDB_MODE=offline $(PY) -m pytest -q

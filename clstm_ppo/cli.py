@@ -5,10 +5,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from clstm_ppo.checkpoint import CheckpointError
 from clstm_ppo.config import Config, ConfigError, load_config
 from clstm_ppo.data.errors import DataError
 
-USER_ERRORS = (ConfigError, DataError)
+USER_ERRORS = (ConfigError, DataError, CheckpointError)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

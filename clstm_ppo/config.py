@@ -110,11 +110,65 @@ class EnvConfig:
 
 
 @dataclass
+class AgentConfig:
+    """Cascaded LSTM sizes (paper: lstm1_hidden 128, mlp_hidden 128, lstm2_hidden 512)."""
+
+    lstm1_hidden: int = 64  # LSTM 1: feature extractor over the TW-bar window
+    mlp_hidden: int = 64  # the 3-layer tanh MLP after LSTM 1
+    lstm2_hidden: int = 128  # LSTM 2: recurrent policy over the decision sequence
+
+
+@dataclass
+class PPOConfig:
+    """Paper Table 1 where it speaks (gamma, clip, coefficients, Adam, 128 steps); CleanRL's otherwise."""
+
+    num_steps: int = 128  # steps per env copy per update
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    learning_rate: float = 3.0e-4
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    adam_eps: float = 1.0e-8
+    lr_schedule: str = "linear"  # linear (decays to 0 at the end of the budget) or constant
+    update_epochs: int = 4
+    num_minibatches: int = 4  # minibatches are groups of whole env sequences
+    norm_adv: bool = True
+    target_kl: float | None = None  # stop the epochs of an update early above this approximate KL
+
+
+@dataclass
+class TrainConfig:
+    num_envs: int = 64  # env copies per worker
+    total_steps: int = 500_000  # env steps (all copies, all workers); ignored when num_episodes > 0
+    num_episodes: int = 0  # >0: stop once this many training episodes have ended
+    device: str = "auto"  # auto, cpu or cuda
+    eval_every: int = 10  # updates between evaluations on the validation split
+    eval_episodes: int = 8  # deterministic validation episodes, starts spread evenly over the split
+    checkpoint_dir: str = "checkpoints"
+    run_name: str = ""  # empty: <data source>-<config name>
+    keep_last: int = 3  # periodic checkpoints kept besides latest.pt and best_*.pt
+    checkpoint_every: int = 10  # updates between periodic checkpoints
+    pretraining: bool = False
+    pretrain_epochs: int = 5
+    pretrain_batch_size: int = 256
+    pretrain_lr: float = 1.0e-3
+    wandb: bool = False
+    wandb_project: str = "clstm_ppo"
+
+
+@dataclass
 class Config:
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     market: MarketConfig = field(default_factory=MarketConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
 
 # ---------------------------------------------------------------- dict <-> dataclass
@@ -199,9 +253,10 @@ def _parse_override(text: str) -> dict[str, Any]:
     return nested
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the YAML file at ``path``, then each ``key=value`` override."""
-    values = to_dict(Config())
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> Config:
+    """Defaults (or ``base``, e.g. a checkpoint's settings), then the YAML file at ``path``, then overrides."""
+    values = _merge(to_dict(Config()), base or {})
     if path is not None:
         path = Path(path)
         if not path.is_file():

@@ -34,6 +34,8 @@ class Observation(NamedTuple):
     market: Tensor  # (N, TW, F) normalised features of the last TW bars up to t
     portfolio: Tensor  # (N, len(PORTFOLIO_FEATURES))
     mask: Tensor  # (N, A) bool: which actions are valid at t
+    row: Tensor  # (N,) flat index of bar t: storage keeps this instead of the window (see ``windows``)
+    start: Tensor  # (N,) bool: this observation begins an episode
 
 
 class StepResult(NamedTuple):
@@ -141,9 +143,43 @@ class BatchedOptionsEnv:
 
     # ------------------------------------------------------------------ reset
 
-    def reset(self) -> Observation:
+    def reset(self, starts: Tensor | None = None) -> Observation:
+        """Start every copy afresh: at random bars, or at ``starts`` (copy i on underlying i mod S)."""
         self._reset_copies(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        if starts is not None:
+            starts = starts.to(self.device).long()
+            first = self.split_start + self.window - 1
+            if starts.shape != (self.num_envs,) or (starts < first).any() or (starts > self.split_end - 2).any():
+                raise ValueError(f"starts must be {self.num_envs} bars in [{first}, {self.split_end - 2}]")
+            length = self.cfg.episode_length if self.cfg.episode_length > 0 else self.split_end
+            self.sym = torch.arange(self.num_envs, device=self.device) % self.n_symbols
+            self.t, self.t_start = starts.clone(), starts.clone()
+            self.t_end = (starts + length).clamp(max=self.split_end - 1)
         return self._observe()
+
+    def evaluation_starts(self, count: int) -> Tensor:
+        """``count`` starts spread evenly over the split, each with room for a full-length episode."""
+        first = self.split_start + self.window - 1
+        last = max(first, self.split_end - 1 - self.cfg.episode_length) if self.cfg.episode_length > 0 else first
+        return torch.linspace(first, last, count, device=self.device).round().long()
+
+    # Every tensor that changes as the copies step: saved in checkpoints for an exact resume.
+    STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "strike", "dte",
+             "contracts", "entry_cost", "mark", "greeks", "costs_paid", "equity_curve", "_mask")
+
+    def state_dict(self) -> dict:
+        state = {name: getattr(self, name).cpu() for name in self.STATE}
+        state["stats"] = {k: v.cpu() for k, v in self.stats.items()}
+        state["generator"] = self.generator.get_state()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["sym"].shape[0] != self.num_envs:
+            raise ValueError(f"saved env state has {state['sym'].shape[0]} copies, this env {self.num_envs}")
+        for name in self.STATE:
+            setattr(self, name, state[name].to(self.device))
+        self.stats = {k: v.to(self.device) for k, v in state["stats"].items()}
+        self.generator.set_state(state["generator"])
 
     def _reset_copies(self, which: Tensor) -> None:
         count = int(which.sum())
@@ -309,8 +345,8 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ observation
 
     def _observe(self) -> Observation:
-        rows = (self.sym * self.n_bars + self.t).unsqueeze(-1) + self.window_offsets  # (N, TW) flat rows
-        market = self.feature_rows.index_select(0, rows.view(-1)).view(self.num_envs, self.window, -1)
+        row = self.sym * self.n_bars + self.t
+        market = self.windows(row)
         equity = self.equity.clamp_min(1e-9)
         open_count = self.active.sum(-1).to(self.dtype)
         dte = torch.where(self.active, self.dte, torch.zeros_like(self.dte)).sum(-1) / open_count.clamp_min(1)
@@ -327,7 +363,12 @@ class BatchedOptionsEnv:
             (self.t - self.t_start).to(self.dtype) / span,
         ], dim=-1).to(torch.float32)
         self._mask = self._action_mask(turbulent)
-        return Observation(market, portfolio, self._mask.clone())
+        return Observation(market, portfolio, self._mask.clone(), row, self.t == self.t_start)
+
+    def windows(self, rows: Tensor) -> Tensor:
+        """Feature windows (..., TW, F) ending at flat bar indices ``rows`` (from ``Observation.row``)."""
+        flat = (rows.unsqueeze(-1) + self.window_offsets).reshape(-1)
+        return self.feature_rows.index_select(0, flat).view(*rows.shape, self.window, -1)
 
     def _action_mask(self, turbulent: Tensor) -> Tensor:
         """Valid actions at t; buys are judged at t's close (the fill at t+1 may still be rejected)."""
@@ -365,5 +406,13 @@ class BatchedOptionsEnv:
         }
         out = {k: v.cpu().numpy() for k, v in out.items()}
         curves = curves.cpu().numpy()
-        out["equity_curve"] = np.array([curves[i, : s + 1] for i, s in enumerate(out["steps"])], dtype=object)
+        out["equity_curve"] = ragged([curves[i, : s + 1] for i, s in enumerate(out["steps"])])
         return out
+
+
+def ragged(arrays: list[np.ndarray]) -> np.ndarray:
+    """A 1-D object array of arrays (np.array would make a 2-D array when the lengths agree)."""
+    out = np.empty(len(arrays), dtype=object)
+    for i, a in enumerate(arrays):
+        out[i] = a
+    return out

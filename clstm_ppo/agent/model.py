@@ -1,0 +1,82 @@
+"""The cascaded-LSTM actor-critic of Zou et al. (2024).
+
+LSTM 1 reads the last TW bars of market features in one batched call; its last
+hidden state goes through a 3-layer tanh MLP. LSTM 2 runs over the decision
+sequence on that encoding plus the portfolio state, carrying its hidden state
+across steps and resetting it where an episode starts. A masked categorical
+actor and a critic read LSTM 2's output.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from clstm_ppo.config import AgentConfig
+
+MASKED_LOGIT = -1e9  # finite, so entropy of a masked categorical stays 0 * (-1e9) = 0, never NaN
+State = tuple[Tensor, Tensor]
+
+
+def _init(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)  # CleanRL's initialisation
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MarketEncoder(nn.Module):
+    """LSTM 1 + MLP: (B, TW, F) windows -> (B, mlp_hidden). Pretraining trains this part alone."""
+
+    def __init__(self, n_features: int, cfg: AgentConfig):
+        super().__init__()
+        self.lstm = nn.LSTM(n_features, cfg.lstm1_hidden, batch_first=True)
+        gain = np.sqrt(2)
+        self.mlp = nn.Sequential(
+            _init(nn.Linear(cfg.lstm1_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
+            _init(nn.Linear(cfg.mlp_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
+            _init(nn.Linear(cfg.mlp_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
+        )
+
+    def forward(self, windows: Tensor) -> Tensor:
+        _, (h, _) = self.lstm(windows)
+        return self.mlp(h[-1])
+
+
+class CascadedActorCritic(nn.Module):
+    def __init__(self, n_features: int, portfolio_dim: int, n_actions: int, cfg: AgentConfig):
+        super().__init__()
+        self.encoder = MarketEncoder(n_features, cfg)
+        self.lstm2 = nn.LSTM(cfg.mlp_hidden + portfolio_dim, cfg.lstm2_hidden)  # time-major: (L, N, in)
+        for name, param in self.lstm2.named_parameters():
+            if "bias" in name:
+                nn.init.zeros_(param)
+            else:
+                nn.init.orthogonal_(param, 1.0)
+        self.actor = _init(nn.Linear(cfg.lstm2_hidden, n_actions), 0.01)  # near-uniform first policy
+        self.critic = _init(nn.Linear(cfg.lstm2_hidden, 1), 1.0)
+        self.hidden_size = cfg.lstm2_hidden
+
+    def initial_state(self, num_envs: int, device: torch.device) -> State:
+        zeros = torch.zeros(1, num_envs, self.hidden_size, device=device)
+        return zeros, zeros.clone()
+
+    def forward(self, windows: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor,
+                state: State) -> tuple[Tensor, Tensor, State]:
+        """Masked logits (L, N, A), values (L, N) and the final state, for sequences of L steps of N envs.
+
+        ``windows`` (L, N, TW, F); ``starts[l, n]``: step l of env n begins an episode, so
+        LSTM 2's state is zeroed before it. Stretches without a start run as one fused LSTM call.
+        """
+        steps, envs = portfolio.shape[:2]
+        code = self.encoder(windows.reshape(steps * envs, *windows.shape[2:])).view(steps, envs, -1)
+        x = torch.cat([code, portfolio], dim=-1)
+        cuts = [0, *(torch.nonzero(starts[1:].any(-1)).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
+        h, c = state
+        outputs = []
+        for begin, end in zip(cuts[:-1], cuts[1:]):
+            keep = (~starts[begin]).to(h.dtype).view(1, envs, 1)
+            out, (h, c) = self.lstm2(x[begin:end], (h * keep, c * keep))
+            outputs.append(out)
+        out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+        logits = self.actor(out).masked_fill(~mask, MASKED_LOGIT)
+        return logits, self.critic(out).squeeze(-1), (h, c)

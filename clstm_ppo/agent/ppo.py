@@ -1,0 +1,83 @@
+"""Recurrent PPO update (clipped surrogate, clipped value loss, entropy bonus), CleanRL-style.
+
+Minibatches are groups of whole env sequences replayed from the stored
+rollout-start state of LSTM 2, so truncated BPTT covers the full rollout and
+every worker runs the same number of minibatches.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from clstm_ppo.agent.storage import RolloutStorage
+from clstm_ppo.config import PPOConfig
+
+
+def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """Normalise with statistics over the whole rollout (of every worker, given ``all_reduce_mean``)."""
+    moments = torch.stack([advantages.mean(), (advantages * advantages).mean()])
+    if all_reduce_mean is not None:
+        moments = all_reduce_mean(moments)
+    mean, mean_sq = moments[0], moments[1]
+    std = (mean_sq - mean * mean).clamp_min(0).sqrt()
+    return (advantages - mean) / (std + 1e-8)
+
+
+def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: RolloutStorage,
+               windows: Callable[[Tensor], Tensor], cfg: PPOConfig, generator: torch.Generator,
+               all_reduce_mean: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
+    """One PPO update over ``storage``; ``model`` may be DDP-wrapped (its forward syncs gradients).
+
+    ``windows`` turns stored bar indices into market windows (the env's ``windows``).
+    """
+    s = storage
+    advantages = normalise_advantages(s.advantages, all_reduce_mean) if cfg.norm_adv else s.advantages
+    h0, c0 = s.initial_state
+    envs_per_batch = s.num_envs // cfg.num_minibatches
+    totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
+    batches = 0
+    for _ in range(cfg.update_epochs):
+        order = torch.randperm(s.num_envs, generator=generator, device="cpu").to(s.rows.device)
+        kl_this_epoch = []
+        for k in range(cfg.num_minibatches):
+            idx = order[k * envs_per_batch:(k + 1) * envs_per_batch]
+            logits, values, _ = model(windows(s.rows[:, idx]), s.portfolio[:, idx], s.mask[:, idx],
+                                      s.starts[:, idx], (h0[:, idx], c0[:, idx]))
+            dist = torch.distributions.Categorical(logits=logits)
+            logprob = dist.log_prob(s.actions[:, idx])
+            log_ratio = logprob - s.logprobs[:, idx]
+            ratio = log_ratio.exp()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman, 2020)
+                clip_fraction = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+            adv = advantages[:, idx]
+            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            returns, old_values = s.returns[:, idx], s.values[:, idx]
+            if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL default)
+                clipped = old_values + (values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
+                value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
+            else:
+                value_loss = 0.5 * ((values - returns) ** 2).mean()
+            entropy = dist.entropy().mean()
+            loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy),
+                               ("approx_kl", approx_kl), ("clip_fraction", clip_fraction)):
+                totals[key] += float(value.detach())
+            kl_this_epoch.append(approx_kl)
+            batches += 1
+        if cfg.target_kl is not None:
+            mean_kl = torch.stack(kl_this_epoch).mean()
+            if all_reduce_mean is not None:
+                mean_kl = all_reduce_mean(mean_kl)  # every worker takes the same decision
+            if float(mean_kl) > cfg.target_kl:
+                break
+    stats = {k: v / max(batches, 1) for k, v in totals.items()}
+    variance = s.returns.var()
+    stats["explained_variance"] = float(1 - (s.returns - s.values).var() / variance) if variance > 0 else float("nan")
+    return stats

@@ -1,0 +1,112 @@
+"""Checkpoints: atomic writes, best-model files, retention, and loading with clear errors.
+
+A checkpoint is one torch file holding everything a resume needs: model,
+optimizer, scheduler, scaler, counters, RNG states, the env copies' state, the
+config, the normalisation statistics, the world size and the best scores.
+Files are written to a temporary name in the same folder, fsynced, then renamed
+over the target, so a crash mid-write never leaves a damaged checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clstm_ppo.metrics import BEST_METRICS
+
+FORMAT = "clstm_ppo-checkpoint-v1"
+RESUME_CHOICES = (*BEST_METRICS, "latest")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used, phrased as one line with the fix."""
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # atomic on POSIX and Windows
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} not found; list the run folder or pass --resume-from latest")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupt ({first[:120]}); "
+                              "resume from another file of the run, e.g. --resume-from latest or a best_*.pt") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a clstm_ppo checkpoint (no '{FORMAT}' marker); "
+                              "pass a file written by python -m clstm_ppo.train")
+    return state
+
+
+def resolve_resume(choice: str, run_dir: Path) -> Path:
+    """``composite``/``win_rate``/``profit_rate``/``sharpe``/``latest`` in ``run_dir``, or a path."""
+    if choice in RESUME_CHOICES:
+        name = "latest.pt" if choice == "latest" else f"best_{choice}.pt"
+        return run_dir / name
+    path = Path(choice)
+    if path.suffix == ".pt" or path.exists():
+        return path
+    raise CheckpointError(f"--resume-from {choice!r} is neither a checkpoint file nor one of: "
+                          f"{', '.join(RESUME_CHOICES)}")
+
+
+class CheckpointManager:
+    """Writes latest.pt, best_<metric>.pt and the last ``keep_last`` periodic checkpoints of one run."""
+
+    def __init__(self, run_dir: Path, keep_last: int):
+        self.run_dir, self.keep_last = run_dir, keep_last
+
+    def save_latest(self, state: dict[str, Any]) -> Path:
+        path = self.run_dir / "latest.pt"
+        atomic_save(state, path)
+        return path
+
+    def save_periodic(self, state: dict[str, Any], update: int) -> Path:
+        path = self.run_dir / f"update_{update:07d}.pt"
+        atomic_save(state, path)
+        periodic = sorted(self.run_dir.glob("update_*.pt"))
+        for old in periodic[: max(0, len(periodic) - self.keep_last)]:
+            old.unlink()
+        return path
+
+    def save_best(self, state: dict[str, Any], metric: str) -> Path:
+        path = self.run_dir / f"best_{metric}.pt"
+        atomic_save(state, path)
+        return path
+
+
+def move_aside(run_dir: Path) -> Path | None:
+    """--fresh-start: keep the old run under a dated name instead of deleting it."""
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return None
+    target = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    counter = 1
+    while target.exists():
+        target = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{counter}")
+        counter += 1
+    shutil.move(str(run_dir), str(target))
+    return target
+
+
+def has_run(run_dir: Path) -> bool:
+    return run_dir.is_dir() and any(run_dir.glob("*.pt"))

@@ -1,0 +1,50 @@
+"""Process-group context: rank, world size and the collectives the trainer uses.
+
+With one worker every collective is the identity, so the trainer has a single
+code path. Every rank calls every collective the same number of times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return tensor
+        out = tensor.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.all_reduce_sum(tensor) / self.world_size if self.enabled else tensor
+
+    def any(self, flag: bool, device: torch.device) -> bool:
+        """True on every rank when it is True on any rank: how stops are agreed."""
+        if not self.enabled:
+            return flag
+        return bool(self.all_reduce_sum(torch.tensor([float(flag)], device=device)).item() > 0)
+
+    def broadcast_flag(self, flag: bool, device: torch.device) -> bool:
+        """Rank 0's decision, on every rank."""
+        if not self.enabled:
+            return flag
+        t = torch.tensor([float(flag)], device=device)
+        dist.broadcast(t, src=0)
+        return bool(t.item() > 0)

@@ -1,0 +1,131 @@
+"""Deterministic backtests: the agent and two baselines (hold, random valid actions) on one split.
+
+    python -m clstm_ppo.evaluate --checkpoint checkpoints/<run>/best_composite.pt [--split test] [--plot out.png]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from clstm_ppo.agent.model import CascadedActorCritic, State
+from clstm_ppo.cli import run_cli
+from clstm_ppo.config import Config, from_dict
+from clstm_ppo.data.dataset import MarketData, build_market_data
+from clstm_ppo.data.normalize import Normalizer
+from clstm_ppo.device import pick_device
+from clstm_ppo.env import BatchedOptionsEnv, Observation
+from clstm_ppo.metrics import concat_episodes, episode_metrics
+
+Policy = Callable[[Observation, object], tuple[torch.Tensor, object]]
+
+
+def agent_policy(model: CascadedActorCritic, num_envs: int, device: torch.device) -> tuple[Policy, State]:
+    """Greedy (argmax) actions of ``model``, carrying LSTM 2's state."""
+    def act(obs: Observation, state: State) -> tuple[torch.Tensor, State]:
+        logits, _, state = model(obs.market.unsqueeze(0), obs.portfolio.unsqueeze(0), obs.mask.unsqueeze(0),
+                                 obs.start.unsqueeze(0), state)
+        return logits[0].argmax(-1), state
+    return act, model.initial_state(num_envs, device)
+
+
+def random_policy(seed: int) -> tuple[Policy, torch.Generator]:
+    def act(obs: Observation, gen: torch.Generator) -> tuple[torch.Tensor, torch.Generator]:
+        return torch.multinomial(obs.mask.float().cpu(), 1, generator=gen).squeeze(-1).to(obs.mask.device), gen
+    return act, torch.Generator().manual_seed(seed)
+
+
+def hold_policy() -> tuple[Policy, None]:
+    return (lambda obs, state: (torch.zeros(obs.mask.shape[0], dtype=torch.long, device=obs.mask.device), None)), None
+
+
+@torch.no_grad()
+def run_episodes(policy: Policy, state: object, data: MarketData, split: str, cfg: Config, count: int,
+                 device: torch.device) -> dict[str, np.ndarray]:
+    """One episode per copy from evenly spread starts; every copy's first finish is recorded."""
+    env = BatchedOptionsEnv(data, split, cfg.market, cfg.env, count, device=device, seed=cfg.seed, autoreset=False)
+    obs = env.reset(starts=env.evaluation_starts(count))
+    finished = np.zeros(count, dtype=bool)
+    chunks = []
+    while not finished.all():
+        action, state = policy(obs, state)
+        result = env.step(action)
+        obs = result.obs
+        if result.episodes is not None:
+            first = ~finished[result.episodes["env"]]
+            chunks.append({k: v[first] for k, v in result.episodes.items()})
+            finished[result.episodes["env"][first]] = True
+    return concat_episodes(chunks)
+
+
+def evaluate_agent(model: CascadedActorCritic, data: MarketData, split: str, cfg: Config, count: int,
+                   device: torch.device) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    model.eval()
+    policy, state = agent_policy(model, count, device)
+    episodes = run_episodes(policy, state, data, split, cfg, count, device)
+    model.train()
+    return episode_metrics(episodes), episodes
+
+
+def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
+    from clstm_ppo.env.options_env import PORTFOLIO_FEATURES
+    from clstm_ppo.env.actions import ActionSpace
+    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
+                                ActionSpace.from_config(cfg.market).n, cfg.agent).to(device)
+    model.load_state_dict(state["model"])
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    from clstm_ppo.checkpoint import load_checkpoint
+    parser = argparse.ArgumentParser(prog="python -m clstm_ppo.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--plot", default=None, help="write the equity curves to this PNG")
+    args = parser.parse_args(argv)
+    state = load_checkpoint(args.checkpoint)
+    cfg = from_dict(Config, state["config"])
+    device = pick_device(args.device)
+    data = build_market_data(cfg.data, normalizer=Normalizer.from_state_dict(state["normalizer"]))
+    model = model_from_checkpoint(state, data, cfg, device)
+    results = {"agent": evaluate_agent(model, data, args.split, cfg, args.episodes, device)}
+    for name, (policy, pstate) in {"hold": hold_policy(), "random": random_policy(cfg.seed)}.items():
+        episodes = run_episodes(policy, pstate, data, args.split, cfg, args.episodes, device)
+        results[name] = (episode_metrics(episodes), episodes)
+    keys = ["return", "return_pct", "sharpe", "sortino", "max_drawdown", "win_rate", "profit_rate", "composite",
+            "closed", "open", "costs"]
+    first, last = data.split_dates(args.split)
+    print(f"{args.split} split {first.date()}..{last.date()}, {args.episodes} episodes of "
+          f"{cfg.env.episode_length or 'all'} bars, checkpoint {args.checkpoint}")
+    print(f"{'policy':<8}" + "".join(f"{k:>13}" for k in keys))
+    for name, (m, _) in results.items():
+        print(f"{name:<8}" + "".join(f"{m[k]:>13,.4f}" for k in keys))
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for (name, (_, eps)), color in zip(results.items(), ("C0", "C1", "C2")):
+            for i, curve in enumerate(eps["equity_curve"]):
+                ax.plot(curve, color=color, alpha=0.6, label=name if i == 0 else None)
+        ax.set_xlabel("bars into the episode")
+        ax.set_ylabel("equity ($)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"equity curves written to {args.plot}")
+    return 0
+
+
+def entry() -> None:
+    sys.exit(run_cli(main))
+
+
+if __name__ == "__main__":
+    entry()

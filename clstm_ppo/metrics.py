@@ -1,0 +1,87 @@
+"""Evaluation metrics (SPEC section 5) from the env's per-episode statistics."""
+from __future__ import annotations
+
+import numpy as np
+
+from clstm_ppo.env.options_env import ragged
+from clstm_ppo.market import COST_KINDS
+
+TRADING_DAYS = 252
+BEST_METRICS = ("composite", "win_rate", "profit_rate", "sharpe")  # each gets its own best_<metric>.pt
+
+
+def sharpe(daily_returns: np.ndarray) -> float:
+    """Annualised Sharpe of daily equity returns (rf = 0); 0 for a flat curve."""
+    std = daily_returns.std(ddof=1) if len(daily_returns) > 1 else 0.0
+    return float(np.sqrt(TRADING_DAYS) * daily_returns.mean() / std) if std > 0 else 0.0
+
+
+def sortino(daily_returns: np.ndarray) -> float:
+    downside = np.minimum(daily_returns, 0.0)
+    dd = np.sqrt((downside**2).mean()) if len(daily_returns) else 0.0
+    return float(np.sqrt(TRADING_DAYS) * daily_returns.mean() / dd) if dd > 0 else 0.0
+
+
+def max_drawdown(equity: np.ndarray) -> float:
+    """Largest fall from a running peak, as a share of that peak (0.25 = 25%)."""
+    peak = np.maximum.accumulate(equity)
+    return float(((peak - equity) / peak).max()) if len(equity) else 0.0
+
+
+def composite_score(win_rate: float, profit_rate: float, return_pct: float) -> float:
+    """The seed system's score: mean of win rate, profit rate and clip((return% + 20) / 40, 0, 1)."""
+    return (win_rate + profit_rate + float(np.clip((return_pct + 20.0) / 40.0, 0.0, 1.0))) / 3.0
+
+
+def episode_metrics(episodes: dict[str, np.ndarray]) -> dict[str, float]:
+    """Pooled metrics over finished episodes (the dict the env returns, possibly concatenated)."""
+    curves = [np.asarray(c, dtype=np.float64) for c in episodes["equity_curve"]]
+    per_episode_sharpe = [sharpe(np.diff(c) / c[:-1]) for c in curves if len(c) > 1]
+    per_episode_sortino = [sortino(np.diff(c) / c[:-1]) for c in curves if len(c) > 1]
+    closed, wins = float(np.sum(episodes["closed"])), float(np.sum(episodes["wins"]))
+    win_rate = wins / closed if closed > 0 else 0.0
+    profit_rate = float(np.mean(episodes["return"] > 0))
+    return_pct = float(np.mean(episodes["return_pct"]))
+    costs = np.asarray(np.stack(episodes["costs"]) if len(episodes["costs"]) else np.zeros((0, len(COST_KINDS))))
+    out = {
+        "episodes": float(len(curves)),
+        "reward": float(np.mean(episodes["reward"])),
+        "return": float(np.mean(episodes["return"])),
+        "return_pct": return_pct,
+        "sharpe": float(np.mean(per_episode_sharpe)) if per_episode_sharpe else 0.0,
+        "sortino": float(np.mean(per_episode_sortino)) if per_episode_sortino else 0.0,
+        "max_drawdown": float(np.mean([max_drawdown(c) for c in curves])),
+        "closed": closed / len(curves),
+        "open": float(np.mean(episodes["open"])),
+        "steps": float(np.mean(episodes["steps"])),
+        "win_rate": win_rate,
+        "profit_rate": profit_rate,
+        "composite": composite_score(win_rate, profit_rate, return_pct),
+        "costs": float(costs.sum(axis=1).mean()) if len(costs) else 0.0,
+    }
+    for i, kind in enumerate(COST_KINDS):
+        out[f"cost_{kind}"] = float(costs[:, i].mean()) if len(costs) else 0.0
+    return out
+
+
+def concat_episodes(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    chunks = [c for c in chunks if c is not None]
+    if not chunks:
+        return {}
+    out = {}
+    for key in chunks[0]:
+        if key == "equity_curve":
+            out[key] = ragged([c for chunk in chunks for c in chunk[key]])
+        else:
+            out[key] = np.concatenate([chunk[key] for chunk in chunks])
+    return out
+
+
+def episode_line(episode: int, total: int | None, m: dict[str, float], suffix: str = "") -> str:
+    """The seed documents' console line, e.g.
+    ``Episode 100/1000 - Reward: 45.23, Return: $234.56, Win Rate: 65.0% (20 closed, 3 open), Steps: 234``"""
+    of = f"/{total}" if total else ""
+    line = (f"Episode {episode}{of} - Reward: {m['reward']:.2f}, Return: ${m['return']:,.2f}, "
+            f"Win Rate: {m['win_rate'] * 100:.1f}% ({m['closed']:.0f} closed, {m['open']:.0f} open), "
+            f"Steps: {m['steps']:.0f}")
+    return line + (f" | {suffix}" if suffix else "")

@@ -1,0 +1,261 @@
+"""The training loop of one worker: rollout -> GAE -> PPO update -> evaluate -> checkpoint.
+
+Every rank runs this same loop on its own env copies; rank 0 alone evaluates,
+logs and writes files. All collectives sit at fixed points of the loop, so
+every rank makes the same number of them.
+"""
+from __future__ import annotations
+
+import math
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update
+from clstm_ppo.agent.pretrain import pretrain_encoder
+from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
+from clstm_ppo.config import Config, save_config, to_dict
+from clstm_ppo.data.dataset import build_market_data
+from clstm_ppo.data.normalize import Normalizer
+from clstm_ppo.distributed import DistContext
+from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
+from clstm_ppo.evaluate import evaluate_agent
+from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_metrics
+from clstm_ppo.tracking import Tracker
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path, device: torch.device, ctx: DistContext = DistContext(),
+                 resume: dict[str, Any] | None = None):
+        self.cfg, self.run_dir, self.device, self.ctx = cfg, run_dir, device, ctx
+        t, p = cfg.train, cfg.ppo
+        torch.manual_seed(cfg.seed)  # the same seed on every rank: identical initial weights
+        normalizer = Normalizer.from_state_dict(resume["normalizer"]) if resume else None
+        self.data = build_market_data(cfg.data, normalizer)
+        self.env = BatchedOptionsEnv(self.data, "train", cfg.market, cfg.env, t.num_envs, device=device,
+                                     seed=cfg.seed + ctx.rank)  # each rank its own copies and seed
+        self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
+                                         self.env.actions.n, cfg.agent).to(device)
+        self.train_model: torch.nn.Module = self.model  # the DDP wrapper, when there is one, trains through this
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.learning_rate, betas=tuple(p.adam_betas),
+                                          eps=p.adam_eps)
+        self.batch_size = t.num_envs * p.num_steps * ctx.world_size  # env steps per update, all ranks
+        self.planned_updates = self._planned_updates()
+        decay = p.lr_schedule == "linear"
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda u: max(0.0, 1.0 - u / self.planned_updates) if decay else 1.0)
+        self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
+        self.minibatch_generator = torch.Generator().manual_seed(cfg.seed + ctx.rank)
+        random.seed(cfg.seed + ctx.rank)
+        np.random.seed(cfg.seed + ctx.rank)
+        self.update, self.global_step, self.episodes = 0, 0, 0
+        self.best: dict[str, float] = {}
+        self.last_eval: dict[str, float] = {}
+        self.lstm_state = self.model.initial_state(t.num_envs, device)
+        self.env_restored = False
+        if resume:
+            self._restore(resume)
+        self.obs = self.env._observe() if self.env_restored else self.env.reset()
+        self.stop_requested = False
+        self.checkpoints = CheckpointManager(run_dir, t.keep_last)
+
+    # ------------------------------------------------------------------ budget
+
+    def _planned_updates(self) -> int:
+        t = self.cfg.train
+        steps = t.total_steps
+        if t.num_episodes > 0:  # estimate: full-length episodes
+            steps = t.num_episodes * max(self.env.max_len, 1)
+        return max(1, math.ceil(steps / self.batch_size))
+
+    def budget_reached(self) -> bool:
+        t = self.cfg.train
+        if t.num_episodes > 0:
+            return self.episodes >= t.num_episodes
+        return self.global_step >= t.total_steps
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+               "minibatches": self.minibatch_generator.get_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {
+            "format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": None,
+            "update": self.update, "global_step": self.global_step, "episodes": self.episodes, "rng": rng,
+            "env": self.env.state_dict(), "lstm_state": tuple(s.cpu() for s in self.lstm_state),
+            "config": to_dict(self.cfg), "normalizer": self.data.normalizer.state_dict(),
+            "world_size": self.ctx.world_size, "num_envs": self.cfg.train.num_envs,
+            "best": dict(self.best), "last_eval": dict(self.last_eval),
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as err:
+            raise CheckpointError("checkpoint model does not fit these agent sizes "
+                                  f"({str(err).splitlines()[0][:100]}); resume with the run's own config") from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.update, self.global_step, self.episodes = state["update"], state["global_step"], state["episodes"]
+        self.best, self.last_eval = dict(state["best"]), dict(state.get("last_eval", {}))
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], self.device)
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        self.minibatch_generator.set_state(rng["minibatches"])
+        # The env copies continue where they were only when this run has the same copies as the saved one;
+        # otherwise (another world size or --num-envs) every copy starts a fresh episode.
+        if state["world_size"] == self.ctx.world_size == 1 and state["num_envs"] == self.cfg.train.num_envs:
+            self.env.load_state_dict(state["env"])
+            self.lstm_state = tuple(s.to(self.device) for s in state["lstm_state"])
+            self.env_restored = True
+
+    # ------------------------------------------------------------------ one update
+
+    @torch.no_grad()
+    def collect(self) -> dict[str, np.ndarray]:
+        s, obs = self.storage, self.obs
+        s.initial_state = tuple(x.clone() for x in self.lstm_state)
+        finished = []
+        for step in range(self.cfg.ppo.num_steps):
+            logits, value, self.lstm_state = self.model(obs.market[None], obs.portfolio[None], obs.mask[None],
+                                                        obs.start[None], self.lstm_state)
+            dist = torch.distributions.Categorical(logits=logits[0])
+            action = dist.sample()
+            result = self.env.step(action)
+            s.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
+                  result.terminated | result.truncated)
+            obs = result.obs
+            if result.episodes is not None:
+                finished.append(result.episodes)
+        # Bootstrap from the next observation without advancing the carried state.
+        _, last_value, _ = self.model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None],
+                                      self.lstm_state)
+        s.finish(last_value[0], self.cfg.ppo.gamma, self.cfg.ppo.gae_lambda)
+        self.obs = obs
+        return concat_episodes(finished)
+
+    def train_step(self) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        episodes = self.collect()
+        mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
+        stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.windows, self.cfg.ppo,
+                           self.minibatch_generator, mean)
+        self.scheduler.step()
+        self.update += 1
+        self.global_step += self.batch_size
+        finished = torch.tensor([float(len(episodes["return"])) if episodes else 0.0], device=self.device)
+        self.episodes += int(self.ctx.all_reduce_sum(finished).item())  # every rank counts every rank's episodes
+        stats["learning_rate"] = self.scheduler.get_last_lr()[0]
+        return stats, episodes
+
+    # ------------------------------------------------------------------ evaluation and files
+
+    def evaluate(self) -> dict[str, float]:
+        metrics, _ = evaluate_agent(self.model, self.data, "validation", self.cfg, self.cfg.train.eval_episodes,
+                                    self.device)
+        self.last_eval = metrics
+        state = None
+        for name in BEST_METRICS:
+            if name not in self.best or metrics[name] > self.best[name]:
+                self.best[name] = metrics[name]
+                state = state or self.state_dict()
+                state["best"] = dict(self.best)
+                self.checkpoints.save_best(state, name)
+        return metrics
+
+    def _request_stop(self, signum, frame) -> None:  # noqa: ARG002 (signal handler signature)
+        self.stop_requested = True
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        cfg, main = self.cfg, self.ctx.is_main
+        tracker = None
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.run_dir / "config.yaml")
+            total = cfg.train.total_steps if cfg.train.num_episodes <= 0 else None
+            tracker = Tracker(self.run_dir, total, to_dict(cfg), cfg.train.wandb, cfg.train.wandb_project,
+                              self.run_dir.name, initial_steps=self.global_step)
+        previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if cfg.train.pretraining and self.update == 0:
+                self._pretrain(tracker)
+            while not self.budget_reached():
+                stats, episodes = self.train_step()
+                if main:
+                    self._report(tracker, stats, episodes)
+                    if self.update % cfg.train.eval_every == 0:
+                        self._report_eval(tracker, self.evaluate())
+                    if self.update % cfg.train.checkpoint_every == 0:
+                        self.checkpoints.save_periodic(self.state_dict(), self.update)
+                    self.checkpoints.save_latest(self.state_dict())
+                if self.ctx.any(self.stop_requested, self.device):
+                    if main:
+                        tracker.write(f"stop requested: latest.pt written at update {self.update}")
+                    break
+            if main and self.update % cfg.train.eval_every != 0 and not self.stop_requested:
+                self._report_eval(tracker, self.evaluate())
+                self.checkpoints.save_latest(self.state_dict())
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if tracker is not None:
+                tracker.close()
+        if main:
+            self._farewell()
+
+    def _pretrain(self, tracker: Tracker | None) -> None:
+        history = pretrain_encoder(self.model.encoder, self.env, self.data, self.cfg.train,
+                                   torch.Generator().manual_seed(self.cfg.seed))
+        if tracker is None:
+            return
+        lines = ["pretraining LSTM 1 (next-bar return, training split):"]
+        lines += [f"  epoch {h['epoch']}: mse {h['mse']:.4f} (predict-zero {h['predict_zero_mse']:.4f})" for h in history]
+        tracker.write("\n".join(lines))
+        with open(self.run_dir / "pretrain_loss.csv", "w") as fh:
+            fh.write("epoch,mse,predict_zero_mse\n")
+            fh.writelines(f"{h['epoch']},{h['mse']},{h['predict_zero_mse']}\n" for h in history)
+        for h in history:
+            tracker.log("pretrain", 0, h)
+
+    def _report(self, tracker: Tracker, stats: dict[str, float], episodes: dict[str, np.ndarray]) -> None:
+        postfix = {"upd": str(self.update), "ep": str(self.episodes)}
+        if episodes:
+            m = episode_metrics(episodes)
+            postfix.update(ep=str(self.episodes), ret=f"{m['return_pct']:+.2f}%", win=f"{m['win_rate']:.0%}")
+            suffix = ""
+            if self.ctx.enabled:
+                suffix = (f"GPUs: {self.ctx.world_size}" if self.device.type == "cuda"
+                          else f"workers: {self.ctx.world_size}")
+            total = self.cfg.train.num_episodes or None
+            tracker.write(episode_line(self.episodes, total, m, suffix))
+            tracker.log("train_episodes", self.global_step, m)
+        tracker.log("update", self.global_step, {"update": self.update, **stats})
+        tracker.progress(self.batch_size, postfix)
+
+    def _report_eval(self, tracker: Tracker, m: dict[str, float]) -> None:
+        tracker.write(f"eval @ update {self.update}: return {m['return_pct']:+.2f}%, Sharpe {m['sharpe']:.2f}, "
+                      f"win rate {m['win_rate']:.1%}, profit rate {m['profit_rate']:.1%}, "
+                      f"composite {m['composite']:.3f} (best {self.best.get('composite', float('nan')):.3f})")
+        tracker.log("eval", self.global_step, m)
+
+    def _farewell(self) -> None:
+        print(f"\nrun folder: {self.run_dir}")
+        for name in BEST_METRICS:
+            path = self.run_dir / f"best_{name}.pt"
+            if path.exists():
+                print(f"  best {name:<11} {self.best[name]:>9.4f}  {path}")
+        print(f"  latest            {self.run_dir / 'latest.pt'}")
+        print(f"resume with: python -m clstm_ppo.train --run-name {self.run_dir.name} "
+              f"--checkpoint-dir {self.run_dir.parent} --resume-from latest   (or composite, win_rate, ...)")
+        print(f"backtest with: python -m clstm_ppo.evaluate --checkpoint {self.run_dir / 'best_composite.pt'}")

@@ -1,0 +1,127 @@
+"""The trainer end to end on configs/smoke.yaml: learning, best checkpoints, exact resume, bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from clstm_ppo.checkpoint import load_checkpoint
+from clstm_ppo.cli import run_cli
+from clstm_ppo.config import Config, from_dict
+from clstm_ppo.data import Normalizer, build_market_data
+from clstm_ppo.evaluate import evaluate_agent, model_from_checkpoint, random_policy, run_episodes
+from clstm_ppo.metrics import BEST_METRICS, episode_metrics
+from clstm_ppo.train import main as train_main
+
+SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+
+
+def train(tmp: Path, *extra: str) -> int:
+    return run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp), *extra])
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    assert train(root) == 0
+    return root / "synthetic-smoke"
+
+
+def test_trained_agent_beats_a_random_policy_on_validation(smoke_run):
+    state = load_checkpoint(smoke_run / "latest.pt")
+    cfg = from_dict(Config, state["config"])
+    data = build_market_data(cfg.data, Normalizer.from_state_dict(state["normalizer"]))
+    model = model_from_checkpoint(state, data, cfg, torch.device("cpu"))
+    agent, _ = evaluate_agent(model, data, "validation", cfg, 32, torch.device("cpu"))
+    random = episode_metrics(run_episodes(*random_policy(0), data, "validation", cfg, 32, torch.device("cpu")))
+    # Seeded: measured +128% against +44% for random valid actions on this planted-signal market.
+    assert agent["return_pct"] > random["return_pct"] + 30.0, (agent["return_pct"], random["return_pct"])
+    assert agent["win_rate"] > random["win_rate"] and agent["profit_rate"] > random["profit_rate"]
+
+
+def test_run_folder_holds_best_checkpoints_metrics_and_config(smoke_run, capsys):
+    for name in BEST_METRICS:
+        state = load_checkpoint(smoke_run / f"best_{name}.pt")
+        assert state["best"][name] == pytest.approx(max(r[name] for r in evaluations(smoke_run)
+                                                        if r["step"] <= state["global_step"]))
+    assert len(list(smoke_run.glob("update_*.pt"))) <= 3
+    assert (smoke_run / "config.yaml").is_file()
+    records = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in records} >= {"update", "eval", "train_episodes"}
+    size_mb = (smoke_run / "latest.pt").stat().st_size / 1e6
+    assert size_mb < 2.0, f"checkpoint is {size_mb:.1f} MB"
+
+
+def evaluations(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == "eval"]
+
+
+def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run_dir / "latest.pt")["model"]
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", "train.num_envs=8"]
+    batch = 8 * 32
+    assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
+    assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0
+    assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common) == 0
+    a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(tmp_path / "b" / "synthetic-smoke")
+    assert load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")["update"] == 6
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_existing_run_is_protected_and_fresh_start_moves_it_aside(tmp_path, capsys):
+    args = ["--total-steps", "512", "--set", "train.num_envs=8"]
+    assert train(tmp_path, *args) == 0
+    capsys.readouterr()
+    assert train(tmp_path, *args) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--resume-from latest" in err and "--fresh-start" in err
+    assert train(tmp_path, *args, "--fresh-start") == 0
+    folders = sorted(p.name for p in tmp_path.iterdir())
+    assert folders[0] == "synthetic-smoke" and folders[1].startswith("synthetic-smoke.old-")
+    assert (tmp_path / folders[1] / "latest.pt").is_file()
+
+
+def test_bad_checkpoints_and_resume_choices_get_clear_errors(tmp_path, smoke_run, capsys):
+    truncated = tmp_path / "cut.pt"
+    truncated.write_bytes((smoke_run / "latest.pt").read_bytes()[:5000])
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {}}, foreign)
+    for path, expected in ((truncated, "is truncated or corrupt"), (foreign, "is not a clstm_ppo checkpoint")):
+        assert train(tmp_path, "--resume-from", str(path)) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and expected in err and "\n" not in err
+    assert train(tmp_path, "--resume-from", "bestest") == 2
+    err = capsys.readouterr().err
+    assert "composite, win_rate, profit_rate, sharpe, latest" in err
+    assert train(tmp_path, "--num-gpus", "2") == 2
+    assert train(tmp_path, "--set", "ppo.lr_schedule=cosine") == 2
+    assert "linear, constant" in capsys.readouterr().err
+
+
+def test_pretraining_learns_next_bar_returns(tmp_path, capsys):
+    assert train(tmp_path, "--pretraining", "--total_steps", "512", "--set", "train.num_envs=8",
+                 "--set", "train.pretrain_epochs=4") == 0
+    captured = capsys.readouterr()
+    assert "pretraining LSTM 1" in captured.out + captured.err and "epoch 4: mse" in captured.out + captured.err
+    rows = (tmp_path / "synthetic-smoke" / "pretrain_loss.csv").read_text().splitlines()[1:]
+    mse = [float(r.split(",")[1]) for r in rows]
+    baseline = float(rows[0].split(",")[2])
+    assert len(mse) == 4 and mse[-1] < mse[0] and mse[-1] < baseline
+
+
+def test_command_line_entry_point_and_underscore_aliases(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint_dir",
+                             str(tmp_path), "--num_episodes", "20", "--run_name", "alias", "--set",
+                             "train.num_envs=8"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Episode " in result.stderr + result.stdout and "resume with:" in result.stdout
+    state = load_checkpoint(tmp_path / "alias" / "latest.pt")
+    assert state["episodes"] >= 20
