@@ -24,8 +24,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run ``main``; a user error prints one line on stderr and exits 2, never a traceback."""
+    from clstm_ppo.runner import TrainingFailure
+
     try:
         return main(argv)
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, TrainingFailure) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -158,6 +158,8 @@ class TrainConfig:
     pretrain_lr: float = 1.0e-3
     wandb: bool = False
     wandb_project: str = "clstm_ppo"
+    early_stopping_patience: int = 0  # >0: stop after this many evaluations without a new best composite
+    dist_timeout_s: float = 600.0  # a rank waiting longer than this at a collective fails the run instead of hanging
 
 
 @dataclass

@@ -48,3 +48,37 @@ class DistContext:
         t = torch.tensor([float(flag)], device=device)
         dist.broadcast(t, src=0)
         return bool(t.item() > 0)
+
+
+def find_free_port() -> int:
+    """A port the OS says is free now, for MASTER_PORT when --master-port is not given."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_context() -> DistContext | None:
+    """The group torchrun describes in RANK / WORLD_SIZE / LOCAL_RANK, or None outside torchrun."""
+    import os
+
+    if not all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return None
+    return DistContext(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+
+
+def init_group(ctx: DistContext, device: torch.device, timeout_s: float) -> None:
+    """Join the group: NCCL between GPUs, gloo between CPU workers; MASTER_ADDR/PORT come from the env."""
+    import datetime
+
+    if not ctx.enabled:
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def leave_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -85,3 +85,27 @@ def episode_line(episode: int, total: int | None, m: dict[str, float], suffix: s
             f"Win Rate: {m['win_rate'] * 100:.1f}% ({m['closed']:.0f} closed, {m['open']:.0f} open), "
             f"Steps: {m['steps']:.0f}")
     return line + (f" | {suffix}" if suffix else "")
+
+
+SUMMARY_FIELDS = ("episodes", "reward", "return", "return_pct", "closed", "wins", "open", "steps", "profitable")
+
+
+def episode_sums(episodes: dict[str, np.ndarray]) -> np.ndarray:
+    """Sums over finished episodes, in a fixed-size vector that ranks can all-reduce."""
+    if not episodes:
+        return np.zeros(len(SUMMARY_FIELDS))
+    return np.array([len(episodes["return"]), episodes["reward"].sum(), episodes["return"].sum(),
+                     episodes["return_pct"].sum(), episodes["closed"].sum(), episodes["wins"].sum(),
+                     episodes["open"].sum(), episodes["steps"].sum(), (episodes["return"] > 0).sum()], dtype=np.float64)
+
+
+def sums_to_metrics(sums: np.ndarray) -> dict[str, float]:
+    """Per-episode means, win rate and profit rate from (all ranks') summed episode statistics."""
+    s = dict(zip(SUMMARY_FIELDS, map(float, sums)))
+    n = max(s["episodes"], 1.0)
+    win_rate = s["wins"] / s["closed"] if s["closed"] > 0 else 0.0
+    profit_rate = s["profitable"] / n
+    return_pct = s["return_pct"] / n
+    return {"episodes": s["episodes"], "reward": s["reward"] / n, "return": s["return"] / n, "return_pct": return_pct,
+            "closed": s["closed"] / n, "open": s["open"] / n, "steps": s["steps"] / n, "win_rate": win_rate,
+            "profit_rate": profit_rate, "composite": composite_score(win_rate, profit_rate, return_pct)}

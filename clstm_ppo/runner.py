@@ -24,8 +24,12 @@ from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.distributed import DistContext
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.evaluate import evaluate_agent
-from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_metrics
+from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_sums, sums_to_metrics
 from clstm_ppo.tracking import Tracker
+
+
+class TrainingFailure(RuntimeError):
+    """A stop every rank agreed on because training went wrong (e.g. a non-finite loss)."""
 
 
 class Trainer:
@@ -33,13 +37,16 @@ class Trainer:
                  resume: dict[str, Any] | None = None):
         self.cfg, self.run_dir, self.device, self.ctx = cfg, run_dir, device, ctx
         t, p = cfg.train, cfg.ppo
-        torch.manual_seed(cfg.seed)  # the same seed on every rank: identical initial weights
         normalizer = Normalizer.from_state_dict(resume["normalizer"]) if resume else None
         self.data = build_market_data(cfg.data, normalizer)
+        # A resumed run whose env copies start afresh must not replay the first run's random streams.
+        seed = cfg.seed + ctx.rank + (7919 * resume["update"] if resume else 0)
         self.env = BatchedOptionsEnv(self.data, "train", cfg.market, cfg.env, t.num_envs, device=device,
-                                     seed=cfg.seed + ctx.rank)  # each rank its own copies and seed
+                                     seed=seed)  # each rank its own copies and seed
+        torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
+        torch.manual_seed(seed)  # then each rank samples its own actions
         self.train_model: torch.nn.Module = self.model  # the DDP wrapper, when there is one, trains through this
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.learning_rate, betas=tuple(p.adam_betas),
                                           eps=p.adam_eps)
@@ -49,12 +56,13 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda u: max(0.0, 1.0 - u / self.planned_updates) if decay else 1.0)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
-        self.minibatch_generator = torch.Generator().manual_seed(cfg.seed + ctx.rank)
-        random.seed(cfg.seed + ctx.rank)
-        np.random.seed(cfg.seed + ctx.rank)
+        self.minibatch_generator = torch.Generator().manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
         self.update, self.global_step, self.episodes = 0, 0, 0
         self.best: dict[str, float] = {}
         self.last_eval: dict[str, float] = {}
+        self.evals_without_best = 0
         self.lstm_state = self.model.initial_state(t.num_envs, device)
         self.env_restored = False
         if resume:
@@ -92,7 +100,7 @@ class Trainer:
             "env": self.env.state_dict(), "lstm_state": tuple(s.cpu() for s in self.lstm_state),
             "config": to_dict(self.cfg), "normalizer": self.data.normalizer.state_dict(),
             "world_size": self.ctx.world_size, "num_envs": self.cfg.train.num_envs,
-            "best": dict(self.best), "last_eval": dict(self.last_eval),
+            "best": dict(self.best), "last_eval": dict(self.last_eval), "evals_without_best": self.evals_without_best,
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -105,16 +113,17 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.update, self.global_step, self.episodes = state["update"], state["global_step"], state["episodes"]
         self.best, self.last_eval = dict(state["best"]), dict(state.get("last_eval", {}))
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and self.device.type == "cuda":
-            torch.cuda.set_rng_state(rng["cuda"], self.device)
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        self.minibatch_generator.set_state(rng["minibatches"])
-        # The env copies continue where they were only when this run has the same copies as the saved one;
-        # otherwise (another world size or --num-envs) every copy starts a fresh episode.
+        self.evals_without_best = state.get("evals_without_best", 0)
+        # The env copies and random streams continue exactly only when this run has the same single set of
+        # copies as the saved one; otherwise (another world size or --num-envs) every copy starts afresh.
         if state["world_size"] == self.ctx.world_size == 1 and state["num_envs"] == self.cfg.train.num_envs:
+            rng = state["rng"]
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng and self.device.type == "cuda":
+                torch.cuda.set_rng_state(rng["cuda"], self.device)
+            np.random.set_state(rng["numpy"])
+            random.setstate(rng["python"])
+            self.minibatch_generator.set_state(rng["minibatches"])
             self.env.load_state_dict(state["env"])
             self.lstm_state = tuple(s.to(self.device) for s in state["lstm_state"])
             self.env_restored = True
@@ -144,18 +153,22 @@ class Trainer:
         self.obs = obs
         return concat_episodes(finished)
 
-    def train_step(self) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    def train_step(self) -> tuple[dict[str, float], np.ndarray]:
+        """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
         episodes = self.collect()
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.windows, self.cfg.ppo,
                            self.minibatch_generator, mean)
+        if stats["nonfinite"]:
+            return stats, np.zeros(0)
         self.scheduler.step()
         self.update += 1
         self.global_step += self.batch_size
-        finished = torch.tensor([float(len(episodes["return"])) if episodes else 0.0], device=self.device)
-        self.episodes += int(self.ctx.all_reduce_sum(finished).item())  # every rank counts every rank's episodes
+        sums = torch.as_tensor(episode_sums(episodes), device=self.device)
+        sums = self.ctx.all_reduce_sum(sums).cpu().numpy()  # every rank counts every rank's episodes
+        self.episodes += int(sums[0])
         stats["learning_rate"] = self.scheduler.get_last_lr()[0]
-        return stats, episodes
+        return stats, sums
 
     # ------------------------------------------------------------------ evaluation and files
 
@@ -163,6 +176,10 @@ class Trainer:
         metrics, _ = evaluate_agent(self.model, self.data, "validation", self.cfg, self.cfg.train.eval_episodes,
                                     self.device)
         self.last_eval = metrics
+        if metrics["composite"] > self.best.get("composite", float("-inf")):
+            self.evals_without_best = 0
+        else:
+            self.evals_without_best += 1
         state = None
         for name in BEST_METRICS:
             if name not in self.best or metrics[name] > self.best[name]:
@@ -190,20 +207,36 @@ class Trainer:
         try:
             if cfg.train.pretraining and self.update == 0:
                 self._pretrain(tracker)
+            stopped = False
             while not self.budget_reached():
-                stats, episodes = self.train_step()
-                if main:
-                    self._report(tracker, stats, episodes)
+                stats, sums = self.train_step()
+                failed = bool(stats["nonfinite"])
+                early = False
+                if main and not failed:
+                    self._report(tracker, stats, sums)
                     if self.update % cfg.train.eval_every == 0:
                         self._report_eval(tracker, self.evaluate())
+                        patience = cfg.train.early_stopping_patience
+                        early = patience > 0 and self.evals_without_best >= patience
                     if self.update % cfg.train.checkpoint_every == 0:
                         self.checkpoints.save_periodic(self.state_dict(), self.update)
                     self.checkpoints.save_latest(self.state_dict())
-                if self.ctx.any(self.stop_requested, self.device):
+                # One collective a step: every rank learns of any rank's stop request or failure, and of
+                # rank 0's early stop, at the same update boundary, so no rank waits for one that has left.
+                flags = self.ctx.all_reduce_sum(torch.tensor(
+                    [float(self.stop_requested), float(failed), float(early)], device=self.device)).tolist()
+                if flags[1]:
+                    raise TrainingFailure(
+                        f"the loss became NaN or infinite in update {self.update + 1}; latest.pt holds update "
+                        f"{self.update}; lower ppo.learning_rate or check the data for extreme values")
+                if flags[0] or flags[2]:
+                    stopped = True
                     if main:
-                        tracker.write(f"stop requested: latest.pt written at update {self.update}")
+                        why = "stop requested" if flags[0] else (
+                            f"early stop: {cfg.train.early_stopping_patience} evaluations without a new best composite")
+                        tracker.write(f"{why}: latest.pt written at update {self.update}")
                     break
-            if main and self.update % cfg.train.eval_every != 0 and not self.stop_requested:
+            if main and self.update % cfg.train.eval_every != 0 and not stopped:
                 self._report_eval(tracker, self.evaluate())
                 self.checkpoints.save_latest(self.state_dict())
         finally:
@@ -228,10 +261,10 @@ class Trainer:
         for h in history:
             tracker.log("pretrain", 0, h)
 
-    def _report(self, tracker: Tracker, stats: dict[str, float], episodes: dict[str, np.ndarray]) -> None:
+    def _report(self, tracker: Tracker, stats: dict[str, float], sums: np.ndarray) -> None:
         postfix = {"upd": str(self.update), "ep": str(self.episodes)}
-        if episodes:
-            m = episode_metrics(episodes)
+        if sums[0] > 0:
+            m = sums_to_metrics(sums)
             postfix.update(ep=str(self.episodes), ret=f"{m['return_pct']:+.2f}%", win=f"{m['win_rate']:.0%}")
             suffix = ""
             if self.ctx.enabled:

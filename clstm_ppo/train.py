@@ -16,8 +16,9 @@ import torch
 from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_aside, resolve_resume
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, from_dict, load_config, to_dict
-from clstm_ppo.device import configure_backends, pick_device
-from clstm_ppo.distributed import DistContext
+from clstm_ppo.data.dataset import build_market_data
+from clstm_ppo.device import configure_backends, cuda_device_count, pick_device
+from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
 
@@ -35,7 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", "--num_envs", type=int, help="env copies per worker (train.num_envs)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="train.device (default auto)")
-    p.add_argument("--num-gpus", "--num_gpus", type=int, default=1, help="workers, one per GPU (-1: every GPU)")
+    p.add_argument("--num-gpus", "--num_gpus", type=int, default=1,
+                   help="DDP workers, one per GPU (-1: every visible GPU); without CUDA, that many CPU workers")
+    p.add_argument("--num-workers", "--num_workers", type=int, default=None,
+                   help="CPU workers over gloo, with --device cpu (one thread each on a small machine)")
+    p.add_argument("--master-port", "--master_port", type=int, default=None,
+                   help="rendezvous port for spawned workers (default: a free one)")
+    p.add_argument("--early-stopping-patience", "--early_stopping_patience", type=int, default=None,
+                   help="stop after this many evaluations without a new best composite (default off)")
     p.add_argument("--checkpoint-dir", "--checkpoint_dir", help="train.checkpoint_dir (default checkpoints)")
     p.add_argument("--run-name", "--run_name", help="run folder name (default <data>-<config name>)")
     p.add_argument("--resume-from", "--resume_from", metavar="WHICH",
@@ -52,6 +60,7 @@ FLAG_TO_SETTING = {
     "data": "data.source", "num_episodes": "train.num_episodes", "total_steps": "train.total_steps",
     "num_envs": "train.num_envs", "seed": "seed", "device": "train.device", "checkpoint_dir": "train.checkpoint_dir",
     "run_name": "train.run_name", "eval_every": "train.eval_every",
+    "early_stopping_patience": "train.early_stopping_patience",
 }
 
 
@@ -79,9 +88,39 @@ def default_run_name(cfg: Config, args: argparse.Namespace) -> str:
     return f"{source}-{config_name}"
 
 
+def plan_workers(args: argparse.Namespace, cfg: Config) -> tuple[int, str, str | None]:
+    """(number of workers, device kind, a notice to print) for a launch outside torchrun."""
+    visible = cuda_device_count()
+    want_gpus = args.num_gpus != 1
+    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and visible == 0):
+        if cfg.train.device == "cpu" and want_gpus:
+            raise ConfigError(f"--num-gpus {args.num_gpus} asks for GPUs but --device cpu was given; "
+                              "use --num-workers N for CPU workers")
+        workers = args.num_workers or 1
+        notice = None
+        if want_gpus and args.num_workers is None:
+            workers = max(1, args.num_gpus)
+            notice = (f"no CUDA device is visible: running {workers} CPU worker(s) over gloo instead "
+                      f"(the same as --device cpu --num-workers {workers})")
+        if workers < 1:
+            raise ConfigError(f"--num-workers {workers} must be at least 1")
+        return workers, "cpu", notice
+    if visible == 0:
+        raise ConfigError("--device cuda was asked for, but this machine has no CUDA device visible to torch; "
+                          "use --device cpu (or auto)")
+    if args.num_workers is not None:
+        raise ConfigError("--num-workers is for CPU workers; on GPUs use --num-gpus N (one worker per GPU)")
+    gpus = visible if args.num_gpus == -1 else args.num_gpus
+    if gpus < 1:
+        raise ConfigError(f"--num-gpus {args.num_gpus} must be -1 (every GPU) or at least 1")
+    if gpus > visible:
+        raise ConfigError(f"--num-gpus {gpus} asks for more GPUs than the {visible} visible to this process "
+                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                          f"use --num-gpus {visible} or -1")
+    return gpus, "cuda", None
+
+
 def check_args(args: argparse.Namespace, cfg: Config) -> None:
-    if args.num_gpus != 1:
-        raise ConfigError(f"--num-gpus {args.num_gpus}: multi-worker training is not built yet; use --num-gpus 1")
     if cfg.train.num_envs < cfg.ppo.num_minibatches or cfg.train.num_envs % cfg.ppo.num_minibatches:
         raise ConfigError(f"train.num_envs ({cfg.train.num_envs}) must be a multiple of ppo.num_minibatches "
                           f"({cfg.ppo.num_minibatches}): minibatches are whole env sequences")
@@ -92,34 +131,109 @@ def check_args(args: argparse.Namespace, cfg: Config) -> None:
             raise ConfigError(f"train.{name} must be at least 1")
 
 
+def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: Path, resume_path: Path | None,
+               threads: int) -> None:
+    """One worker: join the group, train, leave. Spawned workers get ``ctx=None`` and derive it from their index."""
+    if ctx is None:
+        ctx = DistContext(rank=local_rank, world_size=int(os.environ["CLSTM_PPO_WORLD_SIZE"]), local_rank=local_rank)
+    device = pick_device(cfg.train.device, ctx.local_rank)
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    configure_backends(device)
+    init_group(ctx, device, cfg.train.dist_timeout_s)
+    try:
+        from clstm_ppo.runner import Trainer  # imported late: argument errors stay fast
+
+        resume = load_checkpoint(resume_path) if resume_path else None
+        trainer = Trainer(cfg, run_dir, device, ctx, resume)
+        if ctx.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            # Only the update's forward goes through DDP (its backward all-reduces gradients);
+            # rollouts and checkpoints use the raw module, so DDP never enters a state_dict.
+            trainer.train_model = DDP(trainer.model, device_ids=[device.index] if device.type == "cuda" else None)
+        trainer.run()
+    except torch.cuda.OutOfMemoryError:
+        raise ConfigError(f"CUDA ran out of memory on rank {ctx.rank}; latest.pt holds the last finished update; "
+                          "lower --num-envs, data.window or the agent.* hidden sizes") from None
+    finally:
+        leave_group()
+
+
+def spawn_workers(world_size: int, cfg: Config, run_dir: Path, resume_path: Path | None, port: int,
+                  threads: int, target=None) -> int:
+    """Start one process per worker; forward SIGINT/SIGTERM to them so they stop at an update boundary.
+
+    ``target`` replaces :func:`run_worker` (same arguments) in tests that instrument a worker.
+    """
+    import signal
+
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), CLSTM_PPO_WORLD_SIZE=str(world_size))
+    context = mp.start_processes(target or run_worker, args=(None, cfg, run_dir, resume_path, threads), nprocs=world_size,
+                                 join=False, start_method="spawn")
+
+    def forward(signum, frame):  # noqa: ARG001 (signal handler signature)
+        for process in context.processes:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not context.join(timeout=0.5, grace_period=10):
+            pass
+    except ProcessException as err:
+        last = [line for line in str(err).strip().splitlines() if line.strip()][-1]
+        print(f"error: worker {err.error_index} failed: {last.strip()}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.resume_from and args.fresh_start:
         raise ConfigError("--resume-from and --fresh-start contradict each other; pick one")
+    group = torchrun_context()
+    is_first = group is None or group.rank == 0
     cfg = resolve_config(args)
     run_name = cfg.train.run_name or default_run_name(cfg, args)
     run_dir = Path(cfg.train.checkpoint_dir) / run_name
-    resume = None
+    resume_path = None
     if args.resume_from:
-        resume = load_checkpoint(resolve_resume(args.resume_from, run_dir))
+        resume_path = resolve_resume(args.resume_from, run_dir)
+        resume = load_checkpoint(resume_path)
         cfg = resolve_config(args, base=resume["config"])  # the run's own settings, then this command's changes
-        print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps)")
+        if is_first:
+            print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
+                  f"written by {resume['world_size']} worker(s))")
     elif args.fresh_start:
-        moved = move_aside(run_dir)
+        moved = move_aside(run_dir) if is_first else None
         if moved:
             print(f"--fresh-start: moved the previous run to {moved}")
     elif has_run(run_dir):
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume-from latest, "
                           "start over with --fresh-start (the old run is moved aside), or pick --run-name")
     check_args(args, cfg)
-    device = pick_device(cfg.train.device)
-    if device.type == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // 1))  # one share of the cores per CPU worker
-    configure_backends(device)
-    from clstm_ppo.runner import Trainer  # imported late: argument errors stay fast
-
-    Trainer(cfg, run_dir, device, DistContext(), resume).run()
-    return 0
+    build_market_data(cfg.data)  # bad data fails here, in one line, before any worker starts
+    cores = os.cpu_count() or 1
+    if group is not None:  # torchrun decides: join the group it describes, spawn nothing
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", group.world_size))
+        run_worker(group.local_rank, group, cfg, run_dir, resume_path, max(1, cores // local_world))
+        return 0
+    workers, kind, notice = plan_workers(args, cfg)
+    if notice:
+        print(notice)
+    cfg.train.device = kind
+    if workers == 1:
+        run_worker(0, DistContext(), cfg, run_dir, resume_path, cores)
+        return 0
+    port = args.master_port or find_free_port()
+    return spawn_workers(workers, cfg, run_dir, resume_path, port, max(1, cores // workers))
 
 
 def entry() -> None:

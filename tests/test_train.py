@@ -101,7 +101,6 @@ def test_bad_checkpoints_and_resume_choices_get_clear_errors(tmp_path, smoke_run
     assert train(tmp_path, "--resume-from", "bestest") == 2
     err = capsys.readouterr().err
     assert "composite, win_rate, profit_rate, sharpe, latest" in err
-    assert train(tmp_path, "--num-gpus", "2") == 2
     assert train(tmp_path, "--set", "ppo.lr_schedule=cosine") == 2
     assert "linear, constant" in capsys.readouterr().err
 

@@ -64,7 +64,10 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
             loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            if not torch.isfinite(grad_norm):
+                # Gradients are all-reduced, so every rank sees the same non-finite norm and stops here too.
+                return {"nonfinite": 1.0}
             optimizer.step()
             for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy),
                                ("approx_kl", approx_kl), ("clip_fraction", clip_fraction)):
@@ -78,6 +81,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
             if float(mean_kl) > cfg.target_kl:
                 break
     stats = {k: v / max(batches, 1) for k, v in totals.items()}
+    stats["nonfinite"] = 0.0
     variance = s.returns.var()
     stats["explained_variance"] = float(1 - (s.returns - s.values).var() / variance) if variance > 0 else float("nan")
     return stats

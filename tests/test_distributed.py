@@ -1,0 +1,176 @@
+"""Distributed training really starting 2 CPU processes over gloo (the same code as NCCL on GPUs)."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from clstm_ppo.checkpoint import load_checkpoint
+from clstm_ppo.cli import run_cli
+from clstm_ppo.config import load_config
+from clstm_ppo.distributed import find_free_port
+from clstm_ppo.train import main as train_main
+from clstm_ppo.train import run_worker, spawn_workers
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+SMALL = ["--set", "train.num_envs=8", "--set", "train.eval_every=2", "--set", "train.eval_episodes=4"]
+
+
+def smoke_config(total_steps: int):
+    cfg = load_config(SMOKE, ["train.num_envs=8", f"train.total_steps={total_steps}", "train.eval_every=2",
+                              "train.eval_episodes=4", "train.device=cpu"])
+    return cfg
+
+
+def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
+    """run_worker, recording what this rank saw and wrote, for the assertions below."""
+    import clstm_ppo.checkpoint as checkpoint
+    import clstm_ppo.runner as runner
+
+    writes, original_save = [], checkpoint.atomic_save
+    checkpoint.atomic_save = lambda obj, path: (writes.append(str(path)), original_save(obj, path))
+    trackers = []
+    tracker_class = runner.Tracker
+    runner.Tracker = lambda *a, **k: (trackers.append(1), tracker_class(*a, **k))[1]
+    original_run = runner.Trainer.run
+
+    def run_and_record(self):
+        initial = {k: v.clone() for k, v in self.model.state_dict().items()}
+        starts = self.env.t_start.clone()
+        if os.environ.get("FAIL_RANK") == str(self.ctx.rank):
+            original_step = self.train_step
+            self.train_step = lambda: (_ for _ in ()).throw(RuntimeError("injected failure")) \
+                if self.update >= 2 else original_step()
+        original_run(self)
+        torch.save({"initial": initial, "final": self.model.state_dict(), "starts": starts, "writes": writes,
+                    "trackers": len(trackers), "ddp": type(self.train_model).__name__},
+                   Path(os.environ["RECORD_DIR"]) / f"rank{self.ctx.rank}.pt")
+
+    runner.Trainer.run = run_and_record
+    run_worker(local_rank, ctx, cfg, run_dir, resume_path, threads)
+
+
+def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECORD_DIR", str(tmp_path))
+    cfg = smoke_config(total_steps=4 * 2 * 8 * 32)  # 4 updates of 2 workers x 8 copies x 32 steps
+    assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert r0["ddp"] == r1["ddp"] == "DistributedDataParallel"
+    for name in r0["final"]:
+        assert torch.equal(r0["final"][name], r1["final"][name]), f"{name} differs across ranks"
+        assert torch.equal(r0["initial"][name], r1["initial"][name]), f"{name} started differently"
+    assert any(not torch.equal(r0["final"][n], r0["initial"][n]) for n in r0["final"]), "training changed nothing"
+    moved = [n for n in r0["final"] if not torch.equal(r0["final"][n], r0["initial"][n])]
+    assert len(moved) == len(r0["final"]), f"parameters that never moved: {set(r0['final']) - set(moved)}"
+    assert not torch.equal(r0["starts"], r1["starts"]), "each rank should draw its own episodes"
+    assert r1["writes"] == [] and r1["trackers"] == 0
+    assert r0["trackers"] == 1 and any(w.endswith("latest.pt") for w in r0["writes"])
+    state = load_checkpoint(tmp_path / "run" / "latest.pt")
+    assert state["world_size"] == 2 and state["update"] == 4 and state["global_step"] == 4 * 512
+    assert not any(k.startswith("module.") for k in state["model"]), "DDP must not enter the state_dict"
+
+
+def test_an_exception_in_rank_1_ends_both_workers_quickly(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RECORD_DIR", str(tmp_path))
+    monkeypatch.setenv("FAIL_RANK", "1")
+    cfg = smoke_config(total_steps=100 * 512)
+    started = time.time()
+    code = spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker)
+    assert code != 0 and time.time() - started < 60
+    err = capsys.readouterr().err
+    assert "error: worker" in err and "failed" in err
+    assert not (tmp_path / "rank0.pt").exists(), "rank 0 must not carry on alone"
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clstm_ppo.train", "--config", SMOKE, *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_path):
+    base = ["--checkpoint-dir", str(tmp_path), *SMALL]
+    first = cli(*base, "--num-gpus", "2", "--total-steps", str(2 * 512))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "no CUDA device is visible: running 2 CPU worker(s) over gloo instead" in first.stdout
+    assert "| workers: 2" in first.stdout + first.stderr
+    latest = tmp_path / "synthetic-smoke" / "latest.pt"
+    assert load_checkpoint(latest)["world_size"] == 2
+    second = cli(*base, "--resume-from", "latest", "--total-steps", str(2 * 512 + 2 * 256))
+    assert second.returncode == 0, second.stderr[-3000:]
+    state = load_checkpoint(latest)
+    assert "written by 2 worker(s)" in second.stdout and state["world_size"] == 1 and state["update"] == 4
+    third = cli(*base, "--resume-from", "latest", "--device", "cpu", "--num-workers", "2",
+                "--total-steps", str(2 * 512 + 2 * 256 + 2 * 512))
+    assert third.returncode == 0, third.stderr[-3000:]
+    state = load_checkpoint(latest)
+    assert state["world_size"] == 2 and state["update"] == 6 and state["global_step"] == 2560
+
+
+def test_sigterm_to_the_launcher_leaves_a_loadable_latest(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir",
+                             str(tmp_path), "--device", "cpu", "--num-workers", "2", "--total-steps", "10000000",
+                             *SMALL], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    latest = tmp_path / "synthetic-smoke" / "latest.pt"
+    deadline = time.time() + 120
+    while not latest.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert latest.exists(), proc.communicate(timeout=10)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    assert "stop requested: latest.pt written at update" in out + err
+    state = load_checkpoint(latest)
+    assert state["update"] >= 1 and state["world_size"] == 2
+
+
+def torchrun(*args: str) -> list[str]:
+    script = Path(sys.executable).with_name("torchrun")
+    launcher = [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    return [*launcher, *args]
+
+
+def test_torchrun_single_node_trains(tmp_path):
+    result = subprocess.run(torchrun("--nproc-per-node", "2", "--master-port", str(find_free_port()), "-m",
+                                     "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(tmp_path),
+                                     "--total-steps", "1024", *SMALL),
+                            capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
+    assert state["world_size"] == 2 and state["update"] == 2
+
+
+def test_two_torchrun_launchers_form_one_two_node_job(tmp_path):
+    port = str(find_free_port())
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port]
+    train = ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(tmp_path), "--total-steps", "1024",
+             *SMALL]
+    nodes = [subprocess.Popen(torchrun(*common, "--node-rank", str(rank), *train), cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=180) for node in nodes]
+    for node, (out, err) in zip(nodes, outputs):
+        assert node.returncode == 0, err[-3000:]
+    state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
+    assert state["world_size"] == 2 and state["update"] == 2
+
+
+def test_gpu_requests_that_cannot_be_met_are_clear_errors(tmp_path, capsys, monkeypatch):
+    assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), "--device", "cuda"]) == 2
+    assert "no CUDA device visible" in capsys.readouterr().err
+    import clstm_ppo.train as train_module
+
+    monkeypatch.setattr(train_module, "cuda_device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), "--num-gpus", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: --num-gpus 4 asks for more GPUs than the 2 visible to this process "
+                   "(CUDA_VISIBLE_DEVICES=0,1); use --num-gpus 2 or -1")
+    assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), "--device", "cpu",
+                                "--num-gpus", "2"]) == 2
+    assert "use --num-workers N" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "a refused launch writes nothing"
