@@ -159,6 +159,7 @@ class TrainConfig:
     wandb: bool = False
     wandb_project: str = "clstm_ppo"
     early_stopping_patience: int = 0  # >0: stop after this many evaluations without a new best composite
+    threads_per_worker: int = 0  # CPU threads per worker; 0: the machine's cores divided among its workers
     dist_timeout_s: float = 600.0  # a rank waiting longer than this at a collective fails the run instead of hanging
 
 

@@ -221,19 +221,20 @@ def main(argv: list[str] | None = None) -> int:
     check_args(args, cfg)
     build_market_data(cfg.data)  # bad data fails here, in one line, before any worker starts
     cores = os.cpu_count() or 1
+    share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731
     if group is not None:  # torchrun decides: join the group it describes, spawn nothing
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", group.world_size))
-        run_worker(group.local_rank, group, cfg, run_dir, resume_path, max(1, cores // local_world))
+        run_worker(group.local_rank, group, cfg, run_dir, resume_path, share(local_world))
         return 0
     workers, kind, notice = plan_workers(args, cfg)
     if notice:
         print(notice)
     cfg.train.device = kind
     if workers == 1:
-        run_worker(0, DistContext(), cfg, run_dir, resume_path, cores)
+        run_worker(0, DistContext(), cfg, run_dir, resume_path, share(1))
         return 0
     port = args.master_port or find_free_port()
-    return spawn_workers(workers, cfg, run_dir, resume_path, port, max(1, cores // workers))
+    return spawn_workers(workers, cfg, run_dir, resume_path, port, share(workers))
 
 
 def entry() -> None:

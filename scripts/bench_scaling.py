@@ -1,0 +1,60 @@
+"""Samples per second with 1 and with 2 CPU workers (one thread each), in one run, and their ratio.
+
+    python scripts/bench_scaling.py [--json] [--updates 4] [--config configs/default.yaml]
+
+Each case runs the real command line (`python -m clstm_ppo.train --device cpu --num-workers N`)
+with the same per-worker env copies, so N workers collect N x the samples per update. Rates
+come from the run's metrics.jsonl: env steps between the first and the last update record,
+over the time between them (start-up, data loading and the first update are left out).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _table import print_table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def samples_per_second(workers: int, updates: int, config: str) -> tuple[float, float]:
+    """(env steps/s, seconds per update) of a run with ``workers`` CPU workers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        from clstm_ppo.config import load_config
+
+        cfg = load_config(ROOT / config)
+        batch = cfg.train.num_envs * cfg.ppo.num_steps * workers
+        cmd = [sys.executable, "-m", "clstm_ppo.train", "--config", config, "--checkpoint-dir", tmp,
+               "--device", "cpu", "--num-workers", str(workers), "--total-steps", str(batch * (updates + 1)),
+               "--set", "train.threads_per_worker=1", "--set", "train.eval_every=100000",
+               "--set", "train.checkpoint_every=100000"]
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+        metrics = next(Path(tmp).glob("*/metrics.jsonl")).read_text().splitlines()
+        records = [r for r in map(json.loads, metrics) if r["kind"] == "update"]
+    first, last = records[0], records[-1]
+    elapsed = last["time"] - first["time"]
+    return (last["step"] - first["step"]) / elapsed, elapsed / (len(records) - 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--updates", type=int, default=4, help="timed updates per case")
+    parser.add_argument("--config", default="configs/default.yaml")
+    args = parser.parse_args()
+    rows = []
+    for workers in (1, 2):
+        rate, per_update = samples_per_second(workers, args.updates, args.config)
+        rows.append({"workers": workers, "samples_per_s": round(rate, 1), "s_per_update": round(per_update, 3)})
+    ratio = rows[1]["samples_per_s"] / rows[0]["samples_per_s"]
+    print_table(rows, args.json, {"speedup_2_vs_1": round(ratio, 3), "config": args.config,
+                                  "threads_per_worker": 1})
+
+
+if __name__ == "__main__":
+    main()
