@@ -15,7 +15,7 @@ import torch
 
 from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_aside, resolve_resume
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, ConfigError, from_dict, load_config, to_dict
+from clstm_ppo.config import Config, ConfigError, load_config
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.device import configure_backends, cuda_device_count, pick_device
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context

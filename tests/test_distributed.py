@@ -1,13 +1,11 @@
 """Distributed training really starting 2 CPU processes over gloo (the same code as NCCL on GPUs)."""
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
 import torch
 
 from clstm_ppo.checkpoint import load_checkpoint
@@ -153,7 +151,7 @@ def test_two_torchrun_launchers_form_one_two_node_job(tmp_path):
     nodes = [subprocess.Popen(torchrun(*common, "--node-rank", str(rank), *train), cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     outputs = [node.communicate(timeout=180) for node in nodes]
-    for node, (out, err) in zip(nodes, outputs):
+    for node, (_, err) in zip(nodes, outputs):
         assert node.returncode == 0, err[-3000:]
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
     assert state["world_size"] == 2 and state["update"] == 2

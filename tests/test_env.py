@@ -145,7 +145,7 @@ def test_gym_wrapper_matches_the_batched_env(synthetic_data):
     obs, info = gym_env.reset(seed=7)
     b_obs = batched.reset()
     gen = torch.Generator().manual_seed(2)
-    for step in range(60):
+    for _ in range(60):
         assert np.array_equal(obs["market"], b_obs.market[0].numpy())
         assert np.array_equal(obs["portfolio"], b_obs.portfolio[0].numpy())
         assert np.array_equal(info["action_mask"], b_obs.mask[0].numpy())

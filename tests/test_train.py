@@ -4,7 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -124,3 +123,11 @@ def test_command_line_entry_point_and_underscore_aliases(tmp_path):
     assert "Episode " in result.stderr + result.stdout and "resume with:" in result.stdout
     state = load_checkpoint(tmp_path / "alias" / "latest.pt")
     assert state["episodes"] >= 20
+
+
+def test_wandb_flag_logs_an_offline_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert train(tmp_path, "--wandb", "--total-steps", "512", "--set", "train.num_envs=8") == 0
+    runs = list((tmp_path / "synthetic-smoke" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].rglob("*.wandb")), "wandb should have recorded the run offline"

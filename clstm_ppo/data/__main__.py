@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 
 from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
 from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data

@@ -372,7 +372,7 @@ class BatchedOptionsEnv:
 
     def _action_mask(self, turbulent: Tensor) -> Tensor:
         """Valid actions at t; buys are judged at t's close (the fill at t+1 may still be rejected)."""
-        a, costs, mult = self.actions, self.market_cfg.costs, self.market_cfg.multiplier
+        a, costs = self.actions, self.market_cfg.costs
         mask = torch.zeros(self.num_envs, a.n, dtype=torch.bool, device=self.device)
         mask[:, a.hold] = True
         any_open = self.active.any(-1)
