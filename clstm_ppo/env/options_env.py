@@ -215,9 +215,19 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ step
 
     def step(self, action: Tensor) -> StepResult:
+        reward, terminated, truncated = self._advance(action.to(self.device).long())
+        done = terminated | truncated
+        episodes = None
+        if bool(done.any()):  # the one host sync of a step
+            episodes = self._episode_stats(done)
+            if self.autoreset:
+                self._reset_copies(done)
+        return StepResult(self._observe(), reward, terminated, truncated, episodes)
+
+    def _advance(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Fill ``action`` at t+1's open, age and mark at t+1's close: pure tensor work, no host sync."""
         a = self.actions
         rows = torch.arange(self.num_envs, device=self.device)
-        action = action.to(self.device).long()
         valid = self._mask[rows, action]
         self.stats["invalid"] += (~valid).to(self.dtype)
         action = torch.where(valid, action, torch.zeros_like(action))  # a masked action is never executed
@@ -267,13 +277,7 @@ class BatchedOptionsEnv:
         self.equity_curve[rows, steps.clamp(max=self.max_len)] = self.equity
         terminated = self.equity < self.cfg.ruin_fraction * self.cfg.initial_cash
         truncated = (self.t >= self.t_end) & ~terminated
-        done = terminated | truncated
-        episodes = None
-        if bool(done.any()):
-            episodes = self._episode_stats(done)
-            if self.autoreset:
-                self._reset_copies(done)
-        return StepResult(self._observe(), reward, terminated, truncated, episodes)
+        return reward, terminated, truncated
 
     def _book_closes(self, closing: Tensor, cash_in: Tensor, costs: Tensor | None) -> None:
         """Settle ``closing`` slots: cash in, trade P&L net of every cost, and the slot freed."""
