@@ -207,6 +207,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return from_dict(tp, value, prefix=f"{key}.")
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        try:
+            return float(value)  # PyYAML reads 1e-4 (no dot) as text; it is a number here
+        except ValueError:
+            pass
     if tp is bool and isinstance(value, bool):
         return value
     if tp in (int, str) and isinstance(value, tp) and not isinstance(value, bool):

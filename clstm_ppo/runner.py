@@ -161,8 +161,10 @@ class Trainer:
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.windows, self.cfg.ppo,
                            self.minibatch_generator, mean)
-        if stats["nonfinite"]:
-            return stats, np.zeros(0)
+        # A step can also overflow the weights themselves; then this update is unsound and not saved.
+        weights_ok = bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all())
+        if stats["nonfinite"] or not weights_ok:
+            return {**stats, "nonfinite": 1.0}, np.zeros(0)
         self.scheduler.step()
         self.update += 1
         self.global_step += self.batch_size
@@ -228,9 +230,9 @@ class Trainer:
                 flags = self.ctx.all_reduce_sum(torch.tensor(
                     [float(self.stop_requested), float(failed), float(early)], device=self.device)).tolist()
                 if flags[1]:
-                    raise TrainingFailure(
-                        f"the loss became NaN or infinite in update {self.update + 1}; latest.pt holds update "
-                        f"{self.update}; lower ppo.learning_rate or check the data for extreme values")
+                    saved = f"latest.pt holds update {self.update}" if self.update else "no checkpoint was written"
+                    raise TrainingFailure(f"the loss became NaN or infinite in update {self.update + 1}; {saved}; "
+                                          "lower ppo.learning_rate or check the data for extreme values")
                 if flags[0] or flags[2]:
                     stopped = True
                     if main:

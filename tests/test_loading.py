@@ -161,8 +161,12 @@ def test_config_errors_name_the_key():
         load_config(overrides=["data.windw=3"])
     with pytest.raises(ConfigError, match="data.window must be int, got 'ten'"):
         load_config(overrides=["data.window=ten"])
-    cfg = load_config(overrides=["data.window=12", "data.synthetic.regime_vol=[0.1, 0.2, 0.3]"])
+    cfg = load_config(overrides=["data.window=12", "data.synthetic.regime_vol=[0.1, 0.2, 0.3]",
+                                 "data.turbulence_quantile=9e-1"])
     assert cfg.data.window == 12 and cfg.data.synthetic.regime_vol == [0.1, 0.2, 0.3]
+    assert cfg.data.turbulence_quantile == 0.9  # 9e-1 is text to PyYAML; a float setting reads it as a number
+    with pytest.raises(ConfigError, match="data.turbulence_quantile must be float, got 'high'"):
+        load_config(overrides=["data.turbulence_quantile=high"])
 
 
 def test_module_runs_as_a_command():

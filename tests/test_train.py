@@ -131,3 +131,35 @@ def test_wandb_flag_logs_an_offline_run(tmp_path, monkeypatch):
     assert train(tmp_path, "--wandb", "--total-steps", "512", "--set", "train.num_envs=8") == 0
     runs = list((tmp_path / "synthetic-smoke" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb")), "wandb should have recorded the run offline"
+
+
+def test_a_diverging_loss_stops_the_run_without_saving_broken_weights(tmp_path, capsys):
+    code = train(tmp_path, "--total-steps", "5120", "--set", "train.num_envs=8", "--set", "ppo.learning_rate=1e30")
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("error: the loss became NaN or infinite in update ")
+    assert "lower ppo.learning_rate" in err
+    failed_update = int(err.split("in update ")[1].split(";")[0])
+    latest = tmp_path / "synthetic-smoke" / "latest.pt"
+    if failed_update == 1:
+        assert "no checkpoint was written" in err and not latest.exists()
+    else:  # what was saved before the failure is the last sound update, with finite weights
+        state = load_checkpoint(latest)
+        assert state["update"] == failed_update - 1 and f"latest.pt holds update {failed_update - 1}" in err
+        assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_evaluate_command_reports_agent_and_baselines(smoke_run, tmp_path):
+    plot = tmp_path / "equity.png"
+    result = subprocess.run([sys.executable, "-m", "clstm_ppo.evaluate", "--checkpoint",
+                             str(smoke_run / "best_composite.pt"), "--episodes", "4", "--plot", str(plot)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("test split ") and "4 episodes of 64 bars" in lines[0]
+    assert [line.split()[0] for line in lines[2:5]] == ["agent", "hold", "random"]
+    hold = lines[3].split()
+    assert float(hold[1].replace(",", "")) == 0.0  # holding never trades: no return, no costs
+    assert plot.stat().st_size > 10_000
+    bad = subprocess.run([sys.executable, "-m", "clstm_ppo.evaluate", "--checkpoint", str(tmp_path / "none.pt")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: checkpoint") and "not found" in bad.stderr
