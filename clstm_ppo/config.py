@@ -134,6 +134,8 @@ class PPOConfig:
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     adam_eps: float = 1.0e-8
     lr_schedule: str = "linear"  # linear (decays to 0 at the end of the budget) or constant
+    warmup_updates: int = 0  # >0: ramp the learning rate up linearly over this many updates first
+    scale_lr_with_workers: bool = False  # multiply the learning rate by the number of workers (linear scaling)
     update_epochs: int = 4
     num_minibatches: int = 4  # minibatches are groups of whole env sequences
     norm_adv: bool = True

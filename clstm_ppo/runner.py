@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update
+from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.pretrain import pretrain_encoder
 from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.config import Config, save_config, to_dict
@@ -49,13 +50,12 @@ class Trainer:
                                          self.env.actions.n, cfg.agent).to(device)
         torch.manual_seed(seed)  # then each rank samples its own actions
         self.train_model: torch.nn.Module = self.model  # the DDP wrapper, when there is one, trains through this
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.learning_rate, betas=tuple(p.adam_betas),
-                                          eps=p.adam_eps)
+        base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=base_lr, betas=tuple(p.adam_betas), eps=p.adam_eps)
         self.batch_size = t.num_envs * p.num_steps * ctx.world_size  # env steps per update, all ranks
         self.planned_updates = self._planned_updates()
-        decay = p.lr_schedule == "linear"
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda u: max(0.0, 1.0 - u / self.planned_updates) if decay else 1.0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           lambda u: lr_factor(u, self.planned_updates, p))
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
         self.minibatch_generator = torch.Generator().manual_seed(seed)
         random.seed(seed)

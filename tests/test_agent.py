@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, compute_gae
@@ -68,3 +69,14 @@ def test_sequence_replay_gives_the_rollouts_logprobs_and_values():
     torch.testing.assert_close(logprob, storage.logprobs[:, idx], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(values, storage.values[:, idx], rtol=1e-5, atol=1e-5)
     assert not storage.mask[:, idx].gather(-1, storage.actions[:, idx, None]).eq(False).any(), "masked sampled"
+
+
+def test_learning_rate_warms_up_then_decays_linearly():
+    from clstm_ppo.agent.ppo import lr_factor
+    from clstm_ppo.config import PPOConfig
+
+    linear = PPOConfig(lr_schedule="linear", warmup_updates=4)
+    assert [lr_factor(u, 100, linear) for u in (0, 1, 3)] == pytest.approx([0.25, 0.5 * 0.99, 0.97])
+    assert lr_factor(50, 100, linear) == pytest.approx(0.5) and lr_factor(100, 100, linear) == 0.0
+    constant = PPOConfig(lr_schedule="constant")
+    assert {lr_factor(u, 10, constant) for u in range(20)} == {1.0}

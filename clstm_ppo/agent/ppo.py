@@ -15,6 +15,13 @@ from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
 
 
+def lr_factor(update: int, planned_updates: int, cfg: PPOConfig) -> float:
+    """Multiplier of the base learning rate before update ``update`` (0-based): warm-up, then the schedule."""
+    warm = min(1.0, (update + 1) / cfg.warmup_updates) if cfg.warmup_updates > 0 else 1.0
+    decay = max(0.0, 1.0 - update / planned_updates) if cfg.lr_schedule == "linear" else 1.0
+    return warm * decay
+
+
 def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """Normalise with statistics over the whole rollout (of every worker, given ``all_reduce_mean``)."""
     moments = torch.stack([advantages.mean(), (advantages * advantages).mean()])
