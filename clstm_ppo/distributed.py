@@ -35,20 +35,6 @@ class DistContext:
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.all_reduce_sum(tensor) / self.world_size if self.enabled else tensor
 
-    def any(self, flag: bool, device: torch.device) -> bool:
-        """True on every rank when it is True on any rank: how stops are agreed."""
-        if not self.enabled:
-            return flag
-        return bool(self.all_reduce_sum(torch.tensor([float(flag)], device=device)).item() > 0)
-
-    def broadcast_flag(self, flag: bool, device: torch.device) -> bool:
-        """Rank 0's decision, on every rank."""
-        if not self.enabled:
-            return flag
-        t = torch.tensor([float(flag)], device=device)
-        dist.broadcast(t, src=0)
-        return bool(t.item() > 0)
-
 
 def find_free_port() -> int:
     """A port the OS says is free now, for MASTER_PORT when --master-port is not given."""

@@ -50,13 +50,3 @@ class ActionSpace:
     def buy(self, is_call: bool, moneyness_index: int, expiry_index: int) -> int:
         g = expiry_index * len(self.moneyness) + moneyness_index
         return 1 + g + (0 if is_call else self.grid_size)
-
-    def describe(self, action: int) -> str:
-        if action == self.hold:
-            return "hold"
-        if action in (self.close_all, self.close_worst, self.close_best):
-            return {self.close_all: "close all", self.close_worst: "close worst", self.close_best: "close best"}[action]
-        g = (action - 1) % self.grid_size
-        kind = "call" if action <= self.grid_size else "put"
-        m, e = self.moneyness[g % len(self.moneyness)], self.expiries_days[g // len(self.moneyness)]
-        return f"buy {kind} K/S={m:g} {e}d"
