@@ -35,6 +35,12 @@ class DistContext:
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.all_reduce_sum(tensor) / self.world_size if self.enabled else tensor
 
+    def broadcast_parameters(self, module: torch.nn.Module) -> None:
+        """Give every rank rank 0's weights (after work each rank did alone, e.g. pretraining)."""
+        if self.enabled:
+            for param in module.parameters():
+                dist.broadcast(param.data, src=0)
+
 
 def find_free_port() -> int:
     """A port the OS says is free now, for MASTER_PORT when --master-port is not given."""

@@ -254,6 +254,7 @@ class Trainer:
     def _pretrain(self, tracker: Tracker | None) -> None:
         history = pretrain_encoder(self.model.encoder, self.env, self.data, self.cfg.train,
                                    torch.Generator().manual_seed(self.cfg.seed))
+        self.ctx.broadcast_parameters(self.model)  # GPU kernels need not be bitwise deterministic across ranks
         if tracker is None:
             return
         lines = ["pretraining LSTM 1 (next-bar return, training split):"]

@@ -93,8 +93,10 @@ def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_path):
     base = ["--checkpoint-dir", str(tmp_path), *SMALL]
-    first = cli(*base, "--num-gpus", "2", "--total-steps", str(2 * 512))
+    first = cli(*base, "--num-gpus", "2", "--total-steps", str(2 * 512), "--pretraining",
+                "--set", "train.pretrain_epochs=1")
     assert first.returncode == 0, first.stderr[-3000:]
+    assert "pretraining LSTM 1" in first.stdout + first.stderr
     assert "no CUDA device is visible: running 2 CPU worker(s) over gloo instead" in first.stdout
     assert "| workers: 2" in first.stdout + first.stderr
     latest = tmp_path / "synthetic-smoke" / "latest.pt"

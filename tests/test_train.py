@@ -163,3 +163,12 @@ def test_evaluate_command_reports_agent_and_baselines(smoke_run, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "clstm_ppo.evaluate", "--checkpoint", str(tmp_path / "none.pt")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: checkpoint") and "not found" in bad.stderr
+
+
+def test_early_stopping_ends_the_run_after_patience_evaluations(tmp_path, capsys):
+    assert train(tmp_path, "--total-steps", str(40 * 256), "--set", "train.num_envs=8", "--eval-every", "1",
+                 "--early-stopping-patience", "1") == 0
+    out = capsys.readouterr().out
+    assert "early stop: 1 evaluations without a new best composite" in out
+    state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
+    assert state["update"] < 40 and state["evals_without_best"] == 1
