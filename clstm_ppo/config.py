@@ -138,6 +138,7 @@ class PPOConfig:
     scale_lr_with_workers: bool = False  # multiply the learning rate by the number of workers (linear scaling)
     update_epochs: int = 4
     num_minibatches: int = 4  # minibatches are groups of whole env sequences
+    grad_accumulation: int = 1  # sum the gradients of this many minibatches before each optimizer step
     norm_adv: bool = True
     target_kl: float | None = None  # stop the epochs of an update early above this approximate KL
 
@@ -148,6 +149,7 @@ class TrainConfig:
     total_steps: int = 500_000  # env steps (all copies, all workers); ignored when num_episodes > 0
     num_episodes: int = 0  # >0: stop once this many training episodes have ended
     device: str = "auto"  # auto, cpu or cuda
+    precision: str = "fp32"  # fp32, bf16 (autocast) or fp16 (autocast + GradScaler)
     eval_every: int = 10  # updates between evaluations on the validation split
     eval_episodes: int = 8  # deterministic validation episodes, starts spread evenly over the split
     checkpoint_dir: str = "checkpoints"

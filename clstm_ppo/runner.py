@@ -17,6 +17,7 @@ import torch
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update
 from clstm_ppo.agent.ppo import lr_factor
+from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
 from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.config import Config, save_config, to_dict
@@ -56,6 +57,7 @@ class Trainer:
         self.planned_updates = self._planned_updates()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
                                                            lambda u: lr_factor(u, self.planned_updates, p))
+        self.precision = Precision(device, t.precision)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
         self.minibatch_generator = torch.Generator().manual_seed(seed)
         random.seed(seed)
@@ -97,7 +99,7 @@ class Trainer:
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
         return {
             "format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "scaler": None,
+            "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
             "update": self.update, "global_step": self.global_step, "episodes": self.episodes, "rng": rng,
             "env": self.env.state_dict(), "lstm_state": tuple(s.cpu() for s in self.lstm_state),
             "config": to_dict(self.cfg), "normalizer": self.data.normalizer.state_dict(),
@@ -113,6 +115,7 @@ class Trainer:
                                   f"({str(err).splitlines()[0][:100]}); resume with the run's own config") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state.get("scaler"))
         self.update, self.global_step, self.episodes = state["update"], state["global_step"], state["episodes"]
         self.best, self.last_eval = dict(state["best"]), dict(state.get("last_eval", {}))
         self.evals_without_best = state.get("evals_without_best", 0)
@@ -138,9 +141,11 @@ class Trainer:
         s.initial_state = tuple(x.clone() for x in self.lstm_state)
         finished = []
         for step in range(self.cfg.ppo.num_steps):
-            logits, value, self.lstm_state = self.model(obs.market[None], obs.portfolio[None], obs.mask[None],
-                                                        obs.start[None], self.lstm_state)
-            dist = torch.distributions.Categorical(logits=logits[0])
+            with self.precision.autocast():
+                logits, value, state = self.model(obs.market[None], obs.portfolio[None], obs.mask[None],
+                                                  obs.start[None], self.lstm_state)
+            self.lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
+            dist = torch.distributions.Categorical(logits=logits[0].float())
             action = dist.sample()
             result = self.env.step(action)
             s.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
@@ -149,9 +154,10 @@ class Trainer:
             if result.episodes is not None:
                 finished.append(result.episodes)
         # Bootstrap from the next observation without advancing the carried state.
-        _, last_value, _ = self.model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None],
-                                      self.lstm_state)
-        s.finish(last_value[0], self.cfg.ppo.gamma, self.cfg.ppo.gae_lambda)
+        with self.precision.autocast():
+            _, last_value, _ = self.model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None],
+                                          self.lstm_state)
+        s.finish(last_value[0].float(), self.cfg.ppo.gamma, self.cfg.ppo.gae_lambda)
         self.obs = obs
         return concat_episodes(finished)
 
@@ -160,7 +166,7 @@ class Trainer:
         episodes = self.collect()
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.windows, self.cfg.ppo,
-                           self.minibatch_generator, mean)
+                           self.minibatch_generator, mean, self.precision)
         # A step can also overflow the weights themselves; then this update is unsound and not saved.
         weights_ok = bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all())
         if stats["nonfinite"] or not weights_ok:

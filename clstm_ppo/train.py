@@ -124,6 +124,11 @@ def check_args(args: argparse.Namespace, cfg: Config) -> None:
     if cfg.train.num_envs < cfg.ppo.num_minibatches or cfg.train.num_envs % cfg.ppo.num_minibatches:
         raise ConfigError(f"train.num_envs ({cfg.train.num_envs}) must be a multiple of ppo.num_minibatches "
                           f"({cfg.ppo.num_minibatches}): minibatches are whole env sequences")
+    if cfg.ppo.grad_accumulation < 1 or cfg.ppo.num_minibatches % cfg.ppo.grad_accumulation:
+        raise ConfigError(f"ppo.grad_accumulation ({cfg.ppo.grad_accumulation}) must divide ppo.num_minibatches "
+                          f"({cfg.ppo.num_minibatches})")
+    if cfg.train.precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"train.precision {cfg.train.precision!r} is not one of fp32, bf16, fp16")
     if cfg.ppo.lr_schedule not in ("linear", "constant"):
         raise ConfigError(f"ppo.lr_schedule {cfg.ppo.lr_schedule!r} is not one of linear, constant")
     for name in ("total_steps", "eval_every", "checkpoint_every", "eval_episodes", "keep_last"):
@@ -227,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         run_worker(group.local_rank, group, cfg, run_dir, resume_path, share(local_world))
         return 0
     workers, kind, notice = plan_workers(args, cfg)
+    if kind == "cpu" and cfg.train.precision == "fp16":
+        raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
     if notice:
         print(notice)
     cfg.train.device = kind

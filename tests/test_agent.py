@@ -80,3 +80,83 @@ def test_learning_rate_warms_up_then_decays_linearly():
     assert lr_factor(50, 100, linear) == pytest.approx(0.5) and lr_factor(100, 100, linear) == 0.0
     constant = PPOConfig(lr_schedule="constant")
     assert {lr_factor(u, 10, constant) for u in range(20)} == {1.0}
+
+
+def rollout_for_update(num_envs: int = 4, steps: int = 12):
+    torch.manual_seed(0)
+    cfg = Config()
+    data = build_market_data(DataConfig(source="synthetic", window=8, turbulence_lookback=60,
+                                        synthetic=SyntheticConfig(n_bars=700)))
+    env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs=num_envs, seed=3)
+    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
+                                AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
+    storage = RolloutStorage(steps, num_envs, len(PORTFOLIO_FEATURES), env.actions.n, torch.device("cpu"))
+    state = model.initial_state(num_envs, torch.device("cpu"))
+    storage.initial_state = state
+    obs = env.reset()
+    with torch.no_grad():
+        for step in range(steps):
+            logits, value, state = model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None], state)
+            dist = torch.distributions.Categorical(logits=logits[0])
+            action = dist.sample()
+            result = env.step(action)
+            storage.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
+                        result.terminated | result.truncated)
+            obs = result.obs
+        _, last, _ = model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None], state)
+    storage.finish(last[0], 0.99, 0.95)
+    return model, storage, env
+
+
+def test_gradient_accumulation_equals_one_large_minibatch():
+    import copy
+
+    from clstm_ppo.agent import ppo_update
+    from clstm_ppo.config import PPOConfig
+
+    model, storage, env = rollout_for_update()
+    results = []
+    for minibatches, accumulate in ((1, 1), (2, 2), (4, 4)):
+        m = copy.deepcopy(model)
+        optimizer = torch.optim.Adam(m.parameters(), lr=1e-3)
+        cfg = PPOConfig(update_epochs=1, num_minibatches=minibatches, grad_accumulation=accumulate)
+        stats = ppo_update(m, optimizer, storage, env.windows, cfg, torch.Generator().manual_seed(0))
+        assert stats["nonfinite"] == 0.0
+        results.append(m.state_dict())
+    for other in results[1:]:
+        for name in results[0]:
+            torch.testing.assert_close(other[name], results[0][name], rtol=1e-5, atol=1e-6, msg=name)
+    moved = copy.deepcopy(model).state_dict()
+    assert any(not torch.equal(moved[n], results[0][n]) for n in moved), "the update should move the weights"
+
+
+def test_fp16_on_the_cpu_is_a_clear_error():
+    from clstm_ppo.agent.precision import Precision
+    from clstm_ppo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="fp16 needs a CUDA device; on the CPU use bf16 or fp32"):
+        Precision(torch.device("cpu"), "fp16")
+
+
+@pytest.mark.parametrize("precision", ["bf16"])
+def test_mixed_precision_updates_stay_close_to_fp32(precision):
+    import copy
+
+    from clstm_ppo.agent import ppo_update
+    from clstm_ppo.agent.precision import Precision
+    from clstm_ppo.config import PPOConfig
+
+    model, storage, env = rollout_for_update()
+    updated = {}
+    for name in ("fp32", precision):
+        m = copy.deepcopy(model)
+        optimizer = torch.optim.Adam(m.parameters(), lr=1e-3)
+        stats = ppo_update(m, optimizer, storage, env.windows, PPOConfig(update_epochs=1, num_minibatches=1),
+                           torch.Generator().manual_seed(0), precision=Precision(torch.device("cpu"), name))
+        assert stats["nonfinite"] == 0.0
+        updated[name] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
+    step_fp32, step_mixed = updated["fp32"] - start, updated[precision] - start
+    # Adam's first step is ~lr * sign(grad): the low-precision step points the same way for almost every weight.
+    agree = (torch.sign(step_fp32) == torch.sign(step_mixed)).float().mean()
+    assert step_mixed.abs().max() > 0 and agree > 0.8, float(agree)

@@ -20,10 +20,9 @@ SMOKE = str(ROOT / "configs" / "smoke.yaml")
 SMALL = ["--set", "train.num_envs=8", "--set", "train.eval_every=2", "--set", "train.eval_episodes=4"]
 
 
-def smoke_config(total_steps: int):
-    cfg = load_config(SMOKE, ["train.num_envs=8", f"train.total_steps={total_steps}", "train.eval_every=2",
-                              "train.eval_episodes=4", "train.device=cpu"])
-    return cfg
+def smoke_config(total_steps: int, *extra: str):
+    return load_config(SMOKE, ["train.num_envs=8", f"train.total_steps={total_steps}", "train.eval_every=2",
+                               "train.eval_episodes=4", "train.device=cpu", *extra])
 
 
 def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
@@ -56,7 +55,8 @@ def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
 
 def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, monkeypatch):
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
-    cfg = smoke_config(total_steps=4 * 2 * 8 * 32)  # 4 updates of 2 workers x 8 copies x 32 steps
+    # 4 updates of 2 workers x 8 copies x 32 steps; accumulation exercises DDP's no_sync on every other backward
+    cfg = smoke_config(4 * 2 * 8 * 32, "ppo.grad_accumulation=2")
     assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert r0["ddp"] == r1["ddp"] == "DistributedDataParallel"
@@ -77,7 +77,7 @@ def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, mon
 def test_an_exception_in_rank_1_ends_both_workers_quickly(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
     monkeypatch.setenv("FAIL_RANK", "1")
-    cfg = smoke_config(total_steps=100 * 512)
+    cfg = smoke_config(100 * 512)
     started = time.time()
     code = spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker)
     assert code != 0 and time.time() - started < 60

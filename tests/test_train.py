@@ -172,3 +172,17 @@ def test_early_stopping_ends_the_run_after_patience_evaluations(tmp_path, capsys
     assert "early stop: 1 evaluations without a new best composite" in out
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
     assert state["update"] < 40 and state["evals_without_best"] == 1
+
+
+def test_bf16_training_runs_and_fp16_on_cpu_is_refused(tmp_path, capsys):
+    assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--set", "train.precision=bf16",
+                 "--set", "ppo.grad_accumulation=2") == 0
+    state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
+    assert state["config"]["train"]["precision"] == "bf16" and state["update"] == 4
+    assert all(torch.isfinite(v).all() and v.dtype == torch.float32 for v in state["model"].values())
+    capsys.readouterr()
+    assert train(tmp_path / "x", "--set", "train.precision=fp16") == 2
+    assert capsys.readouterr().err.strip() == ("error: train.precision fp16 needs a CUDA device; "
+                                               "on the CPU use bf16 or fp32")
+    assert train(tmp_path / "y", "--set", "ppo.grad_accumulation=3") == 2
+    assert "must divide ppo.num_minibatches" in capsys.readouterr().err

@@ -6,11 +6,13 @@ every worker runs the same number of minibatches.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
+from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
 
@@ -34,48 +36,59 @@ def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor],
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: RolloutStorage,
                windows: Callable[[Tensor], Tensor], cfg: PPOConfig, generator: torch.Generator,
-               all_reduce_mean: Callable[[Tensor], Tensor] | None = None) -> dict[str, float]:
+               all_reduce_mean: Callable[[Tensor], Tensor] | None = None, precision: Precision | None = None,
+               ) -> dict[str, float]:
     """One PPO update over ``storage``; ``model`` may be DDP-wrapped (its forward syncs gradients).
 
-    ``windows`` turns stored bar indices into market windows (the env's ``windows``).
+    ``windows`` turns stored bar indices into market windows (the env's ``windows``). With
+    ``cfg.grad_accumulation = k``, gradients of k minibatches are summed before one optimizer
+    step (under DDP only the k-th backward all-reduces).
     """
     s = storage
+    precision = precision or Precision(s.rows.device, "fp32")
     advantages = normalise_advantages(s.advantages, all_reduce_mean) if cfg.norm_adv else s.advantages
     h0, c0 = s.initial_state
     envs_per_batch = s.num_envs // cfg.num_minibatches
+    accumulate = cfg.grad_accumulation
     totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
     batches = 0
     for _ in range(cfg.update_epochs):
         order = torch.randperm(s.num_envs, generator=generator, device="cpu").to(s.rows.device)
         kl_this_epoch = []
+        optimizer.zero_grad(set_to_none=True)
         for k in range(cfg.num_minibatches):
             idx = order[k * envs_per_batch:(k + 1) * envs_per_batch]
-            logits, values, _ = model(windows(s.rows[:, idx]), s.portfolio[:, idx], s.mask[:, idx],
-                                      s.starts[:, idx], (h0[:, idx], c0[:, idx]))
-            dist = torch.distributions.Categorical(logits=logits)
-            logprob = dist.log_prob(s.actions[:, idx])
-            log_ratio = logprob - s.logprobs[:, idx]
-            ratio = log_ratio.exp()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman, 2020)
-                clip_fraction = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
-            adv = advantages[:, idx]
-            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-            returns, old_values = s.returns[:, idx], s.values[:, idx]
-            if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL default)
-                clipped = old_values + (values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
-                value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
-            else:
-                value_loss = 0.5 * ((values - returns) ** 2).mean()
-            entropy = dist.entropy().mean()
-            loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            if not torch.isfinite(grad_norm):
-                # Gradients are all-reduced, so every rank sees the same non-finite norm and stops here too.
-                return {"nonfinite": 1.0}
-            optimizer.step()
+            stepping = (k + 1) % accumulate == 0
+            sync = contextlib.nullcontext() if stepping or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                with precision.autocast():
+                    logits, values, _ = model(windows(s.rows[:, idx]), s.portfolio[:, idx], s.mask[:, idx],
+                                              s.starts[:, idx], (h0[:, idx], c0[:, idx]))
+                logits, values = logits.float(), values.float()  # losses in float32 under any precision
+                dist = torch.distributions.Categorical(logits=logits)
+                logprob = dist.log_prob(s.actions[:, idx])
+                log_ratio = logprob - s.logprobs[:, idx]
+                ratio = log_ratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman, 2020)
+                    clip_fraction = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+                adv = advantages[:, idx]
+                policy_loss = torch.max(-adv * ratio,
+                                        -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                returns, old_values = s.returns[:, idx], s.values[:, idx]
+                if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL default)
+                    clipped = old_values + (values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
+                    value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
+                else:
+                    value_loss = 0.5 * ((values - returns) ** 2).mean()
+                entropy = dist.entropy().mean()
+                loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+                precision.backward(loss / accumulate)  # the mean over the k minibatches' sequences
+            if stepping:
+                if not precision.step(model, optimizer, cfg.max_grad_norm):
+                    # Gradients are all-reduced, so every rank sees the same non-finite norm and stops here too.
+                    return {"nonfinite": 1.0}
+                optimizer.zero_grad(set_to_none=True)
             for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy),
                                ("approx_kl", approx_kl), ("clip_fraction", clip_fraction)):
                 totals[key] += float(value.detach())

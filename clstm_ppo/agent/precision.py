@@ -1,0 +1,54 @@
+"""Mixed precision: autocast for the forward, GradScaler for fp16, the same calls in fp32."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from clstm_ppo.config import ConfigError
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Precision:
+    """``fp32`` (default), ``bf16`` (autocast, no scaling needed) or ``fp16`` (autocast + loss scaling)."""
+
+    def __init__(self, device: torch.device, name: str):
+        if name not in PRECISIONS:
+            raise ConfigError(f"train.precision {name!r} is not one of {', '.join(PRECISIONS)}")
+        if name == "fp16" and device.type != "cuda":
+            # CPU LSTM kernels (oneDNN) have no float16 path; bfloat16 is the CPU's half precision.
+            raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
+        self.device, self.name, self.dtype = device, name, PRECISIONS[name]
+        # Only fp16 loses small gradients to underflow; GradScaler multiplies the loss to keep them.
+        self.scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> bool:
+        """Clip and step; False when the gradients are not finite (without a scaler, a failure)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+        norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(optimizer)  # skips the step on inf/NaN and lowers the scale: fp16's normal overflow
+            self.scaler.update()
+            return True
+        if not torch.isfinite(norm):
+            return False
+        optimizer.step()
+        return True
+
+    def state_dict(self) -> dict | None:
+        return self.scaler.state_dict() if self.scaler else None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
