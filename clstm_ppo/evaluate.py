@@ -12,12 +12,13 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.model import CascadedActorCritic, State
+from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import pick_device
-from clstm_ppo.env import BatchedOptionsEnv, Observation
+from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace, BatchedOptionsEnv, Observation
 from clstm_ppo.metrics import concat_episodes, episode_metrics
 
 Policy = Callable[[Observation, object], tuple[torch.Tensor, object]]
@@ -71,8 +72,6 @@ def evaluate_agent(model: CascadedActorCritic, data: MarketData, split: str, cfg
 
 
 def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
-    from clstm_ppo.env.options_env import PORTFOLIO_FEATURES
-    from clstm_ppo.env.actions import ActionSpace
     model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
                                 ActionSpace.from_config(cfg.market).n, cfg.agent).to(device)
     model.load_state_dict(state["model"])
@@ -80,7 +79,6 @@ def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: to
 
 
 def main(argv: list[str] | None = None) -> int:
-    from clstm_ppo.checkpoint import load_checkpoint
     parser = argparse.ArgumentParser(prog="python -m clstm_ppo.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True)
