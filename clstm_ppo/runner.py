@@ -27,7 +27,7 @@ from clstm_ppo.distributed import DistContext
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.evaluate import evaluate_agent
 from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_sums, sums_to_metrics
-from clstm_ppo.monitor import GpuMonitor
+from clstm_ppo.monitor import ResourceMonitor
 from clstm_ppo.tracking import Tracker
 
 
@@ -73,7 +73,7 @@ class Trainer:
         self.obs = self.env._observe() if self.env_restored else self.env.reset()
         self.stop_requested = False
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)
-        self.gpu = GpuMonitor(device) if ctx.is_main else None
+        self.resources = ResourceMonitor(device) if ctx.is_main else None
 
     # ------------------------------------------------------------------ budget
 
@@ -284,7 +284,7 @@ class Trainer:
             total = self.cfg.train.num_episodes or None
             tracker.write(episode_line(self.episodes, total, m, suffix))
             tracker.log("train_episodes", self.global_step, m)
-        tracker.log("update", self.global_step, {"update": self.update, **stats, **self.gpu.read()})
+        tracker.log("update", self.global_step, {"update": self.update, **stats, **self.resources.read()})
         tracker.progress(self.batch_size, postfix)
 
     def _report_eval(self, tracker: Tracker, m: dict[str, float]) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ class Tracker:
     def __init__(self, run_dir: Path, total_steps: int | None, config: dict[str, Any], use_wandb: bool,
                  wandb_project: str, run_name: str, initial_steps: int = 0):
         self.jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)
+        interactive = sys.stderr.isatty()  # in a log file, redraw the bar rarely
         self.bar = tqdm(total=total_steps, initial=initial_steps, unit="step", dynamic_ncols=True,
-                        desc="train", smoothing=0.1)
+                        desc="train", smoothing=0.1, mininterval=0.5 if interactive else 30.0)
         self.wandb = None
         if use_wandb:
             import wandb  # imported only when asked for: it is slow to import

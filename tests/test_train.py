@@ -186,3 +186,10 @@ def test_bf16_training_runs_and_fp16_on_cpu_is_refused(tmp_path, capsys):
                                                "on the CPU use bf16 or fp32")
     assert train(tmp_path / "y", "--set", "ppo.grad_accumulation=3") == 2
     assert "must divide ppo.num_minibatches" in capsys.readouterr().err
+
+
+def test_update_records_carry_resource_statistics(smoke_run):
+    updates = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()
+               if '"kind": "update"' in line]
+    assert updates and all(r["max_rss_mb"] > 50 and 0 < r["cpu_util_pct"] < 100 * 64 for r in updates)
+    assert not any(k.startswith("gpu_") for k in updates[0]), "no GPU here, so no GPU statistics"
