@@ -166,3 +166,14 @@ def test_gym_wrapper_passes_the_env_checker_and_is_registered():
     obs, info = env.reset(seed=0)
     assert obs["market"].shape == (10, len(clstm_ppo.data.FEATURE_NAMES))
     assert env.action_space.n == 16 and info["action_mask"][0]
+
+
+def test_stable_baselines3_trains_on_the_gymnasium_wrapper(synthetic_data):
+    from sb3_contrib import MaskablePPO
+
+    env = OptionsTradingEnv(synthetic_data, split="train", episode_length=40)
+    model = MaskablePPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(128)  # MaskablePPO reads env.action_masks(): masked actions are never sampled
+    obs, info = env.reset(seed=1)
+    action, _ = model.predict(obs, action_masks=info["action_mask"], deterministic=True)
+    assert info["action_mask"][int(action)]
