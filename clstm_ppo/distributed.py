@@ -71,6 +71,9 @@ def init_group(ctx: DistContext, device: torch.device, timeout_s: float) -> None
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def leave_group() -> None:
+def leave_group(barrier: bool) -> None:
+    """Leave the group; after a clean finish, together (a barrier first), so no rank tears down early."""
     if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -146,6 +147,7 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
         torch.set_num_threads(threads)
     configure_backends(device)
     init_group(ctx, device, cfg.train.dist_timeout_s)
+    trainer, finished = None, False
     try:
         from clstm_ppo.runner import Trainer  # imported late: argument errors stay fast
 
@@ -158,11 +160,16 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
             # rollouts and checkpoints use the raw module, so DDP never enters a state_dict.
             trainer.train_model = DDP(trainer.model, device_ids=[device.index] if device.type == "cuda" else None)
         trainer.run()
+        finished = True
     except torch.cuda.OutOfMemoryError:
         raise ConfigError(f"CUDA ran out of memory on rank {ctx.rank}; latest.pt holds the last finished update; "
                           "lower --num-envs, data.window or the agent.* hidden sizes") from None
     finally:
-        leave_group()
+        # DDP holds the group's communicators: drop it before the group, or gloo's threads can abort
+        # the process while the interpreter shuts down.
+        del trainer
+        gc.collect()
+        leave_group(barrier=finished)
 
 
 def spawn_workers(world_size: int, cfg: Config, run_dir: Path, resume_path: Path | None, port: int,
