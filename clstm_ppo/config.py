@@ -103,7 +103,7 @@ class EnvConfig:
     position_frac: float = 0.05  # premium paid per new position, as a share of equity
     episode_length: int = 252  # bars; 0: from the split's first valid bar to its end
     ruin_fraction: float = 0.5  # the episode ends early once equity falls below this share of initial cash
-    reward_scale: float = 1.0e-3  # reward = change in equity ($) x this
+    reward_scale: float = 10.0  # reward = change in equity / initial cash x this: a 1% gain is 0.1
     drawdown_penalty: float = 0.0  # optional shaping: minus this x (drawdown share of peak equity) per bar
     turbulence_penalty: float = 0.0  # optional shaping: minus this x (open positions while turbulent) per bar
     dtype: str = "float32"  # float32 (fast, on GPU too) or float64 (exact accounting, used by the tests)
@@ -126,7 +126,7 @@ class PPOConfig:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     clip_coef: float = 0.2
-    clip_vloss: bool = True
+    clip_vloss: bool = False  # clipping value steps to +-clip_coef slows the critic on unnormalised returns
     vf_coef: float = 0.5
     ent_coef: float = 0.01
     max_grad_norm: float = 0.5

@@ -76,7 +76,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                 policy_loss = torch.max(-adv * ratio,
                                         -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
                 returns, old_values = s.returns[:, idx], s.values[:, idx]
-                if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL default)
+                if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL's option)
                     clipped = old_values + (values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
                     value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
                 else:

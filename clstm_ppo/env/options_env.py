@@ -266,7 +266,7 @@ class BatchedOptionsEnv:
         self._mark()
 
         # 4. Reward, shaping, episode ends.
-        reward = (self.equity - prev_equity) * self.cfg.reward_scale
+        reward = (self.equity - prev_equity) * (self.cfg.reward_scale / self.cfg.initial_cash)
         self.peak = torch.maximum(self.peak, self.equity)
         if self.cfg.drawdown_penalty:
             reward -= self.cfg.drawdown_penalty * (1.0 - self.equity / self.peak)
