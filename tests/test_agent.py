@@ -36,31 +36,8 @@ def test_gae_matches_a_plain_python_reference():
 
 def test_sequence_replay_gives_the_rollouts_logprobs_and_values():
     """The minibatch path (fused LSTM chunks, resets at episode starts) equals step-by-step collection."""
-    torch.manual_seed(0)
-    cfg = Config()
-    cfg.env.episode_length = 9  # several episode starts inside a 40-step rollout
-    data = build_market_data(DataConfig(source="synthetic", window=8, turbulence_lookback=60,
-                                        synthetic=SyntheticConfig(n_bars=700)))
-    env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs=6, seed=3)
-    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
-                                AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
-    storage = RolloutStorage(40, 6, len(PORTFOLIO_FEATURES), env.actions.n, torch.device("cpu"))
-    state = model.initial_state(6, torch.device("cpu"))
-    # Start mid-episode with a non-zero carried state, as every rollout after the first does.
-    obs = env.reset()
-    with torch.no_grad():
-        for _ in range(3):
-            _, _, state = model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None], state)
-            obs = env.step(torch.zeros(6, dtype=torch.long)).obs
-        storage.initial_state = tuple(s.clone() for s in state)
-        for step in range(40):
-            logits, value, state = model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None], state)
-            dist = torch.distributions.Categorical(logits=logits[0])
-            action = dist.sample()
-            result = env.step(action)
-            storage.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
-                        result.terminated | result.truncated)
-            obs = result.obs
+    # Several episode starts inside a 40-step rollout, begun mid-episode with a non-zero carried state.
+    model, storage, env = collect_rollout(num_envs=6, steps=40, episode_length=9, warmup_steps=3)
     assert storage.starts[1:].any(dim=1).sum() >= 3, "the rollout should hold episode starts to reset at"
     idx = torch.tensor([4, 1, 3])
     logits, values, _ = model(env.windows(storage.rows[:, idx]), storage.portfolio[:, idx], storage.mask[:, idx],
@@ -82,9 +59,11 @@ def test_learning_rate_warms_up_then_decays_linearly():
     assert {lr_factor(u, 10, constant) for u in range(20)} == {1.0}
 
 
-def rollout_for_update(num_envs: int = 4, steps: int = 12):
+def collect_rollout(num_envs: int = 4, steps: int = 12, episode_length: int = 252, warmup_steps: int = 0):
+    """A small model's rollout stored as the trainer stores it, with GAE computed."""
     torch.manual_seed(0)
     cfg = Config()
+    cfg.env.episode_length = episode_length
     data = build_market_data(DataConfig(source="synthetic", window=8, turbulence_lookback=60,
                                         synthetic=SyntheticConfig(n_bars=700)))
     env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs=num_envs, seed=3)
@@ -92,9 +71,12 @@ def rollout_for_update(num_envs: int = 4, steps: int = 12):
                                 AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
     storage = RolloutStorage(steps, num_envs, len(PORTFOLIO_FEATURES), env.actions.n, torch.device("cpu"))
     state = model.initial_state(num_envs, torch.device("cpu"))
-    storage.initial_state = state
     obs = env.reset()
     with torch.no_grad():
+        for _ in range(warmup_steps):
+            _, _, state = model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None], state)
+            obs = env.step(torch.zeros(num_envs, dtype=torch.long)).obs
+        storage.initial_state = tuple(x.clone() for x in state)
         for step in range(steps):
             logits, value, state = model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None], state)
             dist = torch.distributions.Categorical(logits=logits[0])
@@ -114,7 +96,7 @@ def test_gradient_accumulation_equals_one_large_minibatch():
     from clstm_ppo.agent import ppo_update
     from clstm_ppo.config import PPOConfig
 
-    model, storage, env = rollout_for_update()
+    model, storage, env = collect_rollout()
     results = []
     for minibatches, accumulate in ((1, 1), (2, 2), (4, 4)):
         m = copy.deepcopy(model)
@@ -146,7 +128,7 @@ def test_mixed_precision_updates_stay_close_to_fp32(precision):
     from clstm_ppo.agent.precision import Precision
     from clstm_ppo.config import PPOConfig
 
-    model, storage, env = rollout_for_update()
+    model, storage, env = collect_rollout()
     updated = {}
     for name in ("fp32", precision):
         m = copy.deepcopy(model)
