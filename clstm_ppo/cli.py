@@ -8,8 +8,9 @@ from collections.abc import Callable
 from clstm_ppo.checkpoint import CheckpointError
 from clstm_ppo.config import Config, ConfigError, load_config
 from clstm_ppo.data.errors import DataError
+from clstm_ppo.distributed import TrainingFailure
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError)
+USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingFailure)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +25,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run ``main``; a user error prints one line on stderr and exits 2, never a traceback."""
-    from clstm_ppo.runner import TrainingFailure
-
     try:
         return main(argv)
-    except (*USER_ERRORS, TrainingFailure) as err:
+    except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -11,6 +11,10 @@ import torch
 import torch.distributed as dist
 
 
+class TrainingFailure(RuntimeError):
+    """A stop every rank agreed on because training went wrong (e.g. a non-finite loss)."""
+
+
 @dataclass(frozen=True)
 class DistContext:
     rank: int = 0

@@ -23,16 +23,12 @@ from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.config import Config, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
-from clstm_ppo.distributed import DistContext
+from clstm_ppo.distributed import DistContext, TrainingFailure
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.evaluate import evaluate_agent
 from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_sums, sums_to_metrics
 from clstm_ppo.monitor import ResourceMonitor
 from clstm_ppo.tracking import Tracker
-
-
-class TrainingFailure(RuntimeError):
-    """A stop every rank agreed on because training went wrong (e.g. a non-finite loss)."""
 
 
 class Trainer:

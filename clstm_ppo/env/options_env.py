@@ -308,10 +308,9 @@ class BatchedOptionsEnv:
         first_ask = fill_price(mid, torch.ones_like(spot), False, iv, log_m, opt_volume, costs)
         wanted = torch.floor(cfg.position_frac * self.equity / (first_ask * mult).clamp_min(1e-12))
         ask = fill_price(mid, wanted, False, iv, log_m, opt_volume, costs)  # more contracts: more slippage
-        reserve = closing_fee_reserve(self.contracts, costs).sum(-1)
         per_contract = ask * mult + 2 * (costs.commission_per_contract + costs.occ_clearing_per_contract
                                          + costs.orf_per_contract) + costs.finra_taf_per_contract
-        room = self.cash - reserve - 2 * costs.commission_min_per_order
+        room = self._cash_room()
         affordable = torch.floor((room / per_contract.clamp_min(1e-12)).clamp_min(0))
         contracts = torch.minimum(wanted, affordable)
         free = ~self.active
@@ -329,6 +328,13 @@ class BatchedOptionsEnv:
         self.is_call = torch.where(here, is_call.unsqueeze(-1), self.is_call)
         for name, value in (("strike", strike), ("dte", expiry), ("contracts", contracts), ("entry_cost", cost)):
             setattr(self, name, torch.where(here, value.unsqueeze(-1), getattr(self, name)))
+
+    def _cash_room(self) -> Tensor:
+        """Cash a new order may spend: what is left after every open position's closing-fee reserve and
+        the per-order commission minimums of buying and later selling it."""
+        costs = self.market_cfg.costs
+        reserve = closing_fee_reserve(self.contracts, costs).sum(-1)
+        return self.cash - reserve - 2 * costs.commission_min_per_order
 
     def _mark(self) -> None:
         spot = self.close_px[self.sym, self.t].unsqueeze(-1)
@@ -376,7 +382,7 @@ class BatchedOptionsEnv:
 
     def _action_mask(self, turbulent: Tensor) -> Tensor:
         """Valid actions at t; buys are judged at t's close (the fill at t+1 may still be rejected)."""
-        a, costs = self.actions, self.market_cfg.costs
+        a = self.actions
         mask = torch.zeros(self.num_envs, a.n, dtype=torch.bool, device=self.device)
         mask[:, a.hold] = True
         any_open = self.active.any(-1)
@@ -384,7 +390,7 @@ class BatchedOptionsEnv:
         mask[:, a.close_worst] = any_open
         mask[:, a.close_best] = any_open
         can_open = (~self.active).any(-1) & ~turbulent
-        room = self.cash - closing_fee_reserve(self.contracts, costs).sum(-1) - 2 * costs.commission_min_per_order
+        room = self._cash_room()
         one = self.close_cost[self.sym, self.t]  # (N, 2G): one contract with its buying and closing fees
         ok = (one <= room.unsqueeze(-1)) & (one <= self.cfg.position_frac * self.equity.unsqueeze(-1))
         mask[:, 1:1 + 2 * a.grid_size] = ok & can_open.unsqueeze(-1)

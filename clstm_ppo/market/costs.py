@@ -29,11 +29,17 @@ def quoted_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfi
     return (cfg.spread_base * (1.0 + cheap) * (1.0 + far) * (1.0 + stormy)).clamp(cfg.spread_min, cfg.spread_max)
 
 
+def _half_spread_and_impact(mid: Tensor, contracts: Tensor, iv: Tensor, log_moneyness: Tensor,
+                            option_volume: Tensor, cfg: CostConfig) -> tuple[Tensor, Tensor]:
+    """Half the quoted spread and the size-driven slippage, both as shares of mid."""
+    half = 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
+    return half, (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
+
+
 def fill_price(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
                option_volume: Tensor, cfg: CostConfig) -> Tensor:
     """Per-share price of an order after half the quoted spread and the size-driven slippage."""
-    half = 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
-    impact = (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
+    half, impact = _half_spread_and_impact(mid, contracts, iv, log_moneyness, option_volume, cfg)
     return mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + impact))
 
 
@@ -43,10 +49,8 @@ def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_mo
 
     ``contracts`` may be 0 (no order): every cost is then 0.
     """
-    half = 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
-    impact = (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
-    sign = -1.0 if is_sell else 1.0
-    price = mid * (1.0 + sign * (half + impact))
+    half, impact = _half_spread_and_impact(mid, contracts, iv, log_moneyness, option_volume, cfg)
+    price = mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + impact))
     shares = contracts * multiplier
     traded = (contracts > 0).to(mid.dtype)
     zero = torch.zeros_like(mid)
@@ -72,9 +76,7 @@ def round_trip_fees_one_contract(cfg: CostConfig) -> float:
     """Fees of buying one contract plus the closing-fee reserve it needs (SEC fee aside)."""
     opening = max(cfg.commission_per_contract, cfg.commission_min_per_order) + cfg.occ_clearing_per_contract \
         + cfg.orf_per_contract
-    closing = max(cfg.commission_per_contract, cfg.commission_min_per_order) + cfg.occ_clearing_per_contract \
-        + cfg.orf_per_contract + cfg.finra_taf_per_contract
-    return opening + closing
+    return 2 * opening + cfg.finra_taf_per_contract  # closing pays the same plus the TAF on sales
 
 
 def closing_fee_reserve(contracts: Tensor, cfg: CostConfig) -> Tensor:
