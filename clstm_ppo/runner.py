@@ -116,8 +116,9 @@ class Trainer:
         self.best, self.last_eval = dict(state["best"]), dict(state.get("last_eval", {}))
         self.evals_without_best = state.get("evals_without_best", 0)
         # The env copies and random streams continue exactly only when this run has the same single set of
-        # copies as the saved one; otherwise (another world size or --num-envs) every copy starts afresh.
-        if state["world_size"] == self.ctx.world_size == 1 and state["num_envs"] == self.cfg.train.num_envs:
+        # copies as the saved one; otherwise (another world size, --num-envs or env layout) every copy starts afresh.
+        same_copies = state["world_size"] == self.ctx.world_size == 1 and state["num_envs"] == self.cfg.train.num_envs
+        if same_copies and self.env.fits(state["env"]):
             rng = state["rng"]
             torch.set_rng_state(rng["torch"])
             if "cuda" in rng and self.device.type == "cuda":

@@ -27,12 +27,12 @@ def random_valid(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def independent_marks(env: BatchedOptionsEnv) -> torch.Tensor:
     """Mark every open position again from the env's state with the plain pricing function."""
     m = env.market_cfg
-    spot = env.close_px[env.sym, env.t].unsqueeze(-1).expand_as(env.strike)
+    spot = env.close_px[env.sym, env.t].expand_as(env.strike)  # positions are (P, N): slot-major
     strike = torch.where(env.active, env.strike, spot)
-    atm = env.atm_iv[env.sym, env.t].unsqueeze(-1)
+    atm = env.atm_iv[env.sym, env.t]
     iv = (atm * (1 - m.iv_skew * torch.log(strike / spot))).clamp(m.min_iv, m.max_iv)
     price = bs_price(spot, strike, env.dte.clamp_min(0) / 365.0, m.risk_free_rate, m.dividend_yield, iv, env.is_call)
-    return torch.where(env.active, price * env.contracts * m.multiplier, torch.zeros_like(price)).sum(-1)
+    return torch.where(env.active, price * env.contracts * m.multiplier, torch.zeros_like(price)).sum(0)
 
 
 def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
@@ -46,7 +46,7 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
         turbulent = obs.portfolio[:, turbulent_col] > 0.5
         assert not obs.mask[turbulent][:, 1:1 + 2 * env.actions.grid_size].any(), "nothing opens when turbulent"
         action = random_valid(obs.mask, gen)
-        before_open = env.active.sum(-1)
+        before_open = env.active.sum(0)
         result = env.step(action)
         obs = result.obs
         done = result.terminated | result.truncated
@@ -54,11 +54,11 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
         assert torch.allclose(env.equity, env.cash + independent_marks(env), rtol=1e-12, atol=1e-6)
         assert (env.cash >= 0).all()
         assert (env.costs_paid >= 0).all()
-        assert (env.costs_paid[live] >= last_costs[live] - 1e-9).all(), "costs only ever accumulate"
-        assert (env.active[turbulent & live].sum(-1) == 0).all(), "everything closes after a turbulent bar"
+        assert (env.costs_paid[:, live] >= last_costs[:, live] - 1e-9).all(), "costs only ever accumulate"
+        assert (env.active[:, turbulent & live].sum(0) == 0).all(), "everything closes after a turbulent bar"
         last_costs = env.costs_paid.clone()
         seen["turbulent"] += int(turbulent.sum())
-        seen["opened"] += int((env.active.sum(-1) > before_open).sum())
+        seen["opened"] += int((env.active.sum(0) > before_open).sum())
         seen["episodes"] += 0 if result.episodes is None else len(result.episodes["return"])
         if result.episodes is not None:
             ep = result.episodes
@@ -99,7 +99,7 @@ def test_round_trip_at_unchanged_underlying_loses_exactly_the_itemised_costs():
     total = env.costs_paid.sum().item()
     assert (start - env.equity).item() == pytest.approx(total, rel=1e-12)
     assert (start - env.cash).item() == pytest.approx(total, rel=1e-12)
-    assert env.costs_paid[0, COST_KINDS.index("sec_fee")] > 0 and env.costs_paid[0, COST_KINDS.index("spread")] > 0
+    assert env.costs_paid[COST_KINDS.index("sec_fee"), 0] > 0 and env.costs_paid[COST_KINDS.index("spread"), 0] > 0
 
 
 def test_an_expired_option_pays_its_intrinsic_value():

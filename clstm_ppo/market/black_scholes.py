@@ -3,6 +3,10 @@
 American early exercise is out of scope: every option here is European, which
 for calls on a low-dividend index is a close approximation and for deep
 in-the-money puts slightly underprices them.
+
+Puts come from the call terms by put-call parity (price, delta and theta each
+shift by a put flag times a closed form), so one evaluation serves a mixed
+batch of calls and puts without computing both.
 """
 from __future__ import annotations
 
@@ -24,54 +28,80 @@ class Greeks(NamedTuple):
     theta: Tensor  # d price / d t (per year, calendar time passing)
 
 
-def _d1_d2(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+class _Terms(NamedTuple):
+    d1: Tensor
+    d2: Tensor
+    sqrt_t: Tensor
+    disc_s: Tensor  # S exp(-q t)
+    disc_k: Tensor  # K exp(-r t)
+
+
+def _terms(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor,
+           log_s_over_k: Tensor | None) -> _Terms:
     sqrt_t = torch.sqrt(t.clamp_min(MIN_T))
     vol_t = sigma * sqrt_t
-    d1 = (torch.log(spot / strike) + (r - q + 0.5 * sigma * sigma) * t) / vol_t
-    return d1, d1 - vol_t, sqrt_t
+    log_sk = torch.log(spot / strike) if log_s_over_k is None else log_s_over_k
+    d1 = (log_sk + (r - q + 0.5 * sigma * sigma) * t) / vol_t
+    return _Terms(d1, d1 - vol_t, sqrt_t, spot * torch.exp(-q * t), strike * torch.exp(-r * t))
+
+
+def _intrinsic(spot: Tensor, strike: Tensor, is_call: Tensor) -> Tensor:
+    return torch.where(is_call, spot - strike, strike - spot).clamp_min(0)
 
 
 def bs_call_put(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor) -> tuple[Tensor, Tensor]:
     """Call and put prices per share from one evaluation; ``t`` in years; at t <= 0 the intrinsic values."""
-    d1, d2, _ = _d1_d2(spot, strike, t, r, q, sigma)
-    disc_s = spot * torch.exp(-q * t)
-    disc_k = strike * torch.exp(-r * t)
-    call = disc_s * torch.special.ndtr(d1) - disc_k * torch.special.ndtr(d2)
-    put = call - disc_s + disc_k  # put-call parity
+    x = _terms(spot, strike, t, r, q, sigma, None)
+    call = x.disc_s * torch.special.ndtr(x.d1) - x.disc_k * torch.special.ndtr(x.d2)
+    put = call - x.disc_s + x.disc_k  # put-call parity
     live = t > MIN_T
     # The clamps remove -1e-16 rounding on far out-of-the-money options.
     return (torch.where(live, call.clamp_min(0), (spot - strike).clamp_min(0)),
             torch.where(live, put.clamp_min(0), (strike - spot).clamp_min(0)))
 
 
-def bs_price(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor, is_call: Tensor) -> Tensor:
-    """Price per share of a call (``is_call``) or put; ``t`` in years; at t <= 0 the intrinsic value."""
-    call, put = bs_call_put(spot, strike, t, r, q, sigma)
-    return torch.where(is_call, call, put)
+def bs_price(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor, is_call: Tensor,
+             log_s_over_k: Tensor | None = None) -> Tensor:
+    """Price per share of a call (``is_call``) or put; ``t`` in years; at t <= 0 the intrinsic value.
+
+    ``log_s_over_k``: ln(spot / strike) when the caller already has it.
+    """
+    x = _terms(spot, strike, t, r, q, sigma, log_s_over_k)
+    call = x.disc_s * torch.special.ndtr(x.d1) - x.disc_k * torch.special.ndtr(x.d2)
+    price = torch.where(is_call, call, call - x.disc_s + x.disc_k)  # put-call parity
+    return torch.where(t > MIN_T, price.clamp_min(0), _intrinsic(spot, strike, is_call))
+
+
+def bs_greeks_before_expiry(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor,
+                            is_call: Tensor, log_s_over_k: Tensor | None = None) -> Greeks:
+    """Price and Greeks in one pass for options with ``t`` > 0 (the caller guarantees it).
+
+    Entries with t <= 0 come out finite but are not the expiry values: use ``bs_greeks`` for those.
+    """
+    x = _terms(spot, strike, t, r, q, sigma, log_s_over_k)
+    put = (~is_call).to(spot.dtype)  # parity shifts: 0 for calls, 1 for puts
+    n_d1, n_d2 = torch.special.ndtr(x.d1) - put, torch.special.ndtr(x.d2) - put  # put: N(d) - 1 = -N(-d)
+    s_pdf = x.disc_s * torch.exp(-0.5 * x.d1 * x.d1) * (1.0 / _SQRT_2PI)  # S e^{-qt} n(d1)
+    return Greeks(
+        price=(x.disc_s * n_d1 - x.disc_k * n_d2).clamp_min(0),  # the clamp removes -1e-16 rounding
+        delta=x.disc_s / spot * n_d1,
+        gamma=s_pdf / (spot * spot * sigma * x.sqrt_t),
+        vega=s_pdf * x.sqrt_t,
+        theta=-s_pdf * sigma / (2.0 * x.sqrt_t) + q * x.disc_s * n_d1 - r * x.disc_k * n_d2,
+    )
 
 
 def bs_greeks(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor, is_call: Tensor) -> Greeks:
-    """Price and Greeks in one pass (d1, d2 and the normal terms computed once)."""
-    d1, d2, sqrt_t = _d1_d2(spot, strike, t, r, q, sigma)
-    exp_q, exp_r = torch.exp(-q * t), torch.exp(-r * t)
-    n_d1, n_d2 = torch.special.ndtr(d1), torch.special.ndtr(d2)
-    pdf_d1 = torch.exp(-0.5 * d1 * d1) / _SQRT_2PI
-    call = spot * exp_q * n_d1 - strike * exp_r * n_d2
-    put = call - spot * exp_q + strike * exp_r  # put-call parity
-    delta = torch.where(is_call, exp_q * n_d1, exp_q * (n_d1 - 1.0))
-    gamma = exp_q * pdf_d1 / (spot * sigma * sqrt_t)
-    vega = spot * exp_q * pdf_d1 * sqrt_t
-    common = -spot * exp_q * pdf_d1 * sigma / (2.0 * sqrt_t)
-    theta_call = common + q * spot * exp_q * n_d1 - r * strike * exp_r * n_d2
-    theta_put = common - q * spot * exp_q * (1.0 - n_d1) + r * strike * exp_r * (1.0 - n_d2)
+    """Price and Greeks in one pass; at t <= 0 the intrinsic value, its step delta and zero gamma, vega, theta."""
+    g = bs_greeks_before_expiry(spot, strike, t, r, q, sigma, is_call)
     live = t > MIN_T
-    intrinsic = torch.where(is_call, (spot - strike).clamp_min(0), (strike - spot).clamp_min(0))
-    itm = torch.where(is_call, spot > strike, spot < strike).to(spot.dtype)
+    sign = torch.where(is_call, 1.0, -1.0).to(spot.dtype)
+    itm = ((spot - strike) * sign > 0).to(spot.dtype)
     zero = torch.zeros_like(spot)
     return Greeks(
-        price=torch.where(live, torch.where(is_call, call, put).clamp_min(0), intrinsic),
-        delta=torch.where(live, delta, torch.where(is_call, itm, -itm)),
-        gamma=torch.where(live, gamma, zero),
-        vega=torch.where(live, vega, zero),
-        theta=torch.where(live, torch.where(is_call, theta_call, theta_put), zero),
+        price=torch.where(live, g.price, _intrinsic(spot, strike, is_call)),
+        delta=torch.where(live, g.delta, itm * sign),
+        gamma=torch.where(live, g.gamma, zero),
+        vega=torch.where(live, g.vega, zero),
+        theta=torch.where(live, g.theta, zero),
     )

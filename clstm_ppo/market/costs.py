@@ -17,7 +17,7 @@ COST_KINDS = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "
 
 class Fill(NamedTuple):
     price: Tensor  # per share, after spread and slippage
-    costs: Tensor  # (..., len(COST_KINDS)) dollars per kind
+    costs: Tensor  # (len(COST_KINDS), ...) dollars per kind: kinds first, so stacking and slicing stay contiguous
     total: Tensor  # dollars: sum of costs
 
 
@@ -63,13 +63,13 @@ def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_mo
         cfg.finra_taf_per_contract * contracts if is_sell else zero,
         proceeds * (cfg.sec_fee_per_million / 1e6) if is_sell else zero,
         cfg.orf_per_contract * contracts,
-    ], dim=-1)
-    return Fill(price, costs, costs.sum(-1))
+    ])
+    return Fill(price, costs, costs.sum(0))
 
 
 def fees_only(fill: Fill) -> Tensor:
     """The cash fees of a fill (the spread and slippage are already inside its price)."""
-    return fill.costs[..., 2:].sum(-1)
+    return fill.costs[2:].sum(0)
 
 
 def round_trip_fees_one_contract(cfg: CostConfig) -> float:

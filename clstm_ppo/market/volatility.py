@@ -22,4 +22,9 @@ def atm_iv_per_bar(bars: dict[str, np.ndarray], cfg: MarketConfig) -> np.ndarray
 
 def skewed_iv(atm_iv: Tensor, strike: Tensor, spot: Tensor, cfg: MarketConfig) -> Tensor:
     """A simple equity skew: lower strikes trade at higher implied vol."""
-    return (atm_iv * (1.0 - cfg.iv_skew * torch.log(strike / spot))).clamp(cfg.min_iv, cfg.max_iv)
+    return skewed_iv_at(atm_iv, torch.log(strike / spot), cfg)
+
+
+def skewed_iv_at(atm_iv: Tensor, log_k_over_s: Tensor, cfg: MarketConfig) -> Tensor:
+    """``skewed_iv`` from ln(strike / spot), for callers that already have it."""
+    return (atm_iv * (1.0 - cfg.iv_skew * log_k_over_s)).clamp(cfg.min_iv, cfg.max_iv)
