@@ -177,3 +177,19 @@ def test_stable_baselines3_trains_on_the_gymnasium_wrapper(synthetic_data):
     obs, info = env.reset(seed=1)
     action, _ = model.predict(obs, action_masks=info["action_mask"], deterministic=True)
     assert info["action_mask"][int(action)]
+
+
+def test_the_market_window_ends_at_the_current_bar_on_every_underlying():
+    """No look-ahead: the window seen at bar t is bars t-TW+1 .. t of the copy's own underlying, nothing later."""
+    data = build_market_data(DataConfig(source="synthetic", window=7,
+                                        synthetic=SyntheticConfig(n_bars=600, n_underlyings=3, seed=2)))
+    env = BatchedOptionsEnv(data, "train", MarketConfig(), EXACT, num_envs=64, seed=4)
+    obs = env.reset()
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(40):
+        sym, t = env.sym.numpy(), env.t.numpy()
+        expected = np.stack([data.features[s, b - 6: b + 1] for s, b in zip(sym, t)])
+        np.testing.assert_array_equal(obs.market.numpy(), expected)
+        np.testing.assert_array_equal(env.windows(obs.row).numpy(), expected)  # what the update replays
+        obs = env.step(random_valid(obs.mask, gen)).obs
+    assert len(set(env.sym.tolist())) == 3

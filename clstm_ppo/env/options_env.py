@@ -25,7 +25,7 @@ from clstm_ppo.env.actions import ActionSpace
 from clstm_ppo.market import (COST_KINDS, bs_call_put, bs_price, chain_strikes, closing_fee_reserve, order_fill,
                               skewed_iv)
 from clstm_ppo.market.black_scholes import bs_greeks_before_expiry
-from clstm_ppo.market.costs import fees_only, fill_price, round_trip_fees_one_contract
+from clstm_ppo.market.costs import fees_only, fill_price_at, half_spread, order_fill_at, round_trip_fees_one_contract
 from clstm_ppo.market.volatility import atm_iv_per_bar, skewed_iv_at
 
 PORTFOLIO_FEATURES = (
@@ -85,7 +85,9 @@ class BatchedOptionsEnv:
         grid_e = torch.tensor(market.expiries_days, dtype=self.dtype, device=self.device)
         self.grid_moneyness = grid_m.repeat(len(market.expiries_days))  # (G,), moneyness fastest
         self.grid_expiry = grid_e.repeat_interleave(len(market.moneyness))
-        self.window_offsets = torch.arange(-self.window + 1, 1, device=self.device)
+        n_rows, n_features = self.feature_rows.shape
+        self._window_starts = self.feature_rows.as_strided((n_rows - self.window + 1, self.window * n_features),
+                                                           (n_features, 1))
         self._build_chain_tables()
 
         n, p = num_envs, cfg.max_positions
@@ -119,7 +121,8 @@ class BatchedOptionsEnv:
         """Quote the whole chain of every bar once: it depends on the bar, never on a copy's state.
 
         ``close_cost`` (S, T, 2G): one contract's cost at t's close, for the action mask.
-        ``open_*``: strikes, mids and vols at t's open with the vol known at t-1, for fills at t.
+        ``open_*`` (S, T, G or 2G): strikes, mids and half spreads at t's open with the vol known at t-1,
+        for fills at t.
         """
         m, g = self.market_cfg, self.actions.grid_size
         expiry_years = (self.grid_expiry / DAYS_PER_YEAR).expand(*self.close_px.shape, g)
@@ -132,12 +135,16 @@ class BatchedOptionsEnv:
             mids = torch.cat(bs_call_put(spot, strike, expiry_years, m.risk_free_rate, m.dividend_yield, iv), -1)
             return strike, mids, iv
 
+        def half_spreads(strike: Tensor, spot: Tensor, mids: Tensor, iv: Tensor) -> Tensor:
+            log_m = torch.log(strike / spot.unsqueeze(-1)).repeat(1, 1, 2)
+            return half_spread(mids, iv.repeat(1, 1, 2), log_m, m.costs)
+
         strike, mids, iv = quote(self.close_px, self.atm_iv)
-        log_m = torch.log(strike / self.close_px.unsqueeze(-1)).repeat(1, 1, 2)
-        volume = self.option_volume.unsqueeze(-1)
-        ask = fill_price(mids, torch.ones_like(mids), False, iv.repeat(1, 1, 2), log_m, volume, m.costs)
-        self.close_cost = ask * m.multiplier + round_trip_fees_one_contract(m.costs)
-        self.open_strike, self.open_mid, self.open_iv = quote(self.open_px, prev_iv)
+        one_ask = fill_price_at(mids, 1.0, False, half_spreads(strike, self.close_px, mids, iv),
+                                self.option_volume.unsqueeze(-1), m.costs)
+        self.close_cost = one_ask * m.multiplier + round_trip_fees_one_contract(m.costs)
+        self.open_strike, self.open_mid, iv = quote(self.open_px, prev_iv)
+        self.open_half_spread = half_spreads(self.open_strike, self.open_px, self.open_mid, iv)
 
     @staticmethod
     def _at(table: Tensor, row: Tensor, column: Tensor | None = None) -> Tensor:
@@ -259,21 +266,17 @@ class BatchedOptionsEnv:
         self.dte = self.dte - self.gap_days.index_select(0, t_next)
 
         # 1. Sells at t+1's open: forced by turbulence at t, close-all, or the worst/best position.
-        pnl = self.mark - self.entry_cost
-        worst = self._first_slot(self.active & (pnl == torch.where(self.active, pnl, float("inf")).amin(0)))
-        best = self._first_slot(self.active & (pnl == torch.where(self.active, pnl, float("-inf")).amax(0)))
+        by_pnl = (action == a.close_worst) | (action == a.close_best)
+        # The worst position has the lowest P&L, the best the lowest negated P&L: one search serves both.
+        key = torch.where(self.active, (self.mark - self.entry_cost) * torch.where(action == a.close_best, -1.0, 1.0),
+                          float("inf"))
+        picked, _ = self._first_slot(self.active & (key == key.amin(0)))
         close_all = self.turbulent_bar.index_select(0, self.t) | (action == a.close_all)
-        sell = self.active & (close_all | (worst & (action == a.close_worst)) | (best & (action == a.close_best)))
-        log_k_s = torch.log(self.strike / spot_open)
-        iv = skewed_iv_at(self._at(self.atm_iv, now), log_k_s, m)
-        years = self.dte.clamp_min(0) / DAYS_PER_YEAR  # a position expiring at t+1 still sells at open, at intrinsic
-        mid = bs_price(spot_open, self.strike, years, m.risk_free_rate, m.dividend_yield, iv, self.is_call, -log_k_s)
-        sold = torch.where(sell, self.contracts, 0.0)
-        fill = order_fill(mid, sold, True, iv, log_k_s, volume, m.costs, m.multiplier)  # zero where nothing sells
-        self._book_closes(sell, fill.price * sold * m.multiplier - fees_only(fill), fill.costs.sum(1))
+        sell = self.active & (close_all | (picked & by_pnl))
+        self._sell(sell, spot_open, now, volume)
 
         # 2. Buy-to-open at t+1's open into the first free slot.
-        self._open(action, spot_open, nxt, volume)
+        self._open(action, nxt, volume)
 
         # 3. Age to t+1's close: expiry settles at intrinsic, the rest is marked at mid.
         spot_close = self._at(self.close_px, nxt)
@@ -298,10 +301,37 @@ class BatchedOptionsEnv:
         truncated = (self.t >= self.t_end) & ~terminated
         return reward, terminated, truncated
 
-    def _first_slot(self, flags: Tensor) -> Tensor:
-        """(P, N) one-hot of each copy's first flagged slot, all False where none is flagged."""
-        ranked = torch.where(flags, self.slot_rank, 0.0)
-        return flags & (ranked == ranked.amax(0))  # argmax over a short leading dim is slow on CPU
+    def _sell(self, sell: Tensor, spot: Tensor, row: Tensor, opt_volume: Tensor) -> None:
+        """Sell the ``sell`` slots at ``spot`` (t+1's open) with the vol known at ``row`` (t).
+
+        Only the copies that sell are priced: most copies hold on most bars, and pricing every slot of
+        every copy was a third of a step. Finding them is a host sync, on CPU free, on a GPU one more per step.
+        """
+        m = self.market_cfg
+        sellers = sell.view(torch.uint8).amax(0).nonzero().squeeze(-1)  # any over slots; bool any() is slow
+        if sellers.numel() == 0:
+            return
+        pick = lambda x: x.index_select(-1, sellers)  # noqa: E731
+        strike, spot, contracts = pick(self.strike), pick(spot), torch.where(pick(sell), pick(self.contracts), 0.0)
+        log_k_s = torch.log(strike / spot)
+        iv = skewed_iv_at(pick(self._at(self.atm_iv, row)), log_k_s, m)
+        years = pick(self.dte).clamp_min(0) / DAYS_PER_YEAR  # one expiring at t+1 still sells at open, at intrinsic
+        mid = bs_price(spot, strike, years, m.risk_free_rate, m.dividend_yield, iv, pick(self.is_call), -log_k_s)
+        fill = order_fill(mid, contracts, True, iv, log_k_s, pick(opt_volume), m.costs, m.multiplier)
+        proceeds = fill.price * contracts * m.multiplier - fees_only(fill)  # zero in slots that do not sell
+        cash_in = torch.zeros_like(self.mark).index_copy_(1, sellers, proceeds)
+        costs = torch.zeros_like(self.costs_paid).index_copy_(1, sellers, fill.costs.sum(1))
+        self._book_closes(sell, cash_in, costs)
+
+    def _first_slot(self, flags: Tensor) -> tuple[Tensor, Tensor]:
+        """(P, N) one-hot of each copy's first flagged slot (all False where none is) and (N,) whether any is."""
+        ranked = self.slot_rank * self._float(flags)
+        top = ranked.amax(0)
+        return flags & (ranked == top), top > 0  # argmax over a short leading dim is slow on CPU
+
+    def _float(self, mask: Tensor) -> Tensor:
+        """0/1 floats of a bool mask: through uint8, several times faster than a direct cast on CPU."""
+        return mask.view(torch.uint8).to(self.dtype)
 
     def _book_closes(self, closing: Tensor, cash_in: Tensor, costs: Tensor | None) -> None:
         """Settle ``closing`` slots (``cash_in`` is zero elsewhere): cash in, P&L net of every cost, slot freed."""
@@ -311,42 +341,42 @@ class BatchedOptionsEnv:
         if costs is not None:
             self.costs_paid += costs
         self.active = self.active & ~closing
-        self.contracts = torch.where(closing, 0.0, self.contracts)
-        self.entry_cost = torch.where(closing, 0.0, self.entry_cost)
+        keep = self._float(~closing)
+        self.contracts, self.entry_cost = self.contracts * keep, self.entry_cost * keep
 
-    def _open(self, action: Tensor, spot: Tensor, fill_row: Tensor, opt_volume: Tensor) -> None:
+    def _open(self, action: Tensor, fill_row: Tensor, opt_volume: Tensor) -> None:
         """Buy-to-open at ``fill_row``'s open into each buying copy's first free slot."""
         cfg, costs, mult, grid = self.cfg, self.market_cfg.costs, self.market_cfg.multiplier, self.actions.grid_size
         buying = (action >= 1) & (action <= 2 * grid)
         quote_index = (action - 1).clamp(0, 2 * grid - 1)  # calls then puts, as in the action space
         is_call = quote_index < grid
         g = quote_index - grid * (~is_call)
-        mid = self._at(self.open_mid, fill_row, quote_index)
-        strike, iv = self._at(self.open_strike, fill_row, g), self._at(self.open_iv, fill_row, g)
-        log_m = torch.log(strike / spot)
+        mid, half = self._at(self.open_mid, fill_row, quote_index), self._at(self.open_half_spread, fill_row, quote_index)
+        strike = self._at(self.open_strike, fill_row, g)
         # Size: position_frac of equity at the ask; then as many as cash allows after the closing-fee reserves.
-        first_ask = fill_price(mid, torch.ones_like(spot), False, iv, log_m, opt_volume, costs)
+        first_ask = fill_price_at(mid, 1.0, False, half, opt_volume, costs)
         wanted = torch.floor(cfg.position_frac * self.equity / (first_ask * mult).clamp_min(1e-12))
-        ask = fill_price(mid, wanted, False, iv, log_m, opt_volume, costs)  # more contracts: more slippage
+        ask = fill_price_at(mid, wanted, False, half, opt_volume, costs)  # more contracts: more slippage
         per_contract = ask * mult + 2 * (costs.commission_per_contract + costs.occ_clearing_per_contract
                                          + costs.orf_per_contract) + costs.finra_taf_per_contract
         affordable = torch.floor((self._cash_room() / per_contract.clamp_min(1e-12)).clamp_min(0))
         contracts = torch.minimum(wanted, affordable)
-        slot = self._first_slot(~self.active)
-        go = buying & (contracts >= 1) & slot.any(0)
+        slot, has_slot = self._first_slot(~self.active)
+        go = buying & (contracts >= 1) & has_slot
         self.stats["rejected"] += buying & ~go
         contracts = torch.where(go, contracts, 0.0)
-        fill = order_fill(mid, contracts, False, iv, log_m, opt_volume, costs, mult)
+        fill = order_fill_at(mid, contracts, False, half, opt_volume, costs, mult)
         cost = fill.price * contracts * mult + fees_only(fill)
         self.cash = self.cash - cost
         self.costs_paid += fill.costs
         here = slot & go  # (P, N) one-hot: no sync, no scatter
         self.active = self.active | here
-        self.is_call = torch.where(here, is_call, self.is_call)
-        self.strike = torch.where(here, strike, self.strike)
-        self.dte = torch.where(here, self.grid_expiry.index_select(0, g), self.dte)
-        self.contracts = torch.where(here, contracts, self.contracts)
-        self.entry_cost = torch.where(here, cost, self.entry_cost)
+        self.is_call = (self.is_call & ~here) | (here & is_call)
+        # The slot was empty (no contracts, no cost): adding fills it; lerp with 0/1 weights is exact.
+        into = self._float(here)
+        self.contracts, self.entry_cost = self.contracts + into * contracts, self.entry_cost + into * cost
+        self.strike = torch.lerp(self.strike, strike.expand_as(self.strike), into)
+        self.dte = torch.lerp(self.dte, self.grid_expiry.index_select(0, g).expand_as(self.dte), into)
 
     def _cash_room(self) -> Tensor:
         """Cash a new order may spend: what is left after every open position's closing-fee reserve and
@@ -380,7 +410,7 @@ class BatchedOptionsEnv:
         equity = self.equity.clamp_min(1e-9)
         n_open = self.active.sum(0)
         open_count = n_open.to(self.dtype)
-        dte = torch.where(self.active, self.dte, 0.0).sum(0) / open_count.clamp_min(1)
+        dte = (self.dte * self._float(self.active)).sum(0) / open_count.clamp_min(1)
         span = (self.t_end - self.t_start).clamp_min(1).to(self.dtype)
         turbulent = self.turbulent_bar.index_select(0, self.t)
         portfolio = torch.stack([
@@ -397,9 +427,14 @@ class BatchedOptionsEnv:
         return Observation(self.windows(row), portfolio, self._mask, row, self.t == self.t_start)
 
     def windows(self, rows: Tensor) -> Tensor:
-        """Feature windows (..., TW, F) ending at flat bar indices ``rows`` (from ``Observation.row``)."""
-        flat = (rows.unsqueeze(-1) + self.window_offsets).reshape(-1)
-        return self.feature_rows.index_select(0, flat).view(*rows.shape, self.window, -1)
+        """Feature windows (..., TW, F) ending at flat bar indices ``rows`` (from ``Observation.row``).
+
+        A window is TW consecutive rows of the feature table, i.e. one contiguous block: a strided view
+        with one (overlapping) row per window start turns the gather into N block copies, 3x faster
+        than gathering N x TW single rows, and with no window table in memory.
+        """
+        return self._window_starts.index_select(0, (rows - (self.window - 1)).reshape(-1)).view(
+            *rows.shape, self.window, -1)
 
     def _action_mask(self, row: Tensor, n_open: Tensor, turbulent: Tensor) -> Tensor:
         """Valid actions at t (a new tensor each step, never changed after); buys are judged at t's close

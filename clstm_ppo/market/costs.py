@@ -29,18 +29,26 @@ def quoted_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfi
     return (cfg.spread_base * (1.0 + cheap) * (1.0 + far) * (1.0 + stormy)).clamp(cfg.spread_min, cfg.spread_max)
 
 
-def _half_spread_and_impact(mid: Tensor, contracts: Tensor, iv: Tensor, log_moneyness: Tensor,
-                            option_volume: Tensor, cfg: CostConfig) -> tuple[Tensor, Tensor]:
-    """Half the quoted spread and the size-driven slippage, both as shares of mid."""
-    half = 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
-    return half, (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
+def half_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig) -> Tensor:
+    """Half the quoted spread as a share of mid: what each side of a round trip pays."""
+    return 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
+
+
+def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: bool, half: Tensor, option_volume: Tensor,
+                  cfg: CostConfig) -> Tensor:
+    """``fill_price`` with the half spread already known (the env quotes each bar's chain once)."""
+    return mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + slippage(contracts, option_volume, cfg)))
+
+
+def slippage(contracts: Tensor, option_volume: Tensor, cfg: CostConfig) -> Tensor:
+    """Size-driven price impact as a share of mid, capped."""
+    return (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
 
 
 def fill_price(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
                option_volume: Tensor, cfg: CostConfig) -> Tensor:
     """Per-share price of an order after half the quoted spread and the size-driven slippage."""
-    half, impact = _half_spread_and_impact(mid, contracts, iv, log_moneyness, option_volume, cfg)
-    return mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + impact))
+    return fill_price_at(mid, contracts, is_sell, half_spread(mid, iv, log_moneyness, cfg), option_volume, cfg)
 
 
 def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
@@ -49,22 +57,34 @@ def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_mo
 
     ``contracts`` may be 0 (no order): every cost is then 0.
     """
-    half, impact = _half_spread_and_impact(mid, contracts, iv, log_moneyness, option_volume, cfg)
+    return order_fill_at(mid, contracts, is_sell, half_spread(mid, iv, log_moneyness, cfg), option_volume, cfg,
+                         multiplier)
+
+
+def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: bool, half: Tensor, option_volume: Tensor,
+                  cfg: CostConfig, multiplier: int) -> Fill:
+    """``order_fill`` with the half spread already known."""
+    impact = slippage(contracts, option_volume, cfg)
     price = mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + impact))
     shares = contracts * multiplier
-    traded = (contracts > 0).to(mid.dtype)
+    traded = _orders(contracts)
     zero = torch.zeros_like(mid)
-    proceeds = price * shares
     costs = torch.stack([
         mid * half * shares,
         mid * impact * shares,
         torch.maximum(cfg.commission_per_contract * contracts, cfg.commission_min_per_order * traded),
         cfg.occ_clearing_per_contract * contracts,
         cfg.finra_taf_per_contract * contracts if is_sell else zero,
-        proceeds * (cfg.sec_fee_per_million / 1e6) if is_sell else zero,
+        price * shares * (cfg.sec_fee_per_million / 1e6) if is_sell else zero,
         cfg.orf_per_contract * contracts,
     ])
     return Fill(price, costs, costs.sum(0))
+
+
+def _orders(contracts: Tensor) -> Tensor:
+    """1 where an order (or position) has contracts, else 0. Contracts are whole numbers, so min(c, 1) is
+    exact, and on CPU several times faster than casting the comparison ``c > 0`` to floats."""
+    return contracts.clamp(0.0, 1.0)
 
 
 def fees_only(fill: Fill) -> Tensor:
@@ -87,5 +107,5 @@ def closing_fee_reserve(contracts: Tensor, cfg: CostConfig) -> Tensor:
     """
     per_contract = cfg.occ_clearing_per_contract + cfg.finra_taf_per_contract + cfg.orf_per_contract
     commission = torch.maximum(cfg.commission_per_contract * contracts,
-                               cfg.commission_min_per_order * (contracts > 0).to(contracts.dtype))
+                               cfg.commission_min_per_order * _orders(contracts))
     return commission + per_contract * contracts
