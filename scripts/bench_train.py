@@ -8,6 +8,8 @@ our LSTM 1 + MLP as its features extractor (through the gymnasium wrapper, one e
 DummyVecEnv slot) and one shared LSTM of LSTM 2's size with linear heads. Both run on
 one thread. "MFU" is our model FLOP/s (forward in the rollout, forward + backward in
 the update, counted analytically) over a dense float32 matmul's FLOP/s measured here.
+"ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
+that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
 """
 from __future__ import annotations
 
@@ -127,7 +129,8 @@ def main() -> None:
         sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates)
         rows.append({"sizes": size, "ours_steps_per_s": round(our_rate, 1), "sb3_steps_per_s": round(sb3_rate, 1),
                      "ratio": round(our_rate / sb3_rate, 2), "ours_gflops": round(our_flops / 1e9, 2),
-                     "mfu": round(our_flops / peak, 3)})
+                     "mfu": round(our_flops / peak, 3),
+                     "ratio_at_peak": round(peak / (our_flops / our_rate) / sb3_rate, 1)})
     print_table(rows, args.json, {"matmul_gflops_1_thread": round(peak / 1e9, 1), "num_envs": args.num_envs,
                                   "updates_timed": args.updates})
 

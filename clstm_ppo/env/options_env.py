@@ -244,7 +244,7 @@ class BatchedOptionsEnv:
         reward, terminated, truncated = self._advance(action.to(self.device).long())
         done = terminated | truncated
         episodes = None
-        if bool(done.any()):  # the one host sync of a step
+        if bool(done.any()):  # a step's second host sync (the first finds the copies that sell)
             idx = torch.nonzero(done).squeeze(-1)
             episodes = self._episode_stats(idx)
             if self.autoreset:
@@ -252,7 +252,7 @@ class BatchedOptionsEnv:
         return StepResult(self._observe(), reward, terminated, truncated, episodes)
 
     def _advance(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Fill ``action`` at t+1's open, age and mark at t+1's close: pure tensor work, no host sync."""
+        """Fill ``action`` at t+1's open, age and mark at t+1's close: tensor work, one host sync (``_sell``)."""
         a, m = self.actions, self.market_cfg
         valid = self._mask.gather(1, action.unsqueeze(-1)).squeeze(-1)
         self.stats["invalid"] += ~valid
