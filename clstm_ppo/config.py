@@ -152,6 +152,7 @@ class TrainConfig:
     num_episodes: int = 0  # >0: stop once this many training episodes have ended
     device: str = "auto"  # auto, cpu or cuda
     precision: str = "fp32"  # fp32, bf16 (autocast) or fp16 (autocast + GradScaler)
+    compile: bool = False  # torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs are
     eval_every: int = 10  # updates between evaluations on the validation split
     eval_episodes: int = 8  # deterministic validation episodes, starts spread evenly over the split
     checkpoint_dir: str = "checkpoints"

@@ -1,6 +1,9 @@
 """The one place that picks the device; everything else receives a torch.device."""
 from __future__ import annotations
 
+import os
+import shutil
+
 import torch
 
 from clstm_ppo.config import ConfigError
@@ -32,3 +35,14 @@ def configure_backends(device: torch.device) -> None:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True
+
+
+CXX_COMPILERS = ("g++", "c++", "clang++")  # what torch.compile's CPU backend (inductor) builds with
+
+
+def check_compile_toolchain(device_kind: str) -> None:
+    """``torch.compile`` turns CPU code into C++: fail in one line now, not in the first update."""
+    names = [os.environ.get("CXX", ""), *CXX_COMPILERS]
+    if device_kind == "cpu" and not any(shutil.which(n) for n in names if n):
+        raise ConfigError("train.compile on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
+                          "install one or leave train.compile=false")

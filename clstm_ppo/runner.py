@@ -30,6 +30,14 @@ from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episo
 from clstm_ppo.monitor import ResourceMonitor
 from clstm_ppo.tracking import Tracker
 
+def compile_encoder(model: CascadedActorCritic) -> None:
+    """``torch.compile`` LSTM 1 + MLP in place (checkpoint keys stay as they are).
+
+    Only the encoder: LSTM 2 runs in chunks cut at episode starts, a shape that changes with
+    every rollout and would recompile.
+    """
+    model.encoder.compile()
+
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, device: torch.device, ctx: DistContext = DistContext(),
@@ -45,6 +53,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
+        if t.compile:
+            compile_encoder(self.model)
         torch.manual_seed(seed)  # then each rank samples its own actions
         self.train_model: torch.nn.Module = self.model  # the DDP wrapper, when there is one, trains through this
         base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)

@@ -18,7 +18,7 @@ from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, load_config
 from clstm_ppo.data.dataset import build_market_data
-from clstm_ppo.device import configure_backends, cuda_device_count, pick_device
+from clstm_ppo.device import check_compile_toolchain, configure_backends, cuda_device_count, pick_device
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                           "start over with --fresh-start (the old run is moved aside), or pick --run-name")
     check_args(args, cfg)
     build_market_data(cfg.data)  # bad data fails here, in one line, before any worker starts
+    if cfg.train.compile:
+        check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
     cores = os.cpu_count() or 1
     share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731
     if group is not None:  # torchrun decides: join the group it describes, spawn nothing

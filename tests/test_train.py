@@ -194,3 +194,20 @@ def test_update_records_carry_resource_statistics(smoke_run):
                if '"kind": "update"' in line]
     assert updates and all(r["max_rss_mb"] > 50 and 0 < r["cpu_util_pct"] < 100 * 64 for r in updates)
     assert not any(k.startswith("gpu_") for k in updates[0]), "no GPU here, so no GPU statistics"
+
+
+def test_compiled_encoder_trains_and_keeps_checkpoint_keys(tmp_path, smoke_run):
+    assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--set", "train.compile=true") == 0
+    compiled = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
+    eager = load_checkpoint(smoke_run / "latest.pt")
+    assert compiled["model"].keys() == eager["model"].keys()  # checkpoints work with and without compile
+    assert all(torch.isfinite(v).all() for v in compiled["model"].values())
+
+
+def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no compiler to be found
+    monkeypatch.delenv("CXX", raising=False)
+    assert train(tmp_path, "--total-steps", "512", "--set", "train.compile=true") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: train.compile on a CPU needs a C++ compiler")
+    assert not (tmp_path / "synthetic-smoke").exists(), "refused before the run folder was made"
