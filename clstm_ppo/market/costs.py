@@ -36,19 +36,14 @@ def half_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig)
 
 def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: bool, half: Tensor, option_volume: Tensor,
                   cfg: CostConfig) -> Tensor:
-    """``fill_price`` with the half spread already known (the env quotes each bar's chain once)."""
+    """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env quotes
+    each bar's chain once) and the size-driven slippage."""
     return mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + slippage(contracts, option_volume, cfg)))
 
 
 def slippage(contracts: Tensor, option_volume: Tensor, cfg: CostConfig) -> Tensor:
     """Size-driven price impact as a share of mid, capped."""
     return (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
-
-
-def fill_price(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
-               option_volume: Tensor, cfg: CostConfig) -> Tensor:
-    """Per-share price of an order after half the quoted spread and the size-driven slippage."""
-    return fill_price_at(mid, contracts, is_sell, half_spread(mid, iv, log_moneyness, cfg), option_volume, cfg)
 
 
 def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
