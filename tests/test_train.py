@@ -211,3 +211,19 @@ def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: train.compile on a CPU needs a C++ compiler")
     assert not (tmp_path / "synthetic-smoke").exists(), "refused before the run folder was made"
+
+
+def test_resume_from_a_checkpoint_whose_env_state_has_another_layout_restarts_the_copies(tmp_path):
+    """Checkpoints written before the env's slot-major layout still resume: the copies start afresh."""
+    from clstm_ppo.checkpoint import atomic_save
+
+    args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
+    assert train(tmp_path, "--total-steps", "512", *args) == 0
+    latest = tmp_path / "synthetic-smoke" / "latest.pt"
+    state = load_checkpoint(latest)
+    for name in ("active", "is_call", "strike", "dte", "contracts", "entry_cost", "mark"):
+        state["env"][name] = state["env"][name].T.contiguous()  # the older (N, P) layout
+    atomic_save(state, latest)
+    assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
+    resumed = load_checkpoint(latest)
+    assert resumed["update"] == 4 and resumed["env"]["active"].shape == (5, 8)
