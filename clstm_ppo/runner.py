@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update
+from clstm_ppo.agent.model import State
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
@@ -24,11 +25,14 @@ from clstm_ppo.config import Config, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.distributed import DistContext, TrainingFailure
-from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
+from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.evaluate import evaluate_agent
 from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_sums, sums_to_metrics
 from clstm_ppo.monitor import ResourceMonitor
 from clstm_ppo.tracking import Tracker
+
+ENCODE_CHUNK = 4096  # windows per encoder call when caching bar codes: ~5 MB of input at TW 30
+
 
 def compile_encoder(model: CascadedActorCritic) -> None:
     """``torch.compile`` LSTM 1 + MLP in place (checkpoint keys stay as they are).
@@ -146,11 +150,11 @@ class Trainer:
     def collect(self) -> dict[str, np.ndarray]:
         s, obs = self.storage, self.obs
         s.initial_state = tuple(x.clone() for x in self.lstm_state)
+        codes = self.bar_codes()
         finished = []
         for step in range(self.cfg.ppo.num_steps):
             with self.precision.autocast():
-                logits, value, state = self.model(obs.market[None], obs.portfolio[None], obs.mask[None],
-                                                  obs.start[None], self.lstm_state)
+                logits, value, state = self.policy(obs, codes)
             self.lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
             dist = torch.distributions.Categorical(logits=logits[0].float())
             action = dist.sample()
@@ -162,11 +166,34 @@ class Trainer:
                 finished.append(result.episodes)
         # Bootstrap from the next observation without advancing the carried state.
         with self.precision.autocast():
-            _, last_value, _ = self.model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None],
-                                          self.lstm_state)
+            _, last_value, _ = self.policy(obs, codes)
         s.finish(last_value[0].float(), self.cfg.ppo.gamma, self.cfg.ppo.gae_lambda)
         self.obs = obs
         return concat_episodes(finished)
+
+    def bar_codes(self) -> torch.Tensor | None:
+        """LSTM 1 + MLP codes of every observable training bar, by flat row; None when that costs more.
+
+        The encoder sees a bar's window and nothing else, and the weights are fixed during a rollout, so
+        each bar needs encoding once per rollout, not once per copy and step: in a few large batches
+        instead of num_steps small ones, and with no window gathered per step. Worth it while the split
+        has no more bars than the rollout has decisions (the embedded S&P 500 and the synthetic default).
+        """
+        rows = self.env.observable_rows()
+        if len(rows) > self.cfg.train.num_envs * self.cfg.ppo.num_steps:
+            return None
+        codes = torch.zeros(self.env.n_symbols * self.env.n_bars, self.cfg.agent.mlp_hidden, device=self.device)
+        with self.precision.autocast():
+            for chunk in rows.split(ENCODE_CHUNK):
+                codes[chunk] = self.model.encoder(self.env.windows(chunk)).float()
+        return codes
+
+    def policy(self, obs: Observation, codes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """The rollout's forward for one step of every copy, from cached bar codes when there are some."""
+        args = (obs.portfolio[None], obs.mask[None], obs.start[None], self.lstm_state)
+        if codes is None:
+            return self.model(obs.market[None], *args)
+        return self.model.decide(codes.index_select(0, obs.row)[None], *args)
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""

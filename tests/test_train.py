@@ -64,9 +64,10 @@ def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(run_dir / "latest.pt")["model"]
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path):
-    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", "train.num_envs=8"]
-    batch = 8 * 32
+@pytest.mark.parametrize("num_envs", [8, 32])  # 32: the rollout uses cached bar codes
+def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs):
+    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}"]
+    batch = num_envs * 32
     assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common) == 0
@@ -227,3 +228,24 @@ def test_resume_from_a_checkpoint_whose_env_state_has_another_layout_restarts_th
     assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
     resumed = load_checkpoint(latest)
     assert resumed["update"] == 4 and resumed["env"]["active"].shape == (5, 8)
+
+
+def test_rollout_from_cached_bar_codes_equals_encoding_each_window(tmp_path):
+    """The rollout encodes each bar once when the split is shorter than a rollout; decisions must not change."""
+    from clstm_ppo.config import load_config
+    from clstm_ppo.runner import Trainer
+
+    cfg = load_config(SMOKE, ["train.num_envs=32"])  # 32 x 32 decisions > the split's 998 observable bars
+    trainer = Trainer(cfg, tmp_path, torch.device("cpu"))
+    trainer.train_step()  # weights away from their initial values
+    codes = trainer.bar_codes()
+    assert codes is not None
+    obs, gen = trainer.env.reset(), torch.Generator().manual_seed(0)
+    for _ in range(20):
+        cached, fresh = trainer.policy(obs, codes), trainer.policy(obs, None)
+        torch.testing.assert_close(cached[0], fresh[0], rtol=1e-5, atol=1e-5)  # logits
+        torch.testing.assert_close(cached[1], fresh[1], rtol=1e-5, atol=1e-5)  # values
+        trainer.lstm_state = fresh[2]
+        obs = trainer.env.step(torch.multinomial(obs.mask.float(), 1, generator=gen).squeeze(-1)).obs
+    cfg.train.num_envs = 16  # 16 x 32 decisions < 998 bars: encoding per step is less work
+    assert Trainer(cfg, tmp_path / "small", torch.device("cpu")).bar_codes() is None

@@ -69,6 +69,15 @@ class CascadedActorCritic(nn.Module):
         """
         steps, envs = portfolio.shape[:2]
         code = self.encoder(windows.reshape(steps * envs, *windows.shape[2:])).view(steps, envs, -1)
+        return self.decide(code, portfolio, mask, starts, state)
+
+    def decide(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor,
+               state: State) -> tuple[Tensor, Tensor, State]:
+        """``forward`` from the encoder's output (L, N, mlp_hidden) instead of the windows.
+
+        LSTM 1 + MLP see only a bar's window, so a caller can encode each bar once and reuse it.
+        """
+        steps, envs = portfolio.shape[:2]
         x = torch.cat([code, portfolio], dim=-1)
         cuts = [0, *(torch.nonzero(starts[1:].any(-1)).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
         h, c = state

@@ -13,7 +13,7 @@ row sym * T + t with one index_select.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -35,12 +35,30 @@ PORTFOLIO_FEATURES = (
 DAYS_PER_YEAR = 365.0  # option time runs in calendar days
 
 
-class Observation(NamedTuple):
-    market: Tensor  # (N, TW, F) normalised features of the last TW bars up to t
-    portfolio: Tensor  # (N, len(PORTFOLIO_FEATURES))
-    mask: Tensor  # (N, A) bool: which actions are valid at t (read-only: the env keeps it for the next step)
-    row: Tensor  # (N,) flat index of bar t: storage keeps this instead of the window (see ``windows``)
-    start: Tensor  # (N,) bool: this observation begins an episode
+class Observation:
+    """What N copies observe at bar t.
+
+    ``market`` is gathered on first access (then kept): the windows come from the fixed feature
+    table, so reading them later gives the same values, and a consumer that works from ``row``
+    (the trainer's per-bar LSTM 1 codes) never pays for N x TW x F copies.
+    """
+
+    __slots__ = ("portfolio", "mask", "row", "start", "_windows", "_market")
+
+    def __init__(self, portfolio: Tensor, mask: Tensor, row: Tensor, start: Tensor,
+                 windows: Callable[[Tensor], Tensor]):
+        self.portfolio = portfolio  # (N, len(PORTFOLIO_FEATURES))
+        self.mask = mask  # (N, A) bool: which actions are valid at t (read-only: the env keeps it)
+        self.row = row  # (N,) flat index sym * T + t of bar t: storage keeps this instead of the window
+        self.start = start  # (N,) bool: this observation begins an episode
+        self._windows, self._market = windows, None
+
+    @property
+    def market(self) -> Tensor:
+        """(N, TW, F) normalised features of the last TW bars up to t."""
+        if self._market is None:
+            self._market = self._windows(self.row)
+        return self._market
 
 
 class StepResult(NamedTuple):
@@ -187,6 +205,11 @@ class BatchedOptionsEnv:
             self.t, self.t_start = starts.clone(), starts.clone()
             self.t_end = (starts + length).clamp(max=self.split_end - 1)
         return self._observe()
+
+    def observable_rows(self) -> Tensor:
+        """Flat rows of every bar a copy can observe (its whole window inside the split), all underlyings."""
+        bars = torch.arange(self.split_start + self.window - 1, self.split_end, device=self.device)
+        return (torch.arange(self.n_symbols, device=self.device).unsqueeze(-1) * self.n_bars + bars).reshape(-1)
 
     def evaluation_starts(self, count: int) -> Tensor:
         """``count`` starts spread evenly over the split, each with room for a full-length episode."""
@@ -424,7 +447,7 @@ class BatchedOptionsEnv:
             (self.t - self.t_start).to(self.dtype) / span,
         ], dim=-1).to(torch.float32)
         self._mask = self._action_mask(row, n_open, turbulent)
-        return Observation(self.windows(row), portfolio, self._mask, row, self.t == self.t_start)
+        return Observation(portfolio, self._mask, row, self.t == self.t_start, self.windows)
 
     def windows(self, rows: Tensor) -> Tensor:
         """Feature windows (..., TW, F) ending at flat bar indices ``rows`` (from ``Observation.row``).
