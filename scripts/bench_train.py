@@ -7,7 +7,8 @@ copy per update, 4 epochs, 4 minibatches and the same network sizes: sb3-contrib
 our LSTM 1 + MLP as its features extractor (through the gymnasium wrapper, one env per
 DummyVecEnv slot) and one shared LSTM of LSTM 2's size with linear heads. Both run on
 one thread. "MFU" is our model FLOP/s (forward in the rollout, forward + backward in
-the update, counted analytically) over a dense float32 matmul's FLOP/s measured here.
+the update, counted analytically; a rollout that caches per-bar codes counts one encoding
+per bar) over a dense float32 matmul's FLOP/s measured here.
 "ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
 """
@@ -41,14 +42,14 @@ def bench_config(agent: AgentConfig, num_envs: int) -> Config:
     return cfg
 
 
-def forward_flops_per_sample(cfg: Config, n_features: int, n_actions: int) -> float:
-    """Multiply-adds x 2 of one decision: LSTM 1 over TW bars, the MLP, one LSTM 2 step, the heads."""
+def forward_flops(cfg: Config, n_features: int, n_actions: int) -> tuple[float, float]:
+    """Multiply-adds x 2 of one decision: (LSTM 1 over TW bars + the MLP, one LSTM 2 step + the heads)."""
     a, tw, p = cfg.agent, cfg.data.window, len(PORTFOLIO_FEATURES)
     lstm1 = tw * 4 * a.lstm1_hidden * (n_features + a.lstm1_hidden)
     mlp = a.lstm1_hidden * a.mlp_hidden + 2 * a.mlp_hidden * a.mlp_hidden
     lstm2 = 4 * a.lstm2_hidden * (a.mlp_hidden + p + a.lstm2_hidden)
     heads = a.lstm2_hidden * (n_actions + 1)
-    return 2.0 * (lstm1 + mlp + lstm2 + heads)
+    return 2.0 * (lstm1 + mlp), 2.0 * (lstm2 + heads)
 
 
 def ours(cfg: Config, updates: int) -> tuple[float, float]:
@@ -61,8 +62,11 @@ def ours(cfg: Config, updates: int) -> tuple[float, float]:
             trainer.train_step()
         elapsed = time.perf_counter() - start
     steps = updates * trainer.batch_size
-    per_sample = forward_flops_per_sample(cfg, len(trainer.data.feature_names), trainer.env.actions.n)
-    flops = steps * per_sample * (1 + 3 * cfg.ppo.update_epochs)  # backward ~ 2x forward
+    encoder, rest = forward_flops(cfg, len(trainer.data.feature_names), trainer.env.actions.n)
+    # The rollout encodes each bar once when it caches bar codes, else every decision's window.
+    cached_bars = len(trainer.env.observable_rows()) if trainer.bar_codes() is not None else trainer.batch_size
+    rollout = updates * (cached_bars * encoder + trainer.batch_size * rest)
+    flops = rollout + steps * (encoder + rest) * 3 * cfg.ppo.update_epochs  # backward ~ 2x forward
     return steps / elapsed, flops / elapsed
 
 

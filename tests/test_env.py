@@ -193,3 +193,24 @@ def test_the_market_window_ends_at_the_current_bar_on_every_underlying():
         np.testing.assert_array_equal(env.windows(obs.row).numpy(), expected)  # what the update replays
         obs = env.step(random_valid(obs.mask, gen)).obs
     assert len(set(env.sym.tolist())) == 3
+
+
+def test_optional_reward_shaping_subtracts_exactly_its_terms(synthetic_data):
+    """Twin envs on the same actions: the shaped reward differs by the drawdown and turbulence terms only."""
+    shaped_cfg = EnvConfig(dtype="float64", drawdown_penalty=0.3, turbulence_penalty=0.05)
+    plain = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), EXACT, num_envs=200, seed=6)
+    shaped = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), shaped_cfg, num_envs=200, seed=6)
+    obs, _ = plain.reset(), shaped.reset()
+    gen = torch.Generator().manual_seed(7)
+    penalised = 0
+    for _ in range(150):
+        action = random_valid(obs.mask, gen)
+        a, b = plain.step(action), shaped.step(action)
+        obs = a.obs
+        live = ~(a.terminated | a.truncated)  # finished copies were reset: their state is the new episode's
+        drawdown = 1.0 - shaped.equity / shaped.peak
+        turbulent = shaped.turbulent_bar[shaped.t] & shaped.active.any(0)
+        expected = a.reward - 0.3 * drawdown - 0.05 * turbulent.double()
+        torch.testing.assert_close(b.reward[live], expected[live], rtol=0, atol=1e-12)
+        penalised += int((turbulent & live).sum())
+    assert penalised > 50

@@ -315,8 +315,8 @@ class BatchedOptionsEnv:
         if self.cfg.drawdown_penalty:
             reward -= self.cfg.drawdown_penalty * (1.0 - self.equity / self.peak)
         if self.cfg.turbulence_penalty:
-            open_now = self.active.any(0)
-            reward -= self.cfg.turbulence_penalty * (self.turbulent_bar.index_select(0, self.t) & open_now)
+            held_in_turbulence = self.turbulent_bar.index_select(0, self.t) & self.active.any(0)
+            reward -= self.cfg.turbulence_penalty * self._float(held_in_turbulence)  # in the env's dtype
         self.stats["reward"] += reward
         steps = (self.t - self.t_start).clamp(max=self.max_len)
         self.equity_curve.view(-1).index_copy_(0, self.copy_ids * (self.max_len + 1) + steps, self.equity)
