@@ -38,7 +38,12 @@ def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: bool, half: Tensor, o
                   cfg: CostConfig) -> Tensor:
     """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env quotes
     each bar's chain once) and the size-driven slippage."""
-    return mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + slippage(contracts, option_volume, cfg)))
+    return _priced(mid, is_sell, half + slippage(contracts, option_volume, cfg))
+
+
+def _priced(mid: Tensor, is_sell: bool, share: Tensor) -> Tensor:
+    """Mid moved against the trader by ``share`` of mid: up for a buy, down for a sale."""
+    return mid * (1.0 + (-1.0 if is_sell else 1.0) * share)
 
 
 def slippage(contracts: Tensor, option_volume: Tensor, cfg: CostConfig) -> Tensor:
@@ -60,7 +65,7 @@ def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: bool, half: Tensor, o
                   cfg: CostConfig, multiplier: int) -> Fill:
     """``order_fill`` with the half spread already known."""
     impact = slippage(contracts, option_volume, cfg)
-    price = mid * (1.0 + (-1.0 if is_sell else 1.0) * (half + impact))
+    price = _priced(mid, is_sell, half + impact)
     shares = contracts * multiplier
     traded = _orders(contracts)
     zero = torch.zeros_like(mid)
