@@ -17,7 +17,7 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.normalize import Normalizer
-from clstm_ppo.device import pick_device
+from clstm_ppo.device import configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace, BatchedOptionsEnv, Observation
 from clstm_ppo.metrics import concat_episodes, episode_metrics
 
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     state = load_checkpoint(args.checkpoint)
     cfg = from_dict(Config, state["config"])
     device = pick_device(args.device)
+    configure_backends(device)
     data = build_market_data(cfg.data, normalizer=Normalizer.from_state_dict(state["normalizer"]))
     model = model_from_checkpoint(state, data, cfg, device)
     results = {"agent": evaluate_agent(model, data, args.split, cfg, args.episodes, device)}

@@ -8,6 +8,8 @@ every position with its Greeks, and builds the portfolio state and action mask.
 Two columns: the observation as the trainer reads it when it caches per-bar LSTM 1
 codes (bar rows; the window is gathered only on access), and with the N x TW x F
 market windows gathered every step (``obs.market``), as any window consumer needs.
+The footer's reference multiply times one plain tensor op before and after the
+table, so a slow or fast moment of the machine shows up next to the numbers.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from _table import print_table  # noqa: E402
 
 from clstm_ppo.config import Config  # noqa: E402
 from clstm_ppo.data import build_market_data  # noqa: E402
+from clstm_ppo.device import configure_backends  # noqa: E402
 from clstm_ppo.env import BatchedOptionsEnv  # noqa: E402
 
 OLDER_SYSTEM_STEPS_PER_S = 340  # the seed documents' figure for the older system
@@ -45,22 +48,42 @@ def measure(data, cfg: Config, num_envs: int, seconds: float, windows: bool) -> 
     return steps * num_envs / elapsed
 
 
+def reference_op_us(repeats: int = 3000) -> float:
+    """Microseconds of one plain float multiply of two (5, 4096) tensors: a gauge of this machine's speed
+    at the moment (it drifts by up to 2x over hours here), so tables from different runs can be compared."""
+    a, b = torch.rand(5, 4096), torch.rand(5, 4096)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(repeats // 5):
+            torch.mul(a, b)
+        best = min(best, (time.perf_counter() - start) / (repeats // 5) * 1e6)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per row")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 64, 1024, 4096])
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's malloc settings alone (the trainer keeps freed memory for reuse)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if not args.glibc_defaults:
+        configure_backends(torch.device("cpu"))  # as the trainer's workers do
     cfg = Config()
     data = build_market_data(cfg.data)
+    reference_before = reference_op_us()
     rows = []
     for n in args.sizes:
         rate = measure(data, cfg, n, args.seconds, windows=False)
         with_windows = measure(data, cfg, n, args.seconds, windows=True)
         rows.append({"num_envs": n, "env_steps_per_s": round(rate), "with_windows": round(with_windows),
                      "vs_older_system": round(rate / OLDER_SYSTEM_STEPS_PER_S, 1)})
-    print_table(rows, args.json, {"threads": torch.get_num_threads(), "dtype": cfg.env.dtype, "data": cfg.data.source})
+    print_table(rows, args.json, {"threads": torch.get_num_threads(), "dtype": cfg.env.dtype, "data": cfg.data.source,
+                                  "malloc": "glibc defaults" if args.glibc_defaults else "freed memory kept",
+                                  "reference_multiply_us": f"{reference_before:.2f} before, {reference_op_us():.2f} after"})
 
 
 if __name__ == "__main__":

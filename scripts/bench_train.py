@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _table import print_table  # noqa: E402
 
 from clstm_ppo.agent.model import MarketEncoder  # noqa: E402
 from clstm_ppo.config import AgentConfig, Config  # noqa: E402
+from clstm_ppo.device import configure_backends  # noqa: E402
 from clstm_ppo.env import PORTFOLIO_FEATURES  # noqa: E402
 from clstm_ppo.runner import Trainer  # noqa: E402
 
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--skip-sb3", action="store_true", help="time ours only")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    nn.Module  # noqa: B018 (torch imported for its thread setting above)
+    configure_backends(torch.device("cpu"))  # as the trainer's workers do; sb3-contrib runs under it too
     peak = matmul_flops()
     rows = []
     for size in args.sizes:

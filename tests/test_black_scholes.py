@@ -75,3 +75,31 @@ def test_expired_options_are_worth_intrinsic():
     call = torch.tensor([True, True, False, False])
     price = bs_price(s, k, torch.zeros_like(s), 0.05, 0.0, torch.full_like(s, 0.2), call)
     assert price.tolist() == [0.0, 10.0, 10.0, 0.0]
+
+
+def test_a_mixed_batch_of_calls_and_puts_prices_each_as_alone():
+    s, k, t, sigma = grid()
+    r, q = 0.04, 0.02
+    mixed = torch.arange(s.numel()) % 3 == 0  # calls and puts interleaved, as in the env's position slots
+    g = bs_greeks(s, k, t, r, q, sigma, mixed)
+    for flag in (True, False):
+        alone = bs_greeks(s, k, t, r, q, sigma, torch.full_like(mixed, flag))
+        rows = mixed == flag
+        for got, want in zip(g, alone):
+            torch.testing.assert_close(got[rows], want[rows], rtol=0, atol=1e-12)
+    expired = torch.zeros_like(t)
+    torch.testing.assert_close(bs_price(s, k, expired, r, q, sigma, mixed),
+                               torch.where(mixed, s - k, k - s).clamp_min(0), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mask_arithmetic_matches_torch_where(dtype):
+    from clstm_ppo.market.flags import as_float, call_sign, choose
+
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.rand(5, 64, generator=gen) < 0.4
+    a = torch.randn(5, 64, generator=gen, dtype=dtype) * 1e6
+    b = torch.randn(64, generator=gen, dtype=dtype)  # broadcast over the first dim, as slots over copies
+    assert torch.equal(choose(mask, a, b.expand_as(a)), torch.where(mask, a, b))
+    assert torch.equal(as_float(mask, dtype), mask.to(dtype))
+    assert torch.equal(call_sign(mask, dtype), torch.where(mask, 1.0, -1.0).to(dtype))

@@ -249,3 +249,13 @@ def test_rollout_from_cached_bar_codes_equals_encoding_each_window(tmp_path):
         obs = trainer.env.step(torch.multinomial(obs.mask.float(), 1, generator=gen).squeeze(-1)).obs
     cfg.train.num_envs = 16  # 16 x 32 decisions < 998 bars: encoding per step is less work
     assert Trainer(cfg, tmp_path / "small", torch.device("cpu")).bar_codes() is None
+
+
+def test_workers_keep_freed_host_memory_where_glibc_allows():
+    import platform
+
+    from clstm_ppo.device import keep_freed_host_memory
+
+    # True exactly where the C library is glibc (mallopt took both settings); elsewhere a harmless no-op.
+    on_glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert keep_freed_host_memory() is on_glibc

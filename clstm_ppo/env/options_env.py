@@ -26,6 +26,7 @@ from clstm_ppo.market import (COST_KINDS, bs_call_put, bs_price, chain_strikes, 
                               skewed_iv)
 from clstm_ppo.market.black_scholes import bs_greeks_before_expiry
 from clstm_ppo.market.costs import fees_only, fill_price_at, half_spread, order_fill_at, round_trip_fees_one_contract
+from clstm_ppo.market.flags import as_float, call_sign
 from clstm_ppo.market.volatility import atm_iv_per_bar, skewed_iv_at
 
 PORTFOLIO_FEATURES = (
@@ -291,8 +292,8 @@ class BatchedOptionsEnv:
         # 1. Sells at t+1's open: forced by turbulence at t, close-all, or the worst/best position.
         by_pnl = (action == a.close_worst) | (action == a.close_best)
         # The worst position has the lowest P&L, the best the lowest negated P&L: one search serves both.
-        key = torch.where(self.active, (self.mark - self.entry_cost) * torch.where(action == a.close_best, -1.0, 1.0),
-                          float("inf"))
+        negate = 1.0 - 2.0 * self._float(action == a.close_best)
+        key = ((self.mark - self.entry_cost) * negate).masked_fill(~self.active, float("inf"))
         picked, _ = self._first_slot(self.active & (key == key.amin(0)))
         close_all = self.turbulent_bar.index_select(0, self.t) | (action == a.close_all)
         sell = self.active & (close_all | (picked & by_pnl))
@@ -304,8 +305,8 @@ class BatchedOptionsEnv:
         # 3. Age to t+1's close: expiry settles at intrinsic, the rest is marked at mid.
         spot_close = self._at(self.close_px, nxt)
         expired = self.active & (self.dte <= 0)
-        intrinsic = torch.where(self.is_call, spot_close - self.strike, self.strike - spot_close).clamp_min(0)
-        self._book_closes(expired, torch.where(expired, intrinsic * self.contracts * m.multiplier, 0.0), None)
+        intrinsic = ((spot_close - self.strike) * call_sign(self.is_call, self.dtype)).clamp_min(0)
+        self._book_closes(expired, intrinsic * (self.contracts * self._float(expired)) * m.multiplier, None)
         self.t = t_next
         self._mark(spot_close, nxt)
 
@@ -335,7 +336,7 @@ class BatchedOptionsEnv:
         if sellers.numel() == 0:
             return
         pick = lambda x: x.index_select(-1, sellers)  # noqa: E731
-        strike, spot, contracts = pick(self.strike), pick(spot), torch.where(pick(sell), pick(self.contracts), 0.0)
+        strike, spot, contracts = pick(self.strike), pick(spot), pick(self.contracts) * self._float(pick(sell))
         log_k_s = torch.log(strike / spot)
         iv = skewed_iv_at(pick(self._at(self.atm_iv, row)), log_k_s, m)
         years = pick(self.dte).clamp_min(0) / DAYS_PER_YEAR  # one expiring at t+1 still sells at open, at intrinsic
@@ -353,8 +354,8 @@ class BatchedOptionsEnv:
         return flags & (ranked == top), top > 0  # argmax over a short leading dim is slow on CPU
 
     def _float(self, mask: Tensor) -> Tensor:
-        """0/1 floats of a bool mask: through uint8, several times faster than a direct cast on CPU."""
-        return mask.view(torch.uint8).to(self.dtype)
+        """0/1 floats of a bool mask in the env's dtype (``torch.where`` is avoided: see ``market.flags``)."""
+        return as_float(mask, self.dtype)
 
     def _book_closes(self, closing: Tensor, cash_in: Tensor, costs: Tensor | None) -> None:
         """Settle ``closing`` slots (``cash_in`` is zero elsewhere): cash in, P&L net of every cost, slot freed."""
@@ -387,7 +388,7 @@ class BatchedOptionsEnv:
         slot, has_slot = self._first_slot(~self.active)
         go = buying & (contracts >= 1) & has_slot
         self.stats["rejected"] += buying & ~go
-        contracts = torch.where(go, contracts, 0.0)
+        contracts = contracts * self._float(go)
         fill = order_fill_at(mid, contracts, False, half, opt_volume, costs, mult)
         cost = fill.price * contracts * mult + fees_only(fill)
         self.cash = self.cash - cost
