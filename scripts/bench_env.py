@@ -9,7 +9,7 @@ Two columns: the observation as the trainer reads it when it caches per-bar LSTM
 codes (bar rows; the window is gathered only on access), and with the N x TW x F
 market windows gathered every step (``obs.market``), as any window consumer needs.
 The footer's reference multiply times one plain tensor op before and after the
-table, so a slow or fast moment of the machine shows up next to the numbers.
+table, so a slow or fast moment of the machine's arithmetic shows up next to the numbers.
 """
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def measure(data, cfg: Config, num_envs: int, seconds: float, windows: bool) -> 
 
 
 def reference_op_us(repeats: int = 3000) -> float:
-    """Microseconds of one plain float multiply of two (5, 4096) tensors: a gauge of this machine's speed
-    at the moment (it drifts by up to 2x over hours here), so tables from different runs can be compared."""
+    """Microseconds of one plain float multiply of two (5, 4096) tensors: a gauge of the machine's arithmetic
+    speed at the moment. This machine's speed drifts by up to ~1.7x over hours; a slow phase that hits memory
+    rather than arithmetic may not show here (docs/BENCHMARKS.md), so compare columns of one run first."""
     a, b = torch.rand(5, 4096), torch.rand(5, 4096)
     best = float("inf")
     for _ in range(5):
