@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(9, 4.5))
-        for (name, (_, eps)), color in zip(results.items(), ("C0", "C1", "C2")):
+        for (name, (_, eps)), color in zip(results.items(), ("C0", "C1", "C2"), strict=True):
             for i, curve in enumerate(eps["equity_curve"]):
                 ax.plot(curve, color=color, alpha=0.6, label=name if i == 0 else None)
         ax.set_xlabel("bars into the episode")

@@ -101,7 +101,7 @@ def episode_sums(episodes: dict[str, np.ndarray]) -> np.ndarray:
 
 def sums_to_metrics(sums: np.ndarray) -> dict[str, float]:
     """Per-episode means, win rate and profit rate from (all ranks') summed episode statistics."""
-    s = dict(zip(SUMMARY_FIELDS, map(float, sums)))
+    s = dict(zip(SUMMARY_FIELDS, map(float, sums), strict=True))
     n = max(s["episodes"], 1.0)
     win_rate = s["wins"] / s["closed"] if s["closed"] > 0 else 0.0
     profit_rate = s["profitable"] / n

@@ -38,8 +38,8 @@ def main() -> None:
     }
     rows = []
     for name, cfg in cases.items():
-        load_s = best_of(args.repeats, lambda: load_bars(cfg.source, cfg.symbols, cfg.synthetic))
-        total_s = best_of(args.repeats, lambda: build_market_data(cfg))
+        load_s = best_of(args.repeats, lambda cfg=cfg: load_bars(cfg.source, cfg.symbols, cfg.synthetic))
+        total_s = best_of(args.repeats, lambda cfg=cfg: build_market_data(cfg))
         data = build_market_data(cfg)
         bars = len(data.dates) * len(data.symbols)
         rows.append({"series": name, "bars": bars, "load_s": load_s, "load+featurise_s": total_s,

@@ -85,7 +85,7 @@ def test_a_mixed_batch_of_calls_and_puts_prices_each_as_alone():
     for flag in (True, False):
         alone = bs_greeks(s, k, t, r, q, sigma, torch.full_like(mixed, flag))
         rows = mixed == flag
-        for got, want in zip(g, alone):
+        for got, want in zip(g, alone, strict=True):
             torch.testing.assert_close(got[rows], want[rows], rtol=0, atol=1e-12)
     expired = torch.zeros_like(t)
     torch.testing.assert_close(bs_price(s, k, expired, r, q, sigma, mixed),

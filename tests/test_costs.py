@@ -10,14 +10,14 @@ T = lambda *v: torch.tensor(v if len(v) > 1 else v[0], dtype=torch.float64)
 def test_fees_are_itemised_per_contract_and_order():
     cfg = CostConfig()
     buy = order_fill(T(2.0), T(10.0), False, T(0.2), T(0.0), T(1e9), cfg, 100)
-    costs = dict(zip(COST_KINDS, buy.costs.tolist()))
+    costs = dict(zip(COST_KINDS, buy.costs.tolist(), strict=True))
     assert costs["commission"] == pytest.approx(6.50)
     assert costs["occ_clearing"] == pytest.approx(0.25)
     assert costs["orf"] == pytest.approx(0.20)
     assert costs["finra_taf"] == 0.0 and costs["sec_fee"] == 0.0  # both only on sales
     assert costs["spread"] == pytest.approx(2.0 * 0.015 * 1000)  # half of a 3% spread on $2,000 of premium
     sell = order_fill(T(0.5), T(1.0), True, T(0.2), T(0.0), T(1e9), cfg, 100)
-    costs = dict(zip(COST_KINDS, sell.costs.tolist()))
+    costs = dict(zip(COST_KINDS, sell.costs.tolist(), strict=True))
     assert costs["commission"] == pytest.approx(1.00)  # the per-order minimum
     assert costs["finra_taf"] == pytest.approx(0.00279)
     proceeds = sell.price.item() * 100

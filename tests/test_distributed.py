@@ -153,7 +153,7 @@ def test_two_torchrun_launchers_form_one_two_node_job(tmp_path):
     nodes = [subprocess.Popen(torchrun(*common, "--node-rank", str(rank), *train), cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     outputs = [node.communicate(timeout=180) for node in nodes]
-    for node, (_, err) in zip(nodes, outputs):
+    for node, (_, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, err[-3000:]
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
     assert state["world_size"] == 2 and state["update"] == 2

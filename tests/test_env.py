@@ -188,7 +188,7 @@ def test_the_market_window_ends_at_the_current_bar_on_every_underlying():
     gen = torch.Generator().manual_seed(5)
     for _ in range(40):
         sym, t = env.sym.numpy(), env.t.numpy()
-        expected = np.stack([data.features[s, b - 6: b + 1] for s, b in zip(sym, t)])
+        expected = np.stack([data.features[s, b - 6: b + 1] for s, b in zip(sym, t, strict=True)])
         np.testing.assert_array_equal(obs.market.numpy(), expected)
         np.testing.assert_array_equal(env.windows(obs.row).numpy(), expected)  # what the update replays
         obs = env.step(random_valid(obs.mask, gen)).obs

@@ -8,6 +8,8 @@ actor and a critic read LSTM 2's output.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -82,7 +84,7 @@ class CascadedActorCritic(nn.Module):
         cuts = [0, *(torch.nonzero(starts[1:].any(-1)).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
         h, c = state
         outputs = []
-        for begin, end in zip(cuts[:-1], cuts[1:]):
+        for begin, end in itertools.pairwise(cuts):
             keep = (~starts[begin]).to(h.dtype).view(1, envs, 1)
             out, (h, c) = self.lstm2(x[begin:end], (h * keep, c * keep))
             outputs.append(out)
