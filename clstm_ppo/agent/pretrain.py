@@ -29,7 +29,7 @@ def pretrain_encoder(encoder: MarketEncoder, env: BatchedOptionsEnv, data: Marke
     history = []
     for epoch in range(cfg.pretrain_epochs):
         order = torch.randperm(len(rows), generator=generator).to(device)
-        total = 0.0
+        total = torch.zeros((), device=device)  # summed on the device: one host sync per epoch, not per batch
         for batch in order.split(cfg.pretrain_batch_size):
             prediction = head(encoder(env.windows(rows[batch]))).squeeze(-1)
             loss = ((prediction - targets[batch]) ** 2).mean()
@@ -37,6 +37,6 @@ def pretrain_encoder(encoder: MarketEncoder, env: BatchedOptionsEnv, data: Marke
             loss.backward()
             nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
-            total += float(loss) * len(batch)
-        history.append({"epoch": epoch + 1, "mse": total / len(rows), "predict_zero_mse": baseline})
+            total += loss.detach() * len(batch)
+        history.append({"epoch": epoch + 1, "mse": float(total) / len(rows), "predict_zero_mse": baseline})
     return history
