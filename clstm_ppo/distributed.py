@@ -6,6 +6,7 @@ code path. Every rank calls every collective the same number of times.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,6 +39,14 @@ class DistContext:
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.all_reduce_sum(tensor) / self.world_size if self.enabled else tensor
+
+    def gather_to_main(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (picklable, on the CPU) in rank order on rank 0; an empty list elsewhere."""
+        if not self.enabled:
+            return [obj]
+        gathered: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, gathered, dst=0)  # under NCCL the bytes travel through this rank's current GPU
+        return gathered or []
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's weights (after work each rank did alone, e.g. pretraining)."""

@@ -78,8 +78,13 @@ class Trainer:
         self.evals_without_best = 0
         self.lstm_state = self.model.initial_state(t.num_envs, device)
         self.env_restored = False
+        self.other_ranks: list[dict[str, Any]] = []  # ranks 1.. of the last update boundary, on rank 0
+        self.resume_note = ""
         if resume:
             self._restore(resume)
+            self.resume_note = ("env copies continue their episodes" if self.env_restored else
+                                f"env copies start fresh episodes (saved: {resume['world_size']} worker(s) x "
+                                f"{resume['num_envs']} copies; now {ctx.world_size} x {t.num_envs})")
         self.obs = self.env._observe() if self.env_restored else self.env.reset()
         self.stop_requested = False
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)
@@ -102,16 +107,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
 
-    def state_dict(self) -> dict[str, Any]:
+    def rank_state(self) -> dict[str, Any]:
+        """What differs between ranks: random streams, env copies and LSTM 2's carried state."""
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
                "minibatches": self.minibatch_generator.get_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {"rng": rng, "env": self.env.state_dict(), "lstm_state": tuple(s.cpu() for s in self.lstm_state)}
+
+    def gather_rank_states(self) -> None:
+        """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes."""
+        self.other_ranks = self.ctx.gather_to_main(self.rank_state() if self.ctx.enabled else None)[1:]
+
+    def state_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
-            "update": self.update, "global_step": self.global_step, "episodes": self.episodes, "rng": rng,
-            "env": self.env.state_dict(), "lstm_state": tuple(s.cpu() for s in self.lstm_state),
+            "update": self.update, "global_step": self.global_step, "episodes": self.episodes,
+            **self.rank_state(), "other_ranks": list(self.other_ranks),  # rank 0's own, then ranks 1, 2, ...
             "config": to_dict(self.cfg), "normalizer": self.data.normalizer.state_dict(),
             "world_size": self.ctx.world_size, "num_envs": self.cfg.train.num_envs,
             "best": dict(self.best), "last_eval": dict(self.last_eval), "evals_without_best": self.evals_without_best,
@@ -129,20 +142,27 @@ class Trainer:
         self.update, self.global_step, self.episodes = state["update"], state["global_step"], state["episodes"]
         self.best, self.last_eval = dict(state["best"]), dict(state.get("last_eval", {}))
         self.evals_without_best = state.get("evals_without_best", 0)
-        # The env copies and random streams continue exactly only when this run has the same single set of
-        # copies as the saved one; otherwise (another world size, --num-envs or env layout) every copy starts afresh.
-        same_copies = state["world_size"] == self.ctx.world_size == 1 and state["num_envs"] == self.cfg.train.num_envs
-        if same_copies and self.env.fits(state["env"]):
-            rng = state["rng"]
+        # The env copies and random streams continue exactly when this run has the saved run's workers and copies;
+        # otherwise (another world size, --num-envs or env layout) every copy starts afresh.
+        mine = self._saved_rank_state(state)
+        if mine is not None and self.env.fits(mine["env"]):
+            rng = mine["rng"]
             torch.set_rng_state(rng["torch"])
             if "cuda" in rng and self.device.type == "cuda":
                 torch.cuda.set_rng_state(rng["cuda"], self.device)
             np.random.set_state(rng["numpy"])
             random.setstate(rng["python"])
             self.minibatch_generator.set_state(rng["minibatches"])
-            self.env.load_state_dict(state["env"])
-            self.lstm_state = tuple(s.to(self.device) for s in state["lstm_state"])
+            self.env.load_state_dict(mine["env"])
+            self.lstm_state = tuple(s.to(self.device) for s in mine["lstm_state"])
             self.env_restored = True
+
+    def _saved_rank_state(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """This rank's saved random streams and env copies, when the checkpoint's workers and copies match."""
+        world, others = self.ctx.world_size, state.get("other_ranks", [])
+        if state["world_size"] != world or state["num_envs"] != self.cfg.train.num_envs or len(others) != world - 1:
+            return None  # also a multi-worker checkpoint from before ranks > 0 were saved
+        return state if self.ctx.rank == 0 else others[self.ctx.rank - 1]
 
     # ------------------------------------------------------------------ one update
 
@@ -247,6 +267,8 @@ class Trainer:
             total = cfg.train.total_steps if cfg.train.num_episodes <= 0 else None
             tracker = Tracker(self.run_dir, total, to_dict(cfg), cfg.train.wandb, cfg.train.wandb_project,
                               self.run_dir.name, initial_steps=self.global_step)
+            if self.resume_note:
+                tracker.write(f"resumed at update {self.update}: {self.resume_note}")
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             if cfg.train.pretraining and self.update == 0:
@@ -256,6 +278,7 @@ class Trainer:
                 stats, sums = self.train_step()
                 failed = bool(stats["nonfinite"])
                 early = False
+                self.gather_rank_states()  # every rank, every update, before rank 0 writes any checkpoint
                 if main and not failed:
                     self._report(tracker, stats, sums)
                     if self.update % cfg.train.eval_every == 0:

@@ -105,11 +105,36 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     assert second.returncode == 0, second.stderr[-3000:]
     state = load_checkpoint(latest)
     assert "written by 2 worker(s)" in second.stdout and state["world_size"] == 1 and state["update"] == 4
+    assert "env copies start fresh episodes (saved: 2 worker(s) x 8 copies; now 1 x 8)" in second.stdout + second.stderr
     third = cli(*base, "--resume-from", "latest", "--device", "cpu", "--num-workers", "2",
                 "--total-steps", str(2 * 512 + 2 * 256 + 2 * 512))
     assert third.returncode == 0, third.stderr[-3000:]
     state = load_checkpoint(latest)
     assert state["world_size"] == 2 and state["update"] == 6 and state["global_step"] == 2560
+
+
+def test_two_worker_resume_equals_an_uninterrupted_two_worker_run(tmp_path):
+    """Every rank's env copies, LSTM state and random streams are saved, so a resume continues each rank exactly."""
+    batch = 2 * 8 * 32  # env steps per update: 2 workers x 8 copies x 32 steps
+    common = ["--device", "cpu", "--num-workers", "2", *SMALL, "--set", "ppo.lr_schedule=constant"]
+    whole = cli("--checkpoint-dir", str(tmp_path / "a"), *common, "--total-steps", str(4 * batch))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    part = cli("--checkpoint-dir", str(tmp_path / "b"), *common, "--total-steps", str(2 * batch))
+    assert part.returncode == 0, part.stderr[-3000:]
+    saved = load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")
+    assert len(saved["other_ranks"]) == 1
+    assert not torch.equal(saved["env"]["t_start"], saved["other_ranks"][0]["env"]["t_start"]), \
+        "rank 1's own copies must be saved, not a second copy of rank 0's"
+    rest = cli("--checkpoint-dir", str(tmp_path / "b"), *common, "--total-steps", str(4 * batch),
+               "--resume-from", "latest")
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert "resumed at update 2: env copies continue their episodes" in rest.stdout + rest.stderr
+    a, b = (load_checkpoint(tmp_path / run / "synthetic-smoke" / "latest.pt") for run in ("a", "b"))
+    assert a["update"] == b["update"] == 4
+    for name in a["model"]:
+        torch.testing.assert_close(b["model"][name], a["model"][name], rtol=1e-6, atol=1e-7, msg=name)
+    for name in ("cash", "t", "dte"):
+        assert torch.equal(b["other_ranks"][0]["env"][name], a["other_ranks"][0]["env"][name]), name
 
 
 def test_sigterm_to_the_launcher_leaves_a_loadable_latest(tmp_path):
