@@ -16,7 +16,7 @@ import torch
 
 from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_aside, resolve_resume
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, ConfigError, load_config
+from clstm_ppo.config import Config, ConfigError, load_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.device import check_compile_toolchain, configure_backends, cuda_device_count, pick_device
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
@@ -80,6 +80,18 @@ def resolve_config(args: argparse.Namespace, base: dict | None = None) -> Config
     if args.total_steps is not None:
         overrides.append("train.num_episodes=0")  # an explicit step budget replaces an episode budget
     return load_config(config_path, overrides, base=base)
+
+
+# Where and how wide a run executes belongs to each launch, not to the run: a resume on another machine
+# (a laptop after a GPU box, or GPUs after CPU workers) starts these from the defaults, not the checkpoint.
+PER_LAUNCH_SETTINGS = ("device", "threads_per_worker")
+
+
+def resume_base(saved_config: dict) -> dict:
+    """A checkpoint's settings with the per-launch ones reset to their defaults."""
+    defaults = to_dict(Config().train)
+    train = {**saved_config.get("train", {}), **{k: defaults[k] for k in PER_LAUNCH_SETTINGS}}
+    return {**saved_config, "train": train}
 
 
 def default_run_name(cfg: Config, args: argparse.Namespace) -> str:
@@ -219,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume_from:
         resume_path = resolve_resume(args.resume_from, run_dir)
         resume = load_checkpoint(resume_path)
-        cfg = resolve_config(args, base=resume["config"])  # the run's own settings, then this command's changes
+        cfg = resolve_config(args, base=resume_base(resume["config"]))  # the run's settings, then this command's
         if is_first:
             print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
                   f"written by {resume['world_size']} worker(s))")
@@ -245,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
     if notice:
         print(notice)
-    cfg.train.device = kind
     if workers == 1:
         run_worker(0, DistContext(), cfg, run_dir, resume_path, share(1))
         return 0

@@ -106,8 +106,8 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     state = load_checkpoint(latest)
     assert "written by 2 worker(s)" in second.stdout and state["world_size"] == 1 and state["update"] == 4
     assert "env copies start fresh episodes (saved: 2 worker(s) x 8 copies; now 1 x 8)" in second.stdout + second.stderr
-    third = cli(*base, "--resume-from", "latest", "--device", "cpu", "--num-workers", "2",
-                "--total-steps", str(2 * 512 + 2 * 256 + 2 * 512))
+    # The first command again: the CPU fallback it chose is not carried into the run's settings as --device cpu.
+    third = cli(*base, "--resume-from", "latest", "--num-gpus", "2", "--total-steps", str(2 * 512 + 2 * 256 + 2 * 512))
     assert third.returncode == 0, third.stderr[-3000:]
     state = load_checkpoint(latest)
     assert state["world_size"] == 2 and state["update"] == 6 and state["global_step"] == 2560

@@ -230,6 +230,23 @@ def test_resume_from_a_checkpoint_whose_env_state_has_another_layout_restarts_th
     assert resumed["update"] == 4 and resumed["env"]["active"].shape == (5, 8)
 
 
+def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys):
+    """Where a run executes is chosen per launch: a checkpoint's saved device and threads are not reused."""
+    from clstm_ppo.checkpoint import atomic_save
+
+    args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
+    assert train(tmp_path, "--total-steps", "512", *args) == 0
+    latest = tmp_path / "synthetic-smoke" / "latest.pt"
+    state = load_checkpoint(latest)
+    assert state["config"]["train"]["device"] == "auto", "the resolved device must not be written as the user's choice"
+    state["config"]["train"].update(device="cuda", threads_per_worker=8)  # as written on a GPU machine
+    atomic_save(state, latest)
+    assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
+    assert load_checkpoint(latest)["update"] == 4
+    assert train(tmp_path, "--total-steps", "1536", "--resume-from", "latest", "--device", "cuda", *args) == 2
+    assert "--device cuda was asked for" in capsys.readouterr().err  # asked for in this command: still an error
+
+
 def test_rollout_from_cached_bar_codes_equals_encoding_each_window(tmp_path):
     """The rollout encodes each bar once when the split is shorter than a rollout; decisions must not change."""
     from clstm_ppo.config import load_config
