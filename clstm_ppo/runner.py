@@ -117,7 +117,8 @@ class Trainer:
 
     def gather_rank_states(self) -> None:
         """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes."""
-        self.other_ranks = self.ctx.gather_to_main(self.rank_state() if self.ctx.enabled else None)[1:]
+        others_send = self.ctx.enabled and not self.ctx.is_main  # rank 0 takes its own state when it saves
+        self.other_ranks = self.ctx.gather_to_main(self.rank_state() if others_send else None)[1:]
 
     def state_dict(self) -> dict[str, Any]:
         return {
