@@ -8,6 +8,7 @@ over the target, so a crash mid-write never leaves a damaged checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -29,16 +30,21 @@ class CheckpointError(ValueError):
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``obj`` to ``path`` whole or not at all; a failed write (e.g. a full disk) is a CheckpointError."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)  # atomic on POSIX and Windows
+    except OSError as err:
+        kept = f"the previous {path.name} is untouched" if path.exists() else f"no {path.name} was written"
+        raise CheckpointError(f"could not write checkpoint {path} ({err.strerror or err}); {kept}; free disk space "
+                              "or choose another --checkpoint-dir, then continue with --resume-from latest") from None
     finally:
-        if tmp.exists():
+        with contextlib.suppress(OSError):  # nothing to remove, or the folder itself is unusable
             tmp.unlink()
 
 
