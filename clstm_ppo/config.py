@@ -181,6 +181,93 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
+# ---------------------------------------------------------------- allowed values
+
+CHOICES = {
+    "train.device": ("auto", "cpu", "cuda"),
+    "train.precision": ("fp32", "bf16", "fp16"),
+    "ppo.lr_schedule": ("linear", "constant"),
+    "env.dtype": ("float32", "float64"),
+}
+# Interval rules for numeric settings (a list setting: every entry). Written as they read in the error.
+LIMITS = {
+    "data.window": ">= 1", "data.train_frac": "(0, 1)", "data.val_frac": "[0, 1)", "data.periods_per_year": ">= 1",
+    "data.vol_window": ">= 2", "data.volume_window": ">= 2", "data.turbulence_lookback": ">= 2",
+    "data.turbulence_quantile": "(0, 1]",
+    "market.risk_free_rate": "(-1, 1)", "market.dividend_yield": "(-1, 1)",  # negative rates do occur
+    "market.iv_premium": "> 0", "market.iv_skew": ">= 0", "market.min_iv": "> 0", "market.max_iv": "> 0",
+    "market.moneyness": "> 0", "market.expiries_days": ">= 1", "market.strike_step": ">= 0",
+    "market.multiplier": ">= 1",
+    "market.costs.commission_per_contract": ">= 0", "market.costs.commission_min_per_order": ">= 0",
+    "market.costs.occ_clearing_per_contract": ">= 0", "market.costs.finra_taf_per_contract": ">= 0",
+    "market.costs.sec_fee_per_million": ">= 0", "market.costs.orf_per_contract": ">= 0",
+    "market.costs.spread_base": "[0, 1]", "market.costs.spread_min": "[0, 1]", "market.costs.spread_max": "[0, 1]",
+    "market.costs.spread_cheap_price": ">= 0", "market.costs.spread_cheap_coef": ">= 0",
+    "market.costs.spread_moneyness_coef": ">= 0", "market.costs.spread_vol_coef": ">= 0",
+    "market.costs.slippage_coef": ">= 0", "market.costs.max_slippage": "[0, 1)",
+    "market.costs.option_volume_ratio": ">= 0", "market.costs.min_option_volume": "> 0",
+    "env.initial_cash": "> 0", "env.max_positions": ">= 1", "env.position_frac": "(0, 1]",
+    "env.episode_length": ">= 0", "env.ruin_fraction": "[0, 1)", "env.reward_scale": "> 0",
+    "env.drawdown_penalty": ">= 0", "env.turbulence_penalty": ">= 0",
+    "agent.lstm1_hidden": ">= 1", "agent.mlp_hidden": ">= 1", "agent.lstm2_hidden": ">= 1",
+    "ppo.num_steps": ">= 1", "ppo.gamma": "[0, 1]", "ppo.gae_lambda": "[0, 1]", "ppo.clip_coef": "> 0",
+    "ppo.vf_coef": ">= 0", "ppo.ent_coef": ">= 0", "ppo.max_grad_norm": "> 0", "ppo.learning_rate": "> 0",
+    "ppo.adam_betas": "[0, 1)", "ppo.adam_eps": "> 0", "ppo.warmup_updates": ">= 0", "ppo.update_epochs": ">= 1",
+    "ppo.num_minibatches": ">= 1", "ppo.grad_accumulation": ">= 1", "ppo.target_kl": "> 0",
+    "train.num_envs": ">= 1", "train.total_steps": ">= 0", "train.num_episodes": ">= 0", "train.eval_every": ">= 1",
+    "train.eval_episodes": ">= 1", "train.keep_last": ">= 1", "train.checkpoint_every": ">= 1",
+    "train.pretrain_epochs": ">= 1", "train.pretrain_batch_size": ">= 1", "train.pretrain_lr": "> 0",
+    "train.early_stopping_patience": ">= 0", "train.threads_per_worker": ">= 0", "train.dist_timeout_s": "> 0",
+}
+
+
+def _obeys(value: float, rule: str) -> bool:
+    if rule[0] in "([":  # an interval such as (0, 1]
+        low, high = (float(x) for x in rule[1:-1].split(","))
+        above = value > low if rule[0] == "(" else value >= low
+        return above and (value < high if rule[-1] == ")" else value <= high)
+    op, bound = rule.split()
+    return value > float(bound) if op == ">" else value >= float(bound)
+
+
+def _get(cfg: Config, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def check_values(cfg: Config) -> None:
+    """Every setting within its allowed values and the settings consistent with each other, or a one-line error."""
+    for key, allowed in CHOICES.items():
+        if _get(cfg, key) not in allowed:
+            raise ConfigError(f"config: {key} is {_get(cfg, key)!r}; choose one of {', '.join(allowed)}")
+    for key, rule in LIMITS.items():
+        value = _get(cfg, key)
+        for v in (value if isinstance(value, list) else [] if value is None else [value]):
+            if not _obeys(v, rule):
+                interval = f"in {rule}" if rule[0] in "([" else rule
+                raise ConfigError(f"config: {key} must be {interval}, got {value!r}")
+    d, m, p, t = cfg.data, cfg.market, cfg.ppo, cfg.train
+    pairs = [
+        (not m.moneyness or not m.expiries_days, "market.moneyness and market.expiries_days need at least one entry"),
+        (m.min_iv >= m.max_iv, f"market.min_iv ({m.min_iv}) must be below market.max_iv ({m.max_iv})"),
+        (m.costs.spread_min > m.costs.spread_max,
+         f"market.costs.spread_min ({m.costs.spread_min}) must not exceed spread_max ({m.costs.spread_max})"),
+        (d.train_frac + d.val_frac >= 1,
+         f"data.train_frac + data.val_frac ({d.train_frac} + {d.val_frac}) must leave a test split (sum below 1)"),
+        (len(p.adam_betas) != 2, f"ppo.adam_betas needs two entries (beta1, beta2), got {p.adam_betas}"),
+        (t.num_envs % p.num_minibatches != 0,
+         f"train.num_envs ({t.num_envs}) must be a multiple of ppo.num_minibatches ({p.num_minibatches}): "
+         "minibatches are whole env sequences"),
+        (p.num_minibatches % p.grad_accumulation != 0,
+         f"ppo.grad_accumulation ({p.grad_accumulation}) must divide ppo.num_minibatches ({p.num_minibatches})"),
+        (t.total_steps < 1 and t.num_episodes < 1, "train.total_steps must be at least 1 (or set train.num_episodes)"),
+    ]
+    for broken, message in pairs:
+        if broken:
+            raise ConfigError(f"config: {message}")
+
+
 # ---------------------------------------------------------------- dict <-> dataclass
 
 
@@ -285,7 +372,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         values = _merge(values, loaded)
     for text in overrides or []:
         values = _merge(values, _parse_override(text))
-    return from_dict(Config, values)
+    cfg = from_dict(Config, values)
+    check_values(cfg)
+    return cfg
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

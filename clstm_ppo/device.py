@@ -8,9 +8,9 @@ import sys
 
 import torch
 
-from clstm_ppo.config import ConfigError
+from clstm_ppo.config import CHOICES, ConfigError
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DEVICE_CHOICES = CHOICES["train.device"]
 
 
 def cuda_device_count() -> int:

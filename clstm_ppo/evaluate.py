@@ -17,7 +17,7 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.normalize import Normalizer
-from clstm_ppo.device import configure_backends, pick_device
+from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace, BatchedOptionsEnv, Observation
 from clstm_ppo.metrics import concat_episodes, episode_metrics
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--split", default="test", choices=["train", "validation", "test"])
     parser.add_argument("--episodes", type=int, default=16)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     parser.add_argument("--plot", default=None, help="write the equity curves to this PNG")
     args = parser.parse_args(argv)
     state = load_checkpoint(args.checkpoint)

@@ -18,7 +18,8 @@ from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, load_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
-from clstm_ppo.device import check_compile_toolchain, configure_backends, cuda_device_count, pick_device
+from clstm_ppo.device import (DEVICE_CHOICES, check_compile_toolchain, configure_backends, cuda_device_count,
+                              pick_device)
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--total-steps", "--total_steps", type=int, help="stop after this many env steps")
     p.add_argument("--num-envs", "--num_envs", type=int, help="env copies per worker (train.num_envs)")
     p.add_argument("--seed", type=int)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="train.device (default auto)")
+    p.add_argument("--device", choices=DEVICE_CHOICES, help="train.device (default auto)")
     p.add_argument("--num-gpus", "--num_gpus", type=int, default=1,
                    help="DDP workers, one per GPU (-1: every visible GPU); without CUDA, that many CPU workers")
     p.add_argument("--num-workers", "--num_workers", type=int, default=None,
@@ -104,6 +105,10 @@ def default_run_name(cfg: Config, args: argparse.Namespace) -> str:
 def plan_workers(args: argparse.Namespace, cfg: Config) -> tuple[int, str, str | None]:
     """(number of workers, device kind, a notice to print) for a launch outside torchrun."""
     visible = cuda_device_count()
+    if args.num_gpus == 0 or args.num_gpus < -1:
+        raise ConfigError(f"--num-gpus {args.num_gpus} must be -1 (every GPU) or at least 1")
+    if args.num_workers is not None and args.num_workers < 1:
+        raise ConfigError(f"--num-workers {args.num_workers} must be at least 1")
     want_gpus = args.num_gpus != 1
     if cfg.train.device == "cpu" or (cfg.train.device == "auto" and visible == 0):
         if cfg.train.device == "cpu" and want_gpus:
@@ -112,11 +117,9 @@ def plan_workers(args: argparse.Namespace, cfg: Config) -> tuple[int, str, str |
         workers = args.num_workers or 1
         notice = None
         if want_gpus and args.num_workers is None:
-            workers = max(1, args.num_gpus)
+            workers = max(1, args.num_gpus)  # -1, every GPU: one worker when there is none
             notice = (f"no CUDA device is visible: running {workers} CPU worker(s) over gloo instead "
                       f"(the same as --device cpu --num-workers {workers})")
-        if workers < 1:
-            raise ConfigError(f"--num-workers {workers} must be at least 1")
         return workers, "cpu", notice
     if visible == 0:
         raise ConfigError("--device cuda was asked for, but this machine has no CUDA device visible to torch; "
@@ -124,29 +127,11 @@ def plan_workers(args: argparse.Namespace, cfg: Config) -> tuple[int, str, str |
     if args.num_workers is not None:
         raise ConfigError("--num-workers is for CPU workers; on GPUs use --num-gpus N (one worker per GPU)")
     gpus = visible if args.num_gpus == -1 else args.num_gpus
-    if gpus < 1:
-        raise ConfigError(f"--num-gpus {args.num_gpus} must be -1 (every GPU) or at least 1")
     if gpus > visible:
         raise ConfigError(f"--num-gpus {gpus} asks for more GPUs than the {visible} visible to this process "
                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
                           f"use --num-gpus {visible} or -1")
     return gpus, "cuda", None
-
-
-def check_args(args: argparse.Namespace, cfg: Config) -> None:
-    if cfg.train.num_envs < cfg.ppo.num_minibatches or cfg.train.num_envs % cfg.ppo.num_minibatches:
-        raise ConfigError(f"train.num_envs ({cfg.train.num_envs}) must be a multiple of ppo.num_minibatches "
-                          f"({cfg.ppo.num_minibatches}): minibatches are whole env sequences")
-    if cfg.ppo.grad_accumulation < 1 or cfg.ppo.num_minibatches % cfg.ppo.grad_accumulation:
-        raise ConfigError(f"ppo.grad_accumulation ({cfg.ppo.grad_accumulation}) must divide ppo.num_minibatches "
-                          f"({cfg.ppo.num_minibatches})")
-    if cfg.train.precision not in ("fp32", "bf16", "fp16"):
-        raise ConfigError(f"train.precision {cfg.train.precision!r} is not one of fp32, bf16, fp16")
-    if cfg.ppo.lr_schedule not in ("linear", "constant"):
-        raise ConfigError(f"ppo.lr_schedule {cfg.ppo.lr_schedule!r} is not one of linear, constant")
-    for name in ("total_steps", "eval_every", "checkpoint_every", "eval_episodes", "keep_last"):
-        if getattr(cfg.train, name) < 1 and not (name == "total_steps" and cfg.train.num_episodes > 0):
-            raise ConfigError(f"train.{name} must be at least 1")
 
 
 def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: Path, resume_path: Path | None,
@@ -242,7 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     elif has_run(run_dir):
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume-from latest, "
                           "start over with --fresh-start (the old run is moved aside), or pick --run-name")
-    check_args(args, cfg)
     build_market_data(cfg.data)  # bad data fails here, in one line, before any worker starts
     if cfg.train.compile:
         check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")

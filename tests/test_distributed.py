@@ -198,4 +198,10 @@ def test_gpu_requests_that_cannot_be_met_are_clear_errors(tmp_path, capsys, monk
     assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), "--device", "cpu",
                                 "--num-gpus", "2"]) == 2
     assert "use --num-workers N" in capsys.readouterr().err
+    for flags, expected in ((["--num-gpus", "0"], "--num-gpus 0 must be -1 (every GPU) or at least 1"),
+                            (["--num-gpus", "-3"], "--num-gpus -3 must be -1 (every GPU) or at least 1"),
+                            (["--device", "cpu", "--num-workers", "0"], "--num-workers 0 must be at least 1")):
+        monkeypatch.setattr(train_module, "cuda_device_count", lambda: 0)  # refused on a CPU-only machine too
+        assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), *flags]) == 2
+        assert capsys.readouterr().err.strip() == f"error: {expected}"
     assert not any(tmp_path.iterdir()), "a refused launch writes nothing"
