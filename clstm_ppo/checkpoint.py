@@ -51,7 +51,8 @@ def atomic_save(obj: Any, path: Path) -> None:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} not found; list the run folder or pass --resume-from latest")
+        raise CheckpointError(f"checkpoint {path} not found; a run folder holds latest.pt, best_<metric>.pt "
+                              "and update_*.pt: check the path")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as err:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from collections.abc import Callable
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 from clstm_ppo.agent.model import CascadedActorCritic, State
 from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, from_dict
+from clstm_ppo.config import Config, ConfigError, from_dict
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
@@ -78,6 +79,20 @@ def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: to
     return model
 
 
+def check_plot_path(path: Path) -> None:
+    """The plot's format is one matplotlib writes, and its folder exists (made if missing)."""
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise ConfigError(f"--plot {path}: matplotlib cannot write '{path.suffix or 'no suffix'}' files; "
+                          f"end the name in one of .{', .'.join(sorted(formats))}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--plot {path}: cannot make its folder ({err.strerror}); choose another path") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clstm_ppo.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     parser.add_argument("--plot", default=None, help="write the equity curves to this PNG")
     args = parser.parse_args(argv)
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes {args.episodes} must be at least 1")
+    if args.plot:
+        check_plot_path(Path(args.plot))  # before minutes of evaluation, not after
     state = load_checkpoint(args.checkpoint)
     cfg = from_dict(Config, state["config"])
     device = pick_device(args.device)

@@ -167,6 +167,31 @@ def test_evaluate_command_reports_agent_and_baselines(smoke_run, tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("error: checkpoint") and "not found" in bad.stderr
 
 
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--episodes", "0"], "--episodes 0 must be at least 1"),
+    (["--plot", "{tmp}/curves.txt"], "matplotlib cannot write '.txt' files; end the name in one of"),
+    (["--plot", "{tmp}/a_file/curves.png"], "cannot make its folder"),
+])
+def test_evaluate_refuses_bad_flags_before_evaluating(smoke_run, tmp_path, capsys, flags, expected):
+    from clstm_ppo.evaluate import main as evaluate_main
+
+    (tmp_path / "a_file").write_text("a file where the plot's folder should be")
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    assert run_cli(evaluate_main, ["--checkpoint", str(smoke_run / "latest.pt"), *flags]) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith("error: ") and expected in out.err and out.err.count("\n") == 1
+    assert out.out == "", "nothing is evaluated before the flags are known to be usable"
+
+
+def test_evaluate_makes_the_plot_folder(smoke_run, tmp_path, capsys):
+    from clstm_ppo.evaluate import main as evaluate_main
+
+    plot = tmp_path / "new" / "folder" / "curves.pdf"
+    assert run_cli(evaluate_main, ["--checkpoint", str(smoke_run / "latest.pt"), "--episodes", "2",
+                                   "--plot", str(plot)]) == 0
+    assert plot.read_bytes().startswith(b"%PDF")
+
+
 def test_early_stopping_ends_the_run_after_patience_evaluations(tmp_path, capsys):
     assert train(tmp_path, "--total-steps", str(40 * 256), "--set", "train.num_envs=8", "--eval-every", "1",
                  "--early-stopping-patience", "1") == 0
