@@ -95,6 +95,17 @@ def resume_base(saved_config: dict) -> dict:
     return {**saved_config, "train": train}
 
 
+def check_budget_left(resume: dict, cfg: Config) -> None:
+    """A resume must have training left to do; otherwise say how to give it some."""
+    t = cfg.train
+    if t.num_episodes > 0 and resume["episodes"] >= t.num_episodes:
+        raise ConfigError(f"the checkpoint already holds {resume['episodes']:,} episodes, the budget of "
+                          f"train.num_episodes ({t.num_episodes:,}); pass a larger --num-episodes to train on")
+    if t.num_episodes <= 0 and resume["global_step"] >= t.total_steps:
+        raise ConfigError(f"the checkpoint already holds {resume['global_step']:,} env steps, the budget of "
+                          f"train.total_steps ({t.total_steps:,}); pass a larger --total-steps to train on")
+
+
 def default_run_name(cfg: Config, args: argparse.Namespace) -> str:
     source = Path(cfg.data.source).name.split(".")[0] if cfg.data.source not in ("sp500", "synthetic") \
         else cfg.data.source
@@ -217,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         resume_path = resolve_resume(args.resume_from, run_dir)
         resume = load_checkpoint(resume_path)
         cfg = resolve_config(args, base=resume_base(resume["config"]))  # the run's settings, then this command's
+        check_budget_left(resume, cfg)
         if is_first:
             print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
                   f"written by {resume['world_size']} worker(s))")

@@ -106,6 +106,21 @@ def test_bad_checkpoints_and_resume_choices_get_clear_errors(tmp_path, smoke_run
     assert "linear, constant" in capsys.readouterr().err
 
 
+def test_resuming_a_run_that_finished_its_budget_says_how_to_continue(tmp_path, capsys):
+    args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
+    assert train(tmp_path, "--total-steps", "512", *args) == 0
+    run = tmp_path / "synthetic-smoke"
+    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    capsys.readouterr()
+    assert train(tmp_path, "--resume-from", "latest", "--total-steps", "512", *args) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: the checkpoint already holds 512 env steps, the budget of train.total_steps (512); "
+        "pass a larger --total-steps to train on")
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == before, "a refused resume touches nothing"
+    assert train(tmp_path, "--resume-from", "latest", "--num-episodes", "1", *args) == 2
+    assert "pass a larger --num-episodes" in capsys.readouterr().err
+
+
 def test_pretraining_learns_next_bar_returns(tmp_path, capsys):
     assert train(tmp_path, "--pretraining", "--total_steps", "512", "--set", "train.num_envs=8",
                  "--set", "train.pretrain_epochs=4") == 0
