@@ -191,7 +191,7 @@ CHOICES = {
 }
 # Interval rules for numeric settings (a list setting: every entry). Written as they read in the error.
 LIMITS = {
-    "data.window": ">= 1", "data.train_frac": "(0, 1)", "data.val_frac": "[0, 1)", "data.periods_per_year": ">= 1",
+    "data.window": ">= 1", "data.train_frac": "(0, 1)", "data.val_frac": "(0, 1)", "data.periods_per_year": ">= 1",
     "data.vol_window": ">= 2", "data.volume_window": ">= 2", "data.turbulence_lookback": ">= 2",
     "data.turbulence_quantile": "(0, 1]",
     "market.risk_free_rate": "(-1, 1)", "market.dividend_yield": "(-1, 1)",  # negative rates do occur

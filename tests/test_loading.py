@@ -156,6 +156,14 @@ def test_other_bad_sources(tmp_path):
         build_market_data(DataConfig(source=str(tmp_path / "short.csv")))
 
 
+def test_a_one_row_file_and_an_out_of_range_data_setting(tmp_path):
+    make_bars(1).to_csv(tmp_path / "one.csv", index=False)
+    with pytest.raises(DataError, match="holds 1 dated row\\(s\\); give it years of bars"):
+        build_market_data(DataConfig(source=str(tmp_path / "one.csv")))
+    with pytest.raises(ConfigError, match=r"data.val_frac must be in \(0, 1\), got 0.0"):
+        build_market_data(DataConfig(val_frac=0.0))  # a DataConfig made in code obeys the config's rules too
+
+
 def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match="unknown key 'data.windw'; valid keys here: source, symbols, window"):
         load_config(overrides=["data.windw=3"])

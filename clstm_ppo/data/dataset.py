@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.config import DataConfig
+from clstm_ppo.config import Config, DataConfig, check_values
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.features import FEATURE_NAMES, compute_features, log_returns
 from clstm_ppo.data.loading import BUILTIN_SOURCES, load_bars
@@ -36,12 +36,7 @@ class MarketData:
 
 
 def _check_config(cfg: DataConfig) -> None:
-    if cfg.window < 1:
-        raise DataError(f"data.window is {cfg.window}; it must be at least 1 bar")
-    if not 0.0 < cfg.turbulence_quantile <= 1.0:
-        raise DataError(f"data.turbulence_quantile is {cfg.turbulence_quantile}; pick a value in (0, 1]")
-    if cfg.train_frac <= 0 or cfg.val_frac <= 0 or cfg.train_frac + cfg.val_frac >= 1.0:
-        raise DataError("data.train_frac and data.val_frac must be positive and sum to less than 1")
+    check_values(Config(data=cfg))  # the config's own rules, for callers that build a DataConfig directly
 
 
 def _align(frames: dict[str, pd.DataFrame], source: str) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
@@ -51,6 +46,9 @@ def _align(frames: dict[str, pd.DataFrame], source: str) -> tuple[pd.DatetimeInd
         dates = pd.DatetimeIndex(frame["date"])
         common = dates if common is None else common.intersection(dates)
     if common is None or len(common) < 2:
+        if len(frames) == 1:
+            raise DataError(f"data source '{source}' holds {0 if common is None else len(common)} dated row(s); "
+                            "give it years of bars (indicator warm-up, the window and three splits)")
         raise DataError(f"data source '{source}': its underlyings share fewer than 2 dates; "
                         "give files that cover the same period")
     return common, {s: f.set_index("date").loc[common] for s, f in frames.items()}
