@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -255,6 +256,10 @@ class Trainer:
         return metrics
 
     def _request_stop(self, signum, frame) -> None:  # noqa: ARG002 (signal handler signature)
+        if self.ctx.is_main and not self.stop_requested:  # once: Ctrl-C reaches workers and launcher alike
+            print(f"\n{signal.Signals(signum).name}: stopping after update {self.update + 1} is finished and "
+                  "saved to latest.pt (the checkpoints are never left half-written, so kill -9 is safe too)",
+                  file=sys.stderr, flush=True)
         self.stop_requested = True
 
     # ------------------------------------------------------------------ the loop

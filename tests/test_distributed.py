@@ -150,6 +150,7 @@ def test_sigterm_to_the_launcher_leaves_a_loadable_latest(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
     assert "stop requested: latest.pt written at update" in out + err
+    assert err.count("SIGTERM: stopping after update") == 1, "rank 0 alone says it, once"
     state = load_checkpoint(latest)
     assert state["update"] >= 1 and state["world_size"] == 2
 
