@@ -5,10 +5,13 @@ import json
 import math
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from clstm_ppo.config import ConfigError
 
 
 def _clean(value: Any) -> Any:
@@ -17,21 +20,37 @@ def _clean(value: Any) -> Any:
     return value
 
 
+WANDB_ID_FILE = "wandb_run_id"  # in the run folder: a resume logs into the same W&B run, a fresh start into a new one
+
+
+def start_wandb(run_dir: Path, project: str, run_name: str, config: dict[str, Any]) -> Any:
+    """The W&B run of this run folder (the one it logged to before, if any); a failure is one line with the fix."""
+    import wandb  # imported only when asked for: it is slow to import
+
+    id_file = run_dir / WANDB_ID_FILE
+    run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
+    try:
+        run = wandb.init(project=project, name=run_name, config=config, dir=str(run_dir), id=run_id, resume="allow")
+    except wandb.errors.Error as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"--wandb could not start a W&B run ({first[:160].rstrip('.')}): log in with `wandb login` "
+                          "(or set WANDB_API_KEY), or set WANDB_MODE=offline to log locally and `wandb sync` "
+                          "the run folder later") from None
+    id_file.write_text(run_id)
+    return run
+
+
 class Tracker:
     """Rank 0's reporting; other ranks never build one."""
 
     def __init__(self, run_dir: Path, total_steps: int | None, config: dict[str, Any], use_wandb: bool,
                  wandb_project: str, run_name: str, initial_steps: int = 0):
+        # W&B first: when it cannot start, nothing else has been opened or drawn.
+        self.wandb = start_wandb(run_dir, wandb_project, run_name, config) if use_wandb else None
         self.jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)
         interactive = sys.stderr.isatty()  # in a log file, redraw the bar rarely
         self.bar = tqdm(total=total_steps, initial=initial_steps, unit="step", dynamic_ncols=True,
                         desc="train", smoothing=0.1, mininterval=0.5 if interactive else 30.0)
-        self.wandb = None
-        if use_wandb:
-            import wandb  # imported only when asked for: it is slow to import
-
-            self.wandb = wandb.init(project=wandb_project, name=run_name, config=config, dir=str(run_dir),
-                                    resume="allow")
         self.started = time.time()
 
     def log(self, kind: str, step: int, values: dict[str, Any]) -> None:

@@ -146,8 +146,29 @@ def test_wandb_flag_logs_an_offline_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     assert train(tmp_path, "--wandb", "--total-steps", "512", "--set", "train.num_envs=8") == 0
-    runs = list((tmp_path / "synthetic-smoke" / "wandb").glob("offline-run-*"))
+    run = tmp_path / "synthetic-smoke"
+    runs = list((run / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb")), "wandb should have recorded the run offline"
+    run_id = (run / "wandb_run_id").read_text()
+    assert runs[0].name.endswith(run_id)
+    assert train(tmp_path, "--wandb", "--total-steps", "1024", "--resume-from", "latest") == 0
+    runs = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(r.name.endswith(run_id) for r in runs), "a resume logs into the same W&B run"
+
+
+def test_wandb_without_a_login_is_one_line_before_training(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    env.update(HOME=str(tmp_path / "home"), WANDB_CONFIG_DIR=str(tmp_path / "home" / ".wandb"))  # no netrc, no login
+    # Its own process: wandb keeps settings from earlier runs in the test process.
+    result = subprocess.run([sys.executable, "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir",
+                             str(tmp_path), "--wandb", "--total-steps", "512"], capture_output=True, text=True,
+                            timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.startswith("error: --wandb could not start a W&B run") and result.stderr.count("\n") == 1
+    assert "WANDB_MODE=offline" in result.stderr and "Episode" not in result.stdout + result.stderr
+    assert not list((tmp_path / "synthetic-smoke").glob("*.pt"))
 
 
 def test_a_diverging_loss_stops_the_run_without_saving_broken_weights(tmp_path, capsys):
