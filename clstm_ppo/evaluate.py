@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace, BatchedOptionsEnv, Observation
-from clstm_ppo.metrics import concat_episodes, episode_metrics
+from clstm_ppo.metrics import COST_FIELDS, concat_episodes, episode_metrics
 
 Policy = Callable[[Observation, object], tuple[torch.Tensor, object]]
 
@@ -79,6 +80,20 @@ def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: to
     return model
 
 
+REPORT_KEYS = ("return", "return_pct", "sharpe", "sortino", "max_drawdown", "win_rate", "profit_rate", "composite",
+               "closed", "open", "costs")
+
+
+def format_table(metrics: dict[str, dict[str, float]], keys: tuple[str, ...]) -> str:
+    """One row per policy; every column as wide as its widest cell, so large dollar values never run together."""
+    cells = {name: [f"{m[k]:,.4f}" for k in keys] for name, m in metrics.items()}
+    widths = [max(len(k), *(len(row[i]) for row in cells.values())) for i, k in enumerate(keys)]
+    lines = ["policy  " + "  ".join(k.rjust(w) for k, w in zip(keys, widths, strict=True))]
+    lines += [f"{name:<8}" + "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True))
+              for name, row in cells.items()]
+    return "\n".join(lines)
+
+
 def check_plot_path(path: Path) -> None:
     """The plot's format is one matplotlib writes, and its folder exists (made if missing)."""
     from matplotlib.figure import Figure
@@ -101,11 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     parser.add_argument("--plot", default=None, help="write the equity curves to this PNG")
+    parser.add_argument("--json", type=Path, default=None, help="also write every metric of every policy to this file")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         raise ConfigError(f"--episodes {args.episodes} must be at least 1")
     if args.plot:
         check_plot_path(Path(args.plot))  # before minutes of evaluation, not after
+    if args.json and not args.json.parent.is_dir():
+        raise ConfigError(f"--json {args.json}: folder {args.json.parent} does not exist")
     state = load_checkpoint(args.checkpoint)
     cfg = from_dict(Config, state["config"])
     device = pick_device(args.device)
@@ -116,14 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     for name, (policy, pstate) in {"hold": hold_policy(), "random": random_policy(cfg.seed)}.items():
         episodes = run_episodes(policy, pstate, data, args.split, cfg, args.episodes, device)
         results[name] = (episode_metrics(episodes), episodes)
-    keys = ["return", "return_pct", "sharpe", "sortino", "max_drawdown", "win_rate", "profit_rate", "composite",
-            "closed", "open", "costs"]
     first, last = data.split_dates(args.split)
     print(f"{args.split} split {first.date()}..{last.date()}, {args.episodes} episodes of "
           f"{cfg.env.episode_length or 'all'} bars, checkpoint {args.checkpoint}")
-    print(f"{'policy':<8}" + "".join(f"{k:>13}" for k in keys))
-    for name, (m, _) in results.items():
-        print(f"{name:<8}" + "".join(f"{m[k]:>13,.4f}" for k in keys))
+    metrics = {name: m for name, (m, _) in results.items()}
+    print(format_table(metrics, REPORT_KEYS))
+    print("\ncosts by kind, $ per episode:")
+    print(format_table(metrics, ("costs", *COST_FIELDS)))
+    if args.json:
+        args.json.write_text(json.dumps({"split": args.split, "first": str(first.date()), "last": str(last.date()),
+                                         "episodes": args.episodes, "checkpoint": str(args.checkpoint),
+                                         "policies": metrics}, indent=2))
+        print(f"metrics written to {args.json}")
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")

@@ -8,6 +8,7 @@ from clstm_ppo.market import COST_KINDS
 
 TRADING_DAYS = 252
 BEST_METRICS = ("composite", "win_rate", "profit_rate", "sharpe")  # each gets its own best_<metric>.pt
+COST_FIELDS = tuple(f"cost_{kind}" for kind in COST_KINDS)  # $ per episode, one metric per kind
 
 
 def sharpe(daily_returns: np.ndarray) -> float:
@@ -59,8 +60,8 @@ def episode_metrics(episodes: dict[str, np.ndarray]) -> dict[str, float]:
         "composite": composite_score(win_rate, profit_rate, return_pct),
         "costs": float(costs.sum(axis=1).mean()) if len(costs) else 0.0,
     }
-    for i, kind in enumerate(COST_KINDS):
-        out[f"cost_{kind}"] = float(costs[:, i].mean()) if len(costs) else 0.0
+    for i, key in enumerate(COST_FIELDS):
+        out[key] = float(costs[:, i].mean()) if len(costs) else 0.0
     return out
 
 
@@ -87,25 +88,29 @@ def episode_line(episode: int, total: int | None, m: dict[str, float], suffix: s
     return line + (f" | {suffix}" if suffix else "")
 
 
-SUMMARY_FIELDS = ("episodes", "reward", "return", "return_pct", "closed", "wins", "open", "steps", "profitable")
+SUMMARY_FIELDS = ("episodes", "reward", "return", "return_pct", "closed", "wins", "open", "steps", "profitable",
+                  *COST_FIELDS)
 
 
 def episode_sums(episodes: dict[str, np.ndarray]) -> np.ndarray:
     """Sums over finished episodes, in a fixed-size vector that ranks can all-reduce."""
     if not episodes:
         return np.zeros(len(SUMMARY_FIELDS))
+    costs = np.stack(episodes["costs"]).sum(axis=0)  # $ per kind over the episodes
     return np.array([len(episodes["return"]), episodes["reward"].sum(), episodes["return"].sum(),
                      episodes["return_pct"].sum(), episodes["closed"].sum(), episodes["wins"].sum(),
-                     episodes["open"].sum(), episodes["steps"].sum(), (episodes["return"] > 0).sum()], dtype=np.float64)
+                     episodes["open"].sum(), episodes["steps"].sum(), (episodes["return"] > 0).sum(), *costs],
+                    dtype=np.float64)
 
 
 def sums_to_metrics(sums: np.ndarray) -> dict[str, float]:
-    """Per-episode means, win rate and profit rate from (all ranks') summed episode statistics."""
+    """Per-episode means (costs by kind included), win rate and profit rate from (all ranks') summed statistics."""
     s = dict(zip(SUMMARY_FIELDS, map(float, sums), strict=True))
     n = max(s["episodes"], 1.0)
     win_rate = s["wins"] / s["closed"] if s["closed"] > 0 else 0.0
     profit_rate = s["profitable"] / n
     return_pct = s["return_pct"] / n
-    return {"episodes": s["episodes"], "reward": s["reward"] / n, "return": s["return"] / n, "return_pct": return_pct,
-            "closed": s["closed"] / n, "open": s["open"] / n, "steps": s["steps"] / n, "win_rate": win_rate,
-            "profit_rate": profit_rate, "composite": composite_score(win_rate, profit_rate, return_pct)}
+    per_episode = {k: s[k] / n for k in ("reward", "return", "closed", "open", "steps", *COST_FIELDS)}
+    return {"episodes": s["episodes"], **per_episode, "return_pct": return_pct, "win_rate": win_rate,
+            "profit_rate": profit_rate, "composite": composite_score(win_rate, profit_rate, return_pct),
+            "costs": sum(per_episode[k] for k in COST_FIELDS)}

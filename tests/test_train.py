@@ -12,7 +12,7 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data import Normalizer, build_market_data
 from clstm_ppo.evaluate import evaluate_agent, model_from_checkpoint, random_policy, run_episodes
-from clstm_ppo.metrics import BEST_METRICS, episode_metrics
+from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS, episode_metrics
 from clstm_ppo.train import main as train_main
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
@@ -51,6 +51,10 @@ def test_run_folder_holds_best_checkpoints_metrics_and_config(smoke_run, capsys)
     assert (smoke_run / "config.yaml").is_file()
     records = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
     assert {r["kind"] for r in records} >= {"update", "eval", "train_episodes"}
+    for record in (r for r in records if r["kind"] in ("eval", "train_episodes")):  # costs by kind, both logs
+        kinds = [record[k] for k in COST_FIELDS]
+        assert min(kinds) >= 0 and record["costs"] == pytest.approx(sum(kinds))
+    assert any(r["kind"] == "train_episodes" and r["cost_commission"] > 0 for r in records)
     size_mb = (smoke_run / "latest.pt").stat().st_size / 1e6
     assert size_mb < 2.0, f"checkpoint is {size_mb:.1f} MB"
 
@@ -187,17 +191,27 @@ def test_a_diverging_loss_stops_the_run_without_saving_broken_weights(tmp_path, 
 
 
 def test_evaluate_command_reports_agent_and_baselines(smoke_run, tmp_path):
-    plot = tmp_path / "equity.png"
+    plot, report = tmp_path / "equity.png", tmp_path / "report.json"
     result = subprocess.run([sys.executable, "-m", "clstm_ppo.evaluate", "--checkpoint",
-                             str(smoke_run / "best_composite.pt"), "--episodes", "4", "--plot", str(plot)],
-                            capture_output=True, text=True, timeout=120)
+                             str(smoke_run / "best_composite.pt"), "--episodes", "4", "--plot", str(plot),
+                             "--json", str(report)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("test split ") and "4 episodes of 64 bars" in lines[0]
     assert [line.split()[0] for line in lines[2:5]] == ["agent", "hold", "random"]
     hold = lines[3].split()
     assert float(hold[1].replace(",", "")) == 0.0  # holding never trades: no return, no costs
+    assert all(len(line.split()) == len(lines[1].split()) for line in lines[2:5]), "columns must not run together"
+    kinds = lines[lines.index("costs by kind, $ per episode:") + 1].split()
+    assert kinds[1:] == ["costs", "cost_spread", "cost_slippage", "cost_commission", "cost_occ_clearing",
+                         "cost_finra_taf", "cost_sec_fee", "cost_orf"]
     assert plot.stat().st_size > 10_000
+    saved = json.loads(report.read_text())["policies"]
+    agent = saved["agent"]
+    assert set(saved) == {"agent", "hold", "random"} and saved["hold"]["costs"] == 0.0
+    assert agent["costs"] == pytest.approx(sum(agent[f"cost_{k}"] for k in ("spread", "slippage", "commission",
+                                                                            "occ_clearing", "finra_taf", "sec_fee",
+                                                                            "orf")))
     bad = subprocess.run([sys.executable, "-m", "clstm_ppo.evaluate", "--checkpoint", str(tmp_path / "none.pt")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: checkpoint") and "not found" in bad.stderr
