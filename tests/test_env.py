@@ -160,6 +160,8 @@ def test_gym_wrapper_matches_the_batched_env(synthetic_data):
     assert terminated or truncated
 
 
+# The checker advises finite Box bounds; normalised features and portfolio values are unbounded by nature.
+@pytest.mark.filterwarnings("ignore:.*Box observation space (minimum|maximum) value is:UserWarning")
 def test_gym_wrapper_passes_the_env_checker_and_is_registered():
     env = gymnasium.make("clstm_ppo/OptionsTrading-v0", data="synthetic", window=10)
     check_env(env.unwrapped, skip_render_check=True)
