@@ -1,6 +1,9 @@
 """Samples per second with 1 and with 2 CPU workers (one thread each), in one run, and their ratio.
 
-    python scripts/bench_scaling.py [--json] [--updates 4] [--config configs/default.yaml]
+    python scripts/bench_scaling.py [--json] [--updates 4] [--repeats 3] [--config configs/default.yaml]
+
+The two cases alternate (1, 2, 1, 2, ...) so that each pair sees the same phase of a shared
+machine; the table gives each case's median and the footer each pair's own ratio.
 
 Each case runs the real command line (`python -m clstm_ppo.train --device cpu --num-workers N`)
 with the same per-worker env copies, so N workers collect N x the samples per update. Rates
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,15 +49,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--updates", type=int, default=4, help="timed updates per case")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating (1 worker, 2 workers) pairs")
     parser.add_argument("--config", default="configs/default.yaml")
     args = parser.parse_args()
+    runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for workers in (1, 2):
+            runs[workers].append(samples_per_second(workers, args.updates, args.config))
     rows = []
-    for workers in (1, 2):
-        rate, per_update = samples_per_second(workers, args.updates, args.config)
+    for workers, results in runs.items():
+        rate, per_update = statistics.median(r[0] for r in results), statistics.median(r[1] for r in results)
         rows.append({"workers": workers, "samples_per_s": round(rate, 1), "s_per_update": round(per_update, 3)})
-    ratio = rows[1]["samples_per_s"] / rows[0]["samples_per_s"]
-    print_table(rows, args.json, {"speedup_2_vs_1": round(ratio, 3), "config": args.config,
-                                  "threads_per_worker": 1})
+    pair_ratios = [round(two[0] / one[0], 3) for one, two in zip(runs[1], runs[2], strict=True)]
+    print_table(rows, args.json, {"speedup_2_vs_1_of_medians": round(rows[1]["samples_per_s"] / rows[0]["samples_per_s"], 3),
+                                  "pair_ratios": pair_ratios, "config": args.config, "threads_per_worker": 1})
 
 
 if __name__ == "__main__":
