@@ -83,9 +83,11 @@ class Trainer:
         self.resume_note = ""
         if resume:
             self._restore(resume)
-            self.resume_note = ("env copies continue their episodes" if self.env_restored else
-                                f"env copies start fresh episodes (saved: {resume['world_size']} worker(s) x "
-                                f"{resume['num_envs']} copies; now {ctx.world_size} x {t.num_envs})")
+            saved, now = (resume["world_size"], resume["num_envs"]), (ctx.world_size, t.num_envs)
+            why = (f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
+                   else "the saved env state has another layout")
+            self.resume_note = ("env copies continue their episodes" if self.env_restored
+                                else f"env copies start fresh episodes ({why})")
         self.obs = self.env._observe() if self.env_restored else self.env.reset()
         self.stop_requested = False
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)

@@ -289,7 +289,7 @@ def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch
     assert not (tmp_path / "synthetic-smoke").exists(), "refused before the run folder was made"
 
 
-def test_resume_from_a_checkpoint_whose_env_state_has_another_layout_restarts_the_copies(tmp_path):
+def test_resume_from_a_checkpoint_whose_env_state_has_another_layout_restarts_the_copies(tmp_path, capsys):
     """Checkpoints written before the env's slot-major layout still resume: the copies start afresh."""
     from clstm_ppo.checkpoint import atomic_save
 
@@ -301,6 +301,7 @@ def test_resume_from_a_checkpoint_whose_env_state_has_another_layout_restarts_th
         state["env"][name] = state["env"][name].T.contiguous()  # the older (N, P) layout
     atomic_save(state, latest)
     assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
+    assert "env copies start fresh episodes (the saved env state has another layout)" in capsys.readouterr().out
     resumed = load_checkpoint(latest)
     assert resumed["update"] == 4 and resumed["env"]["active"].shape == (5, 8)
 
