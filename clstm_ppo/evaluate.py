@@ -1,6 +1,7 @@
 """Deterministic backtests: the agent and two baselines (hold, random valid actions) on one split.
 
     python -m clstm_ppo.evaluate --checkpoint checkpoints/<run>/best_composite.pt [--split test] [--plot out.png]
+                                 [--json metrics.json]
 """
 from __future__ import annotations
 
@@ -111,11 +112,12 @@ def check_plot_path(path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clstm_ppo.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--split", default="test", choices=["train", "validation", "test"])
-    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--checkpoint", required=True, help="a .pt file written by python -m clstm_ppo.train")
+    parser.add_argument("--split", default="test", choices=["train", "validation", "test"],
+                        help="date split to backtest on (default test, the held-out one)")
+    parser.add_argument("--episodes", type=int, default=16, help="episodes per policy, starts spread over the split")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
-    parser.add_argument("--plot", default=None, help="write the equity curves to this PNG")
+    parser.add_argument("--plot", default=None, help="write the equity curves to this image (.png, .pdf, .svg, ...)")
     parser.add_argument("--json", type=Path, default=None, help="also write every metric of every policy to this file")
     args = parser.parse_args(argv)
     if args.episodes < 1:
