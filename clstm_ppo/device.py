@@ -40,6 +40,12 @@ def configure_backends(device: torch.device) -> None:
         torch.backends.cudnn.benchmark = True
 
 
+def wait_for(device: torch.device) -> None:
+    """Block until the device has finished its queued work, so host timers measure it (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 # glibc's mallopt parameters (malloc.h); other C libraries ignore or lack them.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 KEEP_FREED_BYTES = 64 << 20  # at most this much freed memory stays at the heap's top

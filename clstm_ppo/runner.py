@@ -10,6 +10,7 @@ import math
 import random
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.config import Config, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
+from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.evaluate import evaluate_agent
@@ -221,10 +223,15 @@ class Trainer:
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
+        started = time.perf_counter()
         episodes = self.collect()
+        wait_for(self.device)  # one sync per update, so the two timings split the work where it happened
+        collected = time.perf_counter()
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.windows, self.cfg.ppo,
                            self.minibatch_generator, mean, self.precision)
+        # The update's time includes waiting at its gradient all-reduces for the slowest rank.
+        stats.update(rollout_s=collected - started, update_s=time.perf_counter() - collected)
         # A step can also overflow the weights themselves; then this update is unsound and not saved.
         weights_ok = bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all())
         if stats["nonfinite"] or not weights_ok:

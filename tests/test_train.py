@@ -1,4 +1,5 @@
 """The trainer end to end on configs/smoke.yaml: learning, best checkpoints, exact resume, bad input."""
+import itertools
 import json
 import subprocess
 import sys
@@ -270,6 +271,10 @@ def test_update_records_carry_resource_statistics(smoke_run):
                if '"kind": "update"' in line]
     assert updates and all(r["max_rss_mb"] > 50 and 0 < r["cpu_util_pct"] < 100 * 64 for r in updates)
     assert not any(k.startswith("gpu_") for k in updates[0]), "no GPU here, so no GPU statistics"
+    # Where each update's time went: rollout and PPO update, which together fit between two records.
+    assert all(r["rollout_s"] > 0 and r["update_s"] > 0 for r in updates)
+    for before, after in itertools.pairwise(updates):
+        assert after["rollout_s"] + after["update_s"] <= after["time"] - before["time"] + 1e-3
 
 
 def test_compiled_encoder_trains_and_keeps_checkpoint_keys(tmp_path, smoke_run):
