@@ -95,6 +95,26 @@ class Trainer:
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)
         self.resources = ResourceMonitor(device) if ctx.is_main else None
 
+    def describe(self) -> str:
+        """What is about to run, in four lines: where, on what data, on what hardware and budget, which agent."""
+        cfg, t, d = self.cfg, self.cfg.train, self.data
+        splits = " | ".join(f"{name} {first.date()}..{last.date()}" for name in ("train", "validation", "test")
+                            for first, last in [d.split_dates(name)])
+        workers = f"{self.ctx.world_size} worker(s) on {self.device.type}"
+        if self.device.type == "cpu":
+            workers += f" ({torch.get_num_threads()} thread(s) each)"
+        budget = (f"{t.num_episodes:,} episodes" if t.num_episodes > 0 else f"{t.total_steps:,} env steps")
+        params = sum(p.numel() for p in self.model.parameters())
+        a = cfg.agent
+        return "\n".join([
+            f"run {self.run_dir.name} -> {self.run_dir}",
+            f"data {cfg.data.source}: {', '.join(d.symbols)}, {len(d.dates):,} bars; {splits}",
+            f"{workers}; {t.num_envs} env copies x {cfg.ppo.num_steps} steps each = {self.batch_size:,} env steps "
+            f"per update; budget {budget} (~{self.planned_updates:,} updates)",
+            f"agent: LSTM 1 {a.lstm1_hidden}, MLP {a.mlp_hidden}, LSTM 2 {a.lstm2_hidden}, {params:,} parameters; "
+            f"{t.precision}; learning rate {cfg.ppo.learning_rate:g} {cfg.ppo.lr_schedule}",
+        ])
+
     # ------------------------------------------------------------------ budget
 
     def _planned_updates(self) -> int:
@@ -282,6 +302,7 @@ class Trainer:
             total = cfg.train.total_steps if cfg.train.num_episodes <= 0 else None
             tracker = Tracker(self.run_dir, total, to_dict(cfg), cfg.train.wandb, cfg.train.wandb_project,
                               self.run_dir.name, initial_steps=self.global_step)
+            tracker.write(self.describe())
             if self.resume_note:
                 tracker.write(f"resumed at update {self.update}: {self.resume_note}")
         previous = {sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}

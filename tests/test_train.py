@@ -116,7 +116,11 @@ def test_resuming_a_run_that_finished_its_budget_says_how_to_continue(tmp_path, 
     assert train(tmp_path, "--total-steps", "512", *args) == 0
     run = tmp_path / "synthetic-smoke"
     before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
-    capsys.readouterr()
+    started = capsys.readouterr().out  # the run describes itself before training
+    assert f"run synthetic-smoke -> {run}" in started and "data synthetic: SYN0" in started
+    assert "1 worker(s) on cpu" in started and "8 env copies x 32 steps each = 256 env steps per update; " \
+        "budget 512 env steps (~2 updates)" in started
+    assert "parameters; fp32; learning rate 0.001 linear" in started
     assert train(tmp_path, "--resume-from", "latest", "--total-steps", "512", *args) == 2
     assert capsys.readouterr().err.strip() == (
         "error: the checkpoint already holds 512 env steps, the budget of train.total_steps (512); "
