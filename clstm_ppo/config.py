@@ -230,10 +230,10 @@ def _obeys(value: float, rule: str) -> bool:
     return value > float(bound) if op == ">" else value >= float(bound)
 
 
-def _get(cfg: Config, dotted: str) -> Any:
+def _get(node: Any, dotted: str) -> Any:
     for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
+        node = getattr(node, part)
+    return node
 
 
 def check_values(cfg: Config) -> None:
