@@ -67,6 +67,49 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
     assert seen["turbulent"] > 100 and seen["opened"] > 1000 and seen["episodes"] > 100, seen
 
 
+def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data):
+    """Every copy's cash, equity, reward, costs by kind, closes and wins, against tests/reference_env.py."""
+    from reference_env import ReferenceCopy
+
+    market = MarketConfig()
+    env = BatchedOptionsEnv(synthetic_data, "train", market, EXACT, num_envs=48, seed=3)
+    obs = env.reset()
+    a = env.actions
+    grid = [(m, float(e)) for e in market.expiries_days for m in market.moneyness]  # moneyness fastest
+    turbulent = synthetic_data.turbulence > synthetic_data.turbulence_threshold
+    refs = {i: ReferenceCopy(synthetic_data.bars, synthetic_data.dates.values, turbulent,
+                             int(env.sym[i]), int(env.t[i]), market, EXACT) for i in range(env.num_envs)}
+    gen = torch.Generator().manual_seed(0)
+    checked = {"steps": 0, "closes": 0, "episodes": 0}
+    for _ in range(120):
+        action = random_valid(obs.mask, gen)
+        rewards = {i: ref.step(int(action[i]), grid, a.close_all, a.close_worst, a.close_best)
+                   for i, ref in refs.items()}
+        result = env.step(action)
+        obs = result.obs
+        ended = {} if result.episodes is None else {int(i): k for k, i in enumerate(result.episodes["env"])}
+        for i, ref in list(refs.items()):
+            if i in ended:  # the env has already started a new episode there: compare the one that ended
+                ep, k = result.episodes, ended[i]
+                equity, closed, wins, costs = ep["return"][k] + EXACT.initial_cash, ep["closed"][k], ep["wins"][k], \
+                    ep["costs"][k]
+                del refs[i]
+                checked["episodes"] += 1
+                checked["closes"] += ref.closed
+            else:
+                equity, closed, wins, costs = (float(env.equity[i]), float(env.stats["closed"][i]),
+                                               float(env.stats["wins"][i]), env.costs_paid[:, i].numpy())
+                assert float(env.cash[i]) == pytest.approx(ref.cash, rel=1e-9, abs=1e-6), i
+                assert int(env.active[:, i].sum()) == len(ref.open_positions()), i
+            assert equity == pytest.approx(ref.equity, rel=1e-9, abs=1e-6), i
+            assert float(result.reward[i]) == pytest.approx(rewards[i], rel=1e-7, abs=1e-12), i
+            assert (closed, wins) == (ref.closed, ref.wins), i
+            np.testing.assert_allclose(costs, [ref.costs[k] for k in COST_KINDS], rtol=1e-9, atol=1e-6)
+            checked["steps"] += 1
+    checked["closes"] += sum(ref.closed for ref in refs.values())
+    assert checked["steps"] > 3000 and checked["episodes"] > 10 and checked["closes"] > 200, checked
+
+
 def test_a_masked_action_is_never_executed(synthetic_data):
     a = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), EXACT, num_envs=200, seed=3)
     b = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), EXACT, num_envs=200, seed=3)
