@@ -129,25 +129,50 @@ class ReferenceCopy:
         before, self.equity = self.equity, self.cash + sum(p.mark for p in self.open_positions())
         return (self.equity - before) * self.e.reward_scale / self.e.initial_cash
 
-    def buy(self, index: int, grid: list[tuple[float, float]], spot: float, volume: float) -> None:
-        m, c = self.m, self.c
+    def quote(self, index: int, grid: list[tuple[float, float]], spot: float, atm: float) -> tuple:
+        """(call, strike, days, mid, half spread) of chain point ``index`` (calls, then puts) at ``spot``."""
+        m = self.m
         call, (moneyness, days) = index < len(grid), grid[index % len(grid)]
         step = max([s for s in NICE_STEPS if s <= 0.005 * spot] or [NICE_STEPS[0]]) if m.strike_step <= 0 \
             else m.strike_step
         strike = max(round(spot * moneyness / step) * step, step)
-        vol = self.vol(self.atm_iv[self.t], strike, spot)  # at t+1's open the vol of t's close is known
+        vol = self.vol(atm, strike, spot)
         mid = black_scholes(spot, strike, days / 365, m.risk_free_rate, m.dividend_yield, vol, call)
-        half = self.half_spread(mid, vol, strike, spot)
+        return call, strike, days, mid, self.half_spread(mid, vol, strike, spot)
+
+    def mask(self, grid: list[tuple[float, float]]) -> list[bool]:
+        """Valid actions at t: hold; a buy if a slot is free, the bar is calm and one contract (with its
+        buying and closing fees, quoted at t's close) fits both the cash room and position_frac of equity;
+        the three closes if anything is open."""
+        c, t, held = self.c, self.t, len(self.open_positions())
+        fees = 2 * (max(c.commission_per_contract, c.commission_min_per_order) + c.occ_clearing_per_contract
+                    + c.orf_per_contract) + c.finra_taf_per_contract
+        budget = min(self.cash_room(), self.e.position_frac * self.equity)
+        buys = []
+        for index in range(2 * len(grid)):
+            *_, mid, half = self.quote(index, grid, self.close[t], self.atm_iv[t])
+            one = mid * (1 + half + self.impact(1.0, self.option_volume[t])) * self.m.multiplier + fees
+            buys.append(held < self.e.max_positions and not self.turbulent[t] and one <= budget)
+        return [True, *buys, *[held > 0] * 3]
+
+    def cash_room(self) -> float:
+        """Cash left after every open position's closing-fee reserve and two per-order commission minimums."""
+        c = self.c
+        reserve = sum(max(c.commission_per_contract * p.contracts, c.commission_min_per_order)
+                      + (c.occ_clearing_per_contract + c.finra_taf_per_contract + c.orf_per_contract) * p.contracts
+                      for p in self.open_positions())
+        return self.cash - reserve - 2 * c.commission_min_per_order
+
+    def buy(self, index: int, grid: list[tuple[float, float]], spot: float, volume: float) -> None:
+        m, c = self.m, self.c
+        # at t+1's open the vol of t's close is known
+        call, strike, days, mid, half = self.quote(index, grid, spot, self.atm_iv[self.t])
         first_ask = mid * (1 + half + self.impact(1.0, volume))
         wanted = math.floor(self.e.position_frac * self.equity / max(first_ask * m.multiplier, 1e-12))
         ask = mid * (1 + half + self.impact(wanted, volume))
         per_contract = ask * m.multiplier + 2 * (c.commission_per_contract + c.occ_clearing_per_contract
                                                  + c.orf_per_contract) + c.finra_taf_per_contract
-        reserve = sum(max(c.commission_per_contract * p.contracts, c.commission_min_per_order)
-                      + (c.occ_clearing_per_contract + c.finra_taf_per_contract + c.orf_per_contract) * p.contracts
-                      for p in self.open_positions())
-        room = self.cash - reserve - 2 * c.commission_min_per_order
-        contracts = min(wanted, math.floor(max(room / max(per_contract, 1e-12), 0.0)))
+        contracts = min(wanted, math.floor(max(self.cash_room() / max(per_contract, 1e-12), 0.0)))
         free = [i for i, p in enumerate(self.slots) if p is None]
         if contracts < 1 or not free:
             return

@@ -67,21 +67,29 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
     assert seen["turbulent"] > 100 and seen["opened"] > 1000 and seen["episodes"] > 100, seen
 
 
-def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data):
-    """Every copy's cash, equity, reward, costs by kind, closes and wins, against tests/reference_env.py."""
+# Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys.
+@pytest.mark.parametrize("env_cfg", [EXACT, EnvConfig(dtype="float64", initial_cash=5_000.0, position_frac=0.2)],
+                         ids=["rich", "tight"])
+def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
+    """Every copy's action mask, cash, equity, reward, costs by kind, closes and wins, against tests/reference_env.py."""
     from reference_env import ReferenceCopy
 
     market = MarketConfig()
-    env = BatchedOptionsEnv(synthetic_data, "train", market, EXACT, num_envs=48, seed=3)
+    env = BatchedOptionsEnv(synthetic_data, "train", market, env_cfg, num_envs=48, seed=3)
     obs = env.reset()
     a = env.actions
     grid = [(m, float(e)) for e in market.expiries_days for m in market.moneyness]  # moneyness fastest
     turbulent = synthetic_data.turbulence > synthetic_data.turbulence_threshold
     refs = {i: ReferenceCopy(synthetic_data.bars, synthetic_data.dates.values, turbulent,
-                             int(env.sym[i]), int(env.t[i]), market, EXACT) for i in range(env.num_envs)}
+                             int(env.sym[i]), int(env.t[i]), market, env_cfg) for i in range(env.num_envs)}
     gen = torch.Generator().manual_seed(0)
-    checked = {"steps": 0, "closes": 0, "episodes": 0}
+    checked = {"steps": 0, "closes": 0, "episodes": 0, "budget_bound": 0}
     for _ in range(120):
+        for i, ref in refs.items():
+            mask = ref.mask(grid)
+            assert obs.mask[i].tolist() == mask, i
+            calm_and_free = len(ref.open_positions()) < env_cfg.max_positions and not turbulent[ref.t]
+            checked["budget_bound"] += calm_and_free and not all(mask[1:1 + len(grid) * 2])
         action = random_valid(obs.mask, gen)
         rewards = {i: ref.step(int(action[i]), grid, a.close_all, a.close_worst, a.close_best)
                    for i, ref in refs.items()}
@@ -91,7 +99,7 @@ def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synth
         for i, ref in list(refs.items()):
             if i in ended:  # the env has already started a new episode there: compare the one that ended
                 ep, k = result.episodes, ended[i]
-                equity, closed, wins, costs = ep["return"][k] + EXACT.initial_cash, ep["closed"][k], ep["wins"][k], \
+                equity, closed, wins, costs = ep["return"][k] + env_cfg.initial_cash, ep["closed"][k], ep["wins"][k], \
                     ep["costs"][k]
                 del refs[i]
                 checked["episodes"] += 1
@@ -107,7 +115,9 @@ def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synth
             np.testing.assert_allclose(costs, [ref.costs[k] for k in COST_KINDS], rtol=1e-9, atol=1e-6)
             checked["steps"] += 1
     checked["closes"] += sum(ref.closed for ref in refs.values())
-    assert checked["steps"] > 3000 and checked["episodes"] > 10 and checked["closes"] > 200, checked
+    assert checked["steps"] > 1500 and checked["episodes"] > 10 and checked["closes"] > 200, checked
+    if env_cfg.initial_cash < 10_000:
+        assert checked["budget_bound"] > 200, checked  # the tight account really is limited by its cash
 
 
 def test_a_masked_action_is_never_executed(synthetic_data):
