@@ -2,7 +2,7 @@
 
 Nothing here is vectorised, slot-major, or shared with clstm_ppo's market and env code: Black-Scholes
 uses math.erfc, strikes, vols, spreads, slippage and fees are written out from their definitions.
-The batched env must agree with it step by step (tests/test_env.py).
+The batched env must agree with it step by step, observation and mask included (tests/test_env.py).
 """
 from __future__ import annotations
 
@@ -32,6 +32,23 @@ def black_scholes(spot: float, strike: float, years: float, r: float, q: float, 
     return max(price, 0.0)
 
 
+def greeks(spot: float, strike: float, years: float, r: float, q: float, vol: float, call: bool) -> tuple:
+    """Textbook (delta, gamma, vega, theta) per share; vega per 1.00 of vol, theta per year of time passing."""
+    root = math.sqrt(years)
+    d1 = (math.log(spot / strike) + (r - q + 0.5 * vol * vol) * years) / (vol * root)
+    d2 = d1 - vol * root
+    density = math.exp(-0.5 * d1 * d1) / math.sqrt(2 * math.pi)
+    carry, discount = math.exp(-q * years), math.exp(-r * years)
+    gamma = carry * density / (spot * vol * root)
+    vega = spot * carry * density * root
+    decay = -spot * carry * density * vol / (2 * root)
+    if call:
+        return (carry * norm_cdf(d1), gamma, vega,
+                decay - r * strike * discount * norm_cdf(d2) + q * spot * carry * norm_cdf(d1))
+    return (-carry * norm_cdf(-d1), gamma, vega,
+            decay + r * strike * discount * norm_cdf(-d2) - q * spot * carry * norm_cdf(-d1))
+
+
 @dataclass
 class Position:
     call: bool
@@ -40,19 +57,20 @@ class Position:
     contracts: float
     entry_cost: float  # dollars paid, fees included
     mark: float = 0.0  # dollars at the last close
+    greeks: tuple = (0.0, 0.0, 0.0, 0.0)  # per share at the last close
 
 
 class ReferenceCopy:
     """One copy from a given start: ``step(action, t)`` trades at t+1's open and marks at t+1's close."""
 
     def __init__(self, bars: dict[str, np.ndarray], dates: np.ndarray, turbulent: np.ndarray, sym: int, t: int,
-                 market: MarketConfig, env: EnvConfig):
+                 t_end: int, market: MarketConfig, env: EnvConfig):
         self.m, self.c, self.e = market, market.costs, env
         self.open, self.close = bars["open"][sym], bars["close"][sym]
         iv = bars["realized_vol"][sym] * market.iv_premium  # no iv column in the synthetic data
         self.atm_iv = np.clip(iv, market.min_iv, market.max_iv)
         self.option_volume = np.maximum(bars["volume"][sym] * self.c.option_volume_ratio, self.c.min_option_volume)
-        self.dates, self.turbulent, self.t = dates, turbulent, t
+        self.dates, self.turbulent, self.t, self.t_start, self.t_end = dates, turbulent, t, t, t_end
         self.cash = self.equity = env.initial_cash
         self.slots: list[Position | None] = [None] * env.max_positions
         self.costs = dict.fromkeys(("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee",
@@ -124,8 +142,9 @@ class ReferenceCopy:
         self.t = t + 1
         for p in self.open_positions():
             vol = self.vol(self.atm_iv[t + 1], p.strike, close)
-            p.mark = black_scholes(close, p.strike, p.days_left / 365, m.risk_free_rate, m.dividend_yield, vol,
-                                   p.call) * p.contracts * m.multiplier
+            args = (close, p.strike, p.days_left / 365, m.risk_free_rate, m.dividend_yield, vol, p.call)
+            p.mark = black_scholes(*args) * p.contracts * m.multiplier
+            p.greeks = greeks(*args)
         before, self.equity = self.equity, self.cash + sum(p.mark for p in self.open_positions())
         return (self.equity - before) * self.e.reward_scale / self.e.initial_cash
 
@@ -179,6 +198,17 @@ class ReferenceCopy:
         cost = self.trade(mid, half, contracts, volume, sell=False)
         self.cash -= cost
         self.slots[free[0]] = Position(call, strike, days, contracts, cost)
+
+    def portfolio(self) -> list[float]:
+        """The observation's portfolio features at t (clstm_ppo.env.PORTFOLIO_FEATURES, in that order)."""
+        held, spot, mult = self.open_positions(), self.close[self.t], self.m.multiplier
+        net = [sum(p.greeks[k] * p.contracts * mult for p in held) for k in range(4)]
+        dollar_greeks = [net[0] * spot, net[1] * spot * spot * 1e-4, net[2] * 0.01, net[3] / 365]
+        days = sum(p.days_left for p in held) / max(len(held), 1)
+        return [self.cash / self.equity, len(held) / self.e.max_positions, *(g / self.equity for g in dollar_greeks),
+                sum(p.mark - p.entry_cost for p in held) / self.equity, days / max(self.m.expiries_days),
+                float(self.turbulent[self.t]), self.equity / self.e.initial_cash - 1,
+                (self.t - self.t_start) / max(self.t_end - self.t_start, 1)]
 
     def settle(self, slot: int, cash_in: float) -> None:
         self.cash += cash_in

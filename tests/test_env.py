@@ -71,7 +71,8 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
 @pytest.mark.parametrize("env_cfg", [EXACT, EnvConfig(dtype="float64", initial_cash=5_000.0, position_frac=0.2)],
                          ids=["rich", "tight"])
 def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
-    """Every copy's action mask, cash, equity, reward, costs by kind, closes and wins, against tests/reference_env.py."""
+    """Every copy's observed portfolio and action mask, then its cash, equity, reward, costs by kind, closes and
+    wins after each step, against tests/reference_env.py."""
     from reference_env import ReferenceCopy
 
     market = MarketConfig()
@@ -81,13 +82,16 @@ def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synth
     grid = [(m, float(e)) for e in market.expiries_days for m in market.moneyness]  # moneyness fastest
     turbulent = synthetic_data.turbulence > synthetic_data.turbulence_threshold
     refs = {i: ReferenceCopy(synthetic_data.bars, synthetic_data.dates.values, turbulent,
-                             int(env.sym[i]), int(env.t[i]), market, env_cfg) for i in range(env.num_envs)}
+                             int(env.sym[i]), int(env.t[i]), int(env.t_end[i]), market, env_cfg)
+            for i in range(env.num_envs)}
     gen = torch.Generator().manual_seed(0)
     checked = {"steps": 0, "closes": 0, "episodes": 0, "budget_bound": 0}
     for _ in range(120):
         for i, ref in refs.items():
             mask = ref.mask(grid)
             assert obs.mask[i].tolist() == mask, i
+            np.testing.assert_allclose(obs.portfolio[i].numpy(), ref.portfolio(), rtol=2e-6, atol=1e-7,
+                                       err_msg=f"copy {i}: {PORTFOLIO_FEATURES}")
             calm_and_free = len(ref.open_positions()) < env_cfg.max_positions and not turbulent[ref.t]
             checked["budget_bound"] += calm_and_free and not all(mask[1:1 + len(grid) * 2])
         action = random_valid(obs.mask, gen)
