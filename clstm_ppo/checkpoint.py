@@ -15,6 +15,7 @@ import shutil
 import time
 import zipfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -104,8 +105,8 @@ class CheckpointManager:
 
 def move_aside(run_dir: Path) -> Path | None:
     """--fresh-start: keep the old run under a dated name instead of deleting it."""
-    if not run_dir.exists() or not any(run_dir.iterdir()):
-        return None
+    if not run_dir.exists() or all(p.name == ".lock" for p in run_dir.iterdir()):
+        return None  # nothing to keep
     target = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
     counter = 1
     while target.exists():
@@ -113,6 +114,35 @@ def move_aside(run_dir: Path) -> Path | None:
         counter += 1
     shutil.move(str(run_dir), str(target))
     return target
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold the run folder for one training process: a second one (e.g. the same resume started twice)
+    is refused instead of interleaving its checkpoints with the first's. The OS drops the lock if the
+    holder dies, so a crash never leaves the folder locked."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no advisory locks, run unguarded
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".lock", "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise CheckpointError(f"{run_dir} is in use by a training process ({holder}); wait for it to finish "
+                                  "or stop it, or train into another folder with --run-name") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def has_run(run_dir: Path) -> bool:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_aside, resolve_resume
+from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_aside, resolve_resume, run_lock
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, load_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
@@ -229,14 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         resume = load_checkpoint(resume_path)
         cfg = resolve_config(args, base=resume_base(resume["config"]))  # the run's settings, then this command's
         check_budget_left(resume, cfg)
-        if is_first:
-            print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
-                  f"written by {resume['world_size']} worker(s))")
-    elif args.fresh_start:
-        moved = move_aside(run_dir) if is_first else None
-        if moved:
-            print(f"--fresh-start: moved the previous run to {moved}")
-    elif has_run(run_dir):
+    elif has_run(run_dir) and not args.fresh_start:
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume-from latest, "
                           "start over with --fresh-start (the old run is moved aside), or pick --run-name")
     build_market_data(cfg.data)  # bad data fails here, in one line, before any worker starts
@@ -244,20 +238,33 @@ def main(argv: list[str] | None = None) -> int:
         check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
     cores = os.cpu_count() or 1
     share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731
-    if group is not None:  # torchrun decides: join the group it describes, spawn nothing
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", group.world_size))
-        run_worker(group.local_rank, group, cfg, run_dir, resume_path, share(local_world))
-        return 0
-    workers, kind, notice = plan_workers(args, cfg)
-    if kind == "cpu" and cfg.train.precision == "fp16":
-        raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
-    if notice:
-        print(notice)
-    if workers == 1:
-        run_worker(0, DistContext(), cfg, run_dir, resume_path, share(1))
-        return 0
-    port = args.master_port or find_free_port()
-    return spawn_workers(workers, cfg, run_dir, resume_path, port, share(workers))
+    if group is None:
+        workers, kind, notice = plan_workers(args, cfg)
+        if kind == "cpu" and cfg.train.precision == "fp16":
+            raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
+    # Every check passed: only now is the run folder touched (locked, and with --fresh-start moved aside).
+    with contextlib.ExitStack() as held:
+        if is_first:
+            held.enter_context(run_lock(run_dir))
+            if args.resume_from:
+                print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
+                      f"written by {resume['world_size']} worker(s))")
+            if args.fresh_start:
+                moved = move_aside(run_dir)
+                if moved:
+                    print(f"--fresh-start: moved the previous run to {moved}")
+                    held.enter_context(run_lock(run_dir))  # the new, empty folder
+        if group is not None:  # torchrun decides: join the group it describes, spawn nothing
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", group.world_size))
+            run_worker(group.local_rank, group, cfg, run_dir, resume_path, share(local_world))
+            return 0
+        if notice:
+            print(notice)
+        if workers == 1:
+            run_worker(0, DistContext(), cfg, run_dir, resume_path, share(1))
+            return 0
+        port = args.master_port or find_free_port()
+        return spawn_workers(workers, cfg, run_dir, resume_path, port, share(workers))
 
 
 def entry() -> None:

@@ -82,6 +82,25 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs):
         torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-7, msg=name)
 
 
+def test_a_run_folder_in_use_by_another_training_process_is_refused(tmp_path, capsys):
+    from clstm_ppo.checkpoint import run_lock
+
+    args = ["--total-steps", "512", "--set", "train.num_envs=8"]
+    assert train(tmp_path, *args) == 0
+    run = tmp_path / "synthetic-smoke"
+    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    capsys.readouterr()
+    with run_lock(run):  # as if a first resume were still training there
+        for extra in (["--resume-from", "latest", "--total-steps", "1024"], ["--fresh-start"]):
+            assert train(tmp_path, *args[2:], *extra) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.startswith(f"error: {run} is in use by a training process (pid ") and "--run-name" in err
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.name != ".lock"} == \
+        {k: v for k, v in before.items() if k != ".lock"}, "a refused launch touches nothing"
+    assert not list(tmp_path.glob("synthetic-smoke.old-*")), "--fresh-start must not move a run in use"
+    assert train(tmp_path, *args[2:], "--resume-from", "latest", "--total-steps", "1024") == 0  # free again
+
+
 def test_existing_run_is_protected_and_fresh_start_moves_it_aside(tmp_path, capsys):
     args = ["--total-steps", "512", "--set", "train.num_envs=8"]
     assert train(tmp_path, *args) == 0
