@@ -14,12 +14,13 @@ import pickle
 import shutil
 import time
 import zipfile
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from clstm_ppo.config import first_line
 from clstm_ppo.metrics import BEST_METRICS
 
 FORMAT = "clstm_ppo-checkpoint-v1"
@@ -57,8 +58,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint {path} is truncated or corrupt ({first[:120]}); "
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupt ({first_line(err, 120)}); "
                               "resume from another file of the run, e.g. --resume-from latest or a best_*.pt") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a clstm_ppo checkpoint (no '{FORMAT}' marker); "

@@ -21,6 +21,12 @@ class ConfigError(ValueError):
     """A configuration problem, phrased as one line a user can act on."""
 
 
+def first_line(err: BaseException, limit: int = 160) -> str:
+    """An exception's first non-empty line (or its type's name), to quote inside a one-line error."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return (lines[0] if lines else type(err).__name__)[:limit]
+
+
 @dataclass
 class SyntheticConfig:
     """Seeded GBM market with Markov regime switching and Poisson jumps."""
@@ -366,7 +372,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as err:
-            raise ConfigError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+            raise ConfigError(f"config file {path} is not valid YAML: {first_line(err)}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, not {type(loaded).__name__}")
         values = _merge(values, loaded)

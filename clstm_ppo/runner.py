@@ -23,7 +23,7 @@ from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
 from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
-from clstm_ppo.config import Config, save_config, to_dict
+from clstm_ppo.config import Config, first_line, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import wait_for
@@ -161,7 +161,7 @@ class Trainer:
             self.model.load_state_dict(state["model"])
         except RuntimeError as err:
             raise CheckpointError("checkpoint model does not fit these agent sizes "
-                                  f"({str(err).splitlines()[0][:100]}); resume with the run's own config") from None
+                                  f"({first_line(err, 100)}); resume with the run's own config") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state.get("scaler"))

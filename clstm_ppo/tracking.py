@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from clstm_ppo.config import ConfigError
+from clstm_ppo.config import ConfigError, first_line
 
 
 def _clean(value: Any) -> Any:
@@ -32,8 +32,7 @@ def start_wandb(run_dir: Path, project: str, run_name: str, config: dict[str, An
     try:
         run = wandb.init(project=project, name=run_name, config=config, dir=str(run_dir), id=run_id, resume="allow")
     except wandb.errors.Error as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ConfigError(f"--wandb could not start a W&B run ({first[:160].rstrip('.')}): log in with `wandb login` "
+        raise ConfigError(f"--wandb could not start a W&B run ({first_line(err).rstrip('.')}): log in with `wandb login` "
                           "(or set WANDB_API_KEY), or set WANDB_MODE=offline to log locally and `wandb sync` "
                           "the run folder later") from None
     id_file.write_text(run_id)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.config import SyntheticConfig
+from clstm_ppo.config import SyntheticConfig, first_line
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.synthetic import generate_synthetic
 
@@ -78,8 +78,8 @@ def _read_table(path: Path) -> pd.DataFrame:
             return frame
         return pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"{path}: cannot be read as {'parquet' if 'parquet' in path.name else 'CSV'} ({first}); "
+        raise DataError(f"{path}: cannot be read as {'parquet' if 'parquet' in path.name else 'CSV'} "
+                        f"({first_line(err)}); "
                         "check that it is a table of OHLCV bars") from None
 
 

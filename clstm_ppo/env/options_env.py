@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from clstm_ppo.config import EnvConfig, MarketConfig
+from clstm_ppo.config import CHOICES, EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env.actions import ActionSpace
 from clstm_ppo.market import (COST_KINDS, bs_call_put, bs_price, chain_strikes, closing_fee_reserve, order_fill,
@@ -75,7 +75,7 @@ class BatchedOptionsEnv:
                  device: torch.device | str = "cpu", seed: int = 0, autoreset: bool = True):
         if split not in data.splits:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(data.splits)}")
-        if cfg.dtype not in ("float32", "float64"):
+        if cfg.dtype not in CHOICES["env.dtype"]:
             raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
         self.device = torch.device(device)
         self.dtype = getattr(torch, cfg.dtype)
