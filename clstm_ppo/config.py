@@ -43,8 +43,9 @@ class SyntheticConfig:
     jumps_per_year: float = 4.0
     jump_mean: float = -0.02  # mean log jump size
     jump_std: float = 0.04
-    base_volume: float = 1.0e6
+    base_volume: float = 1.0e8  # shares a bar: a liquid name, so the option-volume cap rarely binds
     signal_strength: float = 0.0  # >0 plants a learnable next-bar signal in the volume (tests use it)
+    iv_premium: float = 1.25  # the iv column: the regime's true vol x this (a variance risk premium, like VIX's)
 
 
 @dataclass
@@ -83,19 +84,38 @@ class CostConfig:
     spread_vol_coef: float = 1.0  # wider by this factor per unit of implied vol above 20%
     slippage_coef: float = 0.5  # price impact share of mid per (order contracts / option volume)
     max_slippage: float = 0.05  # impact is capped at this share of mid
-    option_volume_ratio: float = 1.0e-4  # option contracts traded per bar per share of underlying volume
+    # Option-volume proxy of one strike (docs/MARKET.md): underlying volume x ratio at the money at <= 30 days,
+    # less for far strikes and long expiries. 1e-4 puts a Dow stock's ATM strike at 1,000-3,000 contracts a day
+    # (10-30M shares); the S&P 500's volume column sums its members' shares, so it overstates SPX strikes ~30x.
+    option_volume_ratio: float = 1.0e-4
+    volume_moneyness_width: float = 0.10  # volume falls by e per this |ln(K/S)| (0.90 and 1.10 strikes: 37% of ATM)
+    volume_expiry_power: float = 1.0  # ... and as (30 days / T) ^ power beyond 30 days
     min_option_volume: float = 50.0  # option-volume proxy floor (and its value without a volume column)
+    max_volume_share: float = 0.10  # an opening order takes at most this share of its strike's volume proxy
 
 
 @dataclass
 class MarketConfig:
+    # Used only where the data has no rate series (the embedded S&P 500 has the 3-month T-bill; a file may
+    # carry a `rate` column).
     risk_free_rate: float = 0.02  # r, continuously compounded
-    dividend_yield: float = 0.015  # q, continuously compounded (S&P 500 ~1.5-2%)
-    # Implied vol = realised vol x iv_premium when the data has no iv/vix column. 1.38 is the median of
-    # VIX / 20-day realised vol of the S&P 500 over 2014-2018 (the embedded data); VIX's low there was 9.1%.
-    iv_premium: float = 1.38
-    iv_skew: float = 1.0  # iv(K) = iv_atm * (1 - iv_skew * ln(K/S)): lower strikes trade richer
-    min_iv: float = 0.09
+    dividend_yield: float = 0.015  # q for prices without dividends in them (0 where Adj Close was applied)
+    # Implied vol (SPEC 4a, docs/MARKET.md): auto = the data's iv/vix column if it has one, else the model.
+    iv_source: str = "auto"  # auto, column or model (model: ignore any iv column)
+    ewma_lambda: float = 0.94  # the model's volatility estimate: RiskMetrics' daily EWMA decay
+    leverage_lambda: float = 0.90  # decay of the EWMA of signed returns in the model's leverage term
+    # log IV = a + b log(sigma_ewma) + c leverage: fitted on the S&P 500 with VIX, training split 2000-2012
+    # only (scripts/fit_iv_model.py reproduces these; tests/test_vol_model.py checks them).
+    iv_model_coefs: list[float] = field(default_factory=lambda: [-0.3277, 0.6994, -1.4935])
+    # iv(K, T) = atm(T) - iv_skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z: the
+    # 0.95 strike ~6.2 vol points over the money at 30 days, the 1.05 strike ~4.9 under (SPX in calm markets,
+    # SPEC 4a: 5-8 points); flat beyond the wing so far strikes stay below ~ATM + 30 points. Set by hand: no
+    # option-chain data ships here.
+    iv_skew: float = 1.1
+    iv_smile: float = 2.0
+    iv_wing_z: float = 0.2
+    term_reversion: float = 4.0  # kappa per year: ATM variance reverts to the training median (0: flat term)
+    min_iv: float = 0.03  # absolute bounds on any strike's implied vol
     max_iv: float = 2.00
     moneyness: list[float] = field(default_factory=lambda: [0.95, 1.00, 1.05])  # strike / spot of the chain
     expiries_days: list[int] = field(default_factory=lambda: [30, 60])  # calendar days to expiry
@@ -194,6 +214,7 @@ CHOICES = {
     "train.precision": ("fp32", "bf16", "fp16"),
     "ppo.lr_schedule": ("linear", "constant"),
     "env.dtype": ("float32", "float64"),
+    "market.iv_source": ("auto", "column", "model"),
 }
 # Interval rules for numeric settings (a list setting: every entry). Written as they read in the error.
 LIMITS = {
@@ -201,7 +222,8 @@ LIMITS = {
     "data.vol_window": ">= 2", "data.volume_window": ">= 2", "data.turbulence_lookback": ">= 2",
     "data.turbulence_quantile": "(0, 1]",
     "market.risk_free_rate": "(-1, 1)", "market.dividend_yield": "(-1, 1)",  # negative rates do occur
-    "market.iv_premium": "> 0", "market.iv_skew": ">= 0", "market.min_iv": "> 0", "market.max_iv": "> 0",
+    "market.iv_model_coefs": "(-100, 100)", "market.ewma_lambda": "(0, 1)", "market.leverage_lambda": "(0, 1)", "market.iv_skew": ">= 0",
+    "market.iv_smile": ">= 0", "market.iv_wing_z": "> 0", "market.term_reversion": ">= 0", "market.min_iv": "> 0", "market.max_iv": "> 0",
     "market.moneyness": "> 0", "market.expiries_days": ">= 1", "market.strike_step": ">= 0",
     "market.multiplier": ">= 1",
     "market.costs.commission_per_contract": ">= 0", "market.costs.commission_min_per_order": ">= 0",
@@ -212,6 +234,8 @@ LIMITS = {
     "market.costs.spread_moneyness_coef": ">= 0", "market.costs.spread_vol_coef": ">= 0",
     "market.costs.slippage_coef": ">= 0", "market.costs.max_slippage": "[0, 1)",
     "market.costs.option_volume_ratio": ">= 0", "market.costs.min_option_volume": "> 0",
+    "market.costs.volume_moneyness_width": "> 0", "market.costs.volume_expiry_power": ">= 0",
+    "market.costs.max_volume_share": "(0, 1]",
     "env.initial_cash": "> 0", "env.max_positions": ">= 1", "env.position_frac": "(0, 1]",
     "env.episode_length": ">= 0", "env.ruin_fraction": "[0, 1)", "env.reward_scale": "> 0",
     "env.drawdown_penalty": ">= 0", "env.turbulence_penalty": ">= 0",
@@ -256,7 +280,11 @@ def check_values(cfg: Config) -> None:
     d, m, p, t = cfg.data, cfg.market, cfg.ppo, cfg.train
     pairs = [
         (not m.moneyness or not m.expiries_days, "market.moneyness and market.expiries_days need at least one entry"),
+        (len(m.iv_model_coefs) != 3, f"market.iv_model_coefs needs three entries (a, b, c), got {m.iv_model_coefs}"),
         (m.min_iv >= m.max_iv, f"market.min_iv ({m.min_iv}) must be below market.max_iv ({m.max_iv})"),
+        (m.costs.max_volume_share * m.costs.min_option_volume < 1,
+         f"market.costs.max_volume_share x min_option_volume ({m.costs.max_volume_share} x "
+         f"{m.costs.min_option_volume}) must be at least 1 contract, or no order on a thin strike could fill"),
         (m.costs.spread_min > m.costs.spread_max,
          f"market.costs.spread_min ({m.costs.spread_min}) must not exceed spread_max ({m.costs.spread_max})"),
         (d.train_frac + d.val_frac >= 1,

@@ -1,19 +1,30 @@
-"""One env copy written again in plain Python floats, a position list and SPEC section 4's formulas.
+"""One env copy written again in plain Python floats, a position list and docs/MARKET.md section 1's rules.
 
-Nothing here is vectorised, slot-major, or shared with clstm_ppo's market and env code: Black-Scholes
-uses math.erfc, strikes, vols, spreads, slippage and fees are written out from their definitions.
-The batched env must agree with it step by step, observation and mask included (tests/test_env.py).
+Nothing here is vectorised, slot-major, or shared with clstm_ppo's market and env code: Black-Scholes uses
+math.erfc; the clock, the fill point (open, or close after a stale open), expiries on trading dates, the vol
+surface, strikes, the strike-volume proxy and its order cap, spreads, slippage and fees are written out from
+their definitions. Only the per-bar series of ``clstm_ppo.market.inputs.market_inputs`` (implied vol at each
+open and close, rates, the dividend yield, the long-run vol, which opens are stale) are taken as data: they
+are tested on their own elsewhere. The batched env must agree with this step by step, observation and mask
+included (tests/test_env.py).
 """
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import dataclass
 
-import numpy as np
+import pandas as pd
 
 from clstm_ppo.config import EnvConfig, MarketConfig
+from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.market.inputs import market_inputs
 
 NICE_STEPS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0)
+YEAR_DAYS = 365.0  # option time is calendar time
+ATM_DAYS = 30.0  # the maturity the at-the-money series quotes
+SESSION_DAYS = 6.5 / 24.0  # a bar opens 6.5 hours before its close (or at the previous close, if nearer)
+COST_NAMES = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf")
 
 
 def norm_cdf(x: float) -> float:
@@ -50,37 +61,93 @@ def greeks(spot: float, strike: float, years: float, r: float, q: float, vol: fl
 
 
 @dataclass
-class Position:
+class Point:
+    """Where a trade or a mark happens: the underlying's price, the 30-day ATM vol, the rate and the time (days)."""
+    spot: float
+    atm: float
+    rate: float
+    time: float
+    stale: bool = False  # a fill moved to the close because the bar's open was stale
+
+
+@dataclass
+class Quote:
     call: bool
     strike: float
-    days_left: float
-    contracts: float
-    entry_cost: float  # dollars paid, fees included
-    mark: float = 0.0  # dollars at the last close
-    greeks: tuple = (0.0, 0.0, 0.0, 0.0)  # per share at the last close
+    listed_day: datetime.date  # the calendar day it is listed to expire on
+    expiry_bar: int | None  # None: expires after the data ends
+    expiry_time: float
+    mid: float
+    vol: float
+    half: float  # half the quoted spread, a share of mid
+    volume: float  # the strike's option-volume proxy
 
 
-class ReferenceCopy:
-    """One copy from a given start: ``step(action, t)`` trades at t+1's open and marks at t+1's close."""
+class ReferenceMarket:
+    """One underlying's bars as Python lists, and every rule that depends only on the bar, not on a copy."""
 
-    def __init__(self, bars: dict[str, np.ndarray], dates: np.ndarray, turbulent: np.ndarray, sym: int, t: int,
-                 t_end: int, market: MarketConfig, env: EnvConfig):
-        self.m, self.c, self.e = market, market.costs, env
-        self.open, self.close = bars["open"][sym], bars["close"][sym]
-        iv = bars["realized_vol"][sym] * market.iv_premium  # no iv column in the synthetic data
-        self.atm_iv = np.clip(iv, market.min_iv, market.max_iv)
-        self.option_volume = np.maximum(bars["volume"][sym] * self.c.option_volume_ratio, self.c.min_option_volume)
-        self.dates, self.turbulent, self.t, self.t_start, self.t_end = dates, turbulent, t, t, t_end
-        self.cash = self.equity = env.initial_cash
-        self.slots: list[Position | None] = [None] * env.max_positions
-        self.costs = dict.fromkeys(("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee",
-                                    "orf"), 0.0)
-        self.closed = self.wins = 0
+    def __init__(self, data: MarketData, market: MarketConfig, sym: int):
+        self.m, self.c = market, market.costs
+        inputs = market_inputs(data, market)  # data here: tested in tests/test_market_inputs.py
+        floats = lambda row: [float(x) for x in row]  # noqa: E731
+        self.open, self.close = floats(data.bars["open"][sym]), floats(data.bars["close"][sym])
+        self.iv_close, self.iv_open = floats(inputs.iv_close[sym]), floats(inputs.iv_open[sym])
+        self.rate, self.stale = floats(inputs.rate[sym]), [bool(x) for x in inputs.stale_open[sym]]
+        self.q, self.long_run = float(inputs.dividend_yield[sym]), float(inputs.long_run_iv[sym])
+        self.turbulent = [bool(x > data.turbulence_threshold) for x in data.turbulence]
+        volume = data.bars.get("volume")
+        self.base_volume = ([max(float(v) * self.c.option_volume_ratio, self.c.min_option_volume)
+                             for v in volume[sym]] if volume is not None
+                            else [self.c.min_option_volume] * len(self.close))
+        # The clock: days since the first bar's timestamp; a bar opens 6.5 hours before its close, or at the
+        # previous bar's close when that is nearer.
+        stamps = [pd.Timestamp(x).to_pydatetime() for x in data.dates]
+        self.day: list[datetime.date] = [s.date() for s in stamps]
+        self.close_time = [(s - stamps[0]).total_seconds() / 86400.0 for s in stamps]
+        self.open_time = [self.close_time[0] - SESSION_DAYS] + [
+            now - min(SESSION_DAYS, now - before) for before, now in zip(self.close_time, self.close_time[1:])]
+        self._expiries: dict[tuple[int, float], tuple] = {}
 
-    # ---------------------------------------------------------------- market
+    # ---------------------------------------------------------------- where trades and marks happen
 
-    def vol(self, atm: float, strike: float, spot: float) -> float:
-        return min(max(atm * (1.0 - self.m.iv_skew * math.log(strike / spot)), self.m.min_iv), self.m.max_iv)
+    def fill_point(self, u: int) -> Point:
+        """An order for bar u: at its open (the rate known then is bar u-1's), or at its close after a stale open."""
+        if self.stale[u]:
+            return Point(self.close[u], self.iv_close[u], self.rate[u], self.close_time[u], stale=True)
+        return Point(self.open[u], self.iv_open[u], self.rate[u - 1], self.open_time[u])
+
+    def close_point(self, t: int) -> Point:
+        return Point(self.close[t], self.iv_close[t], self.rate[t], self.close_time[t])
+
+    def expiry(self, u: int, days: float) -> tuple[datetime.date, int | None, float]:
+        """(listed day, bar, time) of an option bought at bar u with ``days`` calendar days: listed for the day
+        day(u) + days, it expires at the close of the last bar on or before that day; past the data, never
+        (time close_time[u] + days)."""
+        if (u, days) not in self._expiries:
+            listed = self.day[u] + datetime.timedelta(days=days)
+            if listed > self.day[-1]:
+                self._expiries[u, days] = listed, None, self.close_time[u] + days
+            else:
+                bar = u
+                while bar + 1 < len(self.day) and self.day[bar + 1] <= listed:
+                    bar += 1
+                self._expiries[u, days] = listed, bar, self.close_time[bar]
+        return self._expiries[u, days]
+
+    # ---------------------------------------------------------------- the vol surface and the chain
+
+    def atm_at(self, atm30: float, years: float) -> float:
+        """Term structure: variance reverts from the 30-day level to the long-run vol at term_reversion a year."""
+        kappa, long_var = self.m.term_reversion, self.long_run ** 2
+        share = lambda x: 1.0 if x == 0 else -math.expm1(-x) / x  # noqa: E731  (1 - e^-x) / x
+        var = long_var + (atm30 ** 2 - long_var) * share(kappa * years) / share(kappa * ATM_DAYS / YEAR_DAYS)
+        return math.sqrt(max(var, self.m.min_iv ** 2))
+
+    def vol(self, atm30: float, strike: float, spot: float, years: float) -> float:
+        m = self.m
+        z = math.log(strike / spot) / math.sqrt(max(years, 1.0 / YEAR_DAYS) / (ATM_DAYS / YEAR_DAYS))
+        z = min(max(z, -m.iv_wing_z), m.iv_wing_z)  # flat beyond the wings
+        return min(max(self.atm_at(atm30, years) - m.iv_skew * z + m.iv_smile * z * z, m.min_iv), m.max_iv)
 
     def half_spread(self, mid: float, vol: float, strike: float, spot: float) -> float:
         c = self.c
@@ -90,11 +157,85 @@ class ReferenceCopy:
         quoted = c.spread_base * (1 + cheap) * (1 + far) * (1 + stormy)
         return 0.5 * min(max(quoted, c.spread_min), c.spread_max)
 
+    def strike_volume(self, t: int, strike: float, spot: float, years: float) -> float:
+        """Option-volume proxy of a strike on decision bar t, at the moneyness and maturity of the trade."""
+        c, atm_years = self.c, ATM_DAYS / YEAR_DAYS
+        far = math.exp(-abs(math.log(strike / spot)) / c.volume_moneyness_width)
+        longer = (atm_years / max(years, atm_years)) ** c.volume_expiry_power
+        return max(self.base_volume[t] * far * longer, c.min_option_volume)
+
+    def strike(self, spot: float, moneyness: float) -> float:
+        m = self.m
+        step = max([s for s in NICE_STEPS if s <= 0.005 * spot] or [NICE_STEPS[0]]) if m.strike_step <= 0 \
+            else m.strike_step
+        return max(round(spot * moneyness / step) * step, step)
+
+    def years(self, expiry_time: float, time: float) -> float:
+        return max(expiry_time - time, 0.0) / YEAR_DAYS
+
+    def price(self, call: bool, strike: float, expiry_time: float, at: Point) -> tuple[float, float]:
+        """(Black-Scholes mid per share, vol) at ``at``."""
+        years = self.years(expiry_time, at.time)
+        vol = self.vol(at.atm, strike, at.spot, years)
+        return black_scholes(at.spot, strike, years, at.rate, self.q, vol, call), vol
+
+    def quote(self, index: int, grid: list[tuple[float, float]], bar: int, at: Point, volume_bar: int) -> Quote:
+        """Chain point ``index`` (calls, then puts; moneyness fastest) listed on ``bar`` and quoted at ``at``, with
+        the volume of ``volume_bar``."""
+        call, (moneyness, days) = index < len(grid), grid[index % len(grid)]
+        strike = self.strike(at.spot, moneyness)
+        listed, expiry_bar, expiry_time = self.expiry(bar, days)
+        mid, vol = self.price(call, strike, expiry_time, at)
+        volume = self.strike_volume(volume_bar, strike, at.spot, self.years(expiry_time, at.time))
+        return Quote(call, strike, listed, expiry_bar, expiry_time, mid, vol,
+                     self.half_spread(mid, vol, strike, at.spot), volume)
+
+
+@dataclass
+class Position:
+    call: bool
+    strike: float
+    listed_day: datetime.date
+    expiry_bar: int | None
+    expiry_time: float
+    contracts: float
+    entry_cost: float  # dollars paid, fees included
+    mark: float = 0.0  # dollars at the last close
+    greeks: tuple = (0.0, 0.0, 0.0, 0.0)  # per share at the last close
+
+
+@dataclass
+class Seen:
+    """Which paths a copy went through (the tests check each was exercised)."""
+    stale_fills: int = 0
+    open_fills: int = 0
+    buys: int = 0
+    capped_buys: int = 0  # size cut by max_volume_share
+    expiries: int = 0
+    early_expiries: int = 0  # expired on a bar before the listed calendar day (no bar on that day)
+    expiry_sales: int = 0  # sold on the bar it expires at
+    same_bar_buys: int = 0  # bought on the bar it expires at
+
+
+class ReferenceCopy:
+    """One copy from a given start: ``step(action)`` trades at t+1's fill and marks at t+1's close."""
+
+    def __init__(self, market: ReferenceMarket, t: int, t_end: int, env: EnvConfig):
+        self.mk, self.m, self.c, self.e = market, market.m, market.c, env
+        self.t, self.t_start, self.t_end = t, t, t_end
+        self.cash = self.equity = env.initial_cash
+        self.slots: list[Position | None] = [None] * env.max_positions
+        self.costs = dict.fromkeys(COST_NAMES, 0.0)
+        self.closed = self.wins = 0
+        self.seen = Seen()
+
+    # ---------------------------------------------------------------- orders
+
     def impact(self, contracts: float, volume: float) -> float:
         return min(self.c.slippage_coef * contracts / volume, self.c.max_slippage)
 
-    def trade(self, mid: float, half: float, contracts: float, volume: float, sell: bool) -> tuple[float, float]:
-        """(dollars in for a sale or out for a buy, fees included); adds every cost to its kind."""
+    def trade(self, mid: float, half: float, contracts: float, volume: float, sell: bool) -> float:
+        """Dollars in for a sale or out for a buy, fees included; adds every cost to its kind."""
         c, shares = self.c, contracts * self.m.multiplier
         impact = self.impact(contracts, volume)
         price = mid * (1 - half - impact) if sell else mid * (1 + half + impact)
@@ -107,73 +248,6 @@ class ReferenceCopy:
             self.costs[kind] += dollars
         return (price * shares - sum(fees.values())) if sell else (price * shares + sum(fees.values()))
 
-    # ---------------------------------------------------------------- one bar
-
-    def step(self, action: int, grid: list[tuple[float, float]], close_all: int, close_worst: int,
-             close_best: int) -> float:
-        m, c, t = self.m, self.c, self.t
-        spot, volume = self.open[t + 1], self.option_volume[t]
-        gap = (self.dates[t + 1] - self.dates[t]) / np.timedelta64(1, "D")
-        for p in self.open_positions():
-            p.days_left -= gap
-        held = [i for i, p in enumerate(self.slots) if p is not None]
-        if self.turbulent[t] or action == close_all:
-            to_sell = held
-        elif action in (close_worst, close_best) and held:
-            pnl = [self.slots[i].mark - self.slots[i].entry_cost for i in held]
-            target = min(pnl) if action == close_worst else max(pnl)
-            to_sell = [held[pnl.index(target)]]  # the first slot among equals
-        else:
-            to_sell = []
-        for i in to_sell:
-            p = self.slots[i]
-            vol = self.vol(self.atm_iv[t], p.strike, spot)
-            mid = black_scholes(spot, p.strike, max(p.days_left, 0) / 365, m.risk_free_rate, m.dividend_yield, vol,
-                                p.call)
-            proceeds = self.trade(mid, self.half_spread(mid, vol, p.strike, spot), p.contracts, volume, sell=True)
-            self.settle(i, proceeds)
-        if 1 <= action <= 2 * len(grid):
-            self.buy(action - 1, grid, spot, volume)
-        close = self.close[t + 1]
-        for i, p in enumerate(self.slots):
-            if p is not None and p.days_left <= 0:  # expires at the close, at intrinsic, without fees
-                self.settle(i, max((close - p.strike) if p.call else (p.strike - close), 0.0) * p.contracts
-                            * m.multiplier)
-        self.t = t + 1
-        for p in self.open_positions():
-            vol = self.vol(self.atm_iv[t + 1], p.strike, close)
-            args = (close, p.strike, p.days_left / 365, m.risk_free_rate, m.dividend_yield, vol, p.call)
-            p.mark = black_scholes(*args) * p.contracts * m.multiplier
-            p.greeks = greeks(*args)
-        before, self.equity = self.equity, self.cash + sum(p.mark for p in self.open_positions())
-        return (self.equity - before) * self.e.reward_scale / self.e.initial_cash
-
-    def quote(self, index: int, grid: list[tuple[float, float]], spot: float, atm: float) -> tuple:
-        """(call, strike, days, mid, half spread) of chain point ``index`` (calls, then puts) at ``spot``."""
-        m = self.m
-        call, (moneyness, days) = index < len(grid), grid[index % len(grid)]
-        step = max([s for s in NICE_STEPS if s <= 0.005 * spot] or [NICE_STEPS[0]]) if m.strike_step <= 0 \
-            else m.strike_step
-        strike = max(round(spot * moneyness / step) * step, step)
-        vol = self.vol(atm, strike, spot)
-        mid = black_scholes(spot, strike, days / 365, m.risk_free_rate, m.dividend_yield, vol, call)
-        return call, strike, days, mid, self.half_spread(mid, vol, strike, spot)
-
-    def mask(self, grid: list[tuple[float, float]]) -> list[bool]:
-        """Valid actions at t: hold; a buy if a slot is free, the bar is calm and one contract (with its
-        buying and closing fees, quoted at t's close) fits both the cash room and position_frac of equity;
-        the three closes if anything is open."""
-        c, t, held = self.c, self.t, len(self.open_positions())
-        fees = 2 * (max(c.commission_per_contract, c.commission_min_per_order) + c.occ_clearing_per_contract
-                    + c.orf_per_contract) + c.finra_taf_per_contract
-        budget = min(self.cash_room(), self.e.position_frac * self.equity)
-        buys = []
-        for index in range(2 * len(grid)):
-            *_, mid, half = self.quote(index, grid, self.close[t], self.atm_iv[t])
-            one = mid * (1 + half + self.impact(1.0, self.option_volume[t])) * self.m.multiplier + fees
-            buys.append(held < self.e.max_positions and not self.turbulent[t] and one <= budget)
-        return [True, *buys, *[held > 0] * 3]
-
     def cash_room(self) -> float:
         """Cash left after every open position's closing-fee reserve and two per-order commission minimums."""
         c = self.c
@@ -182,12 +256,62 @@ class ReferenceCopy:
                       for p in self.open_positions())
         return self.cash - reserve - 2 * c.commission_min_per_order
 
-    def buy(self, index: int, grid: list[tuple[float, float]], spot: float, volume: float) -> None:
-        m, c = self.m, self.c
-        # at t+1's open the vol of t's close is known
-        call, strike, days, mid, half = self.quote(index, grid, spot, self.atm_iv[self.t])
+    # ---------------------------------------------------------------- one bar
+
+    def step(self, action: int, grid: list[tuple[float, float]], close_all: int, close_worst: int,
+             close_best: int) -> float:
+        mk, t = self.mk, self.t
+        u = t + 1
+        fill = mk.fill_point(u)
+        if fill.stale:
+            self.seen.stale_fills += 1
+        else:
+            self.seen.open_fills += 1
+        held = [i for i, p in enumerate(self.slots) if p is not None]
+        if mk.turbulent[t] or action == close_all:
+            to_sell = held
+        elif action in (close_worst, close_best) and held:
+            pnl = [self.slots[i].mark - self.slots[i].entry_cost for i in held]
+            target = min(pnl) if action == close_worst else max(pnl)
+            to_sell = [held[pnl.index(target)]]  # the first slot among equals
+        else:
+            to_sell = []
+        to_sell = [i for i in to_sell if self.slots[i].expiry_time > fill.time]  # else it settles at intrinsic
+        for i in to_sell:  # sells first
+            p = self.slots[i]
+            mid, vol = mk.price(p.call, p.strike, p.expiry_time, fill)
+            volume = mk.strike_volume(t, p.strike, fill.spot, mk.years(p.expiry_time, fill.time))
+            proceeds = self.trade(mid, mk.half_spread(mid, vol, p.strike, fill.spot), p.contracts, volume, sell=True)
+            self.seen.expiry_sales += p.expiry_bar == u
+            self.settle(i, proceeds)
+        if 1 <= action <= 2 * len(grid):
+            self.buy(mk.quote(action - 1, grid, u, fill, t))
+        close = mk.close[u]
+        for i, p in enumerate(self.slots):
+            if p is not None and p.expiry_bar is not None and p.expiry_bar <= u:  # at intrinsic, without fees
+                self.seen.expiries += 1
+                self.seen.early_expiries += mk.day[u] < p.listed_day
+                self.settle(i, max((close - p.strike) if p.call else (p.strike - close), 0.0) * p.contracts
+                            * self.m.multiplier)
+        self.t = u
+        at = mk.close_point(u)
+        for p in self.open_positions():
+            years = mk.years(p.expiry_time, at.time)
+            vol = mk.vol(at.atm, p.strike, at.spot, years)
+            args = (at.spot, p.strike, years, at.rate, mk.q, vol, p.call)
+            p.mark = black_scholes(*args) * p.contracts * self.m.multiplier
+            p.greeks = greeks(*args)
+        before, self.equity = self.equity, self.cash + sum(p.mark for p in self.open_positions())
+        return (self.equity - before) * self.e.reward_scale / self.e.initial_cash
+
+    def buy(self, quote: Quote) -> None:
+        """Size: position_frac of equity at the one-contract ask, at most max_volume_share of the strike's
+        volume proxy; then as many as the cash room pays for, with each contract's buying and closing fees."""
+        m, c, mid, half, volume = self.m, self.c, quote.mid, quote.half, quote.volume
         first_ask = mid * (1 + half + self.impact(1.0, volume))
-        wanted = math.floor(self.e.position_frac * self.equity / max(first_ask * m.multiplier, 1e-12))
+        by_equity = math.floor(self.e.position_frac * self.equity / max(first_ask * m.multiplier, 1e-12))
+        cap = math.floor(c.max_volume_share * volume)
+        wanted = min(by_equity, cap)
         ask = mid * (1 + half + self.impact(wanted, volume))
         per_contract = ask * m.multiplier + 2 * (c.commission_per_contract + c.occ_clearing_per_contract
                                                  + c.orf_per_contract) + c.finra_taf_per_contract
@@ -195,19 +319,40 @@ class ReferenceCopy:
         free = [i for i, p in enumerate(self.slots) if p is None]
         if contracts < 1 or not free:
             return
+        self.seen.buys += 1
+        self.seen.same_bar_buys += quote.expiry_bar == self.t + 1
+        self.seen.capped_buys += contracts == cap < by_equity
         cost = self.trade(mid, half, contracts, volume, sell=False)
         self.cash -= cost
-        self.slots[free[0]] = Position(call, strike, days, contracts, cost)
+        self.slots[free[0]] = Position(quote.call, quote.strike, quote.listed_day, quote.expiry_bar,
+                                       quote.expiry_time, contracts, cost)
+
+    # ---------------------------------------------------------------- what the copy observes at t
+
+    def mask(self, grid: list[tuple[float, float]]) -> list[bool]:
+        """Valid actions at t: hold; a buy if a slot is free, the bar is calm and one contract (with its buying
+        and closing fees), quoted on t's chain at t's close, fits both the cash room and position_frac of equity;
+        the three closes if anything is open."""
+        c, t, held = self.c, self.t, len(self.open_positions())
+        fees = 2 * (max(c.commission_per_contract, c.commission_min_per_order) + c.occ_clearing_per_contract
+                    + c.orf_per_contract) + c.finra_taf_per_contract
+        budget = min(self.cash_room(), self.e.position_frac * self.equity)
+        at, buys = self.mk.close_point(t), []
+        for index in range(2 * len(grid)):
+            quote = self.mk.quote(index, grid, t, at, t)
+            one = quote.mid * (1 + quote.half + self.impact(1.0, quote.volume)) * self.m.multiplier + fees
+            buys.append(held < self.e.max_positions and not self.mk.turbulent[t] and one <= budget)
+        return [True, *buys, *[held > 0] * 3]
 
     def portfolio(self) -> list[float]:
         """The observation's portfolio features at t (clstm_ppo.env.PORTFOLIO_FEATURES, in that order)."""
-        held, spot, mult = self.open_positions(), self.close[self.t], self.m.multiplier
+        held, spot, mult = self.open_positions(), self.mk.close[self.t], self.m.multiplier
         net = [sum(p.greeks[k] * p.contracts * mult for p in held) for k in range(4)]
-        dollar_greeks = [net[0] * spot, net[1] * spot * spot * 1e-4, net[2] * 0.01, net[3] / 365]
-        days = sum(p.days_left for p in held) / max(len(held), 1)
+        dollar_greeks = [net[0] * spot, net[1] * spot * spot * 1e-4, net[2] * 0.01, net[3] / YEAR_DAYS]
+        days = sum(p.expiry_time - self.mk.close_time[self.t] for p in held) / max(len(held), 1)
         return [self.cash / self.equity, len(held) / self.e.max_positions, *(g / self.equity for g in dollar_greeks),
                 sum(p.mark - p.entry_cost for p in held) / self.equity, days / max(self.m.expiries_days),
-                float(self.turbulent[self.t]), self.equity / self.e.initial_cash - 1,
+                float(self.mk.turbulent[self.t]), self.equity / self.e.initial_cash - 1,
                 (self.t - self.t_start) / max(self.t_end - self.t_start, 1)]
 
     def settle(self, slot: int, cash_in: float) -> None:

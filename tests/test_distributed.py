@@ -133,7 +133,7 @@ def test_two_worker_resume_equals_an_uninterrupted_two_worker_run(tmp_path):
     assert a["update"] == b["update"] == 4
     for name in a["model"]:
         torch.testing.assert_close(b["model"][name], a["model"][name], rtol=1e-6, atol=1e-7, msg=name)
-    for name in ("cash", "t", "dte"):
+    for name in ("cash", "t", "expiry_time"):
         assert torch.equal(b["other_ranks"][0]["env"][name], a["other_ranks"][0]["env"][name]), name
 
 

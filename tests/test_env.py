@@ -1,16 +1,21 @@
+import dataclasses
+import math
+
 import gymnasium
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
 import clstm_ppo  # noqa: F401  (registers the gymnasium id)
-from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig, SyntheticConfig
-from clstm_ppo.data import build_market_data
+from clstm_ppo.config import CostConfig, DataConfig, EnvConfig, MarketConfig, SyntheticConfig
+from clstm_ppo.data import MarketData, build_market_data
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.env.gym_env import OptionsTradingEnv
 from clstm_ppo.market import COST_KINDS, bs_price
 from market_fixtures import handmade_market
+from reference_env import Point, ReferenceCopy, ReferenceMarket, black_scholes
 
 EXACT = EnvConfig(dtype="float64", initial_cash=1_000_000.0)
 
@@ -20,18 +25,29 @@ def synthetic_data():
     return build_market_data(DataConfig(source="synthetic", synthetic=SyntheticConfig(n_bars=1500, seed=5)))
 
 
+@pytest.fixture(scope="module")
+def sp500_data():
+    return build_market_data(DataConfig())
+
+
 def random_valid(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.multinomial(mask.double(), 1, generator=gen).squeeze(-1)
 
 
 def independent_marks(env: BatchedOptionsEnv) -> torch.Tensor:
-    """Mark every open position again from the env's state with the plain pricing function."""
-    m = env.market_cfg
-    spot = env.close_px[env.sym, env.t].expand_as(env.strike)  # positions are (P, N): slot-major
+    """Mark every open position again from the env's state and per-bar tables with the plain pricing function
+    and the vol surface of docs/MARKET.md written out (term structure, maturity-scaled skew, smile, clamps)."""
+    m, q = env.market_cfg, env.quotes
+    spot = q.close_px[env.sym, env.t].expand_as(env.strike)  # positions are (P, N): slot-major
     strike = torch.where(env.active, env.strike, spot)
-    atm = env.atm_iv[env.sym, env.t]
-    iv = (atm * (1 - m.iv_skew * torch.log(strike / spot))).clamp(m.min_iv, m.max_iv)
-    price = bs_price(spot, strike, env.dte.clamp_min(0) / 365.0, m.risk_free_rate, m.dividend_yield, iv, env.is_call)
+    years = (env.expiry_time - q.close_time[env.t]).clamp_min(0) / 365.0
+    atm30, long_run = q.iv_close[env.sym, env.t], q.long_run_iv[env.sym]
+    share = lambda u: -torch.expm1(-u) / u if m.term_reversion > 0 else torch.ones_like(u)  # noqa: E731
+    kappa, tau0 = m.term_reversion, torch.tensor(30.0 / 365.0, dtype=years.dtype)
+    var = long_run ** 2 + (atm30 ** 2 - long_run ** 2) * share(kappa * years.clamp_min(1e-12)) / share(kappa * tau0)
+    z = (torch.log(strike / spot) / torch.sqrt(years.clamp_min(1 / 365.0) / tau0)).clamp(-m.iv_wing_z, m.iv_wing_z)
+    iv = (var.clamp_min(m.min_iv ** 2).sqrt() - m.iv_skew * z + m.iv_smile * z * z).clamp(m.min_iv, m.max_iv)
+    price = bs_price(spot, strike, years, q.rate_close[env.sym, env.t], q.dividend_yield[env.sym], iv, env.is_call)
     return torch.where(env.active, price * env.contracts * m.multiplier, torch.zeros_like(price)).sum(0)
 
 
@@ -56,6 +72,9 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
         assert (env.costs_paid >= 0).all()
         assert (env.costs_paid[:, live] >= last_costs[:, live] - 1e-9).all(), "costs only ever accumulate"
         assert (env.active[:, turbulent & live].sum(0) == 0).all(), "everything closes after a turbulent bar"
+        now = env.quotes.close_time[env.t]
+        assert (env.expiry_bar[env.active] > env.t.expand_as(env.active)[env.active]).all(), "expired ones settled"
+        assert (env.expiry_time[env.active] > now.expand_as(env.active)[env.active]).all()
         last_costs = env.costs_paid.clone()
         seen["turbulent"] += int(turbulent.sum())
         seen["opened"] += int((env.active.sum(0) > before_open).sum())
@@ -67,61 +86,234 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
     assert seen["turbulent"] > 100 and seen["opened"] > 1000 and seen["episodes"] > 100, seen
 
 
-# Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys.
-@pytest.mark.parametrize("env_cfg", [EXACT, EnvConfig(dtype="float64", initial_cash=5_000.0, position_frac=0.2)],
-                         ids=["rich", "tight"])
-def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
-    """Every copy's observed portfolio and action mask, then its cash, equity, reward, costs by kind, closes and
-    wins after each step, against tests/reference_env.py."""
-    from reference_env import ReferenceCopy
-
-    market = MarketConfig()
-    env = BatchedOptionsEnv(synthetic_data, "train", market, env_cfg, num_envs=48, seed=3)
-    obs = env.reset()
+def agree_with_reference(data, market: MarketConfig, env_cfg: EnvConfig, steps: int = 120, num_envs: int = 48,
+                         starts: torch.Tensor | None = None, reference_market=None) -> dict:
+    """Step the batched env and one tests/reference_env.py copy per env copy on the same random valid actions;
+    check every copy's observed portfolio and action mask, then its cash, equity, reward, costs by kind, closes
+    and wins after each step. A copy whose episode ends is compared on its episode statistics and followed by a
+    fresh reference copy. Returns counts of what was checked and of the paths the references went through."""
+    env = BatchedOptionsEnv(data, "train", market, env_cfg, num_envs=num_envs, seed=3)
+    obs = env.reset(starts)
     a = env.actions
     grid = [(m, float(e)) for e in market.expiries_days for m in market.moneyness]  # moneyness fastest
-    turbulent = synthetic_data.turbulence > synthetic_data.turbulence_threshold
-    refs = {i: ReferenceCopy(synthetic_data.bars, synthetic_data.dates.values, turbulent,
-                             int(env.sym[i]), int(env.t[i]), int(env.t_end[i]), market, env_cfg)
-            for i in range(env.num_envs)}
+    markets = [(reference_market or ReferenceMarket)(data, market, s) for s in range(len(data.symbols))]
+    follow = lambda i: ReferenceCopy(markets[int(env.sym[i])], int(env.t[i]), int(env.t_end[i]), env_cfg)  # noqa: E731
+    refs = [follow(i) for i in range(num_envs)]
+    every_ref = list(refs)
+    # Half the copies act uniformly over the valid actions; the other half mostly hold, so that positions
+    # live long enough to expire.
+    weights = torch.ones(num_envs, a.n, dtype=torch.float64)
+    weights[1::2, a.hold], weights[1::2, a.close_all:] = 6.0, 0.1
     gen = torch.Generator().manual_seed(0)
     checked = {"steps": 0, "closes": 0, "episodes": 0, "budget_bound": 0}
-    for _ in range(120):
-        for i, ref in refs.items():
+    dollar_in_reward = env_cfg.reward_scale / env_cfg.initial_cash  # money is compared to 1e-6 dollars
+    for _ in range(steps):
+        for i, ref in enumerate(refs):
             mask = ref.mask(grid)
-            assert obs.mask[i].tolist() == mask, i
+            assert obs.mask[i].tolist() == mask, f"copy {i} at bar {ref.t}"
             np.testing.assert_allclose(obs.portfolio[i].numpy(), ref.portfolio(), rtol=2e-6, atol=1e-7,
-                                       err_msg=f"copy {i}: {PORTFOLIO_FEATURES}")
-            calm_and_free = len(ref.open_positions()) < env_cfg.max_positions and not turbulent[ref.t]
+                                       err_msg=f"copy {i} at bar {ref.t}: {PORTFOLIO_FEATURES}")
+            calm_and_free = len(ref.open_positions()) < env_cfg.max_positions and not ref.mk.turbulent[ref.t]
             checked["budget_bound"] += calm_and_free and not all(mask[1:1 + len(grid) * 2])
-        action = random_valid(obs.mask, gen)
-        rewards = {i: ref.step(int(action[i]), grid, a.close_all, a.close_worst, a.close_best)
-                   for i, ref in refs.items()}
+        action = torch.multinomial(obs.mask.double() * weights, 1, generator=gen).squeeze(-1)
+        rewards = [ref.step(int(action[i]), grid, a.close_all, a.close_worst, a.close_best)
+                   for i, ref in enumerate(refs)]
         result = env.step(action)
         obs = result.obs
         ended = {} if result.episodes is None else {int(i): k for k, i in enumerate(result.episodes["env"])}
-        for i, ref in list(refs.items()):
+        for i, ref in enumerate(refs):
+            where = f"copy {i} at bar {ref.t}"
             if i in ended:  # the env has already started a new episode there: compare the one that ended
                 ep, k = result.episodes, ended[i]
                 equity, closed, wins, costs = ep["return"][k] + env_cfg.initial_cash, ep["closed"][k], ep["wins"][k], \
                     ep["costs"][k]
-                del refs[i]
+                assert ep["open"][k] == len(ref.open_positions()), where
                 checked["episodes"] += 1
-                checked["closes"] += ref.closed
             else:
                 equity, closed, wins, costs = (float(env.equity[i]), float(env.stats["closed"][i]),
                                                float(env.stats["wins"][i]), env.costs_paid[:, i].numpy())
-                assert float(env.cash[i]) == pytest.approx(ref.cash, rel=1e-9, abs=1e-6), i
-                assert int(env.active[:, i].sum()) == len(ref.open_positions()), i
-            assert equity == pytest.approx(ref.equity, rel=1e-9, abs=1e-6), i
-            assert float(result.reward[i]) == pytest.approx(rewards[i], rel=1e-7, abs=1e-12), i
-            assert (closed, wins) == (ref.closed, ref.wins), i
-            np.testing.assert_allclose(costs, [ref.costs[k] for k in COST_KINDS], rtol=1e-9, atol=1e-6)
+                # to 1e-9 of the account (cash can be a small remainder of large flows)
+                assert float(env.cash[i]) == pytest.approx(ref.cash, abs=max(1e-6, 1e-9 * ref.equity)), where
+                assert int(env.active[:, i].sum()) == len(ref.open_positions()), where
+            assert equity == pytest.approx(ref.equity, rel=1e-9, abs=1e-6), where
+            assert float(result.reward[i]) == pytest.approx(rewards[i], rel=1e-7, abs=dollar_in_reward * 1e-6), where
+            assert (closed, wins) == (ref.closed, ref.wins), where
+            np.testing.assert_allclose(costs, [ref.costs[k] for k in COST_KINDS], rtol=1e-9, atol=1e-6, err_msg=where)
             checked["steps"] += 1
-    checked["closes"] += sum(ref.closed for ref in refs.values())
-    assert checked["steps"] > 1500 and checked["episodes"] > 10 and checked["closes"] > 200, checked
+        for i in ended:
+            refs[i] = follow(i)
+            every_ref.append(refs[i])
+    checked["closes"] = sum(ref.closed for ref in every_ref)
+    for name in vars(every_ref[0].seen):
+        checked[name] = sum(getattr(ref.seen, name) for ref in every_ref)
+    return checked
+
+
+TIGHT = EnvConfig(dtype="float64", initial_cash=5_000.0, position_frac=0.2)
+
+
+# Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys.
+@pytest.mark.parametrize("env_cfg", [EXACT, TIGHT], ids=["rich", "tight"])
+def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
+    """The synthetic market: a model implied vol, one flat rate, no stale opens, a thin option market (the
+    order cap binds often)."""
+    checked = agree_with_reference(synthetic_data, MarketConfig(), env_cfg)
+    assert checked["steps"] == 48 * 120 and checked["closes"] > 1000 and checked["expiries"] > 20, checked
     if env_cfg.initial_cash < 10_000:
         assert checked["budget_bound"] > 200, checked  # the tight account really is limited by its cash
+        assert checked["episodes"] > 10, checked  # ruined: followed by fresh references
+    else:
+        assert checked["capped_buys"] > 100, checked
+
+
+SP500_STARTS = torch.linspace(1500, 1880, 48).round().long()  # mid-2005 to 2007: stale opens come and go
+
+
+# The S&P 500 from 2005 into 2008: real VIX closes and opens (or the EWMA model), daily T-bill rates, and bars
+# whose open is stale (a copy of the previous close) mixed with traded opens.
+@pytest.mark.parametrize("iv_source, env_cfg", [("auto", EXACT),
+                                                ("model", EnvConfig(dtype="float64", initial_cash=60_000.0,
+                                                                    position_frac=0.1))],
+                         ids=["vix-rich", "model-tight"])
+def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg):
+    checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source), env_cfg, starts=SP500_STARTS)
+    assert checked["steps"] == 48 * 120 and checked["closes"] > 500, checked
+    assert checked["stale_fills"] > 500 and checked["open_fills"] > 500, checked
+    assert checked["expiries"] > 0 and checked["early_expiries"] > 0, checked
+
+
+def intraday_market(days: int = 40, seed: int = 0) -> MarketData:
+    """Two underlyings on hourly bars (10:00 to 16:00 on business days, with a two-day hole), each bar's open
+    traded or (a third of them) stale; per-bar implied vols at the open and close, per-bar rates, and one
+    underlying whose prices carry its dividends (no dividend yield) and one whose do not."""
+    from clstm_ppo.data import FEATURE_NAMES, Normalizer
+
+    rng = np.random.default_rng(seed)
+    sessions = pd.bdate_range("2021-03-01", periods=days).delete([7, 8])
+    dates = pd.DatetimeIndex([d + pd.Timedelta(hours=h) for d in sessions for h in range(10, 17)])
+    n, f = len(dates), len(FEATURE_NAMES)
+    close = 100.0 * np.exp(np.cumsum(rng.normal(0.0, 0.006, (2, n)), axis=1))
+    close[1] *= 30.0  # strike steps 0.5 and 10
+    previous = np.concatenate([close[:, :1], close[:, :-1]], axis=1)
+    open_ = np.where(rng.random((2, n)) < 0.33, previous, previous * np.exp(rng.normal(0.0, 0.003, (2, n))))
+    iv = 0.12 + 0.25 * rng.random((2, n))
+    features = rng.normal(size=(2, n, f)).astype(np.float32)
+    turbulence = rng.random(n)
+    return MarketData(
+        symbols=["AAA", "BBB"], dates=dates, feature_names=FEATURE_NAMES, features=features,
+        raw_features=features.astype(np.float64),
+        bars={"open": open_, "high": np.maximum(open_, close), "low": np.minimum(open_, close), "close": close,
+              "volume": rng.uniform(1e7, 3e8, (2, n)), "iv": iv, "iv_open": iv * np.exp(rng.normal(0.0, 0.1, (2, n))),
+              "rate": rng.uniform(-0.005, 0.06, (2, n)), "realized_vol": iv},
+        turbulence=turbulence, turbulence_threshold=float(np.quantile(turbulence, 0.9)),
+        splits={"train": (0, n), "validation": (0, n), "test": (0, n)},
+        normalizer=Normalizer(FEATURE_NAMES, np.zeros(f), np.ones(f)), window=5,
+        dividend_adjusted=np.array([True, False]),
+    )
+
+
+INTRADAY_MARKET = MarketConfig(expiries_days=[1, 3], term_reversion=2.0, iv_smile=2.0)
+INTRADAY_ACCOUNT = EnvConfig(dtype="float64", initial_cash=100_000.0, position_frac=0.1, episode_length=80)
+
+
+def test_the_batched_env_agrees_with_the_reference_on_intraday_bars_and_short_expiries():
+    """Hourly bars open at the previous bar's close; 1- and 3-day options, often listed for a weekend day or for
+    the data's hole, expire at the last session's 16:00 close before it, some on the bar that buys them; short
+    maturities reach the vol surface's wings."""
+    checked = agree_with_reference(intraday_market(), INTRADAY_MARKET, INTRADAY_ACCOUNT)
+    assert checked["stale_fills"] > 1000 and checked["open_fills"] > 2000 and checked["episodes"] > 20, checked
+    assert checked["expiries"] > 200 and checked["early_expiries"] > 50 and checked["capped_buys"] > 20, checked
+    assert checked["budget_bound"] > 100 and checked["same_bar_buys"] > 0 and checked["expiry_sales"] > 0, checked
+
+
+# Mutants: references that each break one rule of docs/MARKET.md section 1. The agreement test must catch each.
+ATM_YEARS = 30 / 365
+
+
+class OpensEvenWhenStale(ReferenceMarket):
+    def fill_point(self, u):
+        return Point(self.open[u], self.iv_open[u], self.rate[u - 1], self.open_time[u])
+
+
+class ExpiresOnCalendarDays(ReferenceMarket):
+    """Expires at the first bar on or after the listed day, not the last one on or before it."""
+    def expiry(self, u, days):
+        listed, bar, time = super().expiry(u, days)
+        if bar is not None and self.day[bar] < listed:
+            bar += 1
+            time = self.close_time[bar]
+        return listed, bar, time
+
+
+class CountsDaysToTheListedDay(ReferenceMarket):
+    def expiry(self, u, days):
+        listed, bar, _ = super().expiry(u, days)
+        return listed, bar, self.close_time[u] + days
+
+
+class RateOfTheFillDay(ReferenceMarket):
+    def fill_point(self, u):
+        point = super().fill_point(u)
+        point.rate = self.rate[u]
+        return point
+
+
+class VolOfThePreviousClose(ReferenceMarket):
+    def fill_point(self, u):
+        point = super().fill_point(u)
+        point.atm = point.atm if point.stale else self.iv_close[u - 1]
+        return point
+
+
+class OpensAtThePreviousClose(ReferenceMarket):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.open_time = [self.close_time[0], *self.close_time[:-1]]
+
+
+class VolumeOfTheFillBar(ReferenceMarket):
+    def strike_volume(self, t, strike, spot, years):
+        return super().strike_volume(t + 1, strike, spot, years)
+
+
+class FlatTermStructure(ReferenceMarket):
+    def atm_at(self, atm30, years):
+        return atm30
+
+
+class SkewNotScaledByMaturity(ReferenceMarket):
+    def vol(self, atm30, strike, spot, years):
+        return super().vol(atm30, strike, spot, ATM_YEARS)
+
+
+class NoWings(ReferenceMarket):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.m = dataclasses.replace(self.m, iv_wing_z=math.inf)
+
+
+class NoVolumeCap(ReferenceMarket):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.c = dataclasses.replace(self.c, max_volume_share=1e9)
+
+
+MUTANTS = [OpensEvenWhenStale, ExpiresOnCalendarDays, CountsDaysToTheListedDay, RateOfTheFillDay,
+           VolOfThePreviousClose, OpensAtThePreviousClose, VolumeOfTheFillBar, FlatTermStructure,
+           SkewNotScaledByMaturity, NoWings, NoVolumeCap]
+
+
+# 30- and 60-day S&P 500 strikes stay inside the wings: only the intraday market's 1-day strikes reach them.
+CASES = [(market, mutant) for mutant in MUTANTS for market in ("sp500", "intraday")
+         if not (market == "sp500" and mutant is NoWings)]
+
+
+@pytest.mark.parametrize("market_name, mutant", CASES, ids=lambda x: getattr(x, "__name__", x))
+def test_a_reference_that_breaks_one_rule_no_longer_agrees(sp500_data, market_name, mutant):
+    args = ((sp500_data, MarketConfig(), EXACT, 40, 16, torch.linspace(1500, 1880, 16).round().long())
+            if market_name == "sp500" else (intraday_market(), INTRADAY_MARKET, INTRADAY_ACCOUNT, 40, 16))
+    with pytest.raises(AssertionError):
+        agree_with_reference(*args, reference_market=mutant)
 
 
 def test_a_masked_action_is_never_executed(synthetic_data):
@@ -139,24 +331,111 @@ def test_a_masked_action_is_never_executed(synthetic_data):
     assert masked_sent > 1000 and a.stats["invalid"].sum() > 0
 
 
-def test_round_trip_at_unchanged_underlying_loses_exactly_the_itemised_costs():
+def frozen_clock(data: MarketData) -> MarketData:
+    """The same bars, all stamped at one instant: no time passes between them (nor between an open and a close)."""
+    return dataclasses.replace(data, dates=pd.DatetimeIndex([data.dates[0]] * len(data.dates)))
+
+
+@pytest.mark.parametrize("clock", ["frozen", "daily"])
+def test_round_trip_at_unchanged_underlying_loses_exactly_the_itemised_costs(clock):
+    """Bought and sold one bar apart at an unchanged underlying and vol: with no time passing, the round trip loses
+    exactly its itemised costs; a day apart, it also loses one day of the option's time value (the hand-made bars'
+    opens are stale, so both fills happen at a close: bar 3's, then bar 4's)."""
     data = handmade_market(np.full(40, 100.0))
-    env = BatchedOptionsEnv(data, "train", MarketConfig(), EnvConfig(dtype="float64", episode_length=0), 1, seed=0)
-    env.gap_days.zero_()  # no time passes: an unchanged underlying means unchanged option values
+    data = frozen_clock(data) if clock == "frozen" else data
+    market = MarketConfig()
+    env = BatchedOptionsEnv(data, "train", market, EnvConfig(dtype="float64", episode_length=0), 1, seed=0)
     obs = env.reset()
     start = env.equity.clone()
     buy = env.actions.buy(is_call=True, moneyness_index=1, expiry_index=0)
     assert obs.mask[0, buy]
     env.step(torch.tensor([buy]))
-    assert env.active.sum() == 1
+    assert env.active.sum() == 1 and env.strike[0, 0] == 100.0
+    contracts = env.contracts[0, 0].item()
     after_buy = env.costs_paid.clone()
     assert (start - env.equity).item() == pytest.approx(after_buy.sum().item(), rel=1e-12)  # marked at mid
     env.step(torch.tensor([env.actions.close_all]))
     assert env.active.sum() == 0 and env.stats["closed"].item() == 1 and env.stats["wins"].item() == 0
     total = env.costs_paid.sum().item()
+    if clock == "daily":  # at the money, vol 0.2 at every maturity (the long-run vol is 0.2 too): 30 days, then 29
+        mid = lambda days: black_scholes(100.0, 100.0, days / 365, market.risk_free_rate,  # noqa: E731
+                                         market.dividend_yield, 0.2, True)
+        total += (mid(30) - mid(29)) * contracts * market.multiplier
     assert (start - env.equity).item() == pytest.approx(total, rel=1e-12)
     assert (start - env.cash).item() == pytest.approx(total, rel=1e-12)
     assert env.costs_paid[COST_KINDS.index("sec_fee"), 0] > 0 and env.costs_paid[COST_KINDS.index("spread"), 0] > 0
+
+
+def test_an_order_fills_at_the_next_open_or_at_its_close_when_that_open_is_stale():
+    """The strike is listed around the fill's spot: bar 3's traded open (90) or, when that open only repeats bar
+    2's close, bar 3's close (110)."""
+    close = np.full(40, 100.0)
+    close[3:] = 110.0
+    strikes = {}
+    for name in ("stale", "traded"):
+        data = handmade_market(close)
+        if name == "traded":
+            data.bars["open"][0, 3] = 90.0
+        env = BatchedOptionsEnv(data, "train", MarketConfig(), EnvConfig(dtype="float64", episode_length=0), 1, seed=0)
+        env.reset()  # at bar 2
+        env.step(torch.tensor([env.actions.buy(is_call=True, moneyness_index=1, expiry_index=0)]))
+        strikes[name] = env.strike[0, 0].item()
+        # listed for day(3) + 30 = bar 33's day; at the open the position has 6.5 hours more to run
+        assert env.expiry_time[0, 0].item() == 33.0 and env.expiry_bar[0, 0].item() == 33
+        if name == "traded":  # bought at 90 at the open, worth at least 20 intrinsic at the close
+            assert env.mark[0, 0].item() > 20.0 * env.contracts[0, 0].item() * 100
+    assert strikes == {"stale": 110.0, "traded": 90.0}
+
+
+def test_options_expire_on_the_last_trading_day_on_or_before_their_listed_day():
+    """Business-day bars from Monday 2020-01-06. A 30-day call filled on Thursday (bar 3) is listed for Saturday
+    2020-02-08 and expires at Friday's close (bar 24), at intrinsic; a 60-day call filled on Friday (bar 4) is
+    listed past the data's end, never expires inside it, and counts its days to the listed day."""
+    close = 100.0 + np.arange(30.0)
+    data = dataclasses.replace(handmade_market(close), dates=pd.bdate_range("2020-01-06", periods=30))
+    env = BatchedOptionsEnv(data, "train", MarketConfig(), EnvConfig(dtype="float64", episode_length=0), 1, seed=0,
+                            autoreset=False)
+    env.reset()
+    env.step(torch.tensor([env.actions.buy(is_call=True, moneyness_index=1, expiry_index=0)]))  # fills at bar 3
+    env.step(torch.tensor([env.actions.buy(is_call=True, moneyness_index=1, expiry_index=1)]))  # fills at bar 4
+    assert env.active[:2, 0].all()
+    strike, contracts = env.strike[0, 0].item(), env.contracts[0, 0].item()
+    assert strike == close[3] and env.expiry_bar[0, 0] == 24 and env.expiry_time[0, 0] == 32.0  # Feb 7 - Jan 6
+    assert env.expiry_time[1, 0] == 4.0 + 60.0
+    days_col = PORTFOLIO_FEATURES.index("days_to_expiry")
+    while env.t.item() < 23:
+        obs = env.step(torch.tensor([0])).obs
+    now = 31.0  # bar 23, Thursday Feb 6: days to each expiry, averaged, over the longest listed expiry
+    assert obs.portfolio[0, days_col].item() == pytest.approx(((32.0 - now) + (64.0 - now)) / 2 / 60)
+    cash = env.cash.item()
+    env.step(torch.tensor([0]))  # bar 24, Friday Feb 7: the 30-day call settles at its close
+    assert env.active[:, 0].tolist()[:2] == [False, True] and env.stats["closed"].item() == 1
+    assert env.cash.item() - cash == pytest.approx((close[24] - strike) * contracts * 100, rel=1e-12)
+    while env.t.item() < env.t_end.item():
+        result = env.step(torch.tensor([0]))
+    assert result.truncated.item() and result.episodes["open"][0] == 1  # still open at the data's last bar
+
+
+def test_an_opening_order_takes_at_most_its_share_of_the_strike_volume_and_a_close_is_never_cut():
+    """Underlying volume 1e8: the at-the-money 30-day proxy is 1e8 x 2e-6 = 200 contracts, less for a far strike
+    (e^-|ln K/S| / 0.10) and a longer expiry ((30 / 60) ^ 1); an opening order takes at most 10% of it."""
+    market = MarketConfig(costs=CostConfig(option_volume_ratio=2e-6, volume_moneyness_width=0.1,
+                                           volume_expiry_power=1.0, max_volume_share=0.1, min_option_volume=50.0))
+    c = market.costs
+    data = handmade_market(np.full(50, 100.0))
+    data.bars["volume"][:] = 1e8
+    env = BatchedOptionsEnv(data, "train", market, EnvConfig(dtype="float64", episode_length=0), 1, seed=0)
+    env.reset()
+    orders = [(0, 0), (1, 0), (1, 1)]  # (moneyness index, expiry index): 0.95 x 30 days, ATM x 30, ATM x 60
+    for m, e in orders:
+        env.step(torch.tensor([env.actions.buy(is_call=False, moneyness_index=m, expiry_index=e)]))
+    base = max(1e8 * c.option_volume_ratio, c.min_option_volume)
+    proxy = [base * math.exp(-abs(math.log(0.95)) / c.volume_moneyness_width), base, base * (30 / 60)]
+    assert env.contracts[:3, 0].tolist() == [math.floor(c.max_volume_share * v) for v in proxy] == [11, 20, 10]
+    before = env.costs_paid[COST_KINDS.index("slippage"), 0].item()
+    env.step(torch.tensor([env.actions.close_all]))  # at bar 6's close, 3 days after the first fill
+    assert env.active.sum() == 0 and env.stats["closed"].item() == 3
+    assert env.costs_paid[COST_KINDS.index("slippage"), 0].item() > before
 
 
 def test_an_expired_option_pays_its_intrinsic_value():
@@ -190,7 +469,8 @@ def test_turbulence_forces_closes_at_the_next_open_and_blocks_opens():
         obs = env.step(torch.tensor([buy if obs.mask[0, buy] else 0])).obs
     assert env.active.sum() >= 1 and obs.portfolio[0, PORTFOLIO_FEATURES.index("turbulent")] == 1
     assert not obs.mask[0, 1:1 + 2 * env.actions.grid_size].any() and obs.mask[0, 0]
-    obs = env.step(torch.tensor([buy])).obs  # masked: held instead; forced closes fill at bar 7's open
+    obs = env.step(torch.tensor([buy])).obs  # masked: held instead; forced closes fill at bar 7 (its close:
+    # the hand-made opens are stale)
     assert env.active.sum() == 0 and env.stats["invalid"].item() == 1
     assert obs.mask[0, buy]  # calm again
 

@@ -37,10 +37,13 @@ def test_trained_agent_beats_a_random_policy_on_validation(smoke_run):
     model = model_from_checkpoint(state, data, cfg, torch.device("cpu"))
     agent, _ = evaluate_agent(model, data, "validation", cfg, 32, torch.device("cpu"))
     random = episode_metrics(run_episodes(*random_policy(0), data, "validation", cfg, 32, torch.device("cpu")))
-    # Seeded: measured +535% mean return and 91% profitable episodes, against +78% and 56% for random
-    # valid actions on this planted-signal market (seeds 1 and 2 of the agent: 88% and 94% profitable).
-    assert agent["return_pct"] > random["return_pct"] + 30.0, (agent["return_pct"], random["return_pct"])
-    assert agent["profit_rate"] > random["profit_rate"] + 0.2  # win rate need not rise: few big winners pay
+    # Seeded: measured +9,646% mean return and 81% profitable episodes, against +184% and 72% for random valid
+    # actions (smoke config seeds 1 and 2: +8,807% and +9,667%). The smoke market's options are priced at the
+    # regime's vol x a premium, blind to the planted trend, so even random buying often wins there: the agent's
+    # edge shows in how much it makes, more than in how often.
+    assert agent["return_pct"] > max(5 * random["return_pct"], random["return_pct"] + 30.0), (
+        agent["return_pct"], random["return_pct"])
+    assert agent["profit_rate"] >= random["profit_rate"]
 
 
 def test_run_folder_holds_best_checkpoints_metrics_and_config(smoke_run, capsys):
@@ -325,7 +328,7 @@ def test_resume_from_a_checkpoint_whose_env_state_has_another_layout_restarts_th
     assert train(tmp_path, "--total-steps", "512", *args) == 0
     latest = tmp_path / "synthetic-smoke" / "latest.pt"
     state = load_checkpoint(latest)
-    for name in ("active", "is_call", "strike", "dte", "contracts", "entry_cost", "mark"):
+    for name in ("active", "is_call", "strike", "expiry_time", "contracts", "entry_cost", "mark"):
         state["env"][name] = state["env"][name].T.contiguous()  # the older (N, P) layout
     atomic_save(state, latest)
     assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0

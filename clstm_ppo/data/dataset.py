@@ -23,12 +23,14 @@ class MarketData:
     feature_names: tuple[str, ...]
     features: np.ndarray  # (S, T, F) float32, normalised with training-split statistics
     raw_features: np.ndarray  # (S, T, F) float64, before normalisation
-    bars: dict[str, np.ndarray]  # open/high/low/close/volume/realized_vol[/iv] -> (S, T) float64
+    bars: dict[str, np.ndarray]  # open/high/low/close/realized_vol[/volume][/iv[/iv_open]][/rate] -> (S, T) float64
     turbulence: np.ndarray  # (T,) raw turbulence, for the trading rule
     turbulence_threshold: float  # quantile of training-split turbulence
     splits: dict[str, tuple[int, int]]  # name -> [start, end) rows
     normalizer: Normalizer
     window: int
+    dividend_adjusted: np.ndarray | None = None  # (S,) bool: Adj Close put dividends into the prices; None: none did
+    periods_per_year: int = 252  # bars per year (daily: 252)
 
     def split_dates(self, name: str) -> tuple[pd.Timestamp, pd.Timestamp]:
         start, end = self.splits[name]
@@ -84,6 +86,7 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     """
     _check_config(cfg)
     frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic)
+    adjusted = np.array([bool(f.attrs.get("dividend_adjusted", False)) for f in frames.values()])
     dates, frames = _align(frames, cfg.source)
     symbols = list(frames)
     returns = np.stack([log_returns(frames[s]["close"]).to_numpy() for s in symbols], axis=1)
@@ -105,7 +108,8 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     raw = raw[:, first:, :]
     turb = turb[first:]
     bars = {c: np.stack([frames[s][c].to_numpy(dtype=np.float64)[first:] for s in symbols])
-            for c in ("open", "high", "low", "close", "volume", "iv") if all(c in frames[s] for s in symbols)}
+            for c in ("open", "high", "low", "close", "volume", "iv", "iv_open", "rate")
+            if all(c in frames[s] for s in symbols)}
     bars["realized_vol"] = raw[:, :, FEATURE_NAMES.index("realized_vol")].copy()
 
     splits = _split_bounds(dates, cfg)
@@ -124,5 +128,6 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     return MarketData(
         symbols=symbols, dates=dates, feature_names=FEATURE_NAMES, features=normalizer.apply(raw), raw_features=raw,
         bars=bars, turbulence=turb, turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),
-        splits=splits, normalizer=normalizer, window=cfg.window,
+        splits=splits, normalizer=normalizer, window=cfg.window, dividend_adjusted=adjusted,
+        periods_per_year=cfg.periods_per_year,
     )

@@ -28,6 +28,7 @@ ALIASES = {
     "volume": ("volume", "vol", "v"),
     "symbol": ("symbol", "ticker", "underlying"),
     "iv": ("iv", "impliedvol", "impliedvolatility", "vix"),
+    "rate": ("rate", "riskfree", "riskfreerate", "rf"),
 }
 DATA_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 
@@ -39,6 +40,8 @@ class BuiltinSource:
     train_end: str
     val_end: str
     origin: str
+    iv_filename: str = ""  # a VIX-style daily file (Date, Open, High, Low, Close in percent points) joined by date
+    rate_filename: str = ""  # FRED DTB3-style daily file (Date, rate_pct: discount-basis percent) joined by date
 
 
 BUILTIN_SOURCES = {
@@ -48,6 +51,8 @@ BUILTIN_SOURCES = {
         train_end="2012-12-31",
         val_end="2015-12-31",
         origin="S&P 500 index daily OHLCV 1999-2018, Yahoo-sourced, as shipped in the arch package's example data",
+        iv_filename="vix_daily_1990_2018.csv.gz",  # CBOE VIX (closes = FRED VIXCLS)
+        rate_filename="tbill3m_daily_1990_2018.csv.gz",  # FRED DTB3, 3-month T-bill
     ),
 }
 
@@ -108,7 +113,7 @@ def _parse_dates(frame: pd.DataFrame, label: str) -> pd.DataFrame:
 def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     """Numeric, finite, positive, sorted, unique: or a one-line error saying where and how to fix it."""
     frame = frame.reset_index(drop=True)
-    numeric = [c for c in (*PRICE_COLUMNS, "adj_close", "volume", "iv") if c in frame.columns]
+    numeric = [c for c in (*PRICE_COLUMNS, "adj_close", "volume", "iv", "rate") if c in frame.columns]
     for column in numeric:
         values = pd.to_numeric(frame[column], errors="coerce").astype(float)
         bad = np.flatnonzero(~np.isfinite(values.to_numpy()))
@@ -124,6 +129,11 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
             if bad.size:
                 raise DataError(f"{label}: column '{column}' {_row_label(frame, bad[0])} is {frame[column].iloc[bad[0]]}; "
                                 "prices must be positive: fix or drop that row")
+    if "rate" in frame.columns:
+        bad = np.flatnonzero(np.abs(frame["rate"].to_numpy()) > 0.5)
+        if bad.size:
+            raise DataError(f"{label}: column 'rate' {_row_label(frame, bad[0])} is {frame['rate'].iloc[bad[0]]}; "
+                            "give the risk-free rate as an annual decimal (0.05 for 5%), not in percent")
     if "volume" in frame.columns:
         bad = np.flatnonzero(frame["volume"].to_numpy() < 0)
         if bad.size:
@@ -144,14 +154,21 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
 
 
 def _adjust_for_splits(frame: pd.DataFrame) -> pd.DataFrame:
-    """Scale OHLC by Adj Close / Close so that splits and dividends do not look like crashes."""
+    """Scale OHLC by Adj Close / Close so that splits and dividends do not look like crashes.
+
+    Where that changed any price, the frame's ``attrs["dividend_adjusted"]`` is True: the prices then
+    include dividends, and options on them are priced with no dividend yield.
+    """
     if "adj_close" not in frame.columns:
+        frame.attrs["dividend_adjusted"] = False
         return frame
     factor = frame["adj_close"] / frame["close"]
     frame = frame.copy()
     for column in PRICE_COLUMNS:
         frame[column] = frame[column] * factor
-    return frame.drop(columns="adj_close")
+    frame = frame.drop(columns="adj_close")
+    frame.attrs["dividend_adjusted"] = bool((np.abs(factor.to_numpy() - 1.0) > 1e-9).any())
+    return frame
 
 
 def _frames_from_table(frame: pd.DataFrame, label: str, default_symbol: str) -> dict[str, pd.DataFrame]:
@@ -197,15 +214,50 @@ def _symbol_of(path: Path) -> str:
     return path.stem
 
 
+def _embedded(filename: str) -> Path:
+    """Path of a file shipped in clstm_ppo/data/embedded (a real file: the package is installed unzipped)."""
+    return Path(str(resources.files("clstm_ppo.data") / "embedded" / filename))
+
+
+def tbill_to_continuous(discount_pct: np.ndarray, days: int = 91) -> np.ndarray:
+    """A T-bill's discount-basis yield in percent (FRED DTB3) as a continuously compounded annual rate.
+
+    The bill's price is 1 - d * days / 360; holding it to maturity earns ln(1 / price) over days / 365 years.
+    """
+    price = 1.0 - np.asarray(discount_pct, dtype=np.float64) / 100.0 * days / 360.0
+    return -np.log(price) * 365.0 / days
+
+
+def _join_builtin_series(frame: pd.DataFrame, spec: BuiltinSource) -> pd.DataFrame:
+    """Join the built-in implied-vol and rate series by date, each carried forward over its own holidays."""
+    attrs = dict(frame.attrs)
+    dates = pd.DatetimeIndex(frame["date"])
+    if spec.iv_filename:
+        vix = pd.read_csv(_embedded(spec.iv_filename), parse_dates=["Date"]).set_index("Date")
+        vix = vix.reindex(vix.index.union(dates)).ffill().reindex(dates)
+        # A VIX open outside that day's high-low range is a bad print (five in 1999-2006): use the close before it.
+        good_open = (vix["Open"] >= vix["Low"]) & (vix["Open"] <= vix["High"])
+        frame = frame.assign(iv=vix["Close"].to_numpy() / 100.0,
+                             iv_open=np.where(good_open, vix["Open"], vix["Close"].shift(1)) / 100.0)
+    if spec.rate_filename:
+        bills = pd.read_csv(_embedded(spec.rate_filename), parse_dates=["Date"]).set_index("Date")["rate_pct"]
+        bills = bills.dropna()
+        bills = bills.reindex(bills.index.union(dates)).ffill().reindex(dates)
+        frame = frame.assign(rate=tbill_to_continuous(bills.to_numpy()))
+    frame = frame.bfill()  # only the first rows, if a series starts after the bars
+    frame.attrs = attrs
+    return frame
+
+
 def load_bars(source: str, symbols: list[str] | None = None,
               synthetic: SyntheticConfig | None = None) -> dict[str, pd.DataFrame]:
-    """Bars per underlying symbol, each a frame with date, open, high, low, close[, volume][, iv]."""
+    """Bars per underlying symbol, each a frame with date, open, high, low, close[, volume][, iv[, iv_open]][, rate]."""
     if source == "synthetic":
         frames = generate_synthetic(synthetic or SyntheticConfig())
     elif source in BUILTIN_SOURCES:
         spec = BUILTIN_SOURCES[source]
-        with resources.as_file(resources.files("clstm_ppo.data") / "embedded" / spec.filename) as path:
-            frames = _frames_from_table(_read_table(path), f"built-in '{source}'", spec.symbol)
+        frames = _frames_from_table(_read_table(_embedded(spec.filename)), f"built-in '{source}'", spec.symbol)
+        frames = {s: _join_builtin_series(f, spec) for s, f in frames.items()}
     else:
         frames = {}
         for path in _expand_paths(source):

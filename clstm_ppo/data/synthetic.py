@@ -4,7 +4,8 @@ Every underlying shares one regime path (a market-wide state) and a common
 factor; each bar also carries the regime label so tests can check that regimes
 change realised volatility. With ``signal_strength > 0`` a persistent hidden
 trend drives the next bars' drift and is revealed, at bar t, in bar t's volume:
-a signal an agent can learn without any look-ahead.
+a signal an agent can learn without any look-ahead. Each bar's ``iv`` column is the implied vol the
+market quotes: the current regime's true vol times ``iv_premium``.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def _check(cfg: SyntheticConfig) -> None:
         raise ConfigError("config: data.synthetic.regime_drift and regime_vol need one entry per regime, equally many")
     if min(cfg.regime_vol) <= 0:
         raise ConfigError("config: data.synthetic.regime_vol entries must be positive")
+    if cfg.iv_premium <= 0:
+        raise ConfigError("config: data.synthetic.iv_premium must be positive (1.25: implied vol 25% over true vol)")
     if cfg.n_bars < 2 or cfg.n_underlyings < 1:
         raise ConfigError("config: data.synthetic.n_bars must be >= 2 and n_underlyings >= 1")
     if not 0.0 <= cfg.regime_switch_prob <= 1.0 or not -1.0 <= cfg.correlation <= 1.0:
@@ -76,11 +79,17 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     noise = 0.3 * rng.standard_normal((n, k))
     volume = cfg.base_volume * (vol / min(cfg.regime_vol)) * np.exp(noise + (0.5 * trend if cfg.signal_strength else 0.0))
 
+    # The market prices options at the regime's true vol (diffusion and jumps) times a variance risk premium: as
+    # in real markets, buying options loses on average. It does not see the planted trend: that is the alpha an
+    # agent can find (and it makes long options pay where the trend is strong).
+    true_vol = np.sqrt(vol[:, 0] ** 2 + cfg.jumps_per_year * (cfg.jump_mean ** 2 + cfg.jump_std ** 2))
+    iv = cfg.iv_premium * true_vol
+
     dates = pd.bdate_range(cfg.start_date, periods=n)
     frames = {}
     for i in range(k):
         frames[f"SYN{i}"] = pd.DataFrame({
             "date": dates, "open": open_[:, i], "high": high[:, i], "low": low[:, i], "close": close[:, i],
-            "volume": volume[:, i], "regime": regimes,
+            "volume": volume[:, i], "iv": iv, "regime": regimes,
         })
     return frames

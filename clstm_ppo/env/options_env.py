@@ -22,18 +22,17 @@ from torch import Tensor
 from clstm_ppo.config import CHOICES, EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env.actions import ActionSpace
-from clstm_ppo.market import (COST_KINDS, bs_call_put, bs_price, chain_strikes, closing_fee_reserve, order_fill,
-                              skewed_iv)
+from clstm_ppo.env.quotes import build_quotes
+from clstm_ppo.market import COST_KINDS, bs_price, closing_fee_reserve, order_fill
 from clstm_ppo.market.black_scholes import bs_greeks_before_expiry
-from clstm_ppo.market.costs import fees_only, fill_price_at, half_spread, order_fill_at, round_trip_fees_one_contract
+from clstm_ppo.market.costs import fees_only, fill_price_at, order_fill_at, strike_volume
 from clstm_ppo.market.flags import as_float, call_sign
-from clstm_ppo.market.volatility import atm_iv_per_bar, skewed_iv_at
+from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
 
 PORTFOLIO_FEATURES = (
     "cash_share", "open_share", "net_delta", "net_gamma", "net_vega", "net_theta",
     "unrealized_pnl", "days_to_expiry", "turbulent", "equity_change", "progress",
 )
-DAYS_PER_YEAR = 365.0  # option time runs in calendar days
 
 
 class Observation:
@@ -89,16 +88,6 @@ class BatchedOptionsEnv:
         as_tensor = lambda x, dtype=None: torch.as_tensor(np.asarray(x), dtype=dtype or self.dtype, device=self.device)
         self.n_symbols, self.n_bars = data.features.shape[:2]
         self.feature_rows = as_tensor(data.features, torch.float32).reshape(self.n_symbols * self.n_bars, -1).contiguous()
-        # (S, T) bar series, read at a copy's flat row sym * T + t (see ``_at``).
-        self.open_px, self.close_px = as_tensor(data.bars["open"]), as_tensor(data.bars["close"])
-        self.atm_iv = as_tensor(atm_iv_per_bar(data.bars, market))
-        volume = data.bars.get("volume")
-        costs = market.costs
-        option_volume = (np.maximum(volume * costs.option_volume_ratio, costs.min_option_volume) if volume is not None
-                         else np.full_like(data.bars["close"], costs.min_option_volume))
-        self.option_volume = as_tensor(option_volume)
-        days = np.diff(data.dates.values).astype("timedelta64[s]").astype(np.float64) / 86400.0
-        self.gap_days = as_tensor(np.concatenate([[0.0], days]))  # (T,) calendar days from bar t-1 to bar t
         self.turbulent_bar = as_tensor(data.turbulence > data.turbulence_threshold, torch.bool)  # (T,) known at t's close
         grid_m = torch.tensor(market.moneyness, dtype=self.dtype, device=self.device)
         grid_e = torch.tensor(market.expiries_days, dtype=self.dtype, device=self.device)
@@ -107,7 +96,10 @@ class BatchedOptionsEnv:
         n_rows, n_features = self.feature_rows.shape
         self._window_starts = self.feature_rows.as_strided((n_rows - self.window + 1, self.window * n_features),
                                                            (n_features, 1))
-        self._build_chain_tables()
+        expiry_index = torch.arange(len(market.expiries_days), device=self.device).repeat_interleave(
+            len(market.moneyness))
+        # (S, T) series are read at a copy's flat row sym * T + t (see ``_at``); docs/MARKET.md has the rules.
+        self.quotes = build_quotes(data, market, self.grid_moneyness, expiry_index, self.dtype, self.device)
 
         n, p = num_envs, cfg.max_positions
         self.copy_ids = torch.arange(n, device=self.device)
@@ -120,7 +112,8 @@ class BatchedOptionsEnv:
         # Positions are slot-major (P, N). Empty slots hold no contracts and no cost; their other fields
         # are stale but finite (strike > 0), so every slot can be priced without masking its inputs.
         self.active, self.is_call = zeros(p, n, dtype=torch.bool), zeros(p, n, dtype=torch.bool)
-        self.strike, self.dte = torch.ones(p, n, dtype=self.dtype, device=self.device), zeros(p, n)
+        self.strike = torch.ones(p, n, dtype=self.dtype, device=self.device)
+        self.expiry_bar, self.expiry_time = zeros(p, n), zeros(p, n)  # the bar whose close settles it; its time
         self.contracts, self.entry_cost, self.mark = zeros(p, n), zeros(p, n), zeros(p, n)
         self.greeks = zeros(4, n)  # net delta, gamma, vega, theta in $ terms
         self.stats = {k: zeros(n) for k in ("reward", "closed", "wins", "invalid", "rejected")}
@@ -133,37 +126,6 @@ class BatchedOptionsEnv:
     def row(self) -> Tensor:
         """(N,) flat index sym * T + t of each copy's current bar."""
         return self.sym * self.n_bars + self.t
-
-    # ------------------------------------------------------------------ chain tables
-
-    def _build_chain_tables(self) -> None:
-        """Quote the whole chain of every bar once: it depends on the bar, never on a copy's state.
-
-        ``close_cost`` (S, T, 2G): one contract's cost at t's close, for the action mask.
-        ``open_*`` (S, T, G or 2G): strikes, mids and half spreads at t's open with the vol known at t-1,
-        for fills at t.
-        """
-        m, g = self.market_cfg, self.actions.grid_size
-        expiry_years = (self.grid_expiry / DAYS_PER_YEAR).expand(*self.close_px.shape, g)
-        prev_iv = torch.cat([self.atm_iv[:, :1], self.atm_iv[:, :-1]], dim=1)  # at t's open, t-1's vol is known
-
-        def quote(spot: Tensor, atm_iv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            spot = spot.unsqueeze(-1).expand(*spot.shape, g)
-            strike = chain_strikes(spot, self.grid_moneyness.expand_as(spot), m)
-            iv = skewed_iv(atm_iv.unsqueeze(-1), strike, spot, m)
-            mids = torch.cat(bs_call_put(spot, strike, expiry_years, m.risk_free_rate, m.dividend_yield, iv), -1)
-            return strike, mids, iv
-
-        def half_spreads(strike: Tensor, spot: Tensor, mids: Tensor, iv: Tensor) -> Tensor:
-            log_m = torch.log(strike / spot.unsqueeze(-1)).repeat(1, 1, 2)
-            return half_spread(mids, iv.repeat(1, 1, 2), log_m, m.costs)
-
-        strike, mids, iv = quote(self.close_px, self.atm_iv)
-        one_ask = fill_price_at(mids, 1.0, False, half_spreads(strike, self.close_px, mids, iv),
-                                self.option_volume.unsqueeze(-1), m.costs)
-        self.close_cost = one_ask * m.multiplier + round_trip_fees_one_contract(m.costs)
-        self.open_strike, self.open_mid, iv = quote(self.open_px, prev_iv)
-        self.open_half_spread = half_spreads(self.open_strike, self.open_px, self.open_mid, iv)
 
     @staticmethod
     def _at(table: Tensor, row: Tensor, column: Tensor | None = None) -> Tensor:
@@ -219,7 +181,8 @@ class BatchedOptionsEnv:
         return torch.linspace(first, last, count, device=self.device).round().long()
 
     # Every tensor that changes as the copies step: saved in checkpoints for an exact resume.
-    STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "strike", "dte",
+    STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "strike", "expiry_bar",
+             "expiry_time",
              "contracts", "entry_cost", "mark", "greeks", "costs_paid", "equity_curve", "_mask")
 
     def state_dict(self) -> dict:
@@ -255,7 +218,8 @@ class BatchedOptionsEnv:
             tensor.index_copy_(0, idx, value)
         for tensor in (self.cash, self.equity, self.peak):
             tensor.index_fill_(0, idx, self.cfg.initial_cash)
-        for tensor in (self.active, self.is_call, self.contracts, self.entry_cost, self.mark, self.dte, self.greeks,
+        for tensor in (self.active, self.is_call, self.contracts, self.entry_cost, self.mark, self.expiry_bar,
+                       self.expiry_time, self.greeks,
                        self.costs_paid):
             tensor.index_fill_(1, idx, 0)
         for tensor in (self.equity_curve, *self.stats.values()):
@@ -284,27 +248,25 @@ class BatchedOptionsEnv:
         prev_equity = self.equity
         now, t_next = self.row, self.t + 1
         nxt = now + 1
-        spot_open = self._at(self.open_px, nxt)
-        volume = self._at(self.option_volume, now)  # yesterday's volume: known at the fill
-        # Every slot ages; an empty slot's age is never read.
-        self.dte = self.dte - self.gap_days.index_select(0, t_next)
+        q = self.quotes
 
-        # 1. Sells at t+1's open: forced by turbulence at t, close-all, or the worst/best position.
+        # 1. Sells at t+1's fill (its open, or its close after a stale open): forced by turbulence at t, close-all, or the worst/best position.
         by_pnl = (action == a.close_worst) | (action == a.close_best)
         # The worst position has the lowest P&L, the best the lowest negated P&L: one search serves both.
         negate = 1.0 - 2.0 * self._float(action == a.close_best)
         key = ((self.mark - self.entry_cost) * negate).masked_fill(~self.active, float("inf"))
         picked, _ = self._first_slot(self.active & (key == key.amin(0)))
         close_all = self.turbulent_bar.index_select(0, self.t) | (action == a.close_all)
-        sell = self.active & (close_all | (picked & by_pnl))
-        self._sell(sell, spot_open, now, volume)
+        # A position that expires at this very fill (a close fill on its expiry bar) settles at intrinsic instead.
+        sell = self.active & (close_all | (picked & by_pnl)) & (self.expiry_time > self._at(q.fill_time, nxt))
+        self._sell(sell, now, nxt)
 
-        # 2. Buy-to-open at t+1's open into the first free slot.
-        self._open(action, nxt, volume)
+        # 2. Buy-to-open at t+1's fill into the first free slot.
+        self._open(action, nxt, t_next)
 
-        # 3. Age to t+1's close: expiry settles at intrinsic, the rest is marked at mid.
-        spot_close = self._at(self.close_px, nxt)
-        expired = self.active & (self.dte <= 0)
+        # 3. At t+1's close: what expires on this trading date settles at intrinsic, the rest is marked at mid.
+        spot_close = self._at(q.close_px, nxt)
+        expired = self.active & (self.expiry_bar <= t_next.to(self.dtype))
         intrinsic = ((spot_close - self.strike) * call_sign(self.is_call, self.dtype)).clamp_min(0)
         self._book_closes(expired, intrinsic * (self.contracts * self._float(expired)) * m.multiplier, None)
         self.t = t_next
@@ -325,23 +287,27 @@ class BatchedOptionsEnv:
         truncated = (self.t >= self.t_end) & ~terminated
         return reward, terminated, truncated
 
-    def _sell(self, sell: Tensor, spot: Tensor, row: Tensor, opt_volume: Tensor) -> None:
-        """Sell the ``sell`` slots at ``spot`` (t+1's open) with the vol known at ``row`` (t).
+    def _sell(self, sell: Tensor, row: Tensor, fill_row: Tensor) -> None:
+        """Sell the ``sell`` slots at ``fill_row``'s fill (t+1), with the option volume known at ``row`` (t).
 
         Only the copies that sell are priced: most copies hold on most bars, and pricing every slot of
         every copy was a third of a step. Finding them is a host sync, on CPU free, on a GPU one more per step.
         """
-        m = self.market_cfg
+        m, q = self.market_cfg, self.quotes
         sellers = sell.view(torch.uint8).amax(0).nonzero().squeeze(-1)  # any over slots; bool any() is slow
         if sellers.numel() == 0:
             return
         pick = lambda x: x.index_select(-1, sellers)  # noqa: E731
-        strike, spot, contracts = pick(self.strike), pick(spot), pick(self.contracts) * self._float(pick(sell))
+        fill_at, sym = pick(fill_row), pick(self.sym)
+        strike, contracts = pick(self.strike), pick(self.contracts) * self._float(pick(sell))
+        spot = self._at(q.fill_px, fill_at)
         log_k_s = torch.log(strike / spot)
-        iv = skewed_iv_at(pick(self._at(self.atm_iv, row)), log_k_s, m)
-        years = pick(self.dte).clamp_min(0) / DAYS_PER_YEAR  # one expiring at t+1 still sells at open, at intrinsic
-        mid = bs_price(spot, strike, years, m.risk_free_rate, m.dividend_yield, iv, pick(self.is_call), -log_k_s)
-        fill = order_fill(mid, contracts, True, iv, log_k_s, pick(opt_volume), m.costs, m.multiplier)
+        years = (pick(self.expiry_time) - self._at(q.fill_time, fill_at)).clamp_min(0) / DAYS_PER_YEAR
+        iv = surface_iv(self._at(q.fill_iv, fill_at), q.long_run_iv.index_select(0, sym), log_k_s, years, m)
+        mid = bs_price(spot, strike, years, self._at(q.fill_rate, fill_at), q.dividend_yield.index_select(0, sym), iv,
+                       pick(self.is_call), -log_k_s)
+        volume = strike_volume(self._at(q.base_volume, pick(row)), log_k_s, years, m.costs, ATM_YEARS)
+        fill = order_fill(mid, contracts, True, iv, log_k_s, volume, m.costs, m.multiplier)
         proceeds = fill.price * contracts * m.multiplier - fees_only(fill)  # zero in slots that do not sell
         cash_in = torch.zeros_like(self.mark).index_copy_(1, sellers, proceeds)
         costs = torch.zeros_like(self.costs_paid).index_copy_(1, sellers, fill.costs.sum(1))
@@ -368,18 +334,21 @@ class BatchedOptionsEnv:
         keep = self._float(~closing)
         self.contracts, self.entry_cost = self.contracts * keep, self.entry_cost * keep
 
-    def _open(self, action: Tensor, fill_row: Tensor, opt_volume: Tensor) -> None:
-        """Buy-to-open at ``fill_row``'s open into each buying copy's first free slot."""
+    def _open(self, action: Tensor, fill_row: Tensor, fill_bar: Tensor) -> None:
+        """Buy-to-open at ``fill_row``'s fill (bar ``fill_bar``) into each buying copy's first free slot."""
         cfg, costs, mult, grid = self.cfg, self.market_cfg.costs, self.market_cfg.multiplier, self.actions.grid_size
         buying = (action >= 1) & (action <= 2 * grid)
         quote_index = (action - 1).clamp(0, 2 * grid - 1)  # calls then puts, as in the action space
         is_call = quote_index < grid
         g = quote_index - grid * (~is_call)
-        mid, half = self._at(self.open_mid, fill_row, quote_index), self._at(self.open_half_spread, fill_row, quote_index)
-        strike = self._at(self.open_strike, fill_row, g)
-        # Size: position_frac of equity at the ask; then as many as cash allows after the closing-fee reserves.
+        q = self.quotes
+        mid, half = self._at(q.fill_mid, fill_row, quote_index), self._at(q.fill_half_spread, fill_row, quote_index)
+        strike, opt_volume = self._at(q.fill_strike, fill_row, g), self._at(q.fill_volume, fill_row, g)
+        # Size: position_frac of equity at the ask, at most max_volume_share of the strike's volume; then as
+        # many as cash allows after the closing-fee reserves.
         first_ask = fill_price_at(mid, 1.0, False, half, opt_volume, costs)
-        wanted = torch.floor(cfg.position_frac * self.equity / (first_ask * mult).clamp_min(1e-12))
+        wanted = torch.minimum(torch.floor(cfg.position_frac * self.equity / (first_ask * mult).clamp_min(1e-12)),
+                               torch.floor(costs.max_volume_share * opt_volume))
         ask = fill_price_at(mid, wanted, False, half, opt_volume, costs)  # more contracts: more slippage
         per_contract = ask * mult + 2 * (costs.commission_per_contract + costs.occ_clearing_per_contract
                                          + costs.orf_per_contract) + costs.finra_taf_per_contract
@@ -400,7 +369,9 @@ class BatchedOptionsEnv:
         into = self._float(here)
         self.contracts, self.entry_cost = self.contracts + into * contracts, self.entry_cost + into * cost
         self.strike = torch.lerp(self.strike, strike.expand_as(self.strike), into)
-        self.dte = torch.lerp(self.dte, self.grid_expiry.index_select(0, g).expand_as(self.dte), into)
+        expiry_at = fill_bar * q.expiry_bar.shape[1] + g  # the fill bar's row of the (T, G) expiry tables
+        self.expiry_bar = torch.lerp(self.expiry_bar, q.expiry_bar.view(-1).index_select(0, expiry_at), into)
+        self.expiry_time = torch.lerp(self.expiry_time, q.expiry_time.view(-1).index_select(0, expiry_at), into)
 
     def _cash_room(self) -> Tensor:
         """Cash a new order may spend: what is left after every open position's closing-fee reserve and
@@ -411,12 +382,12 @@ class BatchedOptionsEnv:
 
     def _mark(self, spot: Tensor, row: Tensor) -> None:
         """Mark every open position at ``row``'s close (after expiries, so every open one has time left)."""
-        m = self.market_cfg
+        m, q = self.market_cfg, self.quotes
         log_k_s = torch.log(self.strike / spot)
-        iv = skewed_iv_at(self._at(self.atm_iv, row), log_k_s, m)
-        years = self.dte.clamp_min(0) / DAYS_PER_YEAR
-        g = bs_greeks_before_expiry(spot, self.strike, years, m.risk_free_rate, m.dividend_yield, iv, self.is_call,
-                                    -log_k_s)
+        years = (self.expiry_time - q.close_time.index_select(0, self.t)).clamp_min(0) / DAYS_PER_YEAR
+        iv = surface_iv(self._at(q.iv_close, row), q.long_run_iv.index_select(0, self.sym), log_k_s, years, m)
+        g = bs_greeks_before_expiry(spot, self.strike, years, self._at(q.rate_close, row),
+                                    q.dividend_yield.index_select(0, self.sym), iv, self.is_call, -log_k_s)
         size = self.contracts * m.multiplier  # zero in empty slots
         self.mark = g.price * size
         self.equity = self.cash + self.mark.sum(0)
@@ -434,7 +405,8 @@ class BatchedOptionsEnv:
         equity = self.equity.clamp_min(1e-9)
         n_open = self.active.sum(0)
         open_count = n_open.to(self.dtype)
-        dte = (self.dte * self._float(self.active)).sum(0) / open_count.clamp_min(1)
+        days_left = self.expiry_time - self.quotes.close_time.index_select(0, self.t)
+        dte = (days_left * self._float(self.active)).sum(0) / open_count.clamp_min(1)
         span = (self.t_end - self.t_start).clamp_min(1).to(self.dtype)
         turbulent = self.turbulent_bar.index_select(0, self.t)
         portfolio = torch.stack([
@@ -469,7 +441,7 @@ class BatchedOptionsEnv:
         mask[:, a.close_all:] = (n_open > 0).unsqueeze(-1)  # close all, worst and best: the last three
         can_open = (n_open < self.cfg.max_positions) & ~turbulent
         budget = torch.minimum(self._cash_room(), self.cfg.position_frac * self.equity)
-        one = self._at(self.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
+        one = self._at(self.quotes.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
         mask[:, 1:1 + 2 * a.grid_size] = (one <= budget.unsqueeze(-1)) & can_open.unsqueeze(-1)
         return mask
 

@@ -46,6 +46,14 @@ def _priced(mid: Tensor, is_sell: bool, share: Tensor) -> Tensor:
     return mid * (1.0 + (-1.0 if is_sell else 1.0) * share)
 
 
+def strike_volume(base: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: CostConfig, atm_years: float) -> Tensor:
+    """Option-volume proxy of one strike: ``base`` (the at-the-money volume of a <= ``atm_years`` option)
+    falls by e per ``volume_moneyness_width`` of |ln(K/S)| and as (atm_years / T) ^ power beyond atm_years."""
+    far = torch.exp(log_k_over_s.abs() * (-1.0 / cfg.volume_moneyness_width))
+    longer = (atm_years / years.clamp_min(atm_years)) ** cfg.volume_expiry_power
+    return (base * far * longer).clamp_min(cfg.min_option_volume)
+
+
 def slippage(contracts: Tensor, option_volume: Tensor, cfg: CostConfig) -> Tensor:
     """Size-driven price impact as a share of mid, capped."""
     return (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)

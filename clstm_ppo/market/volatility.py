@@ -1,30 +1,42 @@
-"""Implied volatility per bar and per strike: from an iv/vix column when the data has one, else realised x premium."""
+"""The implied-vol surface around a bar's 30-day at-the-money vol: term structure, skew and smile.
+
+docs/MARKET.md section 1 gives the formulas; ``clstm_ppo.market.inputs`` gives the at-the-money series.
+"""
 from __future__ import annotations
 
-import numpy as np
-from torch import Tensor
+import math
 
 import torch
+from torch import Tensor
 
 from clstm_ppo.config import MarketConfig
 
-
-def atm_iv_per_bar(bars: dict[str, np.ndarray], cfg: MarketConfig) -> np.ndarray:
-    """At-the-money implied vol (S, T), known at each bar's close."""
-    if "iv" in bars:
-        iv = bars["iv"]
-        # VIX-style columns are in percent points (13.8), an iv column may be a decimal (0.138).
-        iv = iv / 100.0 if np.nanmedian(iv) > 3.0 else iv
-    else:
-        iv = bars["realized_vol"] * cfg.iv_premium
-    return np.clip(iv, cfg.min_iv, cfg.max_iv)
+DAYS_PER_YEAR = 365.0  # option time runs in calendar days
+ATM_YEARS = 30.0 / DAYS_PER_YEAR  # the maturity the at-the-money series quotes (VIX: 30 days)
+MIN_SKEW_YEARS = 1.0 / DAYS_PER_YEAR  # the skew stops steepening inside one day to expiry
 
 
-def skewed_iv(atm_iv: Tensor, strike: Tensor, spot: Tensor, cfg: MarketConfig) -> Tensor:
-    """A simple equity skew: lower strikes trade at higher implied vol."""
-    return skewed_iv_at(atm_iv, torch.log(strike / spot), cfg)
+def _reversion_share(kappa_t: Tensor | float) -> Tensor | float:
+    """f(u) = (1 - e^-u) / u: the share of today's variance gap still expected on average over u = kappa T."""
+    if isinstance(kappa_t, float):
+        return -math.expm1(-kappa_t) / kappa_t if kappa_t > 0 else 1.0
+    u = kappa_t.clamp_min(1e-8)
+    return -torch.expm1(-u) / u
 
 
-def skewed_iv_at(atm_iv: Tensor, log_k_over_s: Tensor, cfg: MarketConfig) -> Tensor:
-    """``skewed_iv`` from ln(strike / spot), for callers that already have it."""
-    return (atm_iv * (1.0 - cfg.iv_skew * log_k_over_s)).clamp(cfg.min_iv, cfg.max_iv)
+def atm_term(atm30: Tensor, long_run: Tensor, years: Tensor, cfg: MarketConfig) -> Tensor:
+    """At-the-money vol at maturity ``years``: variance reverts from the 30-day level to ``long_run``."""
+    if cfg.term_reversion <= 0:
+        return atm30
+    kappa = cfg.term_reversion
+    weight = _reversion_share(kappa * years) / _reversion_share(kappa * ATM_YEARS)
+    long_var = long_run * long_run
+    return (long_var + (atm30 * atm30 - long_var) * weight).clamp_min(cfg.min_iv ** 2).sqrt()
+
+
+def surface_iv(atm30: Tensor, long_run: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: MarketConfig) -> Tensor:
+    """Implied vol of strike K at maturity ``years``: the term's ATM vol, minus the skew, plus the smile, in
+    the moneyness z = ln(K/S) / sqrt(T / 30 days), so the skew steepens as 1/sqrt(T); flat beyond +-iv_wing_z."""
+    z = (log_k_over_s * (ATM_YEARS / years.clamp_min(MIN_SKEW_YEARS)).sqrt()).clamp(-cfg.iv_wing_z, cfg.iv_wing_z)
+    atm = atm_term(atm30, long_run, years, cfg)
+    return (atm + z * (cfg.iv_smile * z - cfg.iv_skew)).clamp(cfg.min_iv, cfg.max_iv)

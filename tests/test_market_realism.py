@@ -1,0 +1,80 @@
+"""The simulated market against what real index options show (docs/MARKET.md section 2).
+
+On the embedded S&P 500, systematic option buying held to expiry, through the real env with every cost:
+buying 0.95 puts and ATM straddles loses on average in every split (the variance risk premium), and the
+EWMA model path with the VIX withheld tells the same story as the VIX-priced market, strategy by strategy.
+"""
+import numpy as np
+import pytest
+import torch
+
+from clstm_ppo.config import DataConfig, MarketConfig
+from clstm_ppo.data import build_market_data
+from clstm_ppo.env.held_to_expiry import STRATEGIES, run_strategies, summarize, tercile_cuts
+from clstm_ppo.market.inputs import market_inputs
+
+SPLITS = ("train", "validation", "test")
+MAX_GAP_POINTS = 15.0  # |model - VIX| mean P&L, in points of premium
+
+
+@pytest.fixture(scope="module")
+def sp500():
+    torch.set_num_threads(1)
+    return build_market_data(DataConfig())
+
+
+@pytest.fixture(scope="module")
+def results(sp500):
+    """{source: {split: {strategy: summary}}} for the VIX-priced default market and the model path."""
+    out = {}
+    for source, market in (("vix", MarketConfig()), ("model", MarketConfig(iv_source="model"))):
+        cuts = tercile_cuts(market_inputs(sp500, market).iv_close, sp500)
+        out[source] = {}
+        for split in SPLITS:
+            entries = run_strategies(sp500, split, market)
+            for name, e in entries.items():
+                assert e.filled.all(), f"{source} {split} {name}: the env rejected some orders"
+                assert e.measured.sum() > 0.9 * len(e.bar), "only entries expiring past the split's end are dropped"
+                assert not e.open_at_end[: len(e.bar) // 2].any(), "an early entry did not settle inside the split"
+            out[source][split] = {name: summarize(e, cuts) for name, e in entries.items()}
+    return out
+
+
+def test_the_vix_priced_default_market_uses_the_vix(sp500):
+    assert market_inputs(sp500, MarketConfig()).iv_source == "column"
+
+
+@pytest.mark.parametrize("strategy", ["put_095", "atm_straddle"])
+@pytest.mark.parametrize("split", SPLITS)
+def test_buying_otm_puts_and_straddles_loses_on_average(results, split, strategy):
+    mean = results["vix"][split][strategy]["all"]["mean_pct"]
+    assert mean < 0.0, f"{strategy} on {split}: mean P&L {mean:+.1f}% of premium; real index options lose here"
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("split", SPLITS)
+def test_the_model_path_agrees_with_the_vix(results, split, strategy):
+    vix = results["vix"][split][strategy]["all"]["mean_pct"]
+    model = results["model"][split][strategy]["all"]["mean_pct"]
+    assert abs(model - vix) <= MAX_GAP_POINTS, f"{strategy} on {split}: model {model:+.1f}% vs VIX {vix:+.1f}%"
+    assert np.sign(model) == np.sign(vix), f"{strategy} on {split}: model {model:+.1f}% vs VIX {vix:+.1f}%"
+
+
+def test_tercile_cut_points_come_from_the_training_split_only(sp500):
+    iv = market_inputs(sp500, MarketConfig()).iv_close
+    cuts = tercile_cuts(iv, sp500)
+    train = slice(*sp500.splits["train"])
+    assert np.allclose(cuts, np.quantile(iv[:, train], [1 / 3, 2 / 3]))
+    later = iv.copy()
+    later[:, sp500.splits["validation"][0]:] = np.random.default_rng(0).uniform(0.5, 2.0, later[:, train.stop:].shape)
+    assert np.array_equal(tercile_cuts(later, sp500), cuts), "validation/test vol moved the cut points"
+    calmer = iv.copy()
+    calmer[:, train] *= 0.5
+    assert not np.allclose(tercile_cuts(calmer, sp500), cuts), "the training split's vol must set the cut points"
+    # Entries of a later split are put in regimes with the training cut points, not their own terciles.
+    entries = run_strategies(sp500, "test", MarketConfig(), ("atm_call",))["atm_call"]
+    summary = summarize(entries, cuts)
+    measured_iv = entries.entry_iv[entries.measured]
+    assert summary["low"]["count"] == int((measured_iv < cuts[0]).sum())
+    assert summary["high"]["count"] == int((measured_iv >= cuts[1]).sum())
+    assert sum(summary[t]["count"] for t in ("low", "mid", "high")) == summary["all"]["count"]
