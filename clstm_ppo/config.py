@@ -92,6 +92,7 @@ class CostConfig:
     volume_expiry_power: float = 1.0  # ... and as (30 days / T) ^ power beyond 30 days
     min_option_volume: float = 50.0  # option-volume proxy floor (and its value without a volume column)
     max_volume_share: float = 0.10  # an opening order takes at most this share of its strike's volume proxy
+    share_cost_bps: float = 1.0  # trading the underlying (an index fund, a liquid stock): spread + commission, bp
 
 
 @dataclass
@@ -179,8 +180,7 @@ class TrainConfig:
     device: str = "auto"  # auto, cpu or cuda
     precision: str = "fp32"  # fp32, bf16 (autocast) or fp16 (autocast + GradScaler)
     compile: bool = False  # torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs are
-    eval_every: int = 10  # updates between evaluations on the validation split
-    eval_episodes: int = 8  # deterministic validation episodes, starts spread evenly over the split
+    eval_every: int = 10  # updates between evaluations: one continuous walk over the whole validation split
     checkpoint_dir: str = "checkpoints"
     run_name: str = ""  # empty: <data source>-<config name>
     keep_last: int = 3  # periodic checkpoints kept besides latest.pt and best_*.pt
@@ -235,7 +235,7 @@ LIMITS = {
     "market.costs.slippage_coef": ">= 0", "market.costs.max_slippage": "[0, 1)",
     "market.costs.option_volume_ratio": ">= 0", "market.costs.min_option_volume": "> 0",
     "market.costs.volume_moneyness_width": "> 0", "market.costs.volume_expiry_power": ">= 0",
-    "market.costs.max_volume_share": "(0, 1]",
+    "market.costs.max_volume_share": "(0, 1]", "market.costs.share_cost_bps": ">= 0",
     "env.initial_cash": "> 0", "env.max_positions": ">= 1", "env.position_frac": "(0, 1]",
     "env.episode_length": ">= 0", "env.ruin_fraction": "[0, 1)", "env.reward_scale": "> 0",
     "env.drawdown_penalty": ">= 0", "env.turbulence_penalty": ">= 0",
@@ -245,7 +245,7 @@ LIMITS = {
     "ppo.adam_betas": "[0, 1)", "ppo.adam_eps": "> 0", "ppo.warmup_updates": ">= 0", "ppo.update_epochs": ">= 1",
     "ppo.num_minibatches": ">= 1", "ppo.grad_accumulation": ">= 1", "ppo.target_kl": "> 0",
     "train.num_envs": ">= 1", "train.total_steps": ">= 0", "train.num_episodes": ">= 0", "train.eval_every": ">= 1",
-    "train.eval_episodes": ">= 1", "train.keep_last": ">= 1", "train.checkpoint_every": ">= 1",
+    "train.keep_last": ">= 1", "train.checkpoint_every": ">= 1",
     "train.pretrain_epochs": ">= 1", "train.pretrain_batch_size": ">= 1", "train.pretrain_lr": "> 0",
     "train.early_stopping_patience": ">= 0", "train.threads_per_worker": ">= 0", "train.dist_timeout_s": "> 0",
 }
@@ -349,12 +349,28 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"config: {key} must be {_type_name(tp)}, got {value!r}")
 
 
+# Settings that existed once: a checkpoint's saved settings drop them quietly; a user's file or flag is told why.
+OBSOLETE = {
+    "market.iv_premium": "implied vol now comes from the data's iv/vix column or the fitted model "
+                         "(market.iv_source, docs/MARKET.md)",
+    "train.eval_episodes": "validation is now one continuous walk over the whole split",
+}
+
+
+def without_obsolete(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``values`` (nested) without the keys in OBSOLETE: for settings saved by an older version."""
+    return {k: without_obsolete(v, f"{prefix}{k}.") if isinstance(v, dict) else v
+            for k, v in values.items() if f"{prefix}{k}" not in OBSOLETE}
+
+
 def from_dict(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
     """Build dataclass ``cls`` from a (possibly partial) nested dict."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in values.items():
+        if f"{prefix}{key}" in OBSOLETE:
+            raise ConfigError(f"config: '{prefix}{key}' was removed: {OBSOLETE[prefix + key]}; drop it")
         if key not in hints:
             raise ConfigError(f"config: unknown key '{prefix}{key}'; valid keys here: {', '.join(names)}")
         kwargs[key] = _coerce(value, hints[key], prefix + key)
@@ -392,7 +408,7 @@ def _parse_override(text: str) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 base: dict[str, Any] | None = None) -> Config:
     """Defaults (or ``base``, e.g. a checkpoint's settings), then the YAML file at ``path``, then overrides."""
-    values = _merge(to_dict(Config()), base or {})
+    values = _merge(to_dict(Config()), without_obsolete(base or {}))
     if path is not None:
         path = Path(path)
         if not path.is_file():

@@ -22,6 +22,8 @@ from clstm_ppo.agent.model import State
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
+from clstm_ppo.backtest.policies import agent_policy
+from clstm_ppo.backtest.walk import selection_metrics, walk
 from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.config import Config, first_line, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
@@ -29,7 +31,6 @@ from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
-from clstm_ppo.evaluate import evaluate_agent
 from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_sums, sums_to_metrics
 from clstm_ppo.monitor import ResourceMonitor
 from clstm_ppo.tracking import Tracker
@@ -268,8 +269,10 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation and files
 
     def evaluate(self) -> dict[str, float]:
-        metrics, _ = evaluate_agent(self.model, self.data, "validation", self.cfg, self.cfg.train.eval_episodes,
-                                    self.device)
+        self.model.eval()
+        policy, state = agent_policy(self.model, len(self.data.symbols), self.device)
+        metrics = selection_metrics(walk("agent", policy, state, self.data, "validation", self.cfg, self.device))
+        self.model.train()
         self.last_eval = metrics
         if metrics["composite"] > self.best.get("composite", float("-inf")):
             self.evals_without_best = 0
@@ -381,7 +384,8 @@ class Trainer:
         tracker.progress(self.batch_size, postfix)
 
     def _report_eval(self, tracker: Tracker, m: dict[str, float]) -> None:
-        tracker.write(f"eval @ update {self.update}: return {m['return_pct']:+.2f}%, Sharpe {m['sharpe']:.2f}, "
+        tracker.write(f"eval @ update {self.update} (validation walk, {m['steps']:.0f} bars): "
+                      f"return {m['return_pct']:+.2f}%, Sharpe {m['sharpe']:.2f}, "
                       f"win rate {m['win_rate']:.1%}, profit rate {m['profit_rate']:.1%}, "
                       f"composite {m['composite']:.3f} (best {self.best.get('composite', float('nan')):.3f})")
         tracker.log("eval", self.global_step, m)
@@ -395,4 +399,7 @@ class Trainer:
         print(f"  latest            {self.run_dir / 'latest.pt'}")
         print(f"resume with: python -m clstm_ppo.train --run-name {self.run_dir.name} "
               f"--checkpoint-dir {self.run_dir.parent} --resume-from latest   (or composite, win_rate, ...)")
-        print(f"backtest with: python -m clstm_ppo.evaluate --checkpoint {self.run_dir / 'best_composite.pt'}")
+        print(f"backtest on the held-out test split, against buy-and-hold, cash, random and two option rules:\n"
+              f"  python -m clstm_ppo.evaluate --checkpoint {self.run_dir / 'best_composite.pt'} --split test "
+              f"--plot {self.run_dir / 'test_equity.png'} --json {self.run_dir / 'test_report.json'}\n"
+              "(the best validation score is optimistic: it is the maximum over many evaluations of one split)")

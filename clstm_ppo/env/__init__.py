@@ -1,5 +1,5 @@
 """Trading environment: a batched torch env (N copies at once) and a gymnasium wrapper over one copy."""
 from clstm_ppo.env.actions import ActionSpace
-from clstm_ppo.env.options_env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation, StepResult
+from clstm_ppo.env.options_env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition, Observation, StepResult
 
-__all__ = ["ActionSpace", "BatchedOptionsEnv", "Observation", "PORTFOLIO_FEATURES", "StepResult"]
+__all__ = ["ActionSpace", "BatchedOptionsEnv", "BookedPosition", "Observation", "PORTFOLIO_FEATURES", "StepResult"]

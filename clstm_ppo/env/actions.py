@@ -50,3 +50,14 @@ class ActionSpace:
     def buy(self, is_call: bool, moneyness_index: int, expiry_index: int) -> int:
         g = expiry_index * len(self.moneyness) + moneyness_index
         return 1 + g + (0 if is_call else self.grid_size)
+
+    def describe(self, action: int) -> str:
+        """Words for action ``action``, e.g. 'buy put 0.95 x 30d'."""
+        if action == self.hold:
+            return "hold"
+        if 1 <= action <= 2 * self.grid_size:
+            g = (action - 1) % self.grid_size
+            kind = "call" if action <= self.grid_size else "put"
+            m, e = self.moneyness[g % len(self.moneyness)], self.expiries_days[g // len(self.moneyness)]
+            return f"buy {kind} {m:g} x {e}d"
+        return {self.close_all: "close all", self.close_worst: "close worst", self.close_best: "close best"}[action]

@@ -35,6 +35,9 @@ PORTFOLIO_FEATURES = (
 )
 
 
+STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded")  # per copy, summed over its episode
+
+
 class Observation:
     """What N copies observe at bar t.
 
@@ -61,6 +64,15 @@ class Observation:
         return self._market
 
 
+class BookedPosition(NamedTuple):
+    """An option a user already holds (``BatchedOptionsEnv.book``)."""
+    is_call: bool
+    strike: float
+    expiry: np.datetime64  # the calendar day it is listed to expire
+    contracts: float
+    paid: float  # dollars it cost, fees included
+
+
 class StepResult(NamedTuple):
     obs: Observation  # after an auto-reset, the new episode's first observation
     reward: Tensor  # (N,)
@@ -81,7 +93,10 @@ class BatchedOptionsEnv:
         self.market_cfg, self.cfg = market, cfg
         self.actions = ActionSpace.from_config(market)
         self.num_envs, self.window, self.autoreset = num_envs, data.window, autoreset
+        self.dates = data.dates.values
         self.split_start, self.split_end = data.splits[split]
+        # The first bar a copy may observe: its window may reach back into earlier splits' bars (they are past).
+        self.first_bar = max(self.split_start, self.window - 1)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
@@ -116,7 +131,7 @@ class BatchedOptionsEnv:
         self.expiry_bar, self.expiry_time = zeros(p, n), zeros(p, n)  # the bar whose close settles it; its time
         self.contracts, self.entry_cost, self.mark = zeros(p, n), zeros(p, n), zeros(p, n)
         self.greeks = zeros(4, n)  # net delta, gamma, vega, theta in $ terms
-        self.stats = {k: zeros(n) for k in ("reward", "closed", "wins", "invalid", "rejected")}
+        self.stats = {k: zeros(n) for k in STAT_NAMES}
         self.costs_paid = zeros(len(COST_KINDS), n)
         self.max_len = self._longest_episode()
         self.equity_curve = zeros(n, self.max_len + 1)
@@ -140,13 +155,13 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ episode bounds
 
     def _longest_episode(self) -> int:
-        first = self.split_start + self.window - 1
+        first = self.first_bar
         if self.cfg.episode_length <= 0:
             return self.split_end - 1 - first
         return min(self.cfg.episode_length, self.split_end - 1 - first)
 
     def _draw_starts(self, count: int) -> tuple[Tensor, Tensor]:
-        first = self.split_start + self.window - 1  # the whole window lies inside the split
+        first = self.first_bar
         last_bar = self.split_end - 1
         latest = max(first, last_bar - self.cfg.episode_length) if self.cfg.episode_length > 0 else first
         start = torch.randint(first, latest + 1, (count,), generator=self.generator, device=self.device)
@@ -156,27 +171,58 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ reset
 
     def reset(self, starts: Tensor | None = None) -> Observation:
-        """Start every copy afresh: at random bars, or at ``starts`` (copy i on underlying i mod S)."""
+        """Start every copy afresh: at random bars, or at ``starts`` (copy i on underlying i mod S).
+
+        A copy started on the split's last bar can be observed (``python -m clstm_ppo.predict``), not stepped.
+        """
         self._reset_copies(self.copy_ids)
         if starts is not None:
             starts = starts.to(self.device).long()
-            first = self.split_start + self.window - 1
-            if starts.shape != (self.num_envs,) or (starts < first).any() or (starts > self.split_end - 2).any():
-                raise ValueError(f"starts must be {self.num_envs} bars in [{first}, {self.split_end - 2}]")
+            first = self.first_bar
+            if starts.shape != (self.num_envs,) or (starts < first).any() or (starts > self.split_end - 1).any():
+                raise ValueError(f"starts must be {self.num_envs} bars in [{first}, {self.split_end - 1}]")
             length = self.cfg.episode_length if self.cfg.episode_length > 0 else self.split_end
             self.sym = self.copy_ids % self.n_symbols
             self.t, self.t_start = starts.clone(), starts.clone()
             self.t_end = (starts + length).clamp(max=self.split_end - 1)
         return self._observe()
 
+    def book(self, positions: list[BookedPosition]) -> Observation:
+        """Put ``positions`` into copy 0's empty book at its current bar, as bought before it for ``paid`` out of
+        the initial cash, mark them at the bar's close and observe again: the portfolio a user already holds."""
+        if len(positions) > self.cfg.max_positions or self.active[:, 0].any():
+            raise ValueError(f"book at most env.max_positions ({self.cfg.max_positions}) positions, into an empty book")
+        q, t = self.quotes, int(self.t[0])
+        for slot, p in enumerate(positions):
+            bar, time = self.expiry_of(p.expiry, t)
+            if bar <= t:
+                raise ValueError(f"a position expiring {p.expiry.date()} has expired by the data's last bar")
+            self.active[slot, 0], self.is_call[slot, 0] = True, p.is_call
+            self.strike[slot, 0], self.contracts[slot, 0], self.entry_cost[slot, 0] = p.strike, p.contracts, p.paid
+            self.expiry_bar[slot, 0], self.expiry_time[slot, 0] = float(bar), time
+            self.cash[0] -= p.paid
+        self._mark(self._at(q.close_px, self.row), self.row)
+        self.peak = torch.maximum(self.peak, self.equity)
+        return self._observe()
+
+    def expiry_of(self, expiry: np.datetime64, t: int) -> tuple[int, float]:
+        """(bar, time in days) at which an option listed to expire on calendar day ``expiry`` settles, seen
+        from bar ``t``: the last bar on or before that day, or past the data (bar T, time by the calendar)."""
+        dates, close_time = self.dates.astype("datetime64[D]"), self.quotes.close_time
+        day = np.datetime64(expiry, "D")
+        if day > dates[-1]:
+            return self.n_bars, float(close_time[t]) + float((day - dates[t]) / np.timedelta64(1, "D"))
+        bar = int(np.searchsorted(dates, day, side="right") - 1)
+        return bar, float(close_time[bar])
+
     def observable_rows(self) -> Tensor:
         """Flat rows of every bar a copy can observe (its whole window inside the split), all underlyings."""
-        bars = torch.arange(self.split_start + self.window - 1, self.split_end, device=self.device)
+        bars = torch.arange(self.first_bar, self.split_end, device=self.device)
         return (torch.arange(self.n_symbols, device=self.device).unsqueeze(-1) * self.n_bars + bars).reshape(-1)
 
     def evaluation_starts(self, count: int) -> Tensor:
         """``count`` starts spread evenly over the split, each with room for a full-length episode."""
-        first = self.split_start + self.window - 1
+        first = self.first_bar
         last = max(first, self.split_end - 1 - self.cfg.episode_length) if self.cfg.episode_length > 0 else first
         return torch.linspace(first, last, count, device=self.device).round().long()
 
@@ -203,7 +249,9 @@ class BatchedOptionsEnv:
                              "episode length or an older layout)")
         for name in self.STATE:
             setattr(self, name, state[name].to(self.device))
-        self.stats = {k: v.to(self.device) for k, v in state["stats"].items()}
+        # Statistics added since a checkpoint was written start at zero.
+        self.stats = {k: state["stats"][k].to(self.device) if k in state["stats"] else torch.zeros_like(v)
+                      for k, v in self.stats.items()}
         self.generator.set_state(state["generator"])
 
     def _reset_copies(self, idx: Tensor) -> None:
@@ -308,7 +356,9 @@ class BatchedOptionsEnv:
                        pick(self.is_call), -log_k_s)
         volume = strike_volume(self._at(q.base_volume, pick(row)), log_k_s, years, m.costs, ATM_YEARS)
         fill = order_fill(mid, contracts, True, iv, log_k_s, volume, m.costs, m.multiplier)
-        proceeds = fill.price * contracts * m.multiplier - fees_only(fill)  # zero in slots that do not sell
+        gross = fill.price * contracts * m.multiplier
+        proceeds = gross - fees_only(fill)  # zero in slots that do not sell
+        self.stats["traded"].index_add_(0, sellers, gross.sum(0))
         cash_in = torch.zeros_like(self.mark).index_copy_(1, sellers, proceeds)
         costs = torch.zeros_like(self.costs_paid).index_copy_(1, sellers, fill.costs.sum(1))
         self._book_closes(sell, cash_in, costs)
@@ -359,7 +409,9 @@ class BatchedOptionsEnv:
         self.stats["rejected"] += buying & ~go
         contracts = contracts * self._float(go)
         fill = order_fill_at(mid, contracts, False, half, opt_volume, costs, mult)
-        cost = fill.price * contracts * mult + fees_only(fill)
+        premium = fill.price * contracts * mult
+        cost = premium + fees_only(fill)
+        self.stats["traded"] += premium
         self.cash = self.cash - cost
         self.costs_paid += fill.costs
         here = slot & go  # (P, N) one-hot: no sync, no scatter
@@ -460,7 +512,8 @@ class BatchedOptionsEnv:
             "return_pct": (self.equity[idx] / self.cfg.initial_cash - 1.0) * 100.0,
             "closed": self.stats["closed"][idx], "wins": self.stats["wins"][idx],
             "open": self.active[:, idx].sum(0), "invalid": self.stats["invalid"][idx],
-            "rejected": self.stats["rejected"][idx], "costs": self.costs_paid[:, idx].T,
+            "rejected": self.stats["rejected"][idx], "traded": self.stats["traded"][idx],
+            "costs": self.costs_paid[:, idx].T,
         }
         out = {k: v.cpu().numpy() for k, v in out.items()}
         curves = curves.cpu().numpy()

@@ -1,0 +1,278 @@
+"""What a quant reads after a backtest: metrics per underlying and per calendar year, tables, CSV, plot, tearsheet.
+
+Every function takes the ``WalkResult`` of each policy, keyed by policy name; all of them walked the same dates.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.config import ConfigError, first_line
+from clstm_ppo.market import COST_KINDS
+
+TRADING_DAYS = 252
+FLAT = 1e-12  # a std below this is rounding noise of a flat curve, not risk: its ratios are 0, not 1e16
+MAIN_KEYS = ("total_return", "annual_return", "annual_vol", "sharpe", "sharpe_excess", "sortino", "max_drawdown",
+             "calmar", "win_rate", "trades", "open_at_end", "turnover", "costs")
+YEAR_KEYS = ("days", "total_return", "annual_return", "sharpe", "max_drawdown")
+PERCENT = {"total_return", "annual_return", "annual_vol", "max_drawdown", "win_rate", "excess_annual"}
+COUNTS = {"days", "trades", "open_at_end"}
+NO_QUANTSTATS = "--tearsheet needs the optional report extra: pip install 'clstm_ppo[report]' (quantstats)"
+
+
+def _ratio(num: float, den: float) -> float:
+    """num / den, or 0 when den is rounding noise (a flat curve has no risk to divide by)."""
+    return float(num / den) if den > FLAT else 0.0
+
+
+def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> dict[str, float | str]:
+    """Return and risk of one equity path of n + 1 closes (n daily returns), rate being each close's annual rate."""
+    r = equity[1:] / equity[:-1] - 1.0
+    n = len(r)
+    days = np.diff(dates.values).astype("timedelta64[s]").astype(float) / 86_400.0
+    excess = r - np.expm1(rate[:-1] * days / 365.0)  # the rate known at yesterday's close, over the calendar gap
+    total = float(equity[-1] / equity[0] - 1.0)
+    # an account wiped out (or below zero) has no real compound rate: call it -100% a year
+    annual = (1.0 + total) ** (TRADING_DAYS / n) - 1.0 if n and total > -1.0 else (-1.0 if n else 0.0)
+    std = float(r.std(ddof=1)) if n > 1 else 0.0
+    std_excess = float(excess.std(ddof=1)) if n > 1 else 0.0
+    downside = math.sqrt(float(np.mean(np.minimum(r, 0.0) ** 2))) if n else 0.0
+    peak = np.maximum.accumulate(equity)
+    drawdown = (peak - equity) / peak
+    trough = int(np.argmax(drawdown))
+    max_dd = float(drawdown[trough])
+    # the fall starts at the last close standing at the running peak before the trough
+    top = int(np.flatnonzero(equity[:trough + 1] == peak[trough])[-1])
+    root = math.sqrt(TRADING_DAYS)
+    return {
+        "days": n,
+        "total_return": total,
+        "annual_return": float(annual),
+        "annual_vol": std * root,
+        "sharpe": _ratio(float(r.mean()), std) * root if n else 0.0,
+        "sharpe_excess": _ratio(float(excess.mean()), std_excess) * root if n else 0.0,
+        "sortino": _ratio(float(r.mean()), downside) * root if n else 0.0,
+        "max_drawdown": max_dd,
+        "max_drawdown_peak": dates[top].date().isoformat() if max_dd > 0 else "",
+        "max_drawdown_trough": dates[trough].date().isoformat() if max_dd > 0 else "",
+        "calmar": float(annual / max_dd) if max_dd > 0 else 0.0,
+    }
+
+
+def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
+    """Every metric of underlying s (its index in ``result.symbols``) over the whole walk."""
+    equity = result.equity[s]
+    out = curve_metrics(equity, result.dates, result.rate[s])
+    closed = int(result.closed[s])
+    years = out["days"] / TRADING_DAYS
+    mean_equity = float(equity.mean())
+    out |= {
+        "win_rate": float(result.wins[s] / closed) if closed else 0.0,
+        "trades": closed,
+        "open_at_end": int(result.open_at_end[s]),
+        "turnover": float(result.traded[s]) / mean_equity / years if years and mean_equity > 0 else 0.0,
+        "costs": float(result.costs[s].sum()),
+    }
+    return out | {f"cost_{kind}": float(result.costs[s, k]) for k, kind in enumerate(COST_KINDS)}
+
+
+def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
+    """Calendar year -> symbol -> return and risk of that year's daily returns (its first from last year's close).
+
+    Trades, wins, turnover and costs are left out: the walk records them only as totals over the split.
+    A year with no return (the walk's first bar alone in its year) is left out too.
+    """
+    years = result.dates[1:].year  # return i ends at bar i + 1, so it belongs to that bar's year
+    out: dict[int, dict[str, dict]] = {}
+    for year in np.unique(years):
+        idx = np.flatnonzero(years == year)
+        bars = slice(int(idx[0]), int(idx[-1]) + 2)  # the closes those returns span, the year's base included
+        out[int(year)] = {sym: curve_metrics(result.equity[s, bars], result.dates[bars], result.rate[s, bars])
+                          for s, sym in enumerate(result.symbols)}
+    return out
+
+
+def _dates(results: dict[str, WalkResult]) -> pd.DatetimeIndex:
+    """The walk's dates, after checking every policy walked the same ones (else nothing lines up)."""
+    first = next(iter(results.values())).dates
+    for name, res in results.items():
+        if not first.equals(res.dates):
+            raise ValueError(f"policy {name} walked other dates than {next(iter(results))}; reports need one walk")
+    return first
+
+
+def report_dict(results: dict[str, WalkResult]) -> dict:
+    """Every metric of every policy, underlying and year, JSON-ready (years as strings, JSON's only key type)."""
+    dates = _dates(results)
+    return {
+        "policies": {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
+                     for name, res in results.items()},
+        "yearly": {name: {str(y): m for y, m in yearly_metrics(res).items()} for name, res in results.items()},
+        "dates": [dates[0].date().isoformat(), dates[-1].date().isoformat()],
+    }
+
+
+def _cell(key: str, value: float | str) -> str:
+    """One table cell, never containing a space, so a row splits back into its fields."""
+    if isinstance(value, str):
+        return value or "-"
+    if key in COUNTS:
+        return f"{int(value):,d}"
+    if key in PERCENT:
+        return f"{100 * value:,.2f}%"
+    return f"{value:,.2f}" if key == "costs" or key.startswith("cost_") else f"{value:,.3f}"
+
+
+def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """Columns as wide as their widest cell; the first ``left`` (names) flush left, numbers flush right."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+    return "\n".join(line(r) for r in [header, *rows])
+
+
+def _rows(metrics: dict[str, dict[str, dict]], keys: tuple[str, ...], several: bool) -> list[list[str]]:
+    """policy -> symbol -> metrics as table rows, with an underlying column only when there are several."""
+    return [[name, *([sym] if several else []), *(_cell(k, m[k]) for k in keys)]
+            for name, by_sym in metrics.items() for sym, m in by_sym.items()]
+
+
+def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold") -> str:
+    """The console report: main metrics, costs by kind, then one small table per calendar year."""
+    dates = _dates(results)
+    several = any(len(r.symbols) > 1 for r in results.values())
+    names = ["policy", *(["underlying"] if several else [])]
+    whole = {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
+             for name, res in results.items()}
+    keys = MAIN_KEYS
+    if benchmark in whole:  # what a backtest answers: did it beat the benchmark a year, on the same underlying
+        keys = (*MAIN_KEYS, "excess_annual")
+        for by_sym in whole.values():
+            for sym, m in by_sym.items():
+                bench = whole[benchmark].get(sym)  # nan, not a crash, for an underlying the benchmark lacks
+                m["excess_annual"] = m["annual_return"] - bench["annual_return"] if bench else float("nan")
+    lines = [f"Backtest {dates[0].date()} to {dates[-1].date()}: {len(dates) - 1} daily returns"
+             + (f", excess_annual against {benchmark}" if benchmark in whole else ""),
+             format_table([*names, *keys], _rows(whole, keys, several), len(names)), "", "Costs by kind ($)"]
+    cost_keys = ("costs", *(f"cost_{kind}" for kind in COST_KINDS))
+    lines.append(format_table([*names, *cost_keys], _rows(whole, cost_keys, several), len(names)))
+    yearly = {name: yearly_metrics(res) for name, res in results.items()}
+    for year in sorted({y for by_year in yearly.values() for y in by_year}):
+        per_year = {name: by_year[year] for name, by_year in yearly.items() if year in by_year}
+        lines += ["", f"{year}", format_table([*names, *YEAR_KEYS], _rows(per_year, YEAR_KEYS, several), len(names))]
+    return "\n".join(lines)
+
+
+def _column(policy: str, symbol: str, several: bool) -> str:
+    return f"{policy}:{symbol}" if several else policy
+
+
+def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
+    """Daily returns, one row per date after the first, one column per policy (and underlying when several)."""
+    dates = _dates(results)
+    cols = {_column(name, sym, len(res.symbols) > 1): res.daily_returns[s]
+            for name, res in results.items() for s, sym in enumerate(res.symbols)}
+    return pd.DataFrame(cols, index=pd.DatetimeIndex(dates[1:], name="date"))
+
+
+def write_returns_csv(results: dict[str, WalkResult], path: str | Path) -> None:
+    """The daily returns as CSV (index column ``date``, ISO days), for any tool a reader prefers."""
+    returns_frame(results).to_csv(path, date_format="%Y-%m-%d")
+
+
+def _account(res: WalkResult) -> np.ndarray:
+    """The copies' equity summed: one account that split its cash equally over the underlyings."""
+    return res.equity.sum(axis=0)
+
+
+def plot_equity(results: dict[str, WalkResult], path: str | Path, benchmark: str = "buy_and_hold") -> None:
+    """Equity (above) and drawdown (below) of every policy on a date axis; the benchmark in thick black."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+    from matplotlib.figure import Figure  # no pyplot: no display, no global backend, the Agg canvas on save
+
+    dates = _dates(results).values
+    fig = Figure(figsize=(11, 7), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    for name, res in results.items():
+        equity = _account(res)
+        drawdown = equity / np.maximum.accumulate(equity) - 1.0
+        style = dict(color="black", lw=2.2, ls="--", zorder=3) if name == benchmark else dict(lw=1.3)
+        line, = top.plot(dates, equity, label=name, **style)
+        bottom.plot(dates, 100 * drawdown, color=line.get_color(), lw=style["lw"], ls=style.get("ls", "-"))
+    symbols = next(iter(results.values())).symbols
+    top.set_ylabel("equity ($)" + (f", {len(symbols)} underlyings summed" if len(symbols) > 1 else ""))
+    top.legend(loc="best")
+    top.grid(alpha=0.3)
+    bottom.set_ylabel("drawdown (%)")
+    bottom.grid(alpha=0.3)
+    locator = AutoDateLocator()
+    bottom.xaxis.set_major_locator(locator)
+    bottom.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    first, last = (pd.Timestamp(d).date() for d in (dates[0], dates[-1]))
+    top.set_title(f"{', '.join(symbols)}: {first} to {last}")
+    fig.savefig(path, dpi=120)
+
+
+def check_tearsheet() -> None:
+    """Fail in one line before a long walk, not after it, when quantstats (an optional extra) is missing."""
+    if importlib.util.find_spec("quantstats") is None:
+        raise ConfigError(NO_QUANTSTATS)
+
+
+def write_tearsheet(results: dict[str, WalkResult], path: str | Path, policy: str = "agent",
+                    benchmark: str = "buy_and_hold") -> None:
+    """quantstats' HTML tearsheet of ``policy`` against ``benchmark`` (both as the summed account of every copy)."""
+    for name in (policy, benchmark):
+        if name not in results:
+            raise ConfigError(f"--tearsheet: no policy '{name}' was walked (walked: {', '.join(results)})")
+    dates = pd.DatetimeIndex(_dates(results)[1:], name="date")
+
+    def returns(name: str) -> pd.Series:
+        equity = _account(results[name])
+        return pd.Series(equity[1:] / equity[:-1] - 1.0, index=dates, name=name)
+
+    import matplotlib
+
+    font_log = logging.getLogger("matplotlib.font_manager")
+    level = font_log.level
+    # quantstats restyles matplotlib globally on import (seaborn theme, Arial): keep that inside this call, and
+    # mute its hundreds of "Arial not found" lines and tick warnings, which say nothing about the backtest
+    with matplotlib.rc_context(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        font_log.setLevel(logging.ERROR)
+        try:
+            try:
+                import quantstats
+            except ImportError as err:
+                missing = getattr(err, "name", None) == "quantstats" or "quantstats" in str(err)
+                why = NO_QUANTSTATS if missing else f"quantstats does not import: {first_line(err)}"
+                raise ConfigError(why) from None
+            # the benchmark goes in as a Series, never a ticker: a ticker makes quantstats download it from Yahoo
+            quantstats.reports.html(returns(policy), benchmark=returns(benchmark), rf=0.0, output=str(path),
+                                    title=f"{policy} vs {benchmark}", strategy_title=policy,
+                                    benchmark_title=benchmark, periods_per_year=TRADING_DAYS, compounded=True)
+        finally:
+            font_log.setLevel(level)
+
+
+def across_checkpoints(reports: list[dict[str, float]]) -> dict[str, dict[str, float | list[float]]]:
+    """Mean, std (ddof 1 from two values on) and each value of every numeric metric all checkpoints report."""
+    if not reports:
+        return {}
+    numeric = [k for k, v in reports[0].items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+               and all(isinstance(r.get(k), (int, float, np.number)) for r in reports)]
+    out: dict[str, dict[str, float | list[float]]] = {}
+    for key in numeric:
+        values = np.array([float(r[key]) for r in reports])
+        out[key] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                    "values": values.tolist()}
+    return out

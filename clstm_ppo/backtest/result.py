@@ -1,0 +1,32 @@
+"""What one policy's continuous walk over a split leaves behind: the input of every report."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class WalkResult:
+    """One policy walked once over a split, one copy per underlying, from the split's first bar to its last.
+
+    ``equity[s, i]`` is underlying s's account value at the close of ``dates[i]``; ``equity[:, 0]`` is the
+    initial cash (nothing has traded at the first bar's close: its decision fills at the next bar).
+    """
+
+    policy: str
+    symbols: list[str]  # (S,)
+    dates: pd.DatetimeIndex  # (n + 1,) every bar of the split, in order
+    equity: np.ndarray  # (S, n + 1) dollars
+    rate: np.ndarray  # (S, n + 1) risk-free rate of each bar's day, annual, continuously compounded
+    closed: np.ndarray  # (S,) trades closed (sold or expired)
+    wins: np.ndarray  # (S,) closed trades with positive P&L net of every cost
+    open_at_end: np.ndarray  # (S,) positions still open at the last bar (marked to market)
+    traded: np.ndarray  # (S,) dollars of premium bought and sold (notional of every fill)
+    costs: np.ndarray  # (S, K) dollars paid per cost kind (clstm_ppo.market.COST_KINDS)
+
+    @property
+    def daily_returns(self) -> np.ndarray:
+        """(S, n) simple returns from each bar's close to the next."""
+        return self.equity[:, 1:] / self.equity[:, :-1] - 1.0

@@ -1,0 +1,100 @@
+"""A continuous, date-indexed walk over a whole split: one env copy per underlying from the split's first bar to
+its last, deterministic, the same walk for the agent and every benchmark (SPEC section 5).
+
+The first bar is the split's first bar whose window is complete; the window may reach back into earlier
+splits' bars, which are past. Nothing ends the walk early: no episode length, no ruin.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.config import Config
+from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.data.stale import stale_opens
+from clstm_ppo.env import BatchedOptionsEnv, Observation
+from clstm_ppo.market import COST_KINDS
+from clstm_ppo.metrics import composite_score, max_drawdown, sharpe, sortino
+
+Policy = Callable[[Observation, object], tuple[torch.Tensor, object]]
+
+
+def walk_env(data: MarketData, split: str, cfg: Config, device: torch.device | str) -> BatchedOptionsEnv:
+    """The env of a walk: one copy per underlying, to the split's end, no ruin, no auto-reset."""
+    env_cfg = dataclasses.replace(cfg.env, episode_length=0, ruin_fraction=0.0)
+    return BatchedOptionsEnv(data, split, cfg.market, env_cfg, len(data.symbols), device=device, seed=cfg.seed,
+                             autoreset=False)
+
+
+@torch.no_grad()
+def walk(name: str, policy: Policy, state: object, data: MarketData, split: str, cfg: Config,
+         device: torch.device | str) -> WalkResult:
+    """Walk ``policy`` (and its carried ``state``) over ``split``; copy s trades underlying s."""
+    env = walk_env(data, split, cfg, device)
+    obs = env.reset(starts=torch.full((env.num_envs,), env.first_bar, dtype=torch.long))
+    while True:
+        action, state = policy(obs, state)
+        result = env.step(action)
+        obs = result.obs
+        if result.episodes is not None:  # every copy ends at the split's last bar, on the same step
+            break
+    ep = result.episodes
+    order = np.argsort(ep["env"])
+    first, last = env.first_bar, env.split_end - 1
+    return WalkResult(
+        policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1],
+        equity=np.stack([np.asarray(ep["equity_curve"][i], dtype=np.float64) for i in order]),
+        rate=env.quotes.inputs.rate[:, first:last + 1], closed=ep["closed"][order], wins=ep["wins"][order],
+        open_at_end=ep["open"][order], traded=ep["traded"][order],
+        costs=np.stack([np.asarray(c, dtype=np.float64) for c in ep["costs"]])[order],
+    )
+
+
+def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
+    """The underlying itself, fully invested at the walk's first fill (the next bar's open, or its close after a
+    stale open), paying ``market.costs.share_cost_bps`` of the notional once, held to the last close.
+    Fractional shares, as an index fund holds; price return only where the prices carry no dividends."""
+    env = walk_env(data, split, cfg, "cpu")  # only for the walk's bounds and rates
+    first, last = env.first_bar, env.split_end - 1
+    close = data.bars["close"]
+    fill = np.where(stale_opens(data.bars["open"], close), close, data.bars["open"])[:, first + 1]
+    cash = cfg.env.initial_cash
+    cost = cash * cfg.market.costs.share_cost_bps * 1e-4
+    shares = (cash - cost) / fill
+    equity = np.concatenate([np.full((len(data.symbols), 1), cash), shares[:, None] * close[:, first + 1:last + 1]],
+                            axis=1)
+    costs = np.zeros((len(data.symbols), len(COST_KINDS)))
+    costs[:, COST_KINDS.index("spread")] = cost  # an index fund's spread and commission, in one number
+    zeros = np.zeros(len(data.symbols))
+    return WalkResult(policy="buy_and_hold", symbols=list(data.symbols), dates=data.dates[first:last + 1],
+                      equity=equity, rate=env.quotes.inputs.rate[:, first:last + 1], closed=zeros,
+                      wins=zeros, open_at_end=np.ones(len(data.symbols)), traded=np.full(len(data.symbols), cash),
+                      costs=costs)
+
+
+def selection_metrics(result: WalkResult) -> dict[str, float]:
+    """The validation metrics training selects checkpoints on (BEST_METRICS and what the log shows), from one
+    walk: per-underlying values averaged; profit rate is the share of underlyings that ended in profit."""
+    equity = result.equity
+    returns = result.daily_returns
+    ret = equity[:, -1] - equity[:, 0]
+    closed, wins = float(result.closed.sum()), float(result.wins.sum())
+    win_rate = wins / closed if closed > 0 else 0.0
+    profit_rate = float(np.mean(ret > 0))
+    return_pct = float(np.mean(ret / equity[:, 0]) * 100.0)
+    costs = result.costs.mean(axis=0)
+    out = {
+        "episodes": float(len(ret)), "return": float(ret.mean()), "return_pct": return_pct,
+        "sharpe": float(np.mean([sharpe(r) for r in returns])),
+        "sortino": float(np.mean([sortino(r) for r in returns])),
+        "max_drawdown": float(np.mean([max_drawdown(e) for e in equity])),
+        "closed": closed / len(ret), "open": float(result.open_at_end.mean()), "steps": float(returns.shape[1]),
+        "win_rate": win_rate, "profit_rate": profit_rate,
+        "composite": composite_score(win_rate, profit_rate, return_pct), "costs": float(costs.sum()),
+    }
+    out.update({f"cost_{kind}": float(costs[i]) for i, kind in enumerate(COST_KINDS)})
+    return out

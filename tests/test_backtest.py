@@ -1,0 +1,105 @@
+"""The continuous walk and its benchmarks: every bar once, buy-and-hold is the index, cash is flat, the MACD
+rule trades its crosses."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from clstm_ppo.backtest.policies import cash_policy, long_straddle, macd_rule, random_policy
+from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_env
+from clstm_ppo.config import Config, DataConfig, EnvConfig, SyntheticConfig
+from clstm_ppo.data import build_market_data
+from clstm_ppo.env import ActionSpace
+from market_fixtures import handmade_market
+
+
+@pytest.fixture(scope="module")
+def two_underlyings():
+    return build_market_data(DataConfig(source="synthetic", synthetic=SyntheticConfig(n_bars=900, n_underlyings=2)))
+
+
+def recording(policy, state, seen):
+    """Wrap a policy so every observed row and chosen action is kept."""
+    def act(obs, inner):
+        action, inner = policy(obs, inner)
+        seen.append((obs.row.clone(), action.clone()))
+        return action, inner
+    return act, state
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_the_walk_visits_every_bar_of_the_split_once_per_underlying(two_underlyings, split):
+    data, cfg = two_underlyings, Config()
+    seen = []
+    result = walk("random", *recording(*random_policy(0), seen), data, split, cfg, "cpu")
+    start, end = data.splits[split]
+    assert list(result.dates) == list(data.dates[start:end]), "from the split's first bar to its last"
+    assert result.equity.shape == (2, end - start) and result.symbols == data.symbols
+    rows = torch.stack([row for row, _ in seen])  # (decisions, copies): a decision at every bar but the last
+    n_bars = len(data.dates)
+    for s in range(2):
+        assert rows[:, s].tolist() == [s * n_bars + t for t in range(start, end - 1)]
+    assert (result.equity[:, 0] == cfg.env.initial_cash).all()
+    assert result.closed.sum() > 0 and result.traded.sum() > 0 and (result.costs >= 0).all()
+
+
+def test_a_walk_can_start_before_its_window_fits_inside_the_split(two_underlyings):
+    """The validation walk's first windows reach back into training bars: they are past, and allowed."""
+    data = two_underlyings
+    env = walk_env(data, "validation", Config(), "cpu")
+    assert env.first_bar == data.splits["validation"][0] and data.window > 1
+
+
+def test_cash_stays_flat_and_buy_and_hold_is_the_underlyings_own_return_less_its_cost(two_underlyings):
+    data, cfg = two_underlyings, Config()
+    cash = walk("cash", *cash_policy(), data, "test", cfg, "cpu")
+    assert (cash.equity == cfg.env.initial_cash).all() and cash.closed.sum() == 0 and cash.costs.sum() == 0
+    held = buy_and_hold(data, "test", cfg)
+    start, end = data.splits["test"]
+    bars = data.bars
+    fill = np.where(np.isclose(bars["open"][:, start + 1], bars["close"][:, start], rtol=1e-6, atol=0),
+                    bars["close"][:, start + 1], bars["open"][:, start + 1])  # the first fill: next bar's open
+    cost = cfg.market.costs.share_cost_bps * 1e-4
+    expected = (1 - cost) * bars["close"][:, end - 1] / fill - 1
+    np.testing.assert_allclose(held.equity[:, -1] / held.equity[:, 0] - 1, expected, rtol=1e-12)
+    np.testing.assert_allclose(held.daily_returns[:, 1:], bars["close"][:, start + 2:end] / bars["close"][:, start + 1:end - 1] - 1,
+                               rtol=1e-9)
+
+
+def test_the_macd_rule_buys_a_call_on_an_up_cross_and_reverses_into_a_put_on_the_down_cross():
+    n = 60
+    data = handmade_market(100 + np.arange(n) * 0.1)
+    macd = np.full(n, -1.0)
+    macd[10:20] = 1.0  # up-cross at bar 10, down-cross at bar 20
+    data.raw_features[0, :, data.feature_names.index("macd")] = macd
+    data = dataclasses.replace(data, splits={"train": (0, n), "validation": (0, n), "test": (0, n)})
+    cfg = Config(env=EnvConfig(dtype="float64"))
+    actions = ActionSpace.from_config(cfg.market)
+    seen = []
+    result = walk("macd_rule", *recording(*macd_rule(data, actions, cfg.env.max_positions), seen), data, "test",
+                  cfg, "cpu")
+    by_bar = {int(row[0]): int(action[0]) for row, action in seen}
+    m, e = actions.moneyness.index(1.0), actions.expiries_days.index(30)
+    assert by_bar[10] == actions.buy(True, m, e), "an up-cross buys a 30-day at-the-money call"
+    assert by_bar[20] == actions.close_all, "the down-cross closes it ..."
+    assert by_bar[21] == actions.buy(False, m, e), "... and buys the put on the next bar"
+    assert {a for t, a in by_bar.items() if t not in (10, 20, 21)} == {actions.hold}
+    assert result.closed[0] == 2 and result.open_at_end[0] == 0, "the call closed at the cross, the put expired"
+
+
+def test_the_long_straddle_buys_a_call_then_a_put_and_rolls_when_both_expire():
+    n = 90
+    data = handmade_market(100 + np.sin(np.arange(n) / 5.0))
+    cfg = Config(env=EnvConfig(dtype="float64"))
+    actions = ActionSpace.from_config(cfg.market)
+    seen = []
+    result = walk("long_straddle", *recording(*long_straddle(actions, cfg.env.max_positions), seen), data, "test",
+                  cfg, "cpu")
+    chosen = [int(action[0]) for _, action in seen]
+    m, e = actions.moneyness.index(1.0), actions.expiries_days.index(30)
+    call, put = actions.buy(True, m, e), actions.buy(False, m, e)
+    assert chosen[:3] == [call, put, actions.hold]
+    buys = [i for i, a in enumerate(chosen) if a in (call, put)]
+    assert len(buys) >= 4 and chosen[buys[2]] == call, "rolled into a new straddle after the expiry"
+    assert result.closed[0] >= 2
