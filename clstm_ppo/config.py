@@ -103,6 +103,9 @@ class MarketConfig:
     dividend_yield: float = 0.015  # q for prices without dividends in them (0 where Adj Close was applied)
     # Implied vol (SPEC 4a, docs/MARKET.md): auto = the data's iv/vix column if it has one, else the model.
     iv_source: str = "auto"  # auto, column or model (model: ignore any iv column)
+    # 30-day ATM vol = this x the data's iv column (or the model, fitted to the VIX): the VIX is a variance-swap
+    # rate that sits above ATM vol by about the skew's share. 1.0 for a column that already holds ATM vol.
+    atm_per_iv: float = 1.0
     ewma_lambda: float = 0.94  # the model's volatility estimate: RiskMetrics' daily EWMA decay
     leverage_lambda: float = 0.90  # decay of the EWMA of signed returns in the model's leverage term
     # log IV = a + b log(sigma_ewma) + c leverage: fitted on the S&P 500 with VIX, training split 2000-2012
@@ -222,7 +225,7 @@ LIMITS = {
     "data.vol_window": ">= 2", "data.volume_window": ">= 2", "data.turbulence_lookback": ">= 2",
     "data.turbulence_quantile": "(0, 1]",
     "market.risk_free_rate": "(-1, 1)", "market.dividend_yield": "(-1, 1)",  # negative rates do occur
-    "market.iv_model_coefs": "(-100, 100)", "market.ewma_lambda": "(0, 1)", "market.leverage_lambda": "(0, 1)", "market.iv_skew": ">= 0",
+    "market.iv_model_coefs": "(-100, 100)", "market.atm_per_iv": "(0, 2]", "market.ewma_lambda": "(0, 1)", "market.leverage_lambda": "(0, 1)", "market.iv_skew": ">= 0",
     "market.iv_smile": ">= 0", "market.iv_wing_z": "> 0", "market.term_reversion": ">= 0", "market.min_iv": "> 0", "market.max_iv": "> 0",
     "market.moneyness": "> 0", "market.expiries_days": ">= 1", "market.strike_step": ">= 0",
     "market.multiplier": ">= 1",

@@ -101,7 +101,8 @@ def market_inputs(data: MarketData, cfg: MarketConfig) -> MarketInputs:
     else:
         iv_close = model_iv(data, cfg)
         iv_open = np.concatenate([iv_close[:, :1], iv_close[:, :-1]], axis=1)  # the model is close to close
-    iv_close, iv_open = (np.clip(x, cfg.min_iv, cfg.max_iv) for x in (iv_close, iv_open))
+    # A VIX-style series is a variance-swap rate, above at-the-money vol by about the skew's share: scale it.
+    iv_close, iv_open = (np.clip(x * cfg.atm_per_iv, cfg.min_iv, cfg.max_iv) for x in (iv_close, iv_open))
     rate = data.bars.get("rate")
     rate = np.full_like(iv_close, cfg.risk_free_rate) if rate is None else np.asarray(rate, dtype=np.float64)
     adjusted = np.zeros(len(data.symbols), dtype=bool) if data.dividend_adjusted is None else data.dividend_adjusted
