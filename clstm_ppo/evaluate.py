@@ -4,8 +4,9 @@
         [--data NAME_OR_FILE] [--set key=value ...] [--json F] [--returns F.csv] [--plot F.png] [--tearsheet F.html]
 
 Every policy walks the same bars with the same costs and cash: the agent (greedy), buy_and_hold (the
-underlying itself), cash, random (valid actions, seeded), macd_rule (a 30-day ATM call on an up-cross, a put on
-a down-cross) and long_straddle (30-day ATM straddles rolled monthly). Several checkpoints (e.g. one per
+underlying itself), putwrite and buywrite (CBOE's PUT and BXM rules), cash, random (valid actions, seeded),
+macd_rule (a 30-day ATM call on an up-cross, a put on a down-cross) and long_straddle (30-day ATM straddles
+rolled monthly). Several checkpoints (e.g. one per
 seed) are reported each, then as mean +- std.
 """
 from __future__ import annotations
@@ -19,14 +20,15 @@ from pathlib import Path
 import torch
 
 from clstm_ppo.agent.model import CascadedActorCritic
+from clstm_ppo.backtest.cboe import buywrite, putwrite
 from clstm_ppo.backtest.policies import agent_policy, cash_policy, long_straddle, macd_rule, random_policy
 from clstm_ppo.backtest.report import (across_checkpoints, check_tearsheet, format_report, plot_equity, report_dict,
                                        underlying_metrics, write_returns_csv, write_tearsheet)
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.walk import buy_and_hold, walk
-from clstm_ppo.checkpoint import load_checkpoint
+from clstm_ppo.checkpoint import CheckpointError, load_checkpoint
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, ConfigError, load_config, to_dict
+from clstm_ppo.config import Config, ConfigError, first_line, load_config, to_dict
 from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, keep_freed_host_memory, pick_device
@@ -36,7 +38,11 @@ from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
     model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
                                 ActionSpace.from_config(cfg.market).n, cfg.agent).to(device)
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"the checkpoint's model does not fit this version's agent ({first_line(err, 100)}); "
+                              "it was written before the actions or the observed portfolio changed: retrain") from None
     return model
 
 
@@ -70,11 +76,13 @@ def load_agent(path: str, data_source: str | None, overrides: list[str],
 
 
 def benchmarks(data: MarketData, split: str, cfg: Config, device: torch.device, seed: int) -> dict[str, WalkResult]:
-    """Every benchmark on the same walk: the underlying, cash, random valid actions and two option rules."""
+    """Every benchmark on the same walk: the underlying, CBOE's PutWrite and BuyWrite (simulated directly, not
+    through the action space), cash, random valid actions and two option rules."""
     actions, slots = ActionSpace.from_config(cfg.market), cfg.env.max_positions
     rules = {"cash": cash_policy(), "random": random_policy(seed), "macd_rule": macd_rule(data, actions, slots),
              "long_straddle": long_straddle(actions, slots)}
-    out = {"buy_and_hold": buy_and_hold(data, split, cfg)}
+    out = {"buy_and_hold": buy_and_hold(data, split, cfg), "putwrite": putwrite(data, split, cfg),
+           "buywrite": buywrite(data, split, cfg)}
     for name, (policy, state) in rules.items():
         out[name] = walk(name, policy, state, data, split, cfg, device)
     return out

@@ -162,7 +162,8 @@ class Trainer:
             self.model.load_state_dict(state["model"])
         except RuntimeError as err:
             raise CheckpointError("checkpoint model does not fit these agent sizes "
-                                  f"({first_line(err, 100)}); resume with the run's own config") from None
+                                  f"({first_line(err, 100)}); resume with the run's own config, or retrain if an "
+                                  "older version wrote it (its actions or observed portfolio differ)") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state.get("scaler"))

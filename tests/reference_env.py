@@ -2,11 +2,14 @@
 
 Nothing here is vectorised, slot-major, or shared with clstm_ppo's market and env code: Black-Scholes uses
 math.erfc; the clock, the fill point (open, or close after a stale open), expiries on trading dates, the vol
-surface, strikes, the strike-volume proxy and its order cap, spreads, slippage and fees are written out from
-their definitions. Only the per-bar series of ``clstm_ppo.market.inputs.market_inputs`` (implied vol at each
-open and close, rates, the dividend yield, the long-run vol, which opens are stale) are taken as data: they
-are tested on their own elsewhere. The batched env must agree with this step by step, observation and mask
-included (tests/test_env.py).
+surface, strikes, the strike-volume proxy and its order cap, spreads, slippage and fees, short options (signed
+marks and entry costs, buy-backs at the ask), their margin and its covered-call offset, margin calls, the carry
+of cash at the rate and of dividends on shares, the underlying's targets, the action layout, the mask and the
+observed portfolio are written out from their definitions. Only the per-bar series of
+``clstm_ppo.market.inputs.market_inputs`` (implied vol at each open and close, rates, the dividend yield, the
+long-run vol, which opens are stale) and the margin rates (a, b) of ``clstm_ppo.market.margin.margin_rates``
+(index or stock, per underlying) are taken as data: they are tested on their own elsewhere. The batched env
+must agree with this step by step, observation and mask included (tests/test_env.py).
 """
 from __future__ import annotations
 
@@ -19,12 +22,13 @@ import pandas as pd
 from clstm_ppo.config import EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.market.inputs import market_inputs
+from clstm_ppo.market.margin import margin_rates
 
 NICE_STEPS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0)
 YEAR_DAYS = 365.0  # option time is calendar time
 ATM_DAYS = 30.0  # the maturity the at-the-money series quotes
 SESSION_DAYS = 6.5 / 24.0  # a bar opens 6.5 hours before its close (or at the previous close, if nearer)
-COST_NAMES = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf")
+COST_NAMES = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf", "shares")
 
 
 def norm_cdf(x: float) -> float:
@@ -107,6 +111,9 @@ class ReferenceMarket:
         self.open_time = [self.close_time[0] - SESSION_DAYS] + [
             now - min(SESSION_DAYS, now - before) for before, now in zip(self.close_time, self.close_time[1:])]
         self._expiries: dict[tuple[int, float], tuple] = {}
+        # Short-option margin rates (a, b): index or stock rates per underlying, taken as data.
+        self.margin_a, self.margin_b = (float(x) for x in margin_rates(data.broad_index, len(data.symbols),
+                                                                        market)[sym])
 
     # ---------------------------------------------------------------- where trades and marks happen
 
@@ -179,6 +186,13 @@ class ReferenceMarket:
         vol = self.vol(at.atm, strike, at.spot, years)
         return black_scholes(at.spot, strike, years, at.rate, self.q, vol, call), vol
 
+    def margin(self, premium: float, spot: float, strike: float, call: bool) -> float:
+        """Requirement per share of one short option: max(premium + a S - OTM, premium + b (K for a put, S for a
+        call)), OTM the amount the option is out of the money."""
+        out_of_money = max(strike - spot, 0.0) if call else max(spot - strike, 0.0)
+        return max(premium + self.margin_a * spot - out_of_money,
+                   premium + self.margin_b * (spot if call else strike))
+
     def quote(self, index: int, grid: list[tuple[float, float]], bar: int, at: Point, volume_bar: int) -> Quote:
         """Chain point ``index`` (calls, then puts; moneyness fastest) listed on ``bar`` and quoted at ``at``, with
         the volume of ``volume_bar``."""
@@ -191,6 +205,30 @@ class ReferenceMarket:
                      self.half_spread(mid, vol, strike, at.spot), volume)
 
 
+class Layout:
+    """The discrete actions (clstm_ppo/env/actions.py's table): hold; buy a call, buy a put at each grid point
+    (moneyness fastest, then expiry); the same sold to open where shorts are allowed; one action per underlying
+    target; close all, close worst, close best."""
+
+    def __init__(self, market: MarketConfig):
+        self.grid = [(m, float(e)) for e in market.expiries_days for m in market.moneyness]
+        self.allow_short, self.targets = market.allow_short, [float(x) for x in market.stock_targets]
+        self.orders = (4 if self.allow_short else 2) * len(self.grid)
+        self.first_target = 1 + self.orders
+        self.close_all = self.first_target + len(self.targets)
+        self.close_worst, self.close_best, self.n = self.close_all + 1, self.close_all + 2, self.close_all + 3
+
+    def order(self, action: int) -> tuple[int, bool] | None:
+        """(chain index: calls then puts, sold) of an option order, else None."""
+        if not 1 <= action <= self.orders:
+            return None
+        index = action - 1
+        return index % (2 * len(self.grid)), index >= 2 * len(self.grid)
+
+    def target(self, action: int) -> float | None:
+        return self.targets[action - self.first_target] if self.first_target <= action < self.close_all else None
+
+
 @dataclass
 class Position:
     call: bool
@@ -199,9 +237,15 @@ class Position:
     expiry_bar: int | None
     expiry_time: float
     contracts: float
-    entry_cost: float  # dollars paid, fees included
-    mark: float = 0.0  # dollars at the last close
-    greeks: tuple = (0.0, 0.0, 0.0, 0.0)  # per share at the last close
+    entry_cost: float  # dollars paid, fees included; minus what a sale brought in
+    short: bool = False
+    mark: float = 0.0  # dollars at the last close: + a long's value, - what buying a short back would cost at mid
+    mid: float = 0.0  # per share at the last close
+    greeks: tuple = (0.0, 0.0, 0.0, 0.0)  # per share held long, at the last close
+
+    @property
+    def side(self) -> float:
+        return -1.0 if self.short else 1.0
 
 
 @dataclass
@@ -214,7 +258,20 @@ class Seen:
     expiries: int = 0
     early_expiries: int = 0  # expired on a bar before the listed calendar day (no bar on that day)
     expiry_sales: int = 0  # sold on the bar it expires at
-    same_bar_buys: int = 0  # bought on the bar it expires at
+    same_bar_buys: int = 0  # opened (bought or sold) on the bar it expires at
+    sales: int = 0  # sold to open
+    room_bound_sales: int = 0  # sized by the cash room, below position_frac's margin and the volume cap
+    buybacks: int = 0  # shorts bought back at the ask (chosen, turbulent or margin call)
+    short_expiries_itm: int = 0  # a short settled paying its intrinsic value
+    short_expiries_otm: int = 0  # a short settled worthless: it keeps its premium
+    covered_marks: int = 0  # closes where shares covered (part of) the short calls' margin
+    margin_calls: int = 0
+    margin_call_closes: int = 0  # shorts bought back by a margin call
+    share_buys: int = 0
+    share_sales: int = 0
+    room_bound_share_buys: int = 0  # a target cut by the cash room
+    dividend_steps: int = 0  # steps where shares were held over the carry
+    rejected: int = 0  # an order the fill could not size to one contract
 
 
 class ReferenceCopy:
@@ -222,11 +279,13 @@ class ReferenceCopy:
 
     def __init__(self, market: ReferenceMarket, t: int, t_end: int, env: EnvConfig):
         self.mk, self.m, self.c, self.e = market, market.m, market.c, env
+        self.layout = Layout(market.m)
         self.t, self.t_start, self.t_end = t, t, t_end
         self.cash = self.equity = env.initial_cash
+        self.shares = self.margin = 0.0
         self.slots: list[Position | None] = [None] * env.max_positions
         self.costs = dict.fromkeys(COST_NAMES, 0.0)
-        self.closed = self.wins = 0
+        self.closed = self.wins = self.margin_calls = 0
         self.seen = Seen()
 
     # ---------------------------------------------------------------- orders
@@ -235,7 +294,8 @@ class ReferenceCopy:
         return min(self.c.slippage_coef * contracts / volume, self.c.max_slippage)
 
     def trade(self, mid: float, half: float, contracts: float, volume: float, sell: bool) -> float:
-        """Dollars in for a sale or out for a buy, fees included; adds every cost to its kind."""
+        """Dollars in for a sale or out for a buy, fees included; adds every cost to its kind. A sale (to close a
+        long or to open a short) pays the TAF and the SEC fee; a purchase (to open or to buy back) does not."""
         c, shares = self.c, contracts * self.m.multiplier
         impact = self.impact(contracts, volume)
         price = mid * (1 - half - impact) if sell else mid * (1 + half + impact)
@@ -249,111 +309,225 @@ class ReferenceCopy:
         return (price * shares - sum(fees.values())) if sell else (price * shares + sum(fees.values()))
 
     def cash_room(self) -> float:
-        """Cash left after every open position's closing-fee reserve and two per-order commission minimums."""
+        """Cash left after the shorts' margin (as marked at the last close), every open position's closing-fee
+        reserve and two per-order commission minimums."""
         c = self.c
         reserve = sum(max(c.commission_per_contract * p.contracts, c.commission_min_per_order)
                       + (c.occ_clearing_per_contract + c.finra_taf_per_contract + c.orf_per_contract) * p.contracts
                       for p in self.open_positions())
-        return self.cash - reserve - 2 * c.commission_min_per_order
+        return self.cash - self.margin - reserve - 2 * c.commission_min_per_order
+
+    def round_trip_fees(self, minimum: bool) -> float:
+        """Per contract: opening and closing commission (at least its minimum, for the mask), OCC and ORF, and
+        one TAF."""
+        c = self.c
+        commission = max(c.commission_per_contract, c.commission_min_per_order) if minimum \
+            else c.commission_per_contract
+        return 2 * (commission + c.occ_clearing_per_contract + c.orf_per_contract) + c.finra_taf_per_contract
 
     # ---------------------------------------------------------------- one bar
 
-    def step(self, action: int, grid: list[tuple[float, float]], close_all: int, close_worst: int,
-             close_best: int) -> float:
-        mk, t = self.mk, self.t
+    def step(self, action: int) -> float:
+        mk, t, lay = self.mk, self.t, self.layout
         u = t + 1
         fill = mk.fill_point(u)
         if fill.stale:
             self.seen.stale_fills += 1
         else:
             self.seen.open_fills += 1
+        # 0. Carry from t's close to u's close: a margin call is decided on t's close; cash earns the rate known
+        # at t, the shares' holder receives the dividend yield.
+        margin_call = self.margin_call()
+        self.carry(t, u)
+        self.seen.dividend_steps += self.shares > 0
+        self.margin_calls += margin_call
+        self.seen.margin_calls += margin_call
+        # 1. Closes at u's fill.
         held = [i for i, p in enumerate(self.slots) if p is not None]
-        if mk.turbulent[t] or action == close_all:
-            to_sell = held
-        elif action in (close_worst, close_best) and held:
+        close_all = mk.turbulent[t] or action == lay.close_all
+        to_close = set(held) if close_all else set()
+        if margin_call:
+            to_close |= {i for i in held if self.called(self.slots[i])}
+        if action in (lay.close_worst, lay.close_best) and held:
             pnl = [self.slots[i].mark - self.slots[i].entry_cost for i in held]
-            target = min(pnl) if action == close_worst else max(pnl)
-            to_sell = [held[pnl.index(target)]]  # the first slot among equals
-        else:
-            to_sell = []
-        to_sell = [i for i in to_sell if self.slots[i].expiry_time > fill.time]  # else it settles at intrinsic
-        for i in to_sell:  # sells first
+            target = min(pnl) if action == lay.close_worst else max(pnl)
+            to_close.add(held[pnl.index(target)])  # the first slot among equals
+        for i in sorted(to_close):
             p = self.slots[i]
-            mid, vol = mk.price(p.call, p.strike, p.expiry_time, fill)
-            volume = mk.strike_volume(t, p.strike, fill.spot, mk.years(p.expiry_time, fill.time))
-            proceeds = self.trade(mid, mk.half_spread(mid, vol, p.strike, fill.spot), p.contracts, volume, sell=True)
+            if p.expiry_time <= fill.time:  # it settles at intrinsic at u's close
+                continue
+            if p.short:
+                self.seen.buybacks += 1
+                self.seen.margin_call_closes += margin_call
             self.seen.expiry_sales += p.expiry_bar == u
-            self.settle(i, proceeds)
-        if 1 <= action <= 2 * len(grid):
-            self.buy(mk.quote(action - 1, grid, u, fill, t))
+            self.settle(i, self.close_at(p, fill, t))
+        # 2. The underlying to its target (none on close-all; turbulence keeps it), buying only with the cash room.
+        target = lay.target(action)
+        wanted = 0.0 if action == lay.close_all else (
+            max(math.floor(target * self.equity / fill.spot), 0) if target is not None else self.shares)
+        bps = self.c.share_cost_bps / 1e4
+        most = self.shares if mk.turbulent[t] else self.share_cap(fill.spot, bps)  # no purchase when turbulent
+        self.seen.room_bound_share_buys += wanted > most
+        change = min(wanted, most) - self.shares
+        if change:
+            self.seen.share_buys += change > 0
+            self.seen.share_sales += change < 0
+            fee = abs(change) * fill.spot * bps
+            self.cash -= change * fill.spot + fee
+            self.costs["shares"] += fee
+            self.shares += change
+        # 3. An option order: bought at the ask, or sold to open at the bid under margin.
+        order = lay.order(action)
+        if order is not None:
+            index, sell = order
+            self.open(mk.quote(index, lay.grid, u, fill, t), fill, sell)
+        # 4. Settlement at u's close at intrinsic value, without fees: a long receives it, a short pays it.
         close = mk.close[u]
         for i, p in enumerate(self.slots):
-            if p is not None and p.expiry_bar is not None and p.expiry_bar <= u:  # at intrinsic, without fees
+            if p is not None and p.expiry_bar is not None and p.expiry_bar <= u:
                 self.seen.expiries += 1
                 self.seen.early_expiries += mk.day[u] < p.listed_day
-                self.settle(i, max((close - p.strike) if p.call else (p.strike - close), 0.0) * p.contracts
-                            * self.m.multiplier)
+                intrinsic = max((close - p.strike) if p.call else (p.strike - close), 0.0)
+                if p.short:
+                    self.seen.short_expiries_itm += intrinsic > 0
+                    self.seen.short_expiries_otm += intrinsic == 0
+                self.settle(i, p.side * intrinsic * p.contracts * self.m.multiplier)
+        # 5. Marks, equity and margin at u's close.
         self.t = u
         at = mk.close_point(u)
         for p in self.open_positions():
             years = mk.years(p.expiry_time, at.time)
             vol = mk.vol(at.atm, p.strike, at.spot, years)
             args = (at.spot, p.strike, years, at.rate, mk.q, vol, p.call)
-            p.mark = black_scholes(*args) * p.contracts * self.m.multiplier
+            p.mid = black_scholes(*args)
+            p.mark = p.side * p.mid * p.contracts * self.m.multiplier
             p.greeks = greeks(*args)
-        before, self.equity = self.equity, self.cash + sum(p.mark for p in self.open_positions())
+        self.margin = self.margin_at_close()
+        before = self.equity
+        self.equity = self.cash + sum(p.mark for p in self.open_positions()) + self.shares * close
         return (self.equity - before) * self.e.reward_scale / self.e.initial_cash
 
-    def buy(self, quote: Quote) -> None:
-        """Size: position_frac of equity at the one-contract ask, at most max_volume_share of the strike's
-        volume proxy; then as many as the cash room pays for, with each contract's buying and closing fees."""
+    def margin_call(self) -> bool:
+        """t's close left the shorts' margin uncovered by cash (with a short open)."""
+        return self.cash < self.margin and any(p is not None and p.short for p in self.slots)
+
+    def called(self, p: Position) -> bool:
+        """Whether a margin call closes ``p``: every short, nothing else."""
+        return p.short
+
+    def carry(self, t: int, u: int) -> None:
+        """From t's close to u's close cash earns (or a negative balance pays) the rate known at t; each share
+        receives its dividend yield on t's close."""
+        mk = self.mk
+        years = (mk.close_time[u] - mk.close_time[t]) / YEAR_DAYS
+        self.cash = self.cash * math.exp(mk.rate[t] * years) + self.shares * mk.close[t] * math.expm1(mk.q * years)
+
+    def close_at(self, p: Position, fill: Point, t: int) -> float:
+        """Cash in (negative for a short) of closing ``p`` at ``fill`` with the volume known at t: a long sells at
+        the bid, a short is bought back at the ask."""
+        mk = self.mk
+        mid, vol = mk.price(p.call, p.strike, p.expiry_time, fill)
+        volume = mk.strike_volume(t, p.strike, fill.spot, mk.years(p.expiry_time, fill.time))
+        half = mk.half_spread(mid, vol, p.strike, fill.spot)
+        if p.short:
+            return -self.trade(mid, half, p.contracts, volume, sell=False)
+        return self.trade(mid, half, p.contracts, volume, sell=True)
+
+    def share_cap(self, price: float, bps: float) -> float:
+        """The most shares the cash room lets the copy hold after a buy."""
+        return self.shares + math.floor(max(self.cash_room(), 0.0) / (price * (1 + bps)))
+
+    def sale_unit(self, quote: Quote, fill: Point) -> float:
+        """What position_frac of equity measures a sale in: one contract's margin at the fill."""
+        return self.mk.margin(quote.mid, fill.spot, quote.strike, quote.call) * self.m.multiplier
+
+    def margin_at_close(self) -> float:
+        """Every short's margin at its mid and the close; shares cover the short calls share for share."""
+        spot, mult, shorts = self.mk.close[self.t], self.m.multiplier, [p for p in self.open_positions() if p.short]
+        need = [self.mk.margin(p.mid, spot, p.strike, p.call) * p.contracts * mult for p in shorts]
+        call_shares = sum(p.contracts * mult for p in shorts if p.call)
+        call_need = sum(n for n, p in zip(need, shorts) if p.call)
+        covered = min(1.0, self.shares / call_shares) if call_shares else 0.0
+        self.seen.covered_marks += covered > 0 and call_need > 0
+        return sum(need) - covered * call_need
+
+    def open(self, quote: Quote, fill: Point, sell: bool) -> None:
+        """Size: position_frac of equity in premium at the one-contract ask (a buy) or in margin at the fill (a
+        sale), at most max_volume_share of the strike's volume proxy; then as many as the cash room carries: the
+        ask (a buy) or the margin less the bid (a sale) of the sized order, plus each contract's fees."""
         m, c, mid, half, volume = self.m, self.c, quote.mid, quote.half, quote.volume
-        first_ask = mid * (1 + half + self.impact(1.0, volume))
-        by_equity = math.floor(self.e.position_frac * self.equity / max(first_ask * m.multiplier, 1e-12))
+        if sell:
+            unit = self.sale_unit(quote, fill)
+        else:
+            unit = mid * (1 + half + self.impact(1.0, volume)) * m.multiplier
+        by_equity = math.floor(self.e.position_frac * self.equity / max(unit, 1e-12))
         cap = math.floor(c.max_volume_share * volume)
         wanted = min(by_equity, cap)
-        ask = mid * (1 + half + self.impact(wanted, volume))
-        per_contract = ask * m.multiplier + 2 * (c.commission_per_contract + c.occ_clearing_per_contract
-                                                 + c.orf_per_contract) + c.finra_taf_per_contract
-        contracts = min(wanted, math.floor(max(self.cash_room() / max(per_contract, 1e-12), 0.0)))
+        if sell:
+            bid = mid * (1 - half - self.impact(wanted, volume))
+            need = self.mk.margin(mid, fill.spot, quote.strike, quote.call) * m.multiplier - bid * m.multiplier \
+                + self.round_trip_fees(minimum=False)
+        else:
+            need = mid * (1 + half + self.impact(wanted, volume)) * m.multiplier + self.round_trip_fees(minimum=False)
+        by_room = math.floor(max(self.cash_room() / max(need, 1e-12), 0.0))
+        contracts = min(wanted, by_room)
         free = [i for i, p in enumerate(self.slots) if p is None]
         if contracts < 1 or not free:
+            self.seen.rejected += 1
             return
-        self.seen.buys += 1
+        if sell:
+            self.seen.sales += 1
+            self.seen.room_bound_sales += by_room < wanted
+        else:
+            self.seen.buys += 1
+            self.seen.capped_buys += contracts == cap < by_equity
         self.seen.same_bar_buys += quote.expiry_bar == self.t + 1
-        self.seen.capped_buys += contracts == cap < by_equity
-        cost = self.trade(mid, half, contracts, volume, sell=False)
-        self.cash -= cost
+        dollars = self.trade(mid, half, contracts, volume, sell=sell)  # in for a sale, out for a buy
+        self.cash += dollars if sell else -dollars
         self.slots[free[0]] = Position(quote.call, quote.strike, quote.listed_day, quote.expiry_bar,
-                                       quote.expiry_time, contracts, cost)
+                                       quote.expiry_time, contracts, -dollars if sell else dollars, short=sell)
 
     # ---------------------------------------------------------------- what the copy observes at t
 
-    def mask(self, grid: list[tuple[float, float]]) -> list[bool]:
-        """Valid actions at t: hold; a buy if a slot is free, the bar is calm and one contract (with its buying
-        and closing fees), quoted on t's chain at t's close, fits both the cash room and position_frac of equity;
-        the three closes if anything is open."""
-        c, t, held = self.c, self.t, len(self.open_positions())
-        fees = 2 * (max(c.commission_per_contract, c.commission_min_per_order) + c.occ_clearing_per_contract
-                    + c.orf_per_contract) + c.finra_taf_per_contract
-        budget = min(self.cash_room(), self.e.position_frac * self.equity)
-        at, buys = self.mk.close_point(t), []
-        for index in range(2 * len(grid)):
-            quote = self.mk.quote(index, grid, t, at, t)
-            one = quote.mid * (1 + quote.half + self.impact(1.0, quote.volume)) * self.m.multiplier + fees
-            buys.append(held < self.e.max_positions and not self.mk.turbulent[t] and one <= budget)
-        return [True, *buys, *[held > 0] * 3]
+    def mask(self) -> list[bool]:
+        """Valid actions at t, judged on t's chain at t's close: hold; a buy if a slot is free, the bar is calm
+        and one contract at the ask with its buying and closing fees fits the cash room and position_frac of
+        equity; a sale if a slot is free, the bar is calm, one contract's margin fits position_frac of equity and
+        its margin less its bid, with the fees, fits the cash room; a target that changes the holding (down
+        always, up when calm and one share fits the room); close-all if an option or a share is held; close
+        worst/best if an option is held."""
+        lay, t, held, mult = self.layout, self.t, len(self.open_positions()), self.m.multiplier
+        fees, room, budget = self.round_trip_fees(minimum=True), self.cash_room(), self.e.position_frac * self.equity
+        calm = not self.mk.turbulent[t]
+        can_open = held < self.e.max_positions and calm
+        at, buys, sales = self.mk.close_point(t), [], []
+        for index in range(2 * len(lay.grid)):
+            quote = self.mk.quote(index, lay.grid, t, at, t)
+            one = self.impact(1.0, quote.volume)
+            buys.append(can_open and quote.mid * (1 + quote.half + one) * mult + fees <= min(room, budget))
+            margin = self.mk.margin(quote.mid, at.spot, quote.strike, quote.call) * mult
+            bid = quote.mid * (1 - quote.half - one) * mult
+            sales.append(can_open and margin <= budget and margin - bid + fees <= room)
+        targets = []
+        for target in lay.targets:
+            wanted = max(math.floor(target * self.equity / at.spot), 0)
+            one_share = at.spot * (1 + self.c.share_cost_bps / 1e4)
+            targets.append(wanted < self.shares or (wanted > self.shares and calm and one_share <= room))
+        return [True, *buys, *(sales if lay.allow_short else []), *targets, held > 0 or self.shares > 0,
+                held > 0, held > 0]
 
     def portfolio(self) -> list[float]:
         """The observation's portfolio features at t (clstm_ppo.env.PORTFOLIO_FEATURES, in that order)."""
         held, spot, mult = self.open_positions(), self.mk.close[self.t], self.m.multiplier
-        net = [sum(p.greeks[k] * p.contracts * mult for p in held) for k in range(4)]
-        dollar_greeks = [net[0] * spot, net[1] * spot * spot * 1e-4, net[2] * 0.01, net[3] / YEAR_DAYS]
+        net = [sum(p.side * p.greeks[k] * p.contracts * mult for p in held) for k in range(4)]
+        stock = self.shares * spot  # the underlying's delta is 1 a share
+        dollar_greeks = [net[0] * spot + stock, net[1] * spot * spot * 1e-4, net[2] * 0.01, net[3] / YEAR_DAYS]
         days = sum(p.expiry_time - self.mk.close_time[self.t] for p in held) / max(len(held), 1)
         return [self.cash / self.equity, len(held) / self.e.max_positions, *(g / self.equity for g in dollar_greeks),
                 sum(p.mark - p.entry_cost for p in held) / self.equity, days / max(self.m.expiries_days),
                 float(self.mk.turbulent[self.t]), self.equity / self.e.initial_cash - 1,
-                (self.t - self.t_start) / max(self.t_end - self.t_start, 1)]
+                (self.t - self.t_start) / max(self.t_end - self.t_start, 1), self.margin / self.equity,
+                stock / self.equity]
 
     def settle(self, slot: int, cash_in: float) -> None:
         self.cash += cash_in

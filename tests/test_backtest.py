@@ -51,20 +51,36 @@ def test_a_walk_can_start_before_its_window_fits_inside_the_split(two_underlying
     assert env.first_bar == data.splits["validation"][0] and data.window > 1
 
 
-def test_cash_stays_flat_and_buy_and_hold_is_the_underlyings_own_return_less_its_cost(two_underlyings):
-    data, cfg = two_underlyings, Config()
+def test_cash_grows_at_the_rate_series_and_buy_and_hold_is_the_underlying_with_its_dividends(two_underlyings):
+    data = two_underlyings
+    cfg = Config(env=EnvConfig(dtype="float64"))
     cash = walk("cash", *cash_policy(), data, "test", cfg, "cpu")
-    assert (cash.equity == cfg.env.initial_cash).all() and cash.closed.sum() == 0 and cash.costs.sum() == 0
-    held = buy_and_hold(data, "test", cfg)
     start, end = data.splits["test"]
+    days = np.diff(data.dates[start:end].values).astype("timedelta64[s]").astype(float) / 86400
+    growth = np.exp(cash.rate[:, :-1] * days / 365)  # each bar's rate, over the calendar days to the next close
+    np.testing.assert_allclose(cash.equity[:, 1:] / cash.equity[:, :-1], growth, rtol=1e-12)
+    assert cash.closed.sum() == 0 and cash.costs.sum() == 0
+    held = buy_and_hold(data, "test", cfg)
     bars = data.bars
     fill = np.where(np.isclose(bars["open"][:, start + 1], bars["close"][:, start], rtol=1e-6, atol=0),
                     bars["close"][:, start + 1], bars["open"][:, start + 1])  # the first fill: next bar's open
     cost = cfg.market.costs.share_cost_bps * 1e-4
-    expected = (1 - cost) * bars["close"][:, end - 1] / fill - 1
-    np.testing.assert_allclose(held.equity[:, -1] / held.equity[:, 0] - 1, expected, rtol=1e-12)
-    np.testing.assert_allclose(held.daily_returns[:, 1:], bars["close"][:, start + 2:end] / bars["close"][:, start + 1:end - 1] - 1,
-                               rtol=1e-9)
+    shares = cfg.env.initial_cash * (1 - cost) / fill
+    # Price return less the cost, plus the dividends (1.5% a year on the price index) and interest in cash.
+    price_only = shares * bars["close"][:, end - 1]
+    extra = held.equity[:, -1] - price_only
+    years = days.sum() / 365
+    assert ((extra > 0) & (extra < price_only * (0.015 + 0.08) * years)).all(), extra
+    no_dividends = buy_and_hold(data, "test", dataclasses.replace(
+        cfg, market=dataclasses.replace(cfg.market, dividend_yield=0.0)))
+    # Without dividends: the shares, plus the first bar's carry on the account, compounding at the rates.
+    growth = np.exp(no_dividends.rate[:, :-1] * days / 365)
+    leftover = cfg.env.initial_cash * (growth[:, 0] - 1)
+    for i in range(1, no_dividends.equity.shape[1]):
+        if i > 1:
+            leftover = leftover * growth[:, i - 1]
+        np.testing.assert_allclose(no_dividends.equity[:, i], shares * bars["close"][:, start + i] + leftover,
+                                   rtol=1e-12)
 
 
 def test_the_macd_rule_buys_a_call_on_an_up_cross_and_reverses_into_a_put_on_the_down_cross():

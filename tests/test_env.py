@@ -15,7 +15,7 @@ from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.env.gym_env import OptionsTradingEnv
 from clstm_ppo.market import COST_KINDS, bs_price
 from market_fixtures import handmade_market
-from reference_env import Point, ReferenceCopy, ReferenceMarket, black_scholes
+from reference_env import Layout, Point, ReferenceCopy, ReferenceMarket, black_scholes
 
 EXACT = EnvConfig(dtype="float64", initial_cash=1_000_000.0)
 
@@ -34,9 +34,11 @@ def random_valid(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.multinomial(mask.double(), 1, generator=gen).squeeze(-1)
 
 
-def independent_marks(env: BatchedOptionsEnv) -> torch.Tensor:
-    """Mark every open position again from the env's state and per-bar tables with the plain pricing function
-    and the vol surface of docs/MARKET.md written out (term structure, maturity-scaled skew, smile, clamps)."""
+def independent_marks(env: BatchedOptionsEnv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mark every open position of an env on an index again from its state and per-bar tables with the plain
+    pricing function and the vol surface of docs/MARKET.md written out (term structure, maturity-scaled skew,
+    smile, clamps), and work out the shorts' margin from its formula: (long marks, short marks (what buying them
+    back costs at mid, positive), margin), each (N,)."""
     m, q = env.market_cfg, env.quotes
     spot = q.close_px[env.sym, env.t].expand_as(env.strike)  # positions are (P, N): slot-major
     strike = torch.where(env.active, env.strike, spot)
@@ -48,76 +50,113 @@ def independent_marks(env: BatchedOptionsEnv) -> torch.Tensor:
     z = (torch.log(strike / spot) / torch.sqrt(years.clamp_min(1 / 365.0) / tau0)).clamp(-m.iv_wing_z, m.iv_wing_z)
     iv = (var.clamp_min(m.min_iv ** 2).sqrt() - m.iv_skew * z + m.iv_smile * z * z).clamp(m.min_iv, m.max_iv)
     price = bs_price(spot, strike, years, q.rate_close[env.sym, env.t], q.dividend_yield[env.sym], iv, env.is_call)
-    return torch.where(env.active, price * env.contracts * m.multiplier, torch.zeros_like(price)).sum(0)
+    held = price * env.contracts * m.multiplier
+    long, short = env.active & ~env.short, env.active & env.short
+    zero = torch.zeros_like(held)
+    # Margin per share: max(premium + a S - OTM, premium + b (K for a put, S for a call)), index or stock rates.
+    a_rate, b_rate = m.index_margin  # the synthetic market is a broad-based index
+    otm = torch.where(env.is_call, (strike - spot).clamp_min(0), (spot - strike).clamp_min(0))
+    per_share = torch.maximum(price + a_rate * spot - otm, price + b_rate * torch.where(env.is_call, spot, strike))
+    need = torch.where(short, per_share * env.contracts * m.multiplier, zero)
+    call_need = torch.where(env.is_call, need, zero).sum(0)
+    call_shares = torch.where(short & env.is_call, env.contracts * m.multiplier, zero).sum(0)
+    covered = torch.where(call_shares > 0, (env.shares / call_shares).clamp(max=1.0), torch.zeros_like(call_shares))
+    margin = need.sum(0) - covered * call_need
+    return torch.where(long, held, zero).sum(0), torch.where(short, held, zero).sum(0), margin
 
 
 def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
+    """Equity is cash plus the longs' marks minus the shorts' plus the shares at the close, all worked out again;
+    so is the margin; cash goes below zero only after a short has been held."""
     env = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), EXACT, num_envs=1000, seed=1)
     obs = env.reset()
     gen = torch.Generator().manual_seed(0)
     turbulent_col = PORTFOLIO_FEATURES.index("turbulent")
+    a = env.actions
+    opens = slice(1, 1 + a.option_orders)
     last_costs = env.costs_paid.clone()
-    seen = {"opened": 0, "closed": 0, "expired_or_closed": 0, "turbulent": 0, "episodes": 0}
+    had_short = torch.zeros(1000, dtype=torch.bool)
+    seen = {"opened": 0, "turbulent": 0, "episodes": 0, "shorts": 0, "shares": 0}
     for _ in range(300):
         turbulent = obs.portfolio[:, turbulent_col] > 0.5
-        assert not obs.mask[turbulent][:, 1:1 + 2 * env.actions.grid_size].any(), "nothing opens when turbulent"
+        assert not obs.mask[turbulent][:, opens].any(), "nothing opens when turbulent"
         action = random_valid(obs.mask, gen)
-        before_open = env.active.sum(0)
+        before_open, shares_before = env.active.sum(0), env.shares.clone()
         result = env.step(action)
         obs = result.obs
         done = result.terminated | result.truncated
         live = ~done  # copies that were auto-reset start afresh: compare the others
-        assert torch.allclose(env.equity, env.cash + independent_marks(env), rtol=1e-12, atol=1e-6)
-        assert (env.cash >= 0).all()
+        had_short = (had_short | (env.active & env.short).any(0)) & live
+        long_marks, short_marks, margin = independent_marks(env)
+        spot = env.quotes.close_px[env.sym, env.t]
+        torch.testing.assert_close(env.equity, env.cash + long_marks - short_marks + env.shares * spot,
+                                   rtol=1e-12, atol=1e-6)
+        torch.testing.assert_close(env.margin, margin, rtol=1e-12, atol=1e-6)
+        assert (env.shares == env.shares.floor()).all() and (env.shares >= 0).all(), "whole shares, never short"
+        assert (env.cash[~had_short] >= 0).all()
         assert (env.costs_paid >= 0).all()
         assert (env.costs_paid[:, live] >= last_costs[:, live] - 1e-9).all(), "costs only ever accumulate"
-        assert (env.active[:, turbulent & live].sum(0) == 0).all(), "everything closes after a turbulent bar"
+        assert (env.active[:, turbulent & live].sum(0) == 0).all(), "every option closes after a turbulent bar"
+        assert (env.shares[turbulent & live] <= shares_before[turbulent & live]).all(), "shares never grow then"
         now = env.quotes.close_time[env.t]
         assert (env.expiry_bar[env.active] > env.t.expand_as(env.active)[env.active]).all(), "expired ones settled"
         assert (env.expiry_time[env.active] > now.expand_as(env.active)[env.active]).all()
         last_costs = env.costs_paid.clone()
         seen["turbulent"] += int(turbulent.sum())
         seen["opened"] += int((env.active.sum(0) > before_open).sum())
+        seen["shorts"] += int((env.active & env.short).sum())
+        seen["shares"] += int((env.shares > 0).sum())
         seen["episodes"] += 0 if result.episodes is None else len(result.episodes["return"])
         if result.episodes is not None:
             ep = result.episodes
             assert (ep["wins"] <= ep["closed"]).all() and (ep["costs"] >= 0).all()
             assert np.allclose([c[-1] for c in ep["equity_curve"]], ep["return"] + EXACT.initial_cash)
     assert seen["turbulent"] > 100 and seen["opened"] > 1000 and seen["episodes"] > 100, seen
+    assert seen["shorts"] > 10_000 and seen["shares"] > 10_000 and had_short.any(), seen
 
 
 def agree_with_reference(data, market: MarketConfig, env_cfg: EnvConfig, steps: int = 120, num_envs: int = 48,
-                         starts: torch.Tensor | None = None, reference_market=None) -> dict:
+                         starts: torch.Tensor | None = None, reference_market=None, reference_copy=None,
+                         weights: dict | None = None) -> dict:
     """Step the batched env and one tests/reference_env.py copy per env copy on the same random valid actions;
-    check every copy's observed portfolio and action mask, then its cash, equity, reward, costs by kind, closes
-    and wins after each step. A copy whose episode ends is compared on its episode statistics and followed by a
-    fresh reference copy. Returns counts of what was checked and of the paths the references went through."""
+    check every copy's observed portfolio and action mask, then its cash, shares, equity, reward, costs by kind,
+    closes, wins and margin calls after each step. A copy whose episode ends is compared on its episode
+    statistics and followed by a fresh reference copy. Returns counts of what was checked and of the paths the
+    references went through. ``weights``: extra weight per action group (buy, sell, target, close) on the
+    copies that act uniformly."""
     env = BatchedOptionsEnv(data, "train", market, env_cfg, num_envs=num_envs, seed=3)
     obs = env.reset(starts)
     a = env.actions
-    grid = [(m, float(e)) for e in market.expiries_days for m in market.moneyness]  # moneyness fastest
+    layout = Layout(market)
+    assert (layout.n, layout.first_target, layout.close_all, layout.close_worst) == \
+        (a.n, a.first_stock, a.close_all, a.close_worst)
     markets = [(reference_market or ReferenceMarket)(data, market, s) for s in range(len(data.symbols))]
-    follow = lambda i: ReferenceCopy(markets[int(env.sym[i])], int(env.t[i]), int(env.t_end[i]), env_cfg)  # noqa: E731
+    follow = lambda i: (reference_copy or ReferenceCopy)(markets[int(env.sym[i])], int(env.t[i]),  # noqa: E731
+                                                         int(env.t_end[i]), env_cfg)
     refs = [follow(i) for i in range(num_envs)]
     every_ref = list(refs)
-    # Half the copies act uniformly over the valid actions; the other half mostly hold, so that positions
-    # live long enough to expire.
-    weights = torch.ones(num_envs, a.n, dtype=torch.float64)
-    weights[1::2, a.hold], weights[1::2, a.close_all:] = 6.0, 0.1
+    # Half the copies act uniformly over the valid actions (each group weighted by ``weights``); the other half
+    # mostly hold, so that positions live long enough to expire.
+    g = len(layout.grid)
+    group = {"buy": slice(1, 1 + 2 * g), "sell": slice(1 + 2 * g, 1 + layout.orders),
+             "target": slice(layout.first_target, layout.close_all), "close": slice(layout.close_all, None)}
+    weight = torch.ones(num_envs, a.n, dtype=torch.float64)
+    for name, w in (weights or {}).items():
+        weight[0::2, group[name]] = w
+    weight[1::2, a.hold], weight[1::2, a.close_all:] = 6.0, 0.1
     gen = torch.Generator().manual_seed(0)
     checked = {"steps": 0, "closes": 0, "episodes": 0, "budget_bound": 0}
     dollar_in_reward = env_cfg.reward_scale / env_cfg.initial_cash  # money is compared to 1e-6 dollars
     for _ in range(steps):
         for i, ref in enumerate(refs):
-            mask = ref.mask(grid)
+            mask = ref.mask()
             assert obs.mask[i].tolist() == mask, f"copy {i} at bar {ref.t}"
             np.testing.assert_allclose(obs.portfolio[i].numpy(), ref.portfolio(), rtol=2e-6, atol=1e-7,
                                        err_msg=f"copy {i} at bar {ref.t}: {PORTFOLIO_FEATURES}")
             calm_and_free = len(ref.open_positions()) < env_cfg.max_positions and not ref.mk.turbulent[ref.t]
-            checked["budget_bound"] += calm_and_free and not all(mask[1:1 + len(grid) * 2])
-        action = torch.multinomial(obs.mask.double() * weights, 1, generator=gen).squeeze(-1)
-        rewards = [ref.step(int(action[i]), grid, a.close_all, a.close_worst, a.close_best)
-                   for i, ref in enumerate(refs)]
+            checked["budget_bound"] += calm_and_free and not all(mask[1:1 + 2 * g])
+        action = torch.multinomial(obs.mask.double() * weight, 1, generator=gen).squeeze(-1)
+        rewards = [ref.step(int(action[i])) for i, ref in enumerate(refs)]
         result = env.step(action)
         obs = result.obs
         ended = {} if result.episodes is None else {int(i): k for k, i in enumerate(result.episodes["env"])}
@@ -127,17 +166,20 @@ def agree_with_reference(data, market: MarketConfig, env_cfg: EnvConfig, steps: 
                 ep, k = result.episodes, ended[i]
                 equity, closed, wins, costs = ep["return"][k] + env_cfg.initial_cash, ep["closed"][k], ep["wins"][k], \
                     ep["costs"][k]
+                shares, margin_calls = ep["shares"][k], ep["margin_calls"][k]
                 assert ep["open"][k] == len(ref.open_positions()), where
                 checked["episodes"] += 1
             else:
                 equity, closed, wins, costs = (float(env.equity[i]), float(env.stats["closed"][i]),
                                                float(env.stats["wins"][i]), env.costs_paid[:, i].numpy())
+                shares, margin_calls = float(env.shares[i]), float(env.stats["margin_calls"][i])
                 # to 1e-9 of the account (cash can be a small remainder of large flows)
-                assert float(env.cash[i]) == pytest.approx(ref.cash, abs=max(1e-6, 1e-9 * ref.equity)), where
+                assert float(env.cash[i]) == pytest.approx(ref.cash, abs=max(1e-6, 1e-9 * abs(ref.equity))), where
                 assert int(env.active[:, i].sum()) == len(ref.open_positions()), where
+                assert env.short[:, i][env.active[:, i]].tolist() == [p.short for p in ref.open_positions()], where
             assert equity == pytest.approx(ref.equity, rel=1e-9, abs=1e-6), where
             assert float(result.reward[i]) == pytest.approx(rewards[i], rel=1e-7, abs=dollar_in_reward * 1e-6), where
-            assert (closed, wins) == (ref.closed, ref.wins), where
+            assert (closed, wins, shares, margin_calls) == (ref.closed, ref.wins, ref.shares, ref.margin_calls), where
             np.testing.assert_allclose(costs, [ref.costs[k] for k in COST_KINDS], rtol=1e-9, atol=1e-6, err_msg=where)
             checked["steps"] += 1
         for i in ended:
@@ -150,42 +192,68 @@ def agree_with_reference(data, market: MarketConfig, env_cfg: EnvConfig, steps: 
 
 
 TIGHT = EnvConfig(dtype="float64", initial_cash=5_000.0, position_frac=0.2)
+# A $20,000 account that puts up to half its equity into one sale's margin, and sells three times as often as it
+# buys: sales sized by the cash room, then margin calls.
+MARGIN = EnvConfig(dtype="float64", initial_cash=20_000.0, position_frac=0.5)
+SELLS = {"sell": 3.0}
 
 
-# Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys.
-@pytest.mark.parametrize("env_cfg", [EXACT, TIGHT], ids=["rich", "tight"])
+# Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys. Margin:
+# shorts up to the cash room, called when the market moves against them.
+@pytest.mark.parametrize("env_cfg", [EXACT, TIGHT, MARGIN], ids=["rich", "tight", "margin"])
 def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
-    """The synthetic market: a model implied vol, one flat rate, no stale opens, a thin option market (the
-    order cap binds often)."""
-    checked = agree_with_reference(synthetic_data, MarketConfig(), env_cfg)
-    assert checked["steps"] == 48 * 120 and checked["closes"] > 1000 and checked["expiries"] > 20, checked
-    if env_cfg.initial_cash < 10_000:
+    """The synthetic market: a model implied vol, one flat rate, a dividend yield, no stale opens, a thin option
+    market (the order cap binds often), index margin rates."""
+    checked = agree_with_reference(synthetic_data, MarketConfig(), env_cfg,
+                                   weights=SELLS if env_cfg is MARGIN else None)
+    assert checked["steps"] == 48 * 120 and checked["closes"] > 1000, checked
+    if env_cfg is EXACT:
+        assert checked["capped_buys"] > 100 and checked["expiries"] > 20, checked
+        assert checked["sales"] > 500 and checked["buybacks"] > 500, checked
+        assert checked["short_expiries_itm"] >= 10 and checked["short_expiries_otm"] >= 10, checked
+        assert checked["covered_marks"] > 500 and checked["dividend_steps"] > 1000, checked
+        assert checked["share_buys"] > 200 and checked["share_sales"] > 200, checked
+        assert checked["room_bound_share_buys"] > 100 and checked["margin_calls"] > 20, checked
+    elif env_cfg is TIGHT:
         assert checked["budget_bound"] > 200, checked  # the tight account really is limited by its cash
-        assert checked["episodes"] > 10, checked  # ruined: followed by fresh references
+        assert checked["episodes"] > 10 and checked["expiries"] > 20, checked  # ruined: followed by fresh references
     else:
-        assert checked["capped_buys"] > 100, checked
+        assert checked["margin_calls"] > 200 and checked["margin_call_closes"] > 400, checked
+        assert checked["room_bound_sales"] > 200 and checked["episodes"] > 20, checked
 
 
 SP500_STARTS = torch.linspace(1500, 1880, 48).round().long()  # mid-2005 to 2007: stale opens come and go
+SP500_MARGIN = EnvConfig(dtype="float64", initial_cash=300_000.0, position_frac=0.5)  # one contract's margin: ~$20k
 
 
 # The S&P 500 from 2005 into 2008: real VIX closes and opens (or the EWMA model), daily T-bill rates, and bars
-# whose open is stale (a copy of the previous close) mixed with traded opens.
+# whose open is stale (a copy of the previous close) mixed with traded opens; index margin rates.
 @pytest.mark.parametrize("iv_source, env_cfg", [("auto", EXACT),
                                                 ("model", EnvConfig(dtype="float64", initial_cash=60_000.0,
-                                                                    position_frac=0.1))],
-                         ids=["vix-rich", "model-tight"])
+                                                                    position_frac=0.1)),
+                                                ("auto", SP500_MARGIN)],
+                         ids=["vix-rich", "model-tight", "vix-margin"])
 def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg):
-    checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source), env_cfg, starts=SP500_STARTS)
+    checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source), env_cfg, starts=SP500_STARTS,
+                                   weights=SELLS if env_cfg is SP500_MARGIN else None)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 500, checked
     assert checked["stale_fills"] > 500 and checked["open_fills"] > 500, checked
     assert checked["expiries"] > 0 and checked["early_expiries"] > 0, checked
+    assert checked["share_buys"] > 200 and checked["dividend_steps"] > 1000, checked
+    if env_cfg is EXACT:
+        assert checked["sales"] > 500 and checked["buybacks"] > 500 and checked["covered_marks"] > 300, checked
+        assert checked["short_expiries_itm"] >= 3 and checked["short_expiries_otm"] >= 3, checked
+        assert checked["margin_calls"] > 10, checked
+    elif env_cfg is SP500_MARGIN:
+        assert checked["margin_calls"] > 100 and checked["margin_call_closes"] > 200, checked
+        assert checked["room_bound_sales"] > 100, checked
 
 
 def intraday_market(days: int = 40, seed: int = 0) -> MarketData:
     """Two underlyings on hourly bars (10:00 to 16:00 on business days, with a two-day hole), each bar's open
     traded or (a third of them) stale; per-bar implied vols at the open and close, per-bar rates, and one
-    underlying whose prices carry its dividends (no dividend yield) and one whose do not."""
+    underlying whose prices carry its dividends (no dividend yield) and one whose do not. The first is a
+    broad-based index (index margin rates), the second a stock."""
     from clstm_ppo.data import FEATURE_NAMES, Normalizer
 
     rng = np.random.default_rng(seed)
@@ -208,7 +276,7 @@ def intraday_market(days: int = 40, seed: int = 0) -> MarketData:
         turbulence=turbulence, turbulence_threshold=float(np.quantile(turbulence, 0.9)),
         splits={"train": (0, n), "validation": (0, n), "test": (0, n)},
         normalizer=Normalizer(FEATURE_NAMES, np.zeros(f), np.ones(f)), window=5,
-        dividend_adjusted=np.array([True, False]),
+        dividend_adjusted=np.array([True, False]), broad_index=np.array([True, False]),
     )
 
 
@@ -224,6 +292,9 @@ def test_the_batched_env_agrees_with_the_reference_on_intraday_bars_and_short_ex
     assert checked["stale_fills"] > 1000 and checked["open_fills"] > 2000 and checked["episodes"] > 20, checked
     assert checked["expiries"] > 200 and checked["early_expiries"] > 50 and checked["capped_buys"] > 20, checked
     assert checked["budget_bound"] > 100 and checked["same_bar_buys"] > 0 and checked["expiry_sales"] > 0, checked
+    assert checked["sales"] > 300 and checked["short_expiries_itm"] >= 20 and checked["short_expiries_otm"] >= 20, \
+        checked
+    assert checked["covered_marks"] > 100 and checked["margin_calls"] >= 5, checked
 
 
 # Mutants: references that each break one rule of docs/MARKET.md section 1. The agreement test must catch each.
@@ -298,9 +369,78 @@ class NoVolumeCap(ReferenceMarket):
         self.c = dataclasses.replace(self.c, max_volume_share=1e9)
 
 
+class StockRatesForTheIndex(ReferenceMarket):
+    def __init__(self, data, market, sym):
+        super().__init__(data, market, sym)
+        self.margin_a, self.margin_b = market.stock_margin
+
+
+# References whose account, not whose market, breaks a rule.
+class ForgetsTheDividend(ReferenceCopy):
+    def carry(self, t, u):
+        years = (self.mk.close_time[u] - self.mk.close_time[t]) / 365.0
+        self.cash *= math.exp(self.mk.rate[t] * years)
+
+
+class PaysNoInterest(ReferenceCopy):
+    def carry(self, t, u):
+        years = (self.mk.close_time[u] - self.mk.close_time[t]) / 365.0
+        self.cash += self.shares * self.mk.close[t] * math.expm1(self.mk.q * years)
+
+
+class InterestAtTheFillBarsRate(ReferenceCopy):
+    def carry(self, t, u):
+        years = (self.mk.close_time[u] - self.mk.close_time[t]) / 365.0
+        self.cash = self.cash * math.exp(self.mk.rate[u] * years) \
+            + self.shares * self.mk.close[t] * math.expm1(self.mk.q * years)
+
+
+class NoCoveredCallOffset(ReferenceCopy):
+    def margin_at_close(self):
+        shares, self.shares = self.shares, 0.0
+        try:
+            return super().margin_at_close()
+        finally:
+            self.shares = shares
+
+
+class MarginCallClosesLongsToo(ReferenceCopy):
+    def called(self, p):
+        return True
+
+
+class MarginCallOnEquity(ReferenceCopy):
+    def margin_call(self):
+        return self.equity < self.margin
+
+
+class BuysBackAtTheBid(ReferenceCopy):
+    """Pays the bid side (mid less the half spread, plus slippage) to buy a short back, not the ask."""
+    def close_at(self, p, fill, t):
+        if not p.short:
+            return super().close_at(p, fill, t)
+        mk = self.mk
+        mid, vol = mk.price(p.call, p.strike, p.expiry_time, fill)
+        volume = mk.strike_volume(t, p.strike, fill.spot, mk.years(p.expiry_time, fill.time))
+        half = mk.half_spread(mid, vol, p.strike, fill.spot)
+        return -self.trade(mid, -half, p.contracts, volume, sell=False)
+
+
+class SaleSizedByItsPremium(ReferenceCopy):
+    def sale_unit(self, quote, fill):
+        return quote.mid * (1 - quote.half) * self.m.multiplier
+
+
+class SharesBeyondTheCashRoom(ReferenceCopy):
+    def share_cap(self, price, bps):
+        return self.shares + math.floor(max(self.cash, 0.0) / (price * (1 + bps)))
+
+
 MUTANTS = [OpensEvenWhenStale, ExpiresOnCalendarDays, CountsDaysToTheListedDay, RateOfTheFillDay,
            VolOfThePreviousClose, OpensAtThePreviousClose, VolumeOfTheFillBar, FlatTermStructure,
-           SkewNotScaledByMaturity, NoWings, NoVolumeCap]
+           SkewNotScaledByMaturity, NoWings, NoVolumeCap, StockRatesForTheIndex, ForgetsTheDividend, PaysNoInterest,
+           InterestAtTheFillBarsRate, NoCoveredCallOffset, MarginCallClosesLongsToo, MarginCallOnEquity,
+           BuysBackAtTheBid, SaleSizedByItsPremium, SharesBeyondTheCashRoom]
 
 
 # 30- and 60-day S&P 500 strikes stay inside the wings: only the intraday market's 1-day strikes reach them.
@@ -310,10 +450,13 @@ CASES = [(market, mutant) for mutant in MUTANTS for market in ("sp500", "intrada
 
 @pytest.mark.parametrize("market_name, mutant", CASES, ids=lambda x: getattr(x, "__name__", x))
 def test_a_reference_that_breaks_one_rule_no_longer_agrees(sp500_data, market_name, mutant):
-    args = ((sp500_data, MarketConfig(), EXACT, 40, 16, torch.linspace(1500, 1880, 16).round().long())
+    """On the S&P 500 a $300,000 account that sells often (margin calls come within the 40 bars), on the intraday
+    market its account; either way 16 copies over 40 bars."""
+    args = ((sp500_data, MarketConfig(), SP500_MARGIN, 40, 16, torch.linspace(1500, 1880, 16).round().long())
             if market_name == "sp500" else (intraday_market(), INTRADAY_MARKET, INTRADAY_ACCOUNT, 40, 16))
+    which = {"reference_copy" if issubclass(mutant, ReferenceCopy) else "reference_market": mutant}
     with pytest.raises(AssertionError):
-        agree_with_reference(*args, reference_market=mutant)
+        agree_with_reference(*args, weights=SELLS, **which)
 
 
 def test_a_masked_action_is_never_executed(synthetic_data):
@@ -339,27 +482,32 @@ def frozen_clock(data: MarketData) -> MarketData:
 @pytest.mark.parametrize("clock", ["frozen", "daily"])
 def test_round_trip_at_unchanged_underlying_loses_exactly_the_itemised_costs(clock):
     """Bought and sold one bar apart at an unchanged underlying and vol: with no time passing, the round trip loses
-    exactly its itemised costs; a day apart, it also loses one day of the option's time value (the hand-made bars'
-    opens are stale, so both fills happen at a close: bar 3's, then bar 4's)."""
+    exactly its itemised costs; a day apart, it also loses one day of the option's time value and its cash earns
+    a day's interest at each step (the hand-made bars' opens are stale, so both fills happen at a close: bar 3's,
+    then bar 4's)."""
     data = handmade_market(np.full(40, 100.0))
     data = frozen_clock(data) if clock == "frozen" else data
     market = MarketConfig()
     env = BatchedOptionsEnv(data, "train", market, EnvConfig(dtype="float64", episode_length=0), 1, seed=0)
     obs = env.reset()
     start = env.equity.clone()
+    growth = math.exp(market.risk_free_rate * (1 if clock == "daily" else 0) / 365)  # a step's carry
+    interest = env.cash.item() * (growth - 1)
     buy = env.actions.buy(is_call=True, moneyness_index=1, expiry_index=0)
     assert obs.mask[0, buy]
     env.step(torch.tensor([buy]))
     assert env.active.sum() == 1 and env.strike[0, 0] == 100.0
     contracts = env.contracts[0, 0].item()
     after_buy = env.costs_paid.clone()
-    assert (start - env.equity).item() == pytest.approx(after_buy.sum().item(), rel=1e-12)  # marked at mid
+    assert (start - env.equity).item() == pytest.approx(after_buy.sum().item() - interest, rel=1e-12)  # at mid
+    interest += env.cash.item() * (growth - 1)
     env.step(torch.tensor([env.actions.close_all]))
     assert env.active.sum() == 0 and env.stats["closed"].item() == 1 and env.stats["wins"].item() == 0
-    total = env.costs_paid.sum().item()
-    if clock == "daily":  # at the money, vol 0.2 at every maturity (the long-run vol is 0.2 too): 30 days, then 29
+    total = env.costs_paid.sum().item() - interest
+    if clock == "daily":  # at the money, the hand-made iv (0.2) x atm_per_iv at every maturity (the long-run vol is
+        # the same): 30 days, then 29
         mid = lambda days: black_scholes(100.0, 100.0, days / 365, market.risk_free_rate,  # noqa: E731
-                                         market.dividend_yield, 0.2, True)
+                                         market.dividend_yield, 0.2 * market.atm_per_iv, True)
         total += (mid(30) - mid(29)) * contracts * market.multiplier
     assert (start - env.equity).item() == pytest.approx(total, rel=1e-12)
     assert (start - env.cash).item() == pytest.approx(total, rel=1e-12)
@@ -407,7 +555,7 @@ def test_options_expire_on_the_last_trading_day_on_or_before_their_listed_day():
         obs = env.step(torch.tensor([0])).obs
     now = 31.0  # bar 23, Thursday Feb 6: days to each expiry, averaged, over the longest listed expiry
     assert obs.portfolio[0, days_col].item() == pytest.approx(((32.0 - now) + (64.0 - now)) / 2 / 60)
-    cash = env.cash.item()
+    cash = env.cash.item() * math.exp(MarketConfig().risk_free_rate / 365)  # with a day's interest
     env.step(torch.tensor([0]))  # bar 24, Friday Feb 7: the 30-day call settles at its close
     assert env.active[:, 0].tolist()[:2] == [False, True] and env.stats["closed"].item() == 1
     assert env.cash.item() - cash == pytest.approx((close[24] - strike) * contracts * 100, rel=1e-12)
@@ -447,10 +595,11 @@ def test_an_expired_option_pays_its_intrinsic_value():
     env.step(torch.tensor([env.actions.buy(is_call=True, moneyness_index=0, expiry_index=0)]))  # fills at bar 3
     strike, contracts = env.strike[0, 0].item(), env.contracts[0, 0].item()
     assert strike == 95.0 and contracts > 0
-    cash = env.cash.item()
+    cash, day = env.cash.item(), math.exp(MarketConfig().risk_free_rate / 365)  # cash earns a day's interest a bar
     for _ in range(29):
         env.step(torch.tensor([0]))
-    assert env.active.sum() == 1 and env.cash.item() == cash  # bar 32: one day left
+    assert env.active.sum() == 1 and env.cash.item() == pytest.approx(cash * day ** 29, rel=1e-12)  # one day left
+    cash = env.cash.item() * day
     env.step(torch.tensor([0]))  # bar 33: 30 calendar days after the fill, it expires at the close
     assert env.active.sum() == 0
     expected = (close[33] - strike) * contracts * 100
@@ -504,7 +653,10 @@ def test_gym_wrapper_passes_the_env_checker_and_is_registered():
     check_env(env.unwrapped, skip_render_check=True)
     obs, info = env.reset(seed=0)
     assert obs["market"].shape == (10, len(clstm_ppo.data.FEATURE_NAMES))
-    assert env.action_space.n == 16 and info["action_mask"][0]
+    grid = len(MarketConfig().moneyness) * len(MarketConfig().expiries_days)
+    # hold, buy and sell calls and puts, three targets for the underlying, three closes
+    assert env.action_space.n == 1 + 4 * grid + len(MarketConfig().stock_targets) + 3 == 31
+    assert info["action_mask"][0]
 
 
 def test_stable_baselines3_trains_on_the_gymnasium_wrapper(synthetic_data):
@@ -535,7 +687,8 @@ def test_the_market_window_ends_at_the_current_bar_on_every_underlying():
 
 
 def test_optional_reward_shaping_subtracts_exactly_its_terms(synthetic_data):
-    """Twin envs on the same actions: the shaped reward differs by the drawdown and turbulence terms only."""
+    """Twin envs on the same actions: the shaped reward differs by the drawdown and turbulence terms only (the
+    latter for a copy holding an option or a share at a turbulent close)."""
     shaped_cfg = EnvConfig(dtype="float64", drawdown_penalty=0.3, turbulence_penalty=0.05)
     plain = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), EXACT, num_envs=200, seed=6)
     shaped = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), shaped_cfg, num_envs=200, seed=6)
@@ -548,7 +701,7 @@ def test_optional_reward_shaping_subtracts_exactly_its_terms(synthetic_data):
         obs = a.obs
         live = ~(a.terminated | a.truncated)  # finished copies were reset: their state is the new episode's
         drawdown = 1.0 - shaped.equity / shaped.peak
-        turbulent = shaped.turbulent_bar[shaped.t] & shaped.active.any(0)
+        turbulent = shaped.turbulent_bar[shaped.t] & (shaped.active.any(0) | (shaped.shares > 0))
         expected = a.reward - 0.3 * drawdown - 0.05 * turbulent.double()
         torch.testing.assert_close(b.reward[live], expected[live], rtol=0, atol=1e-12)
         penalised += int((turbulent & live).sum())

@@ -109,7 +109,7 @@ def test_changing_validation_and_test_bars_changes_no_calibration_and_no_trainin
 def test_a_rate_change_moves_a_call_by_its_rho():
     data = handmade_market(np.full(60, 100.2), iv=0.2)
     data.bars["open"] = np.full((1, 60), 100.0)  # not the previous close: fills at the open
-    market = MarketConfig(moneyness=[1.0], expiries_days=[30], term_reversion=0.0)
+    market = MarketConfig(moneyness=[1.0], expiries_days=[30], term_reversion=0.0, atm_per_iv=1.0)
     mids = []
     for rate in (0.03, 0.0301):
         data.bars["rate"] = np.full((1, 60), rate)

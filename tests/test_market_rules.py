@@ -61,7 +61,9 @@ def test_an_option_listed_for_a_saturday_settles_at_fridays_close_at_intrinsic(s
     env.step(torch.tensor([0]))
     assert env.t.item() == friday and not env.active[0, 0]
     intrinsic = max(strike - sp500.bars["close"][0, friday], 0.0) * contracts * 100
-    assert env.cash.item() - cash == pytest.approx(intrinsic, abs=1e-6), "settled at Friday's close, no fees"
+    days = (dates[friday] - dates[friday - 1]).days
+    interest = cash * math.expm1(env.quotes.rate_close[0, friday - 1].item() * days / 365)
+    assert env.cash.item() - cash == pytest.approx(interest + intrinsic, abs=1e-6), "settled at Friday's close"
     assert env.stats["closed"].item() == 1
 
 

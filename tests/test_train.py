@@ -227,19 +227,20 @@ def test_evaluate_command_walks_the_agent_and_every_benchmark(smoke_run, tmp_pat
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("test split walked ")
-    policies = ["agent", "buy_and_hold", "cash", "random", "macd_rule", "long_straddle"]
+    policies = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle"]
     header = next(i for i, line in enumerate(lines) if line.startswith("policy"))
-    assert [line.split()[0] for line in lines[header + 1:header + 7]] == policies
-    assert all(len(line.split()) == len(lines[header].split()) for line in lines[header + 1:header + 7]), \
+    rows = lines[header + 1:header + 1 + len(policies)]
+    assert [line.split()[0] for line in rows] == policies
+    assert all(len(line.split()) == len(lines[header].split()) for line in rows), \
         "columns must not run together"
     assert plot.stat().st_size > 10_000
     saved = json.loads(report.read_text())
     assert list(saved["policies"]) == policies
     agent = saved["policies"]["agent"]["SYN0"]
-    assert saved["policies"]["cash"]["SYN0"]["total_return"] == 0.0 and saved["policies"]["cash"]["SYN0"]["costs"] == 0
+    assert saved["policies"]["cash"]["SYN0"]["trades"] == 0.0 and saved["policies"]["cash"]["SYN0"]["costs"] == 0
     assert agent["costs"] == pytest.approx(sum(agent[f"cost_{k}"] for k in ("spread", "slippage", "commission",
                                                                             "occ_clearing", "finra_taf", "sec_fee",
-                                                                            "orf")))
+                                                                            "orf", "shares")))
     import numpy as np
     import pandas as pd
     daily = pd.read_csv(returns, index_col="date", parse_dates=True)

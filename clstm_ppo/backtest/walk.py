@@ -18,6 +18,7 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.stale import stale_opens
 from clstm_ppo.env import BatchedOptionsEnv, Observation
 from clstm_ppo.market import COST_KINDS
+from clstm_ppo.market.volatility import DAYS_PER_YEAR
 from clstm_ppo.metrics import composite_score, max_drawdown, sharpe, sortino
 
 Policy = Callable[[Observation, object], tuple[torch.Tensor, object]]
@@ -55,25 +56,35 @@ def walk(name: str, policy: Policy, state: object, data: MarketData, split: str,
 
 
 def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
-    """The underlying itself, fully invested at the walk's first fill (the next bar's open, or its close after a
-    stale open), paying ``market.costs.share_cost_bps`` of the notional once, held to the last close.
-    Fractional shares, as an index fund holds; price return only where the prices carry no dividends."""
-    env = walk_env(data, split, cfg, "cpu")  # only for the walk's bounds and rates
+    """The underlying itself, bought with the whole account at the walk's first fill (the next bar's open, or
+    its close after a stale open) for ``market.costs.share_cost_bps`` of the notional, and held to the last
+    close. Fractional shares, as an index fund holds. As in the env, cash earns the rate and the holding is paid
+    the data's dividend yield in cash (0 where Adj Close put dividends into the prices)."""
+    env = walk_env(data, split, cfg, "cpu")  # for the walk's bounds, its clock, rates and dividend yields
     first, last = env.first_bar, env.split_end - 1
-    close = data.bars["close"]
-    fill = np.where(stale_opens(data.bars["open"], close), close, data.bars["open"])[:, first + 1]
-    cash = cfg.env.initial_cash
-    cost = cash * cfg.market.costs.share_cost_bps * 1e-4
-    shares = (cash - cost) / fill
-    equity = np.concatenate([np.full((len(data.symbols), 1), cash), shares[:, None] * close[:, first + 1:last + 1]],
-                            axis=1)
+    q = env.quotes
+    close = data.bars["close"][:, first:last + 1]
+    rate = q.inputs.rate[:, first:last + 1]
+    years = np.diff(q.close_time.cpu().numpy().astype(np.float64)[first:last + 1]) / DAYS_PER_YEAR
+    fill = np.where(stale_opens(data.bars["open"], data.bars["close"]), data.bars["close"], data.bars["open"])
+    cash0 = cfg.env.initial_cash
+    cost = cash0 * cfg.market.costs.share_cost_bps * 1e-4
+    shares = (cash0 - cost) / fill[:, first + 1]
+    dividend_yield = q.inputs.dividend_yield
+    equity = np.empty_like(close)
+    equity[:, 0] = cash0
+    cash = cash0 * np.exp(rate[:, 0] * years[0]) - cash0  # the carry on the account until the fill, then all in
+    for i in range(1, close.shape[1]):
+        if i > 1:
+            cash = cash * np.exp(rate[:, i - 1] * years[i - 1]) + shares * close[:, i - 1] * np.expm1(
+                dividend_yield * years[i - 1])
+        equity[:, i] = cash + shares * close[:, i]
     costs = np.zeros((len(data.symbols), len(COST_KINDS)))
-    costs[:, COST_KINDS.index("spread")] = cost  # an index fund's spread and commission, in one number
+    costs[:, COST_KINDS.index("shares")] = cost
     zeros = np.zeros(len(data.symbols))
     return WalkResult(policy="buy_and_hold", symbols=list(data.symbols), dates=data.dates[first:last + 1],
-                      equity=equity, rate=env.quotes.inputs.rate[:, first:last + 1], closed=zeros,
-                      wins=zeros, open_at_end=np.ones(len(data.symbols)), traded=np.full(len(data.symbols), cash),
-                      costs=costs)
+                      equity=equity, rate=rate, closed=zeros, wins=zeros, open_at_end=np.ones(len(data.symbols)),
+                      traded=np.full(len(data.symbols), cash0), costs=costs)
 
 
 def selection_metrics(result: WalkResult) -> dict[str, float]:

@@ -31,6 +31,7 @@ class MarketData:
     window: int
     dividend_adjusted: np.ndarray | None = None  # (S,) bool: Adj Close put dividends into the prices; None: none did
     periods_per_year: int = 252  # bars per year (daily: 252)
+    broad_index: np.ndarray | None = None  # (S,) bool: a broad-based index (margin at index rates); None: none is
 
     def split_dates(self, name: str) -> tuple[pd.Timestamp, pd.Timestamp]:
         start, end = self.splits[name]
@@ -130,4 +131,6 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
         bars=bars, turbulence=turb, turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),
         splits=splits, normalizer=normalizer, window=cfg.window, dividend_adjusted=adjusted,
         periods_per_year=cfg.periods_per_year,
+        broad_index=np.full(len(symbols), cfg.source == "synthetic" or getattr(BUILTIN_SOURCES.get(cfg.source),
+                                                                              "broad_index", False)),
     )

@@ -42,6 +42,7 @@ class BuiltinSource:
     origin: str
     iv_filename: str = ""  # a VIX-style daily file (Date, Open, High, Low, Close in percent points) joined by date
     rate_filename: str = ""  # FRED DTB3-style daily file (Date, rate_pct: discount-basis percent) joined by date
+    broad_index: bool = False  # a broad-based index: its short options margin at index rates (SPEC section 4)
 
 
 BUILTIN_SOURCES = {
@@ -53,6 +54,7 @@ BUILTIN_SOURCES = {
         origin="S&P 500 index daily OHLCV 1999-2018, Yahoo-sourced, as shipped in the arch package's example data",
         iv_filename="vix_daily_1990_2018.csv.gz",  # CBOE VIX (closes = FRED VIXCLS)
         rate_filename="tbill3m_daily_1990_2018.csv.gz",  # FRED DTB3, 3-month T-bill
+        broad_index=True,
     ),
 }
 

@@ -27,15 +27,17 @@ from clstm_ppo.market import COST_KINDS, bs_price, closing_fee_reserve, order_fi
 from clstm_ppo.market.black_scholes import bs_greeks_before_expiry
 from clstm_ppo.market.costs import fees_only, fill_price_at, order_fill_at, strike_volume
 from clstm_ppo.market.flags import as_float, call_sign
+from clstm_ppo.market.margin import short_margin
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
 
 PORTFOLIO_FEATURES = (
     "cash_share", "open_share", "net_delta", "net_gamma", "net_vega", "net_theta",
-    "unrealized_pnl", "days_to_expiry", "turbulent", "equity_change", "progress",
+    "unrealized_pnl", "days_to_expiry", "turbulent", "equity_change", "progress", "margin_share", "stock_share",
 )
 
 
-STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded")  # per copy, summed over its episode
+# Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered.
+STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded", "margin_calls")
 
 
 class Observation:
@@ -108,6 +110,7 @@ class BatchedOptionsEnv:
         grid_e = torch.tensor(market.expiries_days, dtype=self.dtype, device=self.device)
         self.grid_moneyness = grid_m.repeat(len(market.expiries_days))  # (G,), moneyness fastest
         self.grid_expiry = grid_e.repeat_interleave(len(market.moneyness))
+        self.stock_targets = torch.tensor(market.stock_targets, dtype=self.dtype, device=self.device)
         n_rows, n_features = self.feature_rows.shape
         self._window_starts = self.feature_rows.as_strided((n_rows - self.window + 1, self.window * n_features),
                                                            (n_features, 1))
@@ -127,8 +130,12 @@ class BatchedOptionsEnv:
         # Positions are slot-major (P, N). Empty slots hold no contracts and no cost; their other fields
         # are stale but finite (strike > 0), so every slot can be priced without masking its inputs.
         self.active, self.is_call = zeros(p, n, dtype=torch.bool), zeros(p, n, dtype=torch.bool)
+        self.short = zeros(p, n, dtype=torch.bool)  # sold to open: its mark and P&L count against the account
+        self.shares, self.margin = zeros(n), zeros(n)  # the underlying held; the shorts' margin at the last close
         self.strike = torch.ones(p, n, dtype=self.dtype, device=self.device)
         self.expiry_bar, self.expiry_time = zeros(p, n), zeros(p, n)  # the bar whose close settles it; its time
+        # entry_cost and mark are signed: what a long cost (+) or a short brought in (-); a long's value (+) or
+        # what buying a short back would cost (-). P&L is mark - entry_cost either way.
         self.contracts, self.entry_cost, self.mark = zeros(p, n), zeros(p, n), zeros(p, n)
         self.greeks = zeros(4, n)  # net delta, gamma, vega, theta in $ terms
         self.stats = {k: zeros(n) for k in STAT_NAMES}
@@ -227,8 +234,8 @@ class BatchedOptionsEnv:
         return torch.linspace(first, last, count, device=self.device).round().long()
 
     # Every tensor that changes as the copies step: saved in checkpoints for an exact resume.
-    STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "strike", "expiry_bar",
-             "expiry_time",
+    STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "short", "shares",
+             "margin", "strike", "expiry_bar", "expiry_time",
              "contracts", "entry_cost", "mark", "greeks", "costs_paid", "equity_curve", "_mask")
 
     def state_dict(self) -> dict:
@@ -266,7 +273,9 @@ class BatchedOptionsEnv:
             tensor.index_copy_(0, idx, value)
         for tensor in (self.cash, self.equity, self.peak):
             tensor.index_fill_(0, idx, self.cfg.initial_cash)
-        for tensor in (self.active, self.is_call, self.contracts, self.entry_cost, self.mark, self.expiry_bar,
+        for tensor in (self.shares, self.margin):
+            tensor.index_fill_(0, idx, 0)
+        for tensor in (self.active, self.is_call, self.short, self.contracts, self.entry_cost, self.mark, self.expiry_bar,
                        self.expiry_time, self.greeks,
                        self.costs_paid):
             tensor.index_fill_(1, idx, 0)
@@ -288,7 +297,7 @@ class BatchedOptionsEnv:
         return StepResult(self._observe(), reward, terminated, truncated, episodes)
 
     def _advance(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Fill ``action`` at t+1's open, age and mark at t+1's close: tensor work, one host sync (``_sell``)."""
+        """Fill ``action`` at t+1's fill, settle and mark at t+1's close: tensor work, one host sync (``_close``)."""
         a, m = self.actions, self.market_cfg
         valid = self._mask.gather(1, action.unsqueeze(-1)).squeeze(-1)
         self.stats["invalid"] += ~valid
@@ -297,26 +306,38 @@ class BatchedOptionsEnv:
         now, t_next = self.row, self.t + 1
         nxt = now + 1
         q = self.quotes
+        margin_call = (self.cash < self.margin) & (self.margin > 0)  # t's close left the shorts' margin uncovered
 
-        # 1. Sells at t+1's fill (its open, or its close after a stale open): forced by turbulence at t, close-all, or the worst/best position.
+        # 0. From t's close to t+1's close cash earns the rate known at t, and the underlying pays its dividends.
+        years = (q.close_time.index_select(0, t_next) - q.close_time.index_select(0, self.t)) / DAYS_PER_YEAR
+        dividend = torch.expm1(q.dividend_yield.index_select(0, self.sym) * years) * self._at(q.close_px, now)
+        self.cash = self.cash * torch.exp(self._at(q.rate_close, now) * years) + self.shares * dividend
+
+        # 1. Closes at t+1's fill (its open, or its close after a stale open): forced by turbulence at t, by a
+        # margin call (t's close left the shorts' margin uncovered: every short), or chosen.
         by_pnl = (action == a.close_worst) | (action == a.close_best)
         # The worst position has the lowest P&L, the best the lowest negated P&L: one search serves both.
         negate = 1.0 - 2.0 * self._float(action == a.close_best)
         key = ((self.mark - self.entry_cost) * negate).masked_fill(~self.active, float("inf"))
         picked, _ = self._first_slot(self.active & (key == key.amin(0)))
         close_all = self.turbulent_bar.index_select(0, self.t) | (action == a.close_all)
+        self.stats["margin_calls"] += margin_call
         # A position that expires at this very fill (a close fill on its expiry bar) settles at intrinsic instead.
-        sell = self.active & (close_all | (picked & by_pnl)) & (self.expiry_time > self._at(q.fill_time, nxt))
-        self._sell(sell, now, nxt)
+        close = self.active & (close_all | (picked & by_pnl) | (margin_call & self.short)) \
+            & (self.expiry_time > self._at(q.fill_time, nxt))
+        self._close(close, now, nxt)
 
-        # 2. Buy-to-open at t+1's fill into the first free slot.
+        # 2. The underlying to its target (all of it out on close-all; turbulence only stops it growing), then an
+        # option order.
+        self._trade_shares(action, action == a.close_all, self.turbulent_bar.index_select(0, self.t), nxt)
         self._open(action, nxt, t_next)
 
         # 3. At t+1's close: what expires on this trading date settles at intrinsic, the rest is marked at mid.
         spot_close = self._at(q.close_px, nxt)
         expired = self.active & (self.expiry_bar <= t_next.to(self.dtype))
         intrinsic = ((spot_close - self.strike) * call_sign(self.is_call, self.dtype)).clamp_min(0)
-        self._book_closes(expired, intrinsic * (self.contracts * self._float(expired)) * m.multiplier, None)
+        settled = intrinsic * (self.contracts * self._float(expired) * self._side()) * m.multiplier
+        self._book_closes(expired, settled, None)
         self.t = t_next
         self._mark(spot_close, nxt)
 
@@ -326,7 +347,8 @@ class BatchedOptionsEnv:
         if self.cfg.drawdown_penalty:
             reward -= self.cfg.drawdown_penalty * (1.0 - self.equity / self.peak)
         if self.cfg.turbulence_penalty:
-            held_in_turbulence = self.turbulent_bar.index_select(0, self.t) & self.active.any(0)
+            held = self.active.any(0) | (self.shares > 0)
+            held_in_turbulence = self.turbulent_bar.index_select(0, self.t) & held
             reward -= self.cfg.turbulence_penalty * self._float(held_in_turbulence)  # in the env's dtype
         self.stats["reward"] += reward
         steps = (self.t - self.t_start).clamp(max=self.max_len)
@@ -335,19 +357,24 @@ class BatchedOptionsEnv:
         truncated = (self.t >= self.t_end) & ~terminated
         return reward, terminated, truncated
 
-    def _sell(self, sell: Tensor, row: Tensor, fill_row: Tensor) -> None:
-        """Sell the ``sell`` slots at ``fill_row``'s fill (t+1), with the option volume known at ``row`` (t).
+    def _side(self) -> Tensor:
+        """(P, N) +1 for long slots, -1 for short ones."""
+        return 1.0 - 2.0 * self._float(self.short)
 
-        Only the copies that sell are priced: most copies hold on most bars, and pricing every slot of
+    def _close(self, close: Tensor, row: Tensor, fill_row: Tensor) -> None:
+        """Close the ``close`` slots at ``fill_row``'s fill (t+1): longs sell at the bid, shorts buy back at the ask,
+        with the option volume known at ``row`` (t).
+
+        Only the copies that close are priced: most copies hold on most bars, and pricing every slot of
         every copy was a third of a step. Finding them is a host sync, on CPU free, on a GPU one more per step.
         """
         m, q = self.market_cfg, self.quotes
-        sellers = sell.view(torch.uint8).amax(0).nonzero().squeeze(-1)  # any over slots; bool any() is slow
-        if sellers.numel() == 0:
+        closers = close.view(torch.uint8).amax(0).nonzero().squeeze(-1)  # any over slots; bool any() is slow
+        if closers.numel() == 0:
             return
-        pick = lambda x: x.index_select(-1, sellers)  # noqa: E731
+        pick = lambda x: x.index_select(-1, closers)  # noqa: E731
         fill_at, sym = pick(fill_row), pick(self.sym)
-        strike, contracts = pick(self.strike), pick(self.contracts) * self._float(pick(sell))
+        strike, contracts = pick(self.strike), pick(self.contracts) * self._float(pick(close))
         spot = self._at(q.fill_px, fill_at)
         log_k_s = torch.log(strike / spot)
         years = (pick(self.expiry_time) - self._at(q.fill_time, fill_at)).clamp_min(0) / DAYS_PER_YEAR
@@ -355,13 +382,14 @@ class BatchedOptionsEnv:
         mid = bs_price(spot, strike, years, self._at(q.fill_rate, fill_at), q.dividend_yield.index_select(0, sym), iv,
                        pick(self.is_call), -log_k_s)
         volume = strike_volume(self._at(q.base_volume, pick(row)), log_k_s, years, m.costs, ATM_YEARS)
-        fill = order_fill(mid, contracts, True, iv, log_k_s, volume, m.costs, m.multiplier)
+        selling = 1.0 - self._float(pick(self.short))  # a long is sold, a short is bought back
+        fill = order_fill(mid, contracts, selling, iv, log_k_s, volume, m.costs, m.multiplier)
         gross = fill.price * contracts * m.multiplier
-        proceeds = gross - fees_only(fill)  # zero in slots that do not sell
-        self.stats["traded"].index_add_(0, sellers, gross.sum(0))
-        cash_in = torch.zeros_like(self.mark).index_copy_(1, sellers, proceeds)
-        costs = torch.zeros_like(self.costs_paid).index_copy_(1, sellers, fill.costs.sum(1))
-        self._book_closes(sell, cash_in, costs)
+        cash_in = gross * (2.0 * selling - 1.0) - fees_only(fill)  # zero in slots that do not close
+        self.stats["traded"].index_add_(0, closers, gross.sum(0))
+        flows = torch.zeros_like(self.mark).index_copy_(1, closers, cash_in)
+        costs = torch.zeros_like(self.costs_paid).index_copy_(1, closers, fill.costs.sum(1))
+        self._book_closes(close, flows, costs)
 
     def _first_slot(self, flags: Tensor) -> tuple[Tensor, Tensor]:
         """(P, N) one-hot of each copy's first flagged slot (all False where none is) and (N,) whether any is."""
@@ -374,7 +402,8 @@ class BatchedOptionsEnv:
         return as_float(mask, self.dtype)
 
     def _book_closes(self, closing: Tensor, cash_in: Tensor, costs: Tensor | None) -> None:
-        """Settle ``closing`` slots (``cash_in`` is zero elsewhere): cash in, P&L net of every cost, slot freed."""
+        """Settle ``closing`` slots (``cash_in`` is zero elsewhere, negative for a short bought back or settled):
+        cash in, P&L net of every cost, slot freed."""
         self.cash = self.cash + cash_in.sum(0)
         self.stats["closed"] += closing.sum(0)
         self.stats["wins"] += (closing & (cash_in > self.entry_cost)).sum(0)
@@ -384,67 +413,107 @@ class BatchedOptionsEnv:
         keep = self._float(~closing)
         self.contracts, self.entry_cost = self.contracts * keep, self.entry_cost * keep
 
+    def _trade_shares(self, action: Tensor, close_all: Tensor, turbulent: Tensor, fill_row: Tensor) -> None:
+        """Bring the underlying to the chosen share of equity (at t's close) at ``fill_row``'s fill price, in
+        whole shares, buying only with the cash room; close-all sells every share. Never short: a negative
+        equity targets none."""
+        a, bps = self.actions, self.market_cfg.costs.share_cost_bps * 1e-4
+        if not a.stock_targets:
+            return
+        pick = (action - a.first_stock).clamp(0, len(a.stock_targets) - 1)
+        targets = self.stock_targets.index_select(0, pick)
+        choosing = (action >= a.first_stock) & (action < a.close_all)
+        price = self._at(self.quotes.fill_px, fill_row)
+        wanted = (torch.floor(targets * self.equity.clamp_min(0) / price) * self._float(choosing)  # others keep theirs
+                  + self.shares * self._float(~choosing)) * self._float(~close_all)
+        # The cash room caps a purchase; a turbulent bar allows none (a lower target can buy if the price fell).
+        most = self.shares + torch.floor((self._cash_room() / (price * (1.0 + bps))).clamp_min(0)) \
+            * self._float(~turbulent)
+        change = torch.minimum(wanted, most) - self.shares
+        notional = change.abs() * price
+        self.cash = self.cash - change * price - notional * bps
+        self.costs_paid[COST_KINDS.index("shares")] += notional * bps
+        self.stats["traded"] += notional
+        self.shares = self.shares + change
+
     def _open(self, action: Tensor, fill_row: Tensor, fill_bar: Tensor) -> None:
-        """Buy-to-open at ``fill_row``'s fill (bar ``fill_bar``) into each buying copy's first free slot."""
+        """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free slot:
+        bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin."""
         cfg, costs, mult, grid = self.cfg, self.market_cfg.costs, self.market_cfg.multiplier, self.actions.grid_size
-        buying = (action >= 1) & (action <= 2 * grid)
-        quote_index = (action - 1).clamp(0, 2 * grid - 1)  # calls then puts, as in the action space
+        ordering = (action >= 1) & (action <= self.actions.option_orders)
+        order = (action - 1).clamp(0, self.actions.option_orders - 1)
+        selling = order >= 2 * grid
+        quote_index = order - 2 * grid * selling  # calls then puts, as in the action space
         is_call = quote_index < grid
         g = quote_index - grid * (~is_call)
-        q = self.quotes
+        q, sell = self.quotes, self._float(selling)
         mid, half = self._at(q.fill_mid, fill_row, quote_index), self._at(q.fill_half_spread, fill_row, quote_index)
         strike, opt_volume = self._at(q.fill_strike, fill_row, g), self._at(q.fill_volume, fill_row, g)
-        # Size: position_frac of equity at the ask, at most max_volume_share of the strike's volume; then as
-        # many as cash allows after the closing-fee reserves.
-        first_ask = fill_price_at(mid, 1.0, False, half, opt_volume, costs)
-        wanted = torch.minimum(torch.floor(cfg.position_frac * self.equity / (first_ask * mult).clamp_min(1e-12)),
+        margin = self._at(q.fill_margin, fill_row, quote_index) * mult  # $ per contract sold
+        fees = 2 * (costs.commission_per_contract + costs.occ_clearing_per_contract + costs.orf_per_contract) \
+            + costs.finra_taf_per_contract  # per contract, opening and closing
+        # Size: position_frac of equity in premium (a buy) or in margin (a sale), at most max_volume_share of the
+        # strike's volume; then as many as the cash room carries after the closing-fee reserves and the margin.
+        first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs) * mult
+        per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
+        wanted = torch.minimum(torch.floor(cfg.position_frac * self.equity / per_unit),
                                torch.floor(costs.max_volume_share * opt_volume))
-        ask = fill_price_at(mid, wanted, False, half, opt_volume, costs)  # more contracts: more slippage
-        per_contract = ask * mult + 2 * (costs.commission_per_contract + costs.occ_clearing_per_contract
-                                         + costs.orf_per_contract) + costs.finra_taf_per_contract
-        affordable = torch.floor((self._cash_room() / per_contract.clamp_min(1e-12)).clamp_min(0))
+        price = fill_price_at(mid, wanted, sell, half, opt_volume, costs) * mult  # more contracts: more slippage
+        need = torch.lerp(price, margin - price, sell) + fees  # cash room one contract takes
+        affordable = torch.floor((self._cash_room() / need.clamp_min(1e-12)).clamp_min(0))
         contracts = torch.minimum(wanted, affordable)
         slot, has_slot = self._first_slot(~self.active)
-        go = buying & (contracts >= 1) & has_slot
-        self.stats["rejected"] += buying & ~go
+        go = ordering & (contracts >= 1) & has_slot
+        self.stats["rejected"] += ordering & ~go
         contracts = contracts * self._float(go)
-        fill = order_fill_at(mid, contracts, False, half, opt_volume, costs, mult)
+        fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult)
         premium = fill.price * contracts * mult
-        cost = premium + fees_only(fill)
+        paid = premium * (1.0 - 2.0 * sell) + fees_only(fill)  # a sale brings the premium in, less its fees
         self.stats["traded"] += premium
-        self.cash = self.cash - cost
+        self.cash = self.cash - paid
         self.costs_paid += fill.costs
         here = slot & go  # (P, N) one-hot: no sync, no scatter
         self.active = self.active | here
         self.is_call = (self.is_call & ~here) | (here & is_call)
+        self.short = (self.short & ~here) | (here & selling)
         # The slot was empty (no contracts, no cost): adding fills it; lerp with 0/1 weights is exact.
         into = self._float(here)
-        self.contracts, self.entry_cost = self.contracts + into * contracts, self.entry_cost + into * cost
+        self.contracts, self.entry_cost = self.contracts + into * contracts, self.entry_cost + into * paid
         self.strike = torch.lerp(self.strike, strike.expand_as(self.strike), into)
         expiry_at = fill_bar * q.expiry_bar.shape[1] + g  # the fill bar's row of the (T, G) expiry tables
         self.expiry_bar = torch.lerp(self.expiry_bar, q.expiry_bar.view(-1).index_select(0, expiry_at), into)
         self.expiry_time = torch.lerp(self.expiry_time, q.expiry_time.view(-1).index_select(0, expiry_at), into)
 
     def _cash_room(self) -> Tensor:
-        """Cash a new order may spend: what is left after every open position's closing-fee reserve and
-        the per-order commission minimums of buying and later selling it."""
+        """Cash a new order may spend: what is left after the shorts' margin, every open position's closing-fee
+        reserve and the per-order commission minimums of opening and later closing it."""
         costs = self.market_cfg.costs
         reserve = closing_fee_reserve(self.contracts, costs).sum(0)  # zero for empty slots
-        return self.cash - reserve - 2 * costs.commission_min_per_order
+        return self.cash - self.margin - reserve - 2 * costs.commission_min_per_order
 
     def _mark(self, spot: Tensor, row: Tensor) -> None:
-        """Mark every open position at ``row``'s close (after expiries, so every open one has time left)."""
+        """Mark every open position at ``row``'s close (after expiries, so every open one has time left), and
+        the shorts' margin at that close."""
         m, q = self.market_cfg, self.quotes
         log_k_s = torch.log(self.strike / spot)
         years = (self.expiry_time - q.close_time.index_select(0, self.t)).clamp_min(0) / DAYS_PER_YEAR
         iv = surface_iv(self._at(q.iv_close, row), q.long_run_iv.index_select(0, self.sym), log_k_s, years, m)
         g = bs_greeks_before_expiry(spot, self.strike, years, self._at(q.rate_close, row),
                                     q.dividend_yield.index_select(0, self.sym), iv, self.is_call, -log_k_s)
-        size = self.contracts * m.multiplier  # zero in empty slots
+        size = self.contracts * m.multiplier * self._side()  # zero in empty slots, negative for shorts
         self.mark = g.price * size
-        self.equity = self.cash + self.mark.sum(0)
+        stock = self.shares * spot
+        self.equity = self.cash + self.mark.sum(0) + stock
+        short_size = self.contracts * m.multiplier * self._float(self.short)
+        requirement = short_margin(g.price, spot, self.strike, self.is_call, q.margin_a.index_select(0, self.sym),
+                                   q.margin_b.index_select(0, self.sym)) * short_size
+        # Shares cover short calls share for share (a covered call needs no margin).
+        call_size = (short_size * self._float(self.is_call)).sum(0)
+        covered = (self.shares / call_size.clamp_min(1e-12)).clamp(max=1.0)
+        call_margin = (requirement * self._float(self.is_call)).sum(0)
+        self.margin = requirement.sum(0) - covered * call_margin
         self.greeks = torch.stack([
-            (g.delta * size).sum(0) * spot,  # $ change per 100% move
+            (g.delta * size).sum(0) * spot + stock,  # $ change per 100% move (the underlying's delta is 1)
             (g.gamma * size).sum(0) * spot * spot * 1e-4,  # $ change in delta-$ per 1% move, squared
             (g.vega * size).sum(0) * 0.01,  # $ per vol point
             (g.theta * size).sum(0) / DAYS_PER_YEAR,  # $ per calendar day
@@ -461,6 +530,7 @@ class BatchedOptionsEnv:
         dte = (days_left * self._float(self.active)).sum(0) / open_count.clamp_min(1)
         span = (self.t_end - self.t_start).clamp_min(1).to(self.dtype)
         turbulent = self.turbulent_bar.index_select(0, self.t)
+        spot = self._at(self.quotes.close_px, row)
         portfolio = torch.stack([
             self.cash / equity,
             open_count / self.cfg.max_positions,
@@ -470,8 +540,10 @@ class BatchedOptionsEnv:
             turbulent.to(self.dtype),
             self.equity / self.cfg.initial_cash - 1.0,
             (self.t - self.t_start).to(self.dtype) / span,
+            self.margin / equity,
+            self.shares * spot / equity,
         ], dim=-1).to(torch.float32)
-        self._mask = self._action_mask(row, n_open, turbulent)
+        self._mask = self._action_mask(row, n_open, turbulent, spot)
         return Observation(portfolio, self._mask, row, self.t == self.t_start, self.windows)
 
     def windows(self, rows: Tensor) -> Tensor:
@@ -484,17 +556,28 @@ class BatchedOptionsEnv:
         return self._window_starts.index_select(0, (rows - (self.window - 1)).reshape(-1)).view(
             *rows.shape, self.window, -1)
 
-    def _action_mask(self, row: Tensor, n_open: Tensor, turbulent: Tensor) -> Tensor:
-        """Valid actions at t (a new tensor each step, never changed after); buys are judged at t's close
+    def _action_mask(self, row: Tensor, n_open: Tensor, turbulent: Tensor, spot: Tensor) -> Tensor:
+        """Valid actions at t (a new tensor each step, never changed after); orders are judged at t's close
         (the fill at t+1 may still be rejected)."""
-        a = self.actions
+        a, g = self.actions, self.actions.grid_size
         mask = torch.empty(self.num_envs, a.n, dtype=torch.bool, device=self.device)
         mask[:, a.hold] = True
-        mask[:, a.close_all:] = (n_open > 0).unsqueeze(-1)  # close all, worst and best: the last three
-        can_open = (n_open < self.cfg.max_positions) & ~turbulent
-        budget = torch.minimum(self._cash_room(), self.cfg.position_frac * self.equity)
+        holding = n_open > 0
+        mask[:, a.close_all] = holding | (self.shares > 0)
+        mask[:, a.close_worst:] = holding.unsqueeze(-1)  # close worst and best: options only
+        can_open = ((n_open < self.cfg.max_positions) & ~turbulent).unsqueeze(-1)
+        room, budget = self._cash_room(), self.cfg.position_frac * self.equity
         one = self._at(self.quotes.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
-        mask[:, 1:1 + 2 * a.grid_size] = (one <= budget.unsqueeze(-1)) & can_open.unsqueeze(-1)
+        mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & can_open
+        if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room
+            need, margin = self._at(self.quotes.close_short_need, row), self._at(self.quotes.close_short_margin, row)
+            mask[:, 1 + 2 * g:1 + 4 * g] = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1)) & can_open
+        if a.stock_targets:  # a target that changes the holding: lower always, higher when calm and one share fits
+            wanted = torch.floor(self.stock_targets * self.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
+            held = self.shares.unsqueeze(-1)
+            one_share = spot * (1.0 + self.market_cfg.costs.share_cost_bps * 1e-4)
+            can_buy = (~turbulent & (room >= one_share)).unsqueeze(-1)
+            mask[:, a.first_stock:a.close_all] = (wanted < held) | ((wanted > held) & can_buy)
         return mask
 
     def action_mask(self) -> Tensor:
@@ -513,6 +596,7 @@ class BatchedOptionsEnv:
             "closed": self.stats["closed"][idx], "wins": self.stats["wins"][idx],
             "open": self.active[:, idx].sum(0), "invalid": self.stats["invalid"][idx],
             "rejected": self.stats["rejected"][idx], "traded": self.stats["traded"][idx],
+            "margin_calls": self.stats["margin_calls"][idx], "shares": self.shares[idx],
             "costs": self.costs_paid[:, idx].T,
         }
         out = {k: v.cpu().numpy() for k, v in out.items()}

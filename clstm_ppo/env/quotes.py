@@ -17,6 +17,7 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.market import bs_call_put, chain_strikes
 from clstm_ppo.market.costs import fill_price_at, half_spread, round_trip_fees_one_contract, strike_volume
 from clstm_ppo.market.inputs import MarketInputs, market_inputs
+from clstm_ppo.market.margin import margin_rates, short_margin
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
 
 OPEN_TO_CLOSE_DAYS = 6.5 / 24.0  # a US session: the open comes 6.5 hours before the close
@@ -72,7 +73,12 @@ class Quotes:
     fill_mid: Tensor  # (S, T, 2G): calls then puts
     fill_half_spread: Tensor  # (S, T, 2G)
     fill_volume: Tensor  # (S, T, G): each strike's volume proxy at the fill (the decision bar's volume)
+    fill_margin: Tensor  # (S, T, 2G): margin per share of one option sold short at the fill
     close_cost: Tensor  # (S, T, 2G): one contract bought at t's close with its buying and closing fees (the mask)
+    close_short_need: Tensor  # (S, T, 2G): cash room one contract sold at t's close needs: margin - bid + fees
+    close_short_margin: Tensor  # (S, T, 2G): its margin ($ per contract)
+    margin_a: Tensor  # (S,) short-option margin rates (docs/MARKET.md): a x spot ...
+    margin_b: Tensor  # (S,) ... at least b x (strike for a put, spot for a call)
 
 
 def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expiry_index: Tensor,
@@ -99,16 +105,32 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
         long_run_iv=as_tensor(inputs.long_run_iv), dividend_yield=as_tensor(inputs.dividend_yield),
         expiry_bar=as_tensor(exp_bar[:, expiry_index.cpu().numpy()]),
         expiry_time=as_tensor(exp_time[:, expiry_index.cpu().numpy()]),
-        fill_strike=None, fill_mid=None, fill_half_spread=None, fill_volume=None, close_cost=None,  # below
+        fill_strike=None, fill_mid=None, fill_half_spread=None, fill_volume=None, fill_margin=None, close_cost=None,
+        close_short_need=None, close_short_margin=None,  # below
+        margin_a=None, margin_b=None,
     )
+    rates = as_tensor(margin_rates(data.broad_index, len(data.symbols), market))
+    q.margin_a, q.margin_b = rates[:, 0].contiguous(), rates[:, 1].contiguous()
+    calls = torch.arange(2 * moneyness.numel(), device=device) < moneyness.numel()  # (2G,): calls, then puts
     prev_base = torch.cat([q.base_volume[:, :1], q.base_volume[:, :-1]], dim=1)  # a fill at t knows t-1's volume
     q.fill_strike, q.fill_mid, q.fill_half_spread, q.fill_volume = _quote_chain(
         q, market, moneyness, q.fill_px, q.fill_iv, q.fill_rate, q.fill_time, prev_base)
-    _, mids, half, volume_at_close = _quote_chain(q, market, moneyness, q.close_px, q.iv_close, q.rate_close,
-                                                  q.close_time.expand_as(q.close_px), q.base_volume)
+    q.fill_margin = _margin(q, q.fill_mid, q.fill_px, q.fill_strike, calls)
+    strike, mids, half, volume_at_close = _quote_chain(q, market, moneyness, q.close_px, q.iv_close, q.rate_close,
+                                                       q.close_time.expand_as(q.close_px), q.base_volume)
     one_ask = fill_price_at(mids, 1.0, False, half, volume_at_close.repeat(1, 1, 2), costs)
-    q.close_cost = one_ask * market.multiplier + round_trip_fees_one_contract(costs)
+    one_bid = fill_price_at(mids, 1.0, True, half, volume_at_close.repeat(1, 1, 2), costs)
+    fees = round_trip_fees_one_contract(costs)
+    q.close_cost = one_ask * market.multiplier + fees
+    q.close_short_margin = _margin(q, mids, q.close_px, strike, calls) * market.multiplier
+    q.close_short_need = q.close_short_margin - one_bid * market.multiplier + fees
     return q
+
+
+def _margin(q: Quotes, mids: Tensor, spot: Tensor, strike: Tensor, calls: Tensor) -> Tensor:
+    """(S, T, 2G) margin per share of each chain option sold short at ``spot`` (calls then puts)."""
+    col = lambda x: x.view(-1, 1, 1)  # noqa: E731
+    return short_margin(mids, spot.unsqueeze(-1), strike.repeat(1, 1, 2), calls, col(q.margin_a), col(q.margin_b))
 
 
 def _quote_chain(q: Quotes, market: MarketConfig, moneyness: Tensor, spot: Tensor, atm: Tensor, rate: Tensor,

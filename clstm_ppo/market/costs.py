@@ -12,7 +12,9 @@ from torch import Tensor
 
 from clstm_ppo.config import CostConfig
 
-COST_KINDS = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf")
+# The first seven are an option order's; "shares" is trading the underlying (share_cost_bps of the notional).
+COST_KINDS = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf", "shares")
+OPTION_COST_KINDS = len(COST_KINDS) - 1
 
 
 class Fill(NamedTuple):
@@ -34,16 +36,20 @@ def half_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig)
     return 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
 
 
-def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: bool, half: Tensor, option_volume: Tensor,
+Side = bool | Tensor  # a sale (True) or a purchase; a tensor of 0/1 floats gives each order its own side
+
+
+def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
                   cfg: CostConfig) -> Tensor:
     """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env quotes
     each bar's chain once) and the size-driven slippage."""
     return _priced(mid, is_sell, half + slippage(contracts, option_volume, cfg))
 
 
-def _priced(mid: Tensor, is_sell: bool, share: Tensor) -> Tensor:
+def _priced(mid: Tensor, is_sell: Side, share: Tensor) -> Tensor:
     """Mid moved against the trader by ``share`` of mid: up for a buy, down for a sale."""
-    return mid * (1.0 + (-1.0 if is_sell else 1.0) * share)
+    direction = (-1.0 if is_sell else 1.0) if isinstance(is_sell, bool) else 1.0 - 2.0 * is_sell
+    return mid * (1.0 + direction * share)
 
 
 def strike_volume(base: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: CostConfig, atm_years: float) -> Tensor:
@@ -59,7 +65,7 @@ def slippage(contracts: Tensor, option_volume: Tensor, cfg: CostConfig) -> Tenso
     return (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
 
 
-def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_moneyness: Tensor,
+def order_fill(mid: Tensor, contracts: Tensor, is_sell: Side, iv: Tensor, log_moneyness: Tensor,
                option_volume: Tensor, cfg: CostConfig, multiplier: int) -> Fill:
     """Fill price and itemised costs of buying (``is_sell=False``) or selling ``contracts`` at ``mid``.
 
@@ -69,22 +75,24 @@ def order_fill(mid: Tensor, contracts: Tensor, is_sell: bool, iv: Tensor, log_mo
                          multiplier)
 
 
-def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: bool, half: Tensor, option_volume: Tensor,
+def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
                   cfg: CostConfig, multiplier: int) -> Fill:
-    """``order_fill`` with the half spread already known."""
+    """``order_fill`` with the half spread already known. Costs by kind: every COST_KINDS row, "shares" 0."""
     impact = slippage(contracts, option_volume, cfg)
     price = _priced(mid, is_sell, half + impact)
     shares = contracts * multiplier
     traded = _orders(contracts)
     zero = torch.zeros_like(mid)
+    sold = contracts * is_sell if not isinstance(is_sell, bool) else (contracts if is_sell else zero)
     costs = torch.stack([
         mid * half * shares,
         mid * impact * shares,
         torch.maximum(cfg.commission_per_contract * contracts, cfg.commission_min_per_order * traded),
         cfg.occ_clearing_per_contract * contracts,
-        cfg.finra_taf_per_contract * contracts if is_sell else zero,
-        price * shares * (cfg.sec_fee_per_million / 1e6) if is_sell else zero,
+        cfg.finra_taf_per_contract * sold,  # sales only
+        price * sold * (multiplier * cfg.sec_fee_per_million / 1e6),  # sales only
         cfg.orf_per_contract * contracts,
+        zero,
     ])
     return Fill(price, costs, costs.sum(0))
 
@@ -97,7 +105,7 @@ def _orders(contracts: Tensor) -> Tensor:
 
 def fees_only(fill: Fill) -> Tensor:
     """The cash fees of a fill (the spread and slippage are already inside its price)."""
-    return fill.costs[2:].sum(0)
+    return fill.costs[2:OPTION_COST_KINDS].sum(0)
 
 
 def round_trip_fees_one_contract(cfg: CostConfig) -> float:
