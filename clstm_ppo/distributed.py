@@ -6,8 +6,9 @@ code path. Every rank calls every collective the same number of times.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -53,6 +54,21 @@ class DistContext:
         if self.enabled:
             for param in module.parameters():
                 dist.broadcast(param.data, src=0)
+
+
+class RankSeeds(NamedTuple):
+    env: int  # the rank's env copies (episode starts, underlyings)
+    torch: int  # its action sampling
+    numpy: int  # numpy's and Python's global streams
+    minibatches: int  # its minibatch order
+
+
+def rank_seeds(seed: int, rank: int, world_size: int, restart: int = 0) -> RankSeeds:
+    """Independent streams for every rank, from ``numpy.random.SeedSequence``: rank r of seed s never shares a
+    stream with rank 0 of seed s + r (as ``seed + rank`` did), and a resume whose copies restart (``restart``:
+    the update it resumes at) draws new ones instead of replaying the first run's."""
+    child = np.random.SeedSequence([seed, restart]).spawn(world_size)[rank]
+    return RankSeeds(*(int(x) for x in child.generate_state(4, dtype=np.uint32)))
 
 
 def find_free_port() -> int:

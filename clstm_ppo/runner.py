@@ -29,7 +29,7 @@ from clstm_ppo.config import Config, first_line, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import wait_for
-from clstm_ppo.distributed import DistContext, TrainingFailure
+from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_sums, sums_to_metrics
 from clstm_ppo.monitor import ResourceMonitor
@@ -54,16 +54,16 @@ class Trainer:
         t, p = cfg.train, cfg.ppo
         normalizer = Normalizer.from_state_dict(resume["normalizer"]) if resume else None
         self.data = build_market_data(cfg.data, normalizer)
-        # A resumed run whose env copies start afresh must not replay the first run's random streams.
-        seed = cfg.seed + ctx.rank + (7919 * resume["update"] if resume else 0)
+        # Each rank its own streams; a resumed run whose env copies start afresh must not replay the first run's.
+        seeds = rank_seeds(cfg.seed, ctx.rank, ctx.world_size, resume["update"] if resume else 0)
         self.env = BatchedOptionsEnv(self.data, "train", cfg.market, cfg.env, t.num_envs, device=device,
-                                     seed=seed)  # each rank its own copies and seed
+                                     seed=seeds.env)
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
         if t.compile:
             compile_encoder(self.model)
-        torch.manual_seed(seed)  # then each rank samples its own actions
+        torch.manual_seed(seeds.torch)  # then each rank samples its own actions
         self.train_model: torch.nn.Module = self.model  # the DDP wrapper, when there is one, trains through this
         base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=base_lr, betas=tuple(p.adam_betas), eps=p.adam_eps)
@@ -73,9 +73,9 @@ class Trainer:
                                                            lambda u: lr_factor(u, self.planned_updates, p))
         self.precision = Precision(device, t.precision)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
-        self.minibatch_generator = torch.Generator().manual_seed(seed)
-        random.seed(seed)
-        np.random.seed(seed)
+        self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
+        random.seed(seeds.numpy)
+        np.random.seed(seeds.numpy)
         self.update, self.global_step, self.episodes = 0, 0, 0
         self.best: dict[str, float] = {}
         self.last_eval: dict[str, float] = {}
@@ -88,7 +88,7 @@ class Trainer:
             self._restore(resume)
             saved, now = (resume["world_size"], resume["num_envs"]), (ctx.world_size, t.num_envs)
             why = (f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
-                   else "the saved env state has another layout")
+                   else "the saved env state has another layout or another device's random stream")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
                                 else f"env copies start fresh episodes ({why})")
         self.obs = self.env._observe() if self.env_restored else self.env.reset()
@@ -204,7 +204,7 @@ class Trainer:
             with self.precision.autocast():
                 logits, value, state = self.policy(obs, codes)
             self.lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
-            dist = torch.distributions.Categorical(logits=logits[0].float())
+            dist = torch.distributions.Categorical(logits=logits[0], validate_args=False)  # checks sync the host
             action = dist.sample()
             result = self.env.step(action)
             s.add(step, obs, action, dist.log_prob(action), value[0], result.reward,

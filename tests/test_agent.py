@@ -112,6 +112,23 @@ def test_gradient_accumulation_equals_one_large_minibatch():
     assert any(not torch.equal(moved[n], results[0][n]) for n in moved), "the update should move the weights"
 
 
+def test_the_heads_give_float32_masked_logits_under_float16_autocast():
+    """fp16 on a GPU runs the heads under float16 autocast: the mask value must not overflow the half logits."""
+    model = CascadedActorCritic(4, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
+    out = torch.randn(2, 5, 16)
+    mask = torch.rand(2, 5, 6) > 0.4
+    mask[..., 0] = True
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert model.actor(out).dtype == torch.float16, "autocast really computes the head in half precision"
+        with pytest.raises(RuntimeError):
+            model.actor(out).masked_fill(~mask, -1e9)  # what the model did before: it cannot hold -1e9
+        logits, values = model.heads(out, mask)
+    assert logits.dtype == values.dtype == torch.float32
+    assert (logits[~mask] == -1e9).all() and torch.isfinite(logits[mask]).all()
+    probs = torch.distributions.Categorical(logits=logits, validate_args=False).probs
+    assert (probs[~mask] == 0).all() and torch.allclose(probs.sum(-1), torch.ones(2, 5))
+
+
 def test_fp16_on_the_cpu_is_a_clear_error():
     from clstm_ppo.agent.precision import Precision
     from clstm_ppo.config import ConfigError
@@ -142,3 +159,14 @@ def test_mixed_precision_updates_stay_close_to_fp32(precision):
     # Adam's first step is ~lr * sign(grad): the low-precision step points the same way for almost every weight.
     agree = (torch.sign(step_fp32) == torch.sign(step_mixed)).float().mean()
     assert step_mixed.abs().max() > 0 and agree > 0.8, float(agree)
+
+
+def test_every_rank_and_seed_gets_its_own_streams():
+    from clstm_ppo.distributed import rank_seeds
+
+    # Before, rank r of seed s used seed s + r: rank 1 of seed 0 replayed rank 0 of seed 1.
+    assert rank_seeds(0, 1, 2) != rank_seeds(1, 0, 2)
+    streams = [rank_seeds(seed, rank, 4, restart) for seed in range(3) for rank in range(4) for restart in (0, 7)]
+    values = [v for s in streams for v in s]
+    assert len(set(values)) == len(values), "no stream shared across ranks, seeds, restarts or purposes"
+    assert rank_seeds(5, 2, 4) == rank_seeds(5, 2, 4), "reproducible"

@@ -89,5 +89,10 @@ class CascadedActorCritic(nn.Module):
             out, (h, c) = self.lstm2(x[begin:end], (h * keep, c * keep))
             outputs.append(out)
         out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-        logits = self.actor(out).masked_fill(~mask, MASKED_LOGIT)
-        return logits, self.critic(out).squeeze(-1), (h, c)
+        return (*self.heads(out, mask), (h, c))
+
+    def heads(self, out: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Masked logits and values from LSTM 2's output, in float32 whatever autocast computed them in: -1e9
+        overflows float16 (a masked_fill on half logits raises), and the losses and the sampler want float32."""
+        logits = self.actor(out).float().masked_fill(~mask, MASKED_LOGIT)
+        return logits, self.critic(out).squeeze(-1).float()

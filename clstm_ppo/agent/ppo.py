@@ -65,7 +65,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                     logits, values, _ = model(windows(s.rows[:, idx]), s.portfolio[:, idx], s.mask[:, idx],
                                               s.starts[:, idx], (h0[:, idx], c0[:, idx]))
                 logits, values = logits.float(), values.float()  # losses in float32 under any precision
-                dist = torch.distributions.Categorical(logits=logits)
+                dist = torch.distributions.Categorical(logits=logits, validate_args=False)  # no host syncs
                 logprob = dist.log_prob(s.actions[:, idx])
                 log_ratio = logprob - s.logprobs[:, idx]
                 ratio = log_ratio.exp()

@@ -246,9 +246,10 @@ class BatchedOptionsEnv:
         return state
 
     def fits(self, state: dict) -> bool:
-        """Whether ``state`` (from ``state_dict``) has this env's copies, slots and layout."""
+        """Whether ``state`` (from ``state_dict``) has this env's copies, slots and layout, and a random stream
+        of this device's kind (a CUDA generator's state is 16 bytes, a CPU one's 5,056)."""
         return all(name in state and tuple(state[name].shape) == tuple(getattr(self, name).shape)
-                   for name in self.STATE)
+                   for name in self.STATE) and state["generator"].numel() == self.generator.get_state().numel()
 
     def load_state_dict(self, state: dict) -> None:
         if not self.fits(state):
