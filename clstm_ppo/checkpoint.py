@@ -1,7 +1,7 @@
 """Checkpoints: atomic writes, best-model files, retention, and loading with clear errors.
 
 A checkpoint is one torch file holding everything a resume needs: model,
-optimizer, scheduler, scaler, counters, RNG states, the env copies' state, the
+optimizer, scaler, counters, RNG states, the env copies' state, the
 config, the normalisation statistics, the world size and the best scores.
 Files are written to a temporary name in the same folder, fsynced, then renamed
 over the target, so a crash mid-write never leaves a damaged checkpoint.

@@ -65,12 +65,13 @@ class Trainer:
             compile_encoder(self.model)
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
         self.train_model: torch.nn.Module = self.model  # the DDP wrapper, when there is one, trains through this
-        base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=base_lr, betas=tuple(p.adam_betas), eps=p.adam_eps)
+        # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
+        self.base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.base_lr, betas=tuple(p.adam_betas),
+                                          eps=p.adam_eps)
         self.batch_size = t.num_envs * p.num_steps * ctx.world_size  # env steps per update, all ranks
-        self.planned_updates = self._planned_updates()
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
-                                                           lambda u: lr_factor(u, self.planned_updates, p))
+        self.planned_steps = self._planned_steps()
+        self.planned_updates = max(1, math.ceil(self.planned_steps / self.batch_size))
         self.precision = Precision(device, t.precision)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
@@ -118,12 +119,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ budget
 
-    def _planned_updates(self) -> int:
+    def _planned_steps(self) -> int:
+        """The env-step budget the learning rate decays over (num_episodes: estimated at full length)."""
         t = self.cfg.train
-        steps = t.total_steps
-        if t.num_episodes > 0:  # estimate: full-length episodes
-            steps = t.num_episodes * max(self.env.max_len, 1)
-        return max(1, math.ceil(steps / self.batch_size))
+        steps = t.num_episodes * max(self.env.max_len, 1) if t.num_episodes > 0 else t.total_steps
+        return max(1, steps)
+
+    def learning_rate(self) -> float:
+        """This update's learning rate: the launch's base rate by the warm-up and the env-step schedule."""
+        return self.base_lr * lr_factor(self.update, self.global_step, self.planned_steps, self.cfg.ppo)
 
     def budget_reached(self) -> bool:
         t = self.cfg.train
@@ -149,7 +153,7 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
+            "scaler": self.precision.state_dict(),
             "update": self.update, "global_step": self.global_step, "episodes": self.episodes,
             **self.rank_state(), "other_ranks": list(self.other_ranks),  # rank 0's own, then ranks 1, 2, ...
             "config": to_dict(self.cfg), "normalizer": self.data.normalizer.state_dict(),
@@ -164,8 +168,7 @@ class Trainer:
             raise CheckpointError("checkpoint model does not fit these agent sizes "
                                   f"({first_line(err, 100)}); resume with the run's own config, or retrain if an "
                                   "older version wrote it (its actions or observed portfolio differ)") from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.optimizer.load_state_dict(state["optimizer"])  # its saved rate is replaced at every update
         self.precision.load_state_dict(state.get("scaler"))
         self.update, self.global_step, self.episodes = state["update"], state["global_step"], state["episodes"]
         self.best, self.last_eval = dict(state["best"]), dict(state.get("last_eval", {}))
@@ -250,6 +253,9 @@ class Trainer:
         wait_for(self.device)  # one sync per update, so the two timings split the work where it happened
         collected = time.perf_counter()
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.windows, self.cfg.ppo,
                            self.minibatch_generator, mean, self.precision)
         # The update's time includes waiting at its gradient all-reduces for the slowest rank.
@@ -258,13 +264,12 @@ class Trainer:
         weights_ok = bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all())
         if stats["nonfinite"] or not weights_ok:
             return {**stats, "nonfinite": 1.0}, np.zeros(0)
-        self.scheduler.step()
         self.update += 1
         self.global_step += self.batch_size
         sums = torch.as_tensor(episode_sums(episodes), device=self.device)
         sums = self.ctx.all_reduce_sum(sums).cpu().numpy()  # every rank counts every rank's episodes
         self.episodes += int(sums[0])
-        stats["learning_rate"] = self.scheduler.get_last_lr()[0]
+        stats["learning_rate"] = lr
         return stats, sums
 
     # ------------------------------------------------------------------ evaluation and files

@@ -52,11 +52,13 @@ def test_learning_rate_warms_up_then_decays_linearly():
     from clstm_ppo.agent.ppo import lr_factor
     from clstm_ppo.config import PPOConfig
 
-    linear = PPOConfig(lr_schedule="linear", warmup_updates=4)
-    assert [lr_factor(u, 100, linear) for u in (0, 1, 3)] == pytest.approx([0.25, 0.5 * 0.99, 0.97])
-    assert lr_factor(50, 100, linear) == pytest.approx(0.5) and lr_factor(100, 100, linear) == 0.0
+    linear = PPOConfig(lr_schedule="linear", warmup_updates=4)  # 100 updates of 10 env steps planned
+    assert [lr_factor(u, 10 * u, 1000, linear) for u in (0, 1, 3)] == pytest.approx([0.25, 0.5 * 0.99, 0.97])
+    assert lr_factor(50, 500, 1000, linear) == pytest.approx(0.5) and lr_factor(100, 1000, 1000, linear) == 0.0
+    # By env steps: after 50 updates of 10 steps, 25 more updates of 20 steps (twice the workers) end the budget.
+    assert lr_factor(75, 500 + 25 * 20, 1000, linear) == 0.0 and lr_factor(60, 700, 1000, linear) == pytest.approx(0.3)
     constant = PPOConfig(lr_schedule="constant")
-    assert {lr_factor(u, 10, constant) for u in range(20)} == {1.0}
+    assert {lr_factor(u, u, 10, constant) for u in range(20)} == {1.0}
 
 
 def collect_rollout(num_envs: int = 4, steps: int = 12, episode_length: int = 252, warmup_steps: int = 0):

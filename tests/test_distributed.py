@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from clstm_ppo.checkpoint import load_checkpoint
@@ -108,10 +109,20 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     assert "written by 2 worker(s)" in second.stdout and state["world_size"] == 1 and state["update"] == 4
     assert "env copies start fresh episodes (saved: 2 worker(s) x 8 copies; now 1 x 8)" in second.stdout + second.stderr
     # The first command again: the CPU fallback it chose is not carried into the run's settings as --device cpu.
-    third = cli(*base, "--resume-from", "latest", "--num-gpus", "2", "--total-steps", str(2 * 512 + 2 * 256 + 2 * 512))
+    # ... with a changed learning rate, which this launch's settings decide.
+    third = cli(*base, "--resume-from", "latest", "--num-gpus", "2", "--total-steps", str(2 * 512 + 2 * 256 + 2 * 512),
+                "--set", "ppo.learning_rate=2e-3")
     assert third.returncode == 0, third.stderr[-3000:]
     state = load_checkpoint(latest)
     assert state["world_size"] == 2 and state["update"] == 6 and state["global_step"] == 2560
+    # The rate decays by env steps over each launch's budget: base x (1 - steps before the update / budget),
+    # whatever the batch (1 -> 2 workers once set it to 0 for the rest of the run).
+    records = [json.loads(line) for line in (latest.parent / "metrics.jsonl").read_text().splitlines()]
+    rates = {r["step"]: r["learning_rate"] for r in records if r["kind"] == "update"}
+    expected = {1280: 1e-3 * (1 - 1024 / 1536), 1536: 1e-3 * (1 - 1280 / 1536),  # 2 -> 1 worker, smoke's 1e-3
+                2048: 2e-3 * (1 - 1536 / 2560), 2560: 2e-3 * (1 - 2048 / 2560)}  # 1 -> 2 workers, the new rate
+    for step, rate in expected.items():
+        assert rates[step] == pytest.approx(rate, rel=1e-6), (step, rates)
     # A checkpoint written by 2 workers backtests like any other.
     report = tmp_path / "report.json"
     evaluated = subprocess.run([sys.executable, "-m", "clstm_ppo.evaluate", "--checkpoint", str(latest), "--split",

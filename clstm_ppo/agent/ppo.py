@@ -17,10 +17,12 @@ from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
 
 
-def lr_factor(update: int, planned_updates: int, cfg: PPOConfig) -> float:
-    """Multiplier of the base learning rate before update ``update`` (0-based): warm-up, then the schedule."""
+def lr_factor(update: int, env_steps: int, planned_steps: int, cfg: PPOConfig) -> float:
+    """Multiplier of the base learning rate for update ``update`` (0-based), taken after ``env_steps`` of the
+    ``planned_steps`` budget: a warm-up over the first updates, then the schedule by env steps, so a resume on
+    another number of workers (another batch) continues the same decay instead of restarting or ending it."""
     warm = min(1.0, (update + 1) / cfg.warmup_updates) if cfg.warmup_updates > 0 else 1.0
-    decay = max(0.0, 1.0 - update / planned_updates) if cfg.lr_schedule == "linear" else 1.0
+    decay = max(0.0, 1.0 - env_steps / planned_steps) if cfg.lr_schedule == "linear" else 1.0
     return warm * decay
 
 
