@@ -32,7 +32,7 @@ from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.metrics import BEST_METRICS, concat_episodes, episode_line, episode_sums, sums_to_metrics
-from clstm_ppo.monitor import ResourceMonitor
+from clstm_ppo.monitor import ResourceMonitor, per_rank_gpu
 from clstm_ppo.tracking import Tracker
 
 ENCODE_CHUNK = 4096  # windows per encoder call when caching bar codes: ~5 MB of input at TW 30
@@ -95,7 +95,10 @@ class Trainer:
         self.obs = self.env._observe() if self.env_restored else self.env.reset()
         self.stop_requested = False
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)
-        self.resources = ResourceMonitor(device) if ctx.is_main else None
+        self.resources = ResourceMonitor(device)  # every rank reads its own GPU; rank 0 logs them all
+        self.rank_gpus: list[dict[str, float]] = []  # every rank's GPU at the last update boundary, on rank 0
+        self.gpu_notes: list[str] = []
+        self.gpu_notes_said: set[str] = set()
 
     def describe(self) -> str:
         """What is about to run, in four lines: where, on what data, on what hardware and budget, which agent."""
@@ -148,7 +151,11 @@ class Trainer:
     def gather_rank_states(self) -> None:
         """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes."""
         others_send = self.ctx.enabled and not self.ctx.is_main  # rank 0 takes its own state when it saves
-        self.other_ranks = self.ctx.gather_to_main(self.rank_state() if others_send else None)[1:]
+        sent = self.ctx.gather_to_main({"state": self.rank_state() if others_send else None,
+                                        "gpu": self.resources.gpu(), "gpu_off": self.resources.off_reason})
+        self.other_ranks = [one["state"] for one in sent[1:]]
+        self.rank_gpus = [one["gpu"] for one in sent]
+        self.gpu_notes = [f"rank {r}: {one['gpu_off']}" for r, one in enumerate(sent) if one["gpu_off"]]
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -386,7 +393,12 @@ class Trainer:
             total = self.cfg.train.num_episodes or None
             tracker.write(episode_line(self.episodes, total, m, suffix))
             tracker.log("train_episodes", self.global_step, m)
-        tracker.log("update", self.global_step, {"update": self.update, **stats, **self.resources.read()})
+        for note in self.gpu_notes:  # each rank's reason for turning GPU monitoring off, said once
+            if note not in self.gpu_notes_said:
+                tracker.write(note)
+                self.gpu_notes_said.add(note)
+        tracker.log("update", self.global_step,
+                    {"update": self.update, **stats, **self.resources.host(), **per_rank_gpu(self.rank_gpus)})
         tracker.progress(self.batch_size, postfix)
 
     def _report_eval(self, tracker: Tracker, m: dict[str, float]) -> None:

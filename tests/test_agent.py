@@ -131,6 +131,28 @@ def test_the_heads_give_float32_masked_logits_under_float16_autocast():
     assert (probs[~mask] == 0).all() and torch.allclose(probs.sum(-1), torch.ones(2, 5))
 
 
+def test_encoding_each_distinct_bar_once_gives_the_per_window_logits_and_gradients():
+    model, storage, env = collect_rollout(num_envs=6, steps=16)
+    rows = storage.rows
+    rows[:, 3:] = rows[:, :3]  # copies on the same bars, as many copies of one underlying often are
+    args = (storage.portfolio, storage.mask, storage.starts, storage.initial_state)
+
+    def loss_and_grads(windows, *bar_index):
+        model.zero_grad()
+        logits, values, _ = model(windows, *args, *bar_index)
+        loss = torch.log_softmax(logits, -1).gather(-1, storage.actions.unsqueeze(-1)).sum() + values.square().sum()
+        loss.backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    per_window = loss_and_grads(env.windows(rows))
+    bars, index = torch.unique(rows, return_inverse=True)
+    assert bars.numel() < rows.numel() / 2
+    deduplicated = loss_and_grads(env.windows(bars), index)
+    torch.testing.assert_close(deduplicated[0], per_window[0], rtol=1e-5, atol=1e-5)
+    for name, grad in per_window[1].items():
+        torch.testing.assert_close(deduplicated[1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_fp16_on_the_cpu_is_a_clear_error():
     from clstm_ppo.agent.precision import Precision
     from clstm_ppo.config import ConfigError

@@ -62,15 +62,20 @@ class CascadedActorCritic(nn.Module):
         zeros = torch.zeros(1, num_envs, self.hidden_size, device=device)
         return zeros, zeros.clone()
 
-    def forward(self, windows: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor,
-                state: State) -> tuple[Tensor, Tensor, State]:
+    def forward(self, windows: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State,
+                bar_index: Tensor | None = None) -> tuple[Tensor, Tensor, State]:
         """Masked logits (L, N, A), values (L, N) and the final state, for sequences of L steps of N envs.
 
         ``windows`` (L, N, TW, F); ``starts[l, n]``: step l of env n begins an episode, so
         LSTM 2's state is zeroed before it. Stretches without a start run as one fused LSTM call.
+        With ``bar_index`` (L, N), ``windows`` are (U, TW, F) distinct bars and step l of env n reads bar
+        ``bar_index[l, n]``: each bar is encoded once, and its gradient sums over the steps that read it.
         """
         steps, envs = portfolio.shape[:2]
-        code = self.encoder(windows.reshape(steps * envs, *windows.shape[2:])).view(steps, envs, -1)
+        if bar_index is None:
+            code = self.encoder(windows.reshape(steps * envs, *windows.shape[2:])).view(steps, envs, -1)
+        else:
+            code = self.encoder(windows)[bar_index]
         return self.decide(code, portfolio, mask, starts, state)
 
     def decide(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor,

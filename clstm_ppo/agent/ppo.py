@@ -52,8 +52,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     h0, c0 = s.initial_state
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
-    totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
-    batches = 0
+    totals = torch.zeros(5, device=s.rows.device)  # policy, value loss, entropy, approx KL, clip fraction
+    batches, encoded = 0, 0
     for _ in range(cfg.update_epochs):
         order = torch.randperm(s.num_envs, generator=generator, device="cpu").to(s.rows.device)
         kl_this_epoch = []
@@ -63,9 +63,13 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
             stepping = (k + 1) % accumulate == 0
             sync = contextlib.nullcontext() if stepping or not hasattr(model, "no_sync") else model.no_sync()
             with sync:
+                # A window depends only on its bar: encode each distinct bar of the minibatch once (copies on one
+                # underlying share bars, so at many copies the minibatch repeats each bar's LSTM 1 work).
+                bars, bar_index = torch.unique(s.rows[:, idx], return_inverse=True)
+                encoded += bars.numel()
                 with precision.autocast():
-                    logits, values, _ = model(windows(s.rows[:, idx]), s.portfolio[:, idx], s.mask[:, idx],
-                                              s.starts[:, idx], (h0[:, idx], c0[:, idx]))
+                    logits, values, _ = model(windows(bars), s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
+                                              (h0[:, idx], c0[:, idx]), bar_index)
                 logits, values = logits.float(), values.float()  # losses in float32 under any precision
                 dist = torch.distributions.Categorical(logits=logits, validate_args=False)  # no host syncs
                 logprob = dist.log_prob(s.actions[:, idx])
@@ -91,9 +95,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                     # Gradients are all-reduced, so every rank sees the same non-finite norm and stops here too.
                     return {"nonfinite": 1.0}
                 optimizer.zero_grad(set_to_none=True)
-            for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy),
-                               ("approx_kl", approx_kl), ("clip_fraction", clip_fraction)):
-                totals[key] += float(value.detach())
+            totals += torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_fraction]).detach()
             kl_this_epoch.append(approx_kl)
             batches += 1
         if cfg.target_kl is not None:
@@ -102,8 +104,11 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                 mean_kl = all_reduce_mean(mean_kl)  # every worker takes the same decision
             if float(mean_kl) > cfg.target_kl:
                 break
-    stats = {k: v / max(batches, 1) for k, v in totals.items()}
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    stats = dict(zip(names, (totals / max(batches, 1)).tolist(), strict=True))  # one host sync for all five
     stats["nonfinite"] = 0.0
+    stats["lstm1_encodes_per_minibatch"] = encoded / max(batches, 1)  # distinct bars, against ...
+    stats["decisions_per_minibatch"] = float(s.rows.shape[0] * envs_per_batch)  # ... what per-window encoding ran
     variance = s.returns.var()
     stats["explained_variance"] = float(1 - (s.returns - s.values).var() / variance) if variance > 0 else float("nan")
     return stats
