@@ -205,8 +205,14 @@ class TrainConfig:
     pretrain_lr: float = 1.0e-3
     wandb: bool = False
     wandb_project: str = "clstm_ppo"
+    tensorboard: str = ""  # a folder: metrics.jsonl's records also as TensorBoard scalars there; empty: off
     early_stopping_patience: int = 0  # >0: stop after this many evaluations without a new best composite
     threads_per_worker: int = 0  # CPU threads per worker; 0: the machine's cores divided among its workers
+    # DistributedDataParallel's knobs (seed 002 names them): PyTorch's bucket size and dynamic graph; gradients
+    # as views of the buckets save one copy of them. Not yet measured on GPUs here (docs/BENCHMARKS.md).
+    ddp_bucket_cap_mb: float = 25.0
+    ddp_static_graph: bool = False
+    ddp_gradient_as_bucket_view: bool = True
     dist_timeout_s: float = 600.0  # a rank waiting longer than this at a collective fails the run instead of hanging
 
 
@@ -265,6 +271,7 @@ LIMITS = {
     "train.keep_last": ">= 1", "train.checkpoint_every": ">= 1",
     "train.pretrain_epochs": ">= 1", "train.pretrain_batch_size": ">= 1", "train.pretrain_lr": "> 0",
     "train.early_stopping_patience": ">= 0", "train.threads_per_worker": ">= 0", "train.dist_timeout_s": "> 0",
+    "train.ddp_bucket_cap_mb": "> 0",
 }
 
 

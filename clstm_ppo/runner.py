@@ -317,7 +317,7 @@ class Trainer:
             save_config(cfg, self.run_dir / "config.yaml")
             total = cfg.train.total_steps if cfg.train.num_episodes <= 0 else None
             tracker = Tracker(self.run_dir, total, to_dict(cfg), cfg.train.wandb, cfg.train.wandb_project,
-                              self.run_dir.name, initial_steps=self.global_step)
+                              self.run_dir.name, initial_steps=self.global_step, tensorboard=cfg.train.tensorboard)
             tracker.write(self.describe())
             if self.resume_note:
                 tracker.write(f"resumed at update {self.update}: {self.resume_note}")

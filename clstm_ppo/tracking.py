@@ -1,4 +1,5 @@
-"""Where a run reports: console (tqdm bar and the episode line), metrics.jsonl, and optionally wandb."""
+"""Where a run reports: console (tqdm bar and the episode line), metrics.jsonl, and optionally wandb and
+TensorBoard."""
 from __future__ import annotations
 
 import json
@@ -39,13 +40,27 @@ def start_wandb(run_dir: Path, project: str, run_name: str, config: dict[str, An
     return run
 
 
+def start_tensorboard(folder: str) -> Any:
+    """TensorBoard's writer into ``folder`` (made if missing), or a one-line error saying why not."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+    except ImportError as err:
+        raise ConfigError(f"--tensorboard needs the tensorboard package ({first_line(err)}): "
+                          "pip install tensorboard") from None
+    try:
+        return SummaryWriter(log_dir=folder)
+    except OSError as err:
+        raise ConfigError(f"--tensorboard {folder}: cannot write there ({err.strerror}); choose another folder") from None
+
+
 class Tracker:
     """Rank 0's reporting; other ranks never build one."""
 
     def __init__(self, run_dir: Path, total_steps: int | None, config: dict[str, Any], use_wandb: bool,
-                 wandb_project: str, run_name: str, initial_steps: int = 0):
-        # W&B first: when it cannot start, nothing else has been opened or drawn.
+                 wandb_project: str, run_name: str, initial_steps: int = 0, tensorboard: str = ""):
+        # W&B and TensorBoard first: when one cannot start, nothing else has been opened or drawn.
         self.wandb = start_wandb(run_dir, wandb_project, run_name, config) if use_wandb else None
+        self.tensorboard = start_tensorboard(tensorboard) if tensorboard else None
         self.jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)
         interactive = sys.stderr.isatty()  # in a log file, redraw the bar rarely
         self.bar = tqdm(total=total_steps, initial=initial_steps, unit="step", dynamic_ncols=True,
@@ -56,8 +71,12 @@ class Tracker:
         record = {"kind": kind, "step": step, "time": round(time.time() - self.started, 3),
                   **{k: _clean(v) for k, v in values.items()}}
         self.jsonl.write(json.dumps(record) + "\n")
+        numbers = {f"{kind}/{k}": v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.wandb is not None:
-            self.wandb.log({f"{kind}/{k}": v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
+            self.wandb.log(numbers, step=step)
+        if self.tensorboard is not None:
+            for tag, value in numbers.items():
+                self.tensorboard.add_scalar(tag, value, global_step=step)
 
     def progress(self, steps: int, postfix: dict[str, str]) -> None:
         self.bar.update(steps)
@@ -71,3 +90,5 @@ class Tracker:
         self.jsonl.close()
         if self.wandb is not None:
             self.wandb.finish()
+        if self.tensorboard is not None:
+            self.tensorboard.close()

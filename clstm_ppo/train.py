@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretraining", action="store_true", help="pretrain LSTM 1 on next-bar returns first")
     p.add_argument("--eval-every", "--eval_every", type=int, help="updates between validation evaluations")
     p.add_argument("--wandb", action="store_true", help="log to Weights & Biases (WANDB_MODE=offline works)")
+    p.add_argument("--tensorboard", metavar="DIR", help="also write the metrics as TensorBoard scalars into DIR")
     return p
 
 
@@ -63,7 +64,7 @@ FLAG_TO_SETTING = {
     "data": "data.source", "num_episodes": "train.num_episodes", "total_steps": "train.total_steps",
     "num_envs": "train.num_envs", "seed": "seed", "device": "train.device", "checkpoint_dir": "train.checkpoint_dir",
     "run_name": "train.run_name", "eval_every": "train.eval_every",
-    "early_stopping_patience": "train.early_stopping_patience",
+    "early_stopping_patience": "train.early_stopping_patience", "tensorboard": "train.tensorboard",
 }
 
 
@@ -167,7 +168,10 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
 
             # Only the update's forward goes through DDP (its backward all-reduces gradients);
             # rollouts and checkpoints use the raw module, so DDP never enters a state_dict.
-            trainer.train_model = DDP(trainer.model, device_ids=[device.index] if device.type == "cuda" else None)
+            t = cfg.train
+            trainer.train_model = DDP(trainer.model, device_ids=[device.index] if device.type == "cuda" else None,
+                                      bucket_cap_mb=t.ddp_bucket_cap_mb, static_graph=t.ddp_static_graph,
+                                      gradient_as_bucket_view=t.ddp_gradient_as_bucket_view)
         trainer.run()
         finished = True
     except torch.cuda.OutOfMemoryError:

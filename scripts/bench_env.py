@@ -25,24 +25,27 @@ from _table import print_table  # noqa: E402
 
 from clstm_ppo.config import Config  # noqa: E402
 from clstm_ppo.data import build_market_data  # noqa: E402
-from clstm_ppo.device import configure_backends  # noqa: E402
+from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for  # noqa: E402
 from clstm_ppo.env import BatchedOptionsEnv  # noqa: E402
 
 OLDER_SYSTEM_STEPS_PER_S = 340  # the seed documents' figure for the older system
 
 
-def measure(data, cfg: Config, num_envs: int, seconds: float, windows: bool) -> float:
-    env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs, seed=0)
+def measure(data, cfg: Config, num_envs: int, seconds: float, windows: bool,
+            device: torch.device = torch.device("cpu")) -> float:
+    env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs, device=device, seed=0)
     obs = env.reset()
     gen = torch.Generator().manual_seed(0)
     steps, elapsed = 0, 0.0
     while elapsed < seconds:
         # Uniform over valid actions, drawn outside the timed region.
-        action = torch.multinomial(obs.mask.float(), 1, generator=gen).squeeze(-1)
+        action = torch.multinomial(obs.mask.float().cpu(), 1, generator=gen).squeeze(-1).to(device)
+        wait_for(device)
         start = time.perf_counter()
         obs = env.step(action).obs
         if windows:
             obs.market  # noqa: B018 (gathers the windows)
+        wait_for(device)  # a GPU's queued work counts where it ran
         elapsed += time.perf_counter() - start
         steps += 1
     return steps * num_envs / elapsed
@@ -67,22 +70,25 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per row")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 64, 1024, 4096])
+    parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where the env steps (default cpu)")
     parser.add_argument("--glibc-defaults", action="store_true",
                         help="leave glibc's malloc settings alone (the trainer keeps freed memory for reuse)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    device = pick_device(args.device)
     if not args.glibc_defaults:
-        configure_backends(torch.device("cpu"))  # as the trainer's workers do
+        configure_backends(device)  # as the trainer's workers do
     cfg = Config()
     data = build_market_data(cfg.data)
     reference_before = reference_op_us()
     rows = []
     for n in args.sizes:
-        rate = measure(data, cfg, n, args.seconds, windows=False)
-        with_windows = measure(data, cfg, n, args.seconds, windows=True)
+        rate = measure(data, cfg, n, args.seconds, windows=False, device=device)
+        with_windows = measure(data, cfg, n, args.seconds, windows=True, device=device)
         rows.append({"num_envs": n, "env_steps_per_s": round(rate), "with_windows": round(with_windows),
                      "vs_older_system": round(rate / OLDER_SYSTEM_STEPS_PER_S, 1)})
-    print_table(rows, args.json, {"threads": torch.get_num_threads(), "dtype": cfg.env.dtype, "data": cfg.data.source,
+    print_table(rows, args.json, {"device": str(device), "threads": torch.get_num_threads(), "dtype": cfg.env.dtype,
+                                  "data": cfg.data.source,
                                   "malloc": "glibc defaults" if args.glibc_defaults else "freed memory kept",
                                   "reference_multiply_us": f"{reference_before:.2f} before, {reference_op_us():.2f} after"})
 

@@ -27,7 +27,7 @@ from _table import print_table  # noqa: E402
 
 from clstm_ppo.agent.model import MarketEncoder  # noqa: E402
 from clstm_ppo.config import AgentConfig, Config  # noqa: E402
-from clstm_ppo.device import configure_backends  # noqa: E402
+from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for  # noqa: E402
 from clstm_ppo.env import PORTFOLIO_FEATURES  # noqa: E402
 from clstm_ppo.runner import Trainer  # noqa: E402
 
@@ -52,10 +52,10 @@ def forward_flops(cfg: Config, n_features: int, n_actions: int) -> tuple[float, 
     return 2.0 * (lstm1 + mlp), 2.0 * (lstm2 + heads)
 
 
-def ours(cfg: Config, updates: int) -> tuple[float, float]:
+def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -> tuple[float, float]:
     """(env steps/s, model FLOP/s) of our trainer over ``updates`` updates after one warm-up update."""
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, Path(tmp), torch.device("cpu"))
+        trainer = Trainer(cfg, Path(tmp), device)
         trainer.train_step()
         start = time.perf_counter()
         for _ in range(updates):
@@ -106,12 +106,16 @@ def sb3(cfg: Config, updates: int) -> float:
     return updates * batch / (time.perf_counter() - start)
 
 
-def matmul_flops(n: int = 1024, repeats: int = 20) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_flops(n: int = 1024, repeats: int = 20, device: torch.device = torch.device("cpu")) -> float:
+    """A dense float32 matmul's FLOP/s on ``device`` (bigger on a GPU, where 1024 is too small to fill it)."""
+    n = n if device.type == "cpu" else 8192
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     a @ b
+    wait_for(device)
     start = time.perf_counter()
     for _ in range(repeats):
         a @ b
+    wait_for(device)
     return 2 * n**3 * repeats / (time.perf_counter() - start)
 
 
@@ -121,15 +125,19 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=2, help="timed updates per trainer (after one warm-up)")
     parser.add_argument("--num-envs", type=int, default=32)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--skip-sb3", action="store_true", help="time ours only")
+    parser.add_argument("--skip-sb3", action="store_true", help="time ours only (always on a GPU)")
+    parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    configure_backends(torch.device("cpu"))  # as the trainer's workers do; sb3-contrib runs under it too
-    peak = matmul_flops()
+    device = pick_device(args.device)
+    configure_backends(device)  # as the trainer's workers do; sb3-contrib runs under it too
+    args.skip_sb3 = args.skip_sb3 or device.type == "cuda"  # the ratio is a CPU comparison
+    peak = matmul_flops(device=device)
     rows = []
     for size in args.sizes:
         cfg = bench_config(SIZES[size], args.num_envs)
-        our_rate, our_flops = ours(cfg, args.updates)
+        cfg.train.device = device.type
+        our_rate, our_flops = ours(cfg, args.updates, device)
         sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates)
         rows.append({"sizes": size, "ours_steps_per_s": round(our_rate, 1), "sb3_steps_per_s": round(sb3_rate, 1),
                      "ratio": round(our_rate / sb3_rate, 2), "ours_gflops": round(our_flops / 1e9, 2),

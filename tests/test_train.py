@@ -425,3 +425,26 @@ def test_workers_keep_freed_host_memory_where_glibc_allows():
     # True exactly where the C library is glibc (mallopt took both settings); elsewhere a harmless no-op.
     on_glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert keep_freed_host_memory() is on_glibc
+
+
+def test_tensorboard_gets_the_same_scalars_as_metrics_jsonl(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = tmp_path / "board"
+    assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--eval-every", "2",
+                 "--tensorboard", str(board)) == 0
+    events = EventAccumulator(str(board))
+    events.Reload()
+    records = [json.loads(line) for line in (tmp_path / "synthetic-smoke" / "metrics.jsonl").read_text().splitlines()]
+    for kind, key in (("update", "policy_loss"), ("update", "learning_rate"), ("eval", "composite")):
+        logged = {r["step"]: r[key] for r in records if r["kind"] == kind}
+        scalars = {e.step: e.value for e in events.Scalars(f"{kind}/{key}")}
+        assert logged and set(scalars) == set(logged), (kind, key)
+        assert all(scalars[s] == pytest.approx(v, rel=1e-6, abs=1e-9) for s, v in logged.items())
+
+
+def test_an_unwritable_tensorboard_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("a file, not a folder")
+    assert train(tmp_path, "--total-steps", "512", "--tensorboard", str(tmp_path / "file" / "board")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tensorboard") and err.count("\n") == 1

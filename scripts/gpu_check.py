@@ -1,0 +1,99 @@
+"""What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
+env and trainer's speed on the GPU at 4,096 copies.
+
+    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3]
+
+Each check runs the public commands in a subprocess (as a user would) on configs/smoke.yaml in a temporary
+folder, and the table says pass or fail, env steps/s and the GPU's peak memory (from the run's NVML records).
+Without CUDA it says so and exits 0: nothing here can run on a CPU-only machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _table import print_table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+def run(args: list[str], timeout: float = 900) -> tuple[bool, float, str]:
+    """(passed, seconds, the last line of its error output) of one command."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    tail = (done.stderr.strip().splitlines() or [""])[-1][:160]
+    return done.returncode == 0, time.perf_counter() - start, tail
+
+
+def run_records(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def train_check(name: str, folder: Path, extra: list[str]) -> dict:
+    ok, seconds, tail = run(["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
+                             "--run-name", name, "--device", "cuda", *extra])
+    records = [r for r in run_records(folder / name) if r["kind"] == "update"]
+    steps = records[-1]["step"] if records else 0
+    memory = max((r.get("gpu0_mem_used_gb") or 0.0 for r in records), default=float("nan"))
+    return {"check": f"train {name}", "passed": ok, "seconds": round(seconds, 1),
+            "env_steps_per_s": round(steps / max(sum(r["rollout_s"] + r["update_s"] for r in records), 1e-9)),
+            "gpu_mem_gb": round(memory, 2), "note": "" if ok else tail}
+
+
+def script_check(name: str, args: list[str]) -> dict:
+    ok, seconds, tail = run(args)
+    return {"check": name, "passed": ok, "seconds": round(seconds, 1), "env_steps_per_s": "", "gpu_mem_gb": "",
+            "note": "" if ok else tail}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
+    parser.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile run")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per bench_env row")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device is visible: nothing to check here (run this on a GPU machine)")
+        if args.json:
+            print(json.dumps({"cuda": False, "rows": []}))
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for precision in ("fp32", "bf16", "fp16"):
+            rows.append(train_check(precision, folder, ["--set", f"train.precision={precision}"]))
+        if not args.skip_compile:
+            rows.append(train_check("compiled", folder, ["--set", "train.compile=true"]))
+        # A GPU-written run continues on the CPU (env copies start fresh: another device's random stream).
+        rows.append(script_check("resume fp32 run on cpu", [
+            "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder), "--run-name", "fp32",
+            "--resume-from", "latest", "--device", "cpu", "--total-steps", "25600"]))
+        rows.append(script_check("evaluate bf16 on cuda", [
+            "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
+            "--plot", str(folder / "bf16.png")]))
+        for script, extra in (("bench_env.py", ["--sizes", "4096", "--seconds", str(args.seconds)]),
+                              ("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--sizes", "default"])):
+            done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--device", "cuda", "--json",
+                                   *extra], capture_output=True, text=True, timeout=900, cwd=ROOT)
+            ok = done.returncode == 0
+            result = json.loads(done.stdout.strip().splitlines()[-1]) if ok else {}
+            rate = (result.get("rows") or [{}])[0]
+            rows.append({"check": f"{script} 4096 copies", "passed": ok, "seconds": "",
+                         "env_steps_per_s": rate.get("env_steps_per_s", rate.get("ours_steps_per_s", "")),
+                         "gpu_mem_gb": "", "note": "" if ok else (done.stderr.strip().splitlines() or [""])[-1][:160]})
+    print_table(rows, args.json, {"cuda": True, "device": torch.cuda.get_device_name(0),
+                                  "torch": torch.__version__, "all_passed": all(r["passed"] for r in rows)})
+
+
+if __name__ == "__main__":
+    main()
