@@ -73,6 +73,7 @@ class Trainer:
         self.planned_steps = self._planned_steps()
         self.planned_updates = max(1, math.ceil(self.planned_steps / self.batch_size))
         self.precision = Precision(device, t.precision)
+        self.model.run_lstms_in_float32(self.precision.lstms_in_float32)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
         random.seed(seeds.numpy)

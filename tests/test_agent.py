@@ -153,6 +153,29 @@ def test_encoding_each_distinct_bar_once_gives_the_per_window_logits_and_gradien
         torch.testing.assert_close(deduplicated[1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_lstms_can_run_in_float32_inside_a_half_precision_autocast():
+    """What bf16 on CUDA does (cuDNN's autocast LSTM would be fp16 there): the LSTMs see float32 inputs and
+    weights, the MLP and heads stay in the autocast dtype, and the logits match the float32 model's closely."""
+    from clstm_ppo.agent.precision import Precision
+
+    assert Precision(torch.device("cpu"), "bf16").lstms_in_float32 is False  # oneDNN's bf16 LSTM is real bf16
+    model = CascadedActorCritic(5, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
+    seen = []
+    for lstm in (model.encoder.lstm, model.lstm2):
+        lstm.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].dtype))
+    windows, portfolio = torch.randn(4, 3, 7, 5), torch.randn(4, 3, 3)
+    mask, starts = torch.ones(4, 3, 6, dtype=torch.bool), torch.zeros(4, 3, dtype=torch.bool)
+    state = model.initial_state(3, torch.device("cpu"))
+    reference, _, _ = model(windows, portfolio, mask, starts, state)
+    model.run_lstms_in_float32(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.encoder.mlp(torch.randn(2, 8)).dtype == torch.bfloat16, "autocast is on for the MLP"
+        seen.clear()
+        logits, values, _ = model(windows, portfolio, mask, starts, state)
+    assert seen == [torch.float32, torch.float32]
+    torch.testing.assert_close(logits, reference, rtol=0.05, atol=0.02)
+
+
 def test_fp16_on_the_cpu_is_a_clear_error():
     from clstm_ppo.agent.precision import Precision
     from clstm_ppo.config import ConfigError

@@ -20,6 +20,16 @@ MASKED_LOGIT = -1e9  # finite, so entropy of a masked categorical stays 0 * (-1e
 State = tuple[Tensor, Tensor]
 
 
+def run_lstm(lstm: nn.LSTM, x: Tensor, state: State | None, float32: bool) -> tuple[Tensor, State]:
+    """``lstm(x, state)``; with ``float32``, outside autocast in float32. On CUDA, autocast runs cuDNN's LSTM in
+    float16 whatever dtype was asked, so under bf16 (no loss scaling) the LSTMs would run in unscaled fp16."""
+    if not float32:
+        return lstm(x, state)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        state = None if state is None else (state[0].float(), state[1].float())
+        return lstm(x.float(), state)
+
+
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)  # CleanRL's initialisation
     nn.init.zeros_(layer.bias)
@@ -32,6 +42,7 @@ class MarketEncoder(nn.Module):
     def __init__(self, n_features: int, cfg: AgentConfig):
         super().__init__()
         self.lstm = nn.LSTM(n_features, cfg.lstm1_hidden, batch_first=True)
+        self.lstm_float32 = False  # set by the trainer for precisions whose LSTM kernel would fall to fp16
         gain = np.sqrt(2)
         self.mlp = nn.Sequential(
             _init(nn.Linear(cfg.lstm1_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
@@ -40,7 +51,7 @@ class MarketEncoder(nn.Module):
         )
 
     def forward(self, windows: Tensor) -> Tensor:
-        _, (h, _) = self.lstm(windows)
+        _, (h, _) = run_lstm(self.lstm, windows, None, self.lstm_float32)
         return self.mlp(h[-1])
 
 
@@ -57,6 +68,11 @@ class CascadedActorCritic(nn.Module):
         self.actor = _init(nn.Linear(cfg.lstm2_hidden, n_actions), 0.01)  # near-uniform first policy
         self.critic = _init(nn.Linear(cfg.lstm2_hidden, 1), 1.0)
         self.hidden_size = cfg.lstm2_hidden
+        self.lstm_float32 = False
+
+    def run_lstms_in_float32(self, on: bool) -> None:
+        """Both LSTMs outside autocast in float32 (``Precision.lstms_in_float32``), the heads as autocast says."""
+        self.lstm_float32 = self.encoder.lstm_float32 = on
 
     def initial_state(self, num_envs: int, device: torch.device) -> State:
         zeros = torch.zeros(1, num_envs, self.hidden_size, device=device)
@@ -91,7 +107,7 @@ class CascadedActorCritic(nn.Module):
         outputs = []
         for begin, end in itertools.pairwise(cuts):
             keep = (~starts[begin]).to(h.dtype).view(1, envs, 1)
-            out, (h, c) = self.lstm2(x[begin:end], (h * keep, c * keep))
+            out, (h, c) = run_lstm(self.lstm2, x[begin:end], (h * keep, c * keep), self.lstm_float32)
             outputs.append(out)
         out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
         return (*self.heads(out, mask), (h, c))

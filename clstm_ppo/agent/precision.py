@@ -24,6 +24,13 @@ class Precision:
         # Only fp16 loses small gradients to underflow; GradScaler multiplies the loss to keep them.
         self.scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
 
+    @property
+    def lstms_in_float32(self) -> bool:
+        """bf16 on CUDA: autocast would run cuDNN's LSTMs in fp16 without loss scaling, so they run in float32
+        (the MLP and heads still in bf16). fp16 keeps cuDNN's fp16 LSTMs under its GradScaler; the CPU's bf16
+        LSTM (oneDNN) really is bf16."""
+        return self.device.type == "cuda" and self.name == "bf16"
+
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.dtype is None:
             return contextlib.nullcontext()
