@@ -25,7 +25,7 @@ import torch
 
 from clstm_ppo.backtest.cboe import REAL_ANNUAL_RETURNS as REAL
 from clstm_ppo.backtest.cboe import REAL_YEARS, buywrite, putwrite
-from clstm_ppo.backtest.report import yearly_metrics
+from clstm_ppo.backtest.report import format_records, yearly_metrics
 from clstm_ppo.backtest.walk import buy_and_hold
 from clstm_ppo.config import Config, DataConfig
 from clstm_ppo.data import build_market_data
@@ -95,16 +95,6 @@ def year_rows(returns: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
     return rows
 
 
-def format_table(rows: list[dict[str, Any]], digits: int = 1) -> str:
-    cells = [["" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r.values()]
-             for r in rows]
-    columns = list(rows[0])
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--atm-per-iv", type=float, default=None, help="market.atm_per_iv (default: the config's)")
@@ -117,14 +107,14 @@ def main() -> None:
     if args.calibrate:
         grid = calibrate(data)
         best = min(grid, key=lambda r: r["mean_mad_full"])
-        print(format_table(grid, digits=2))
+        print(format_records(grid, digits=2))
         print(f"best atm_per_iv on the full training years 2000-2012: {best['atm_per_iv']:.2f} "
               f"(mean MAD {best['mean_mad_full']:.2f} points)\n")
         out |= {"calibration": grid, "best_atm_per_iv": best["atm_per_iv"]}
     atm = Config().market.atm_per_iv if args.atm_per_iv is None else args.atm_per_iv
     returns = annual_returns(data, "all", atm)
     rows, agree = year_rows(returns), scores(returns)
-    print(format_table(rows))
+    print(format_records(rows))
     first = data.dates[0].date()
     print(f"market.atm_per_iv {atm:.2f}; * 1999 from {first} (partial); real numbers to 2012; returns in %")
     for name, real in PAIRS:

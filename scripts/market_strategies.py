@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.backtest.report import format_records
 from clstm_ppo.config import DataConfig, MarketConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env.held_to_expiry import STRATEGIES, TERCILES, run_strategies, summarize, tercile_cuts
@@ -53,15 +54,6 @@ def measure(data_name: str) -> dict[str, Any]:
     return {"data": data_name, "rows": rows, "tercile_cuts": cuts, "splits": dates}
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    cells = [[f"{v:.1f}" if isinstance(v, float) else str(v) for v in r.values()] for r in rows]
-    columns = list(rows[0])
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="sp500", help="a built-in name or a file, as train.py's --data")
@@ -69,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     result = measure(args.data)
-    print(format_table(result["rows"]))
+    print(format_records(result["rows"]))
     for label, cut in result["tercile_cuts"].items():
         print(f"{label} terciles of the training split's ATM implied vol: low < {100 * cut[0]:.2f}% <= mid "
               f"< {100 * cut[1]:.2f}% <= high")

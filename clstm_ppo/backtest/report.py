@@ -9,6 +9,7 @@ import logging
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -138,6 +139,13 @@ def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str
         return "  ".join(c.ljust(w) if i < left else c.rjust(w)
                          for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
     return "\n".join(line(r) for r in [header, *rows])
+
+
+def format_records(rows: list[dict[str, Any]], digits: int = 1) -> str:
+    """Dict rows (one key per column) as a right-aligned table, floats to ``digits`` places, None as blank."""
+    cells = [["" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r.values()]
+             for r in rows]
+    return format_table(list(rows[0]), cells, left=0)
 
 
 def _rows(metrics: dict[str, dict[str, dict]], keys: tuple[str, ...], several: bool) -> list[list[str]]:
