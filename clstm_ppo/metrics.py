@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from clstm_ppo.env.options_env import ragged
+from clstm_ppo.env.observation import ragged
 from clstm_ppo.market import COST_KINDS
 
 TRADING_DAYS = 252

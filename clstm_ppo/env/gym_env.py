@@ -15,7 +15,8 @@ import torch
 
 from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData, build_market_data
-from clstm_ppo.env.options_env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
+from clstm_ppo.env.observation import PORTFOLIO_FEATURES, Observation
+from clstm_ppo.env.options_env import BatchedOptionsEnv
 
 
 class OptionsTradingEnv(gym.Env):

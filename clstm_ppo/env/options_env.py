@@ -13,8 +13,6 @@ row sym * T + t with one index_select.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
-
 import numpy as np
 import torch
 from torch import Tensor
@@ -22,65 +20,15 @@ from torch import Tensor
 from clstm_ppo.config import CHOICES, EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env.actions import ActionSpace
-from clstm_ppo.env.quotes import build_quotes
+from clstm_ppo.env.observation import (STAT_NAMES, BookedPosition, Observation, StepResult, episode_stats,
+                                       portfolio_features, valid_actions)
+from clstm_ppo.env.quotes import at_rows, build_quotes
 from clstm_ppo.market import COST_KINDS, bs_price, closing_fee_reserve, order_fill
 from clstm_ppo.market.black_scholes import bs_greeks_before_expiry
 from clstm_ppo.market.costs import fees_only, fill_price_at, order_fill_at, strike_volume
 from clstm_ppo.market.flags import as_float, call_sign
 from clstm_ppo.market.margin import short_margin
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
-
-PORTFOLIO_FEATURES = (
-    "cash_share", "open_share", "net_delta", "net_gamma", "net_vega", "net_theta",
-    "unrealized_pnl", "days_to_expiry", "turbulent", "equity_change", "progress", "margin_share", "stock_share",
-)
-
-
-# Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered.
-STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded", "margin_calls")
-
-
-class Observation:
-    """What N copies observe at bar t.
-
-    ``market`` is gathered on first access (then kept): the windows come from the fixed feature
-    table, so reading them later gives the same values, and a consumer that works from ``row``
-    (the trainer's per-bar LSTM 1 codes) never pays for N x TW x F copies.
-    """
-
-    __slots__ = ("portfolio", "mask", "row", "start", "_windows", "_market")
-
-    def __init__(self, portfolio: Tensor, mask: Tensor, row: Tensor, start: Tensor,
-                 windows: Callable[[Tensor], Tensor]):
-        self.portfolio = portfolio  # (N, len(PORTFOLIO_FEATURES))
-        self.mask = mask  # (N, A) bool: which actions are valid at t (read-only: the env keeps it)
-        self.row = row  # (N,) flat index sym * T + t of bar t: storage keeps this instead of the window
-        self.start = start  # (N,) bool: this observation begins an episode
-        self._windows, self._market = windows, None
-
-    @property
-    def market(self) -> Tensor:
-        """(N, TW, F) normalised features of the last TW bars up to t."""
-        if self._market is None:
-            self._market = self._windows(self.row)
-        return self._market
-
-
-class BookedPosition(NamedTuple):
-    """An option a user already holds (``BatchedOptionsEnv.book``)."""
-    is_call: bool
-    strike: float
-    expiry: np.datetime64  # the calendar day it is listed to expire
-    contracts: float
-    paid: float  # dollars it cost, fees included
-
-
-class StepResult(NamedTuple):
-    obs: Observation  # after an auto-reset, the new episode's first observation
-    reward: Tensor  # (N,)
-    terminated: Tensor  # (N,) bool: ruin
-    truncated: Tensor  # (N,) bool: episode length or split end reached
-    episodes: dict[str, np.ndarray] | None  # statistics of the episodes that ended at this step, else None
 
 
 class BatchedOptionsEnv:
@@ -149,15 +97,7 @@ class BatchedOptionsEnv:
         """(N,) flat index sym * T + t of each copy's current bar."""
         return self.sym * self.n_bars + self.t
 
-    @staticmethod
-    def _at(table: Tensor, row: Tensor, column: Tensor | None = None) -> Tensor:
-        """``table[sym, t]`` (or ``table[sym, t, column]``) of an (S, T) or (S, T, C) table at flat rows.
-
-        One index_select on the flattened table: several times faster than 2-D advanced indexing on CPU.
-        """
-        if column is None:
-            return table.flatten(0, 1).index_select(0, row)
-        return table.view(-1).index_select(0, row * table.shape[-1] + column)
+    _at = staticmethod(at_rows)
 
     # ------------------------------------------------------------------ episode bounds
 
@@ -292,7 +232,7 @@ class BatchedOptionsEnv:
         episodes = None
         if bool(done.any()):  # a step's second host sync (the first finds the copies that sell)
             idx = torch.nonzero(done).squeeze(-1)
-            episodes = self._episode_stats(idx)
+            episodes = episode_stats(self, idx)
             if self.autoreset:
                 self._reset_copies(idx)
         return StepResult(self._observe(), reward, terminated, truncated, episodes)
@@ -428,7 +368,7 @@ class BatchedOptionsEnv:
         wanted = (torch.floor(targets * self.equity.clamp_min(0) / price) * self._float(choosing)  # others keep theirs
                   + self.shares * self._float(~choosing)) * self._float(~close_all)
         # The cash room caps a purchase; a turbulent bar allows none (a lower target can buy if the price fell).
-        most = self.shares + torch.floor((self._cash_room() / (price * (1.0 + bps))).clamp_min(0)) \
+        most = self.shares + torch.floor((self.cash_room() / (price * (1.0 + bps))).clamp_min(0)) \
             * self._float(~turbulent)
         change = torch.minimum(wanted, most) - self.shares
         notional = change.abs() * price
@@ -461,7 +401,7 @@ class BatchedOptionsEnv:
                                torch.floor(costs.max_volume_share * opt_volume))
         price = fill_price_at(mid, wanted, sell, half, opt_volume, costs) * mult  # more contracts: more slippage
         need = torch.lerp(price, margin - price, sell) + fees  # cash room one contract takes
-        affordable = torch.floor((self._cash_room() / need.clamp_min(1e-12)).clamp_min(0))
+        affordable = torch.floor((self.cash_room() / need.clamp_min(1e-12)).clamp_min(0))
         contracts = torch.minimum(wanted, affordable)
         slot, has_slot = self._first_slot(~self.active)
         go = ordering & (contracts >= 1) & has_slot
@@ -485,7 +425,7 @@ class BatchedOptionsEnv:
         self.expiry_bar = torch.lerp(self.expiry_bar, q.expiry_bar.view(-1).index_select(0, expiry_at), into)
         self.expiry_time = torch.lerp(self.expiry_time, q.expiry_time.view(-1).index_select(0, expiry_at), into)
 
-    def _cash_room(self) -> Tensor:
+    def cash_room(self) -> Tensor:
         """Cash a new order may spend: what is left after the shorts' margin, every open position's closing-fee
         reserve and the per-order commission minimums of opening and later closing it."""
         costs = self.market_cfg.costs
@@ -523,29 +463,8 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ observation
 
     def _observe(self) -> Observation:
-        row = self.row
-        equity = self.equity.clamp_min(1e-9)
-        n_open = self.active.sum(0)
-        open_count = n_open.to(self.dtype)
-        days_left = self.expiry_time - self.quotes.close_time.index_select(0, self.t)
-        dte = (days_left * self._float(self.active)).sum(0) / open_count.clamp_min(1)
-        span = (self.t_end - self.t_start).clamp_min(1).to(self.dtype)
-        turbulent = self.turbulent_bar.index_select(0, self.t)
-        spot = self._at(self.quotes.close_px, row)
-        portfolio = torch.stack([
-            self.cash / equity,
-            open_count / self.cfg.max_positions,
-            *(self.greeks / equity),
-            (self.mark - self.entry_cost).sum(0) / equity,  # unrealised P&L (empty slots hold neither)
-            dte / max(self.market_cfg.expiries_days),
-            turbulent.to(self.dtype),
-            self.equity / self.cfg.initial_cash - 1.0,
-            (self.t - self.t_start).to(self.dtype) / span,
-            self.margin / equity,
-            self.shares * spot / equity,
-        ], dim=-1).to(torch.float32)
-        self._mask = self._action_mask(row, n_open, turbulent, spot)
-        return Observation(portfolio, self._mask, row, self.t == self.t_start, self.windows)
+        self._mask = valid_actions(self)  # judged at t's close; a new tensor each step, never changed after
+        return Observation(portfolio_features(self), self._mask, self.row, self.t == self.t_start, self.windows)
 
     def windows(self, rows: Tensor) -> Tensor:
         """Feature windows (..., TW, F) ending at flat bar indices ``rows`` (from ``Observation.row``).
@@ -557,58 +476,5 @@ class BatchedOptionsEnv:
         return self._window_starts.index_select(0, (rows - (self.window - 1)).reshape(-1)).view(
             *rows.shape, self.window, -1)
 
-    def _action_mask(self, row: Tensor, n_open: Tensor, turbulent: Tensor, spot: Tensor) -> Tensor:
-        """Valid actions at t (a new tensor each step, never changed after); orders are judged at t's close
-        (the fill at t+1 may still be rejected)."""
-        a, g = self.actions, self.actions.grid_size
-        mask = torch.empty(self.num_envs, a.n, dtype=torch.bool, device=self.device)
-        mask[:, a.hold] = True
-        holding = n_open > 0
-        mask[:, a.close_all] = holding | (self.shares > 0)
-        mask[:, a.close_worst:] = holding.unsqueeze(-1)  # close worst and best: options only
-        can_open = ((n_open < self.cfg.max_positions) & ~turbulent).unsqueeze(-1)
-        room, budget = self._cash_room(), self.cfg.position_frac * self.equity
-        one = self._at(self.quotes.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
-        mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & can_open
-        if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room
-            need, margin = self._at(self.quotes.close_short_need, row), self._at(self.quotes.close_short_margin, row)
-            mask[:, 1 + 2 * g:1 + 4 * g] = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1)) & can_open
-        if a.stock_targets:  # a target that changes the holding: lower always, higher when calm and one share fits
-            wanted = torch.floor(self.stock_targets * self.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
-            held = self.shares.unsqueeze(-1)
-            one_share = spot * (1.0 + self.market_cfg.costs.share_cost_bps * 1e-4)
-            can_buy = (~turbulent & (room >= one_share)).unsqueeze(-1)
-            mask[:, a.first_stock:a.close_all] = (wanted < held) | ((wanted > held) & can_buy)
-        return mask
-
     def action_mask(self) -> Tensor:
         return self._mask.clone()
-
-    # ------------------------------------------------------------------ episode statistics
-
-    def _episode_stats(self, idx: Tensor) -> dict[str, np.ndarray]:
-        steps = (self.t - self.t_start)[idx]
-        curves = self.equity_curve[idx]
-        out = {
-            "env": idx, "symbol": self.sym[idx], "start": self.t_start[idx], "steps": steps,
-            "reward": self.stats["reward"][idx],
-            "return": self.equity[idx] - self.cfg.initial_cash,
-            "return_pct": (self.equity[idx] / self.cfg.initial_cash - 1.0) * 100.0,
-            "closed": self.stats["closed"][idx], "wins": self.stats["wins"][idx],
-            "open": self.active[:, idx].sum(0), "invalid": self.stats["invalid"][idx],
-            "rejected": self.stats["rejected"][idx], "traded": self.stats["traded"][idx],
-            "margin_calls": self.stats["margin_calls"][idx], "shares": self.shares[idx],
-            "costs": self.costs_paid[:, idx].T,
-        }
-        out = {k: v.cpu().numpy() for k, v in out.items()}
-        curves = curves.cpu().numpy()
-        out["equity_curve"] = ragged([curves[i, : s + 1] for i, s in enumerate(out["steps"])])
-        return out
-
-
-def ragged(arrays: list[np.ndarray]) -> np.ndarray:
-    """A 1-D object array of arrays (np.array would make a 2-D array when the lengths agree)."""
-    out = np.empty(len(arrays), dtype=object)
-    for i, a in enumerate(arrays):
-        out[i] = a
-    return out

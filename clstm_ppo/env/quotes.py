@@ -23,6 +23,16 @@ from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
 OPEN_TO_CLOSE_DAYS = 6.5 / 24.0  # a US session: the open comes 6.5 hours before the close
 
 
+def at_rows(table: Tensor, row: Tensor, column: Tensor | None = None) -> Tensor:
+    """``table[sym, t]`` (or ``table[sym, t, column]``) of an (S, T) or (S, T, C) table at flat rows sym * T + t.
+
+    One index_select on the flattened table: several times faster than 2-D advanced indexing on CPU.
+    """
+    if column is None:
+        return table.flatten(0, 1).index_select(0, row)
+    return table.view(-1).index_select(0, row * table.shape[-1] + column)
+
+
 def market_clock(dates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(close_time, open_time) of each bar in days since the first bar's timestamp (float64).
 
