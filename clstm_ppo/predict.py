@@ -5,7 +5,8 @@
 
 It observes the file's last bar (features normalised with the checkpoint's statistics) with a flat book
 of the run's initial cash, or the options in --positions (a JSON list of {"right": "call"|"put", "strike",
-"expiry": "YYYY-MM-DD", "contracts", "paid"}), and prints the action that would fill at the next bar's open.
+"expiry": "YYYY-MM-DD", "contracts", "paid"[, "side": "long"|"short"]}; a short's "paid" is what its sale
+brought in), and prints the action that would fill at the next bar's open.
 LSTM 2 starts afresh at that bar, as at an episode's first decision.
 """
 from __future__ import annotations
@@ -43,9 +44,11 @@ def read_book(path: Path) -> list[BookedPosition]:
         if missing or row["right"] not in ("call", "put"):
             raise ConfigError(f"--positions {path}: position {i + 1} needs {', '.join(BOOK_KEYS)} "
                               f"(right is call or put); missing or wrong: {', '.join(missing) or 'right'}")
+        if row.get("side", "long") not in ("long", "short"):
+            raise ConfigError(f"--positions {path}: position {i + 1} has side {row['side']!r}; use long or short")
         try:
             book.append(BookedPosition(row["right"] == "call", float(row["strike"]), np.datetime64(row["expiry"], "D"),
-                                       float(row["contracts"]), float(row["paid"])))
+                                       float(row["contracts"]), float(row["paid"]), row.get("side") == "short"))
         except (TypeError, ValueError):
             raise ConfigError(f"--positions {path}: position {i + 1} has a non-numeric strike, contracts or paid, "
                               "or an expiry that is not YYYY-MM-DD") from None

@@ -49,6 +49,12 @@ def test_predict_with_a_book_of_positions_sees_them(checkpoint, bars, tmp_path, 
     path.write_text(json.dumps(book))
     decision = decide(capsys, "--checkpoint", str(checkpoint), "--data", str(bars), "--positions", str(path))
     assert decision["portfolio"]["open_share"] == pytest.approx(2 / 5)
+    assert decision["portfolio"]["margin_share"] == 0.0
+    book[0]["side"] = "short"  # a put sold for $4,000: it needs margin, and its value counts against the book
+    path.write_text(json.dumps(book))
+    short = decide(capsys, "--checkpoint", str(checkpoint), "--data", str(bars), "--positions", str(path))
+    assert short["portfolio"]["margin_share"] > 0 and short["valid"][short["action"]]
+    assert short["portfolio"]["cash_share"] > decision["portfolio"]["cash_share"], "the sale brought cash in"
     assert decision["valid"][decision["action"]]
     assert decision["valid"][-3], "with positions open, closing them is valid"
     path.write_text(json.dumps([{"right": "straddle", "strike": 1}]))
@@ -56,6 +62,15 @@ def test_predict_with_a_book_of_positions_sees_them(checkpoint, bars, tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("error: --positions") and "needs right, strike, expiry, contracts, paid" in err
     assert err.count("\n") == 1
+
+
+def test_a_position_that_has_already_expired_is_one_line(checkpoint, bars, tmp_path, capsys):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps([{"right": "call", "strike": 100, "expiry": "2001-01-19", "contracts": 1,
+                                 "paid": 300}]))
+    assert run_cli(predict_main, ["--checkpoint", str(checkpoint), "--data", str(bars), "--positions", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --positions") and "expiring 2001-01-19 has expired" in err and err.count("\n") == 1
 
 
 def test_predict_runs_from_the_command_line(checkpoint, bars):

@@ -54,7 +54,8 @@ class BookedPosition(NamedTuple):
     strike: float
     expiry: np.datetime64  # the calendar day it is listed to expire
     contracts: float
-    paid: float  # dollars it cost, fees included
+    paid: float  # dollars it cost (a long) or brought in (a short), fees included
+    short: bool = False  # sold to open
 
 
 class StepResult(NamedTuple):

@@ -136,18 +136,20 @@ class BatchedOptionsEnv:
 
     def book(self, positions: list[BookedPosition]) -> Observation:
         """Put ``positions`` into copy 0's empty book at its current bar, as bought before it for ``paid`` out of
-        the initial cash, mark them at the bar's close and observe again: the portfolio a user already holds."""
+        the initial cash (or sold for ``paid`` into it), mark them at the bar's close and observe again: the
+        portfolio a user already holds."""
         if len(positions) > self.cfg.max_positions or self.active[:, 0].any():
             raise ValueError(f"book at most env.max_positions ({self.cfg.max_positions}) positions, into an empty book")
         q, t = self.quotes, int(self.t[0])
         for slot, p in enumerate(positions):
             bar, time = self.expiry_of(p.expiry, t)
             if bar <= t:
-                raise ValueError(f"a position expiring {p.expiry.date()} has expired by the data's last bar")
-            self.active[slot, 0], self.is_call[slot, 0] = True, p.is_call
-            self.strike[slot, 0], self.contracts[slot, 0], self.entry_cost[slot, 0] = p.strike, p.contracts, p.paid
+                raise ValueError(f"a position expiring {p.expiry} has expired by the data's last bar")
+            flow = -p.paid if p.short else p.paid  # what the account paid for it (a sale: minus what it brought in)
+            self.active[slot, 0], self.is_call[slot, 0], self.short[slot, 0] = True, p.is_call, p.short
+            self.strike[slot, 0], self.contracts[slot, 0], self.entry_cost[slot, 0] = p.strike, p.contracts, flow
             self.expiry_bar[slot, 0], self.expiry_time[slot, 0] = float(bar), time
-            self.cash[0] -= p.paid
+            self.cash[0] -= flow
         self._mark(self._at(q.close_px, self.row), self.row)
         self.peak = torch.maximum(self.peak, self.equity)
         return self._observe()
