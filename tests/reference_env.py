@@ -408,8 +408,9 @@ class ReferenceCopy:
         return (self.equity - before) * self.e.reward_scale / self.e.initial_cash
 
     def margin_call(self) -> bool:
-        """t's close left the shorts' margin uncovered by cash (with a short open)."""
-        return self.cash < self.margin and any(p is not None and p.short for p in self.slots)
+        """t's close left the shorts' margin uncovered by cash (a margin to cover: calls fully covered by shares
+        need none, and negative cash alone is no margin call)."""
+        return self.cash < self.margin and self.margin > 0
 
     def called(self, p: Position) -> bool:
         """Whether a margin call closes ``p``: every short, nothing else."""
@@ -462,14 +463,15 @@ class ReferenceCopy:
             unit = mid * (1 + half + self.impact(1.0, volume)) * m.multiplier
         by_equity = math.floor(self.e.position_frac * self.equity / max(unit, 1e-12))
         cap = math.floor(c.max_volume_share * volume)
-        wanted = min(by_equity, cap)
+        covered = self.free_cover() if sell and quote.call else 0  # covered calls need no margin
+        wanted = min(max(by_equity, covered), cap)
         if sell:
             bid = mid * (1 - half - self.impact(wanted, volume))
             need = self.mk.margin(mid, fill.spot, quote.strike, quote.call) * m.multiplier - bid * m.multiplier \
                 + self.round_trip_fees(minimum=False)
         else:
             need = mid * (1 + half + self.impact(wanted, volume)) * m.multiplier + self.round_trip_fees(minimum=False)
-        by_room = math.floor(max(self.cash_room() / max(need, 1e-12), 0.0))
+        by_room = covered + math.floor(max(self.cash_room() / max(need, 1e-12), 0.0))
         contracts = min(wanted, by_room)
         free = [i for i, p in enumerate(self.slots) if p is None]
         if contracts < 1 or not free:
@@ -489,6 +491,11 @@ class ReferenceCopy:
 
     # ---------------------------------------------------------------- what the copy observes at t
 
+    def free_cover(self) -> int:
+        """Call contracts the shares can still cover: shares not already under a short call, per contract."""
+        under_calls = sum(p.contracts for p in self.open_positions() if p.short and p.call) * self.m.multiplier
+        return max(math.floor((self.shares - under_calls) / self.m.multiplier), 0)
+
     def mask(self) -> list[bool]:
         """Valid actions at t, judged on t's chain at t's close: hold; a buy if a slot is free, the bar is calm
         and one contract at the ask with its buying and closing fees fits the cash room and position_frac of
@@ -507,7 +514,8 @@ class ReferenceCopy:
             buys.append(can_open and quote.mid * (1 + quote.half + one) * mult + fees <= min(room, budget))
             margin = self.mk.margin(quote.mid, at.spot, quote.strike, quote.call) * mult
             bid = quote.mid * (1 - quote.half - one) * mult
-            sales.append(can_open and margin <= budget and margin - bid + fees <= room)
+            covered = quote.call and self.free_cover() >= 1 and not self.margin_call()
+            sales.append(can_open and (covered or (margin <= budget and margin - bid + fees <= room)))
         targets = []
         for target in lay.targets:
             wanted = max(math.floor(target * self.equity / at.spot), 0)

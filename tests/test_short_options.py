@@ -180,7 +180,7 @@ def test_the_margin_is_never_left_uncovered_without_a_margin_call_on_random_roll
     counted = torch.zeros(n)
     seen = {"calls": 0, "shorts_called": 0, "episodes_with_calls": 0}
     for _ in range(200):
-        called = (env.cash < env.margin) & (env.active & env.short).any(0)
+        called = (env.cash < env.margin) & (env.margin > 0)
         assert not obs.mask[called, 1:1 + a.option_orders].any(), "nothing opens while the margin is uncovered"
         calls_before, shorts_before = env.stats["margin_calls"].clone(), (env.active & env.short).sum(0)
         action = torch.multinomial(obs.mask.double() * weight, 1, generator=gen).squeeze(-1)
@@ -308,3 +308,22 @@ def test_holding_all_of_the_underlying_from_the_first_fill_tracks_buy_and_hold(s
     bound = (close + fill * (1 + bps) + 2 * c.commission_min_per_order) * growth
     gap = np.abs(env_policy.equity[0] - bench.equity[0])
     assert (gap <= bound).all(), (gap / bound).max()  # about 0.4% of the account at most; in fact under 0.05%
+
+
+def test_a_fully_invested_holder_writes_covered_calls_on_every_share_without_margin():
+    """After buying the underlying with the whole account (too little cash left for one naked call's margin),
+    an at-the-money call sale is still valid: the shares cover it, so it sells one contract per 100 shares not
+    yet under a call, and the book's margin stays 0."""
+    env = hand_env(np.full(40, 100.0))
+    a = env.actions
+    step(env, a.stock(2))
+    shares = float(env.shares[0])
+    assert shares >= 9_000 and float(env.cash_room()[0]) < 2_000, "fully invested: no room for naked margin"
+    call = a.sell(True, a.moneyness.index(1.0), a.expiries_days.index(30))
+    assert bool(env.action_mask()[0, call]), "covered by the shares"
+    assert not bool(env.action_mask()[0, a.sell(False, a.moneyness.index(1.0), a.expiries_days.index(30))]), \
+        "a put is never covered"
+    step(env, call)
+    sold = env.contracts[:, 0][env.active[:, 0] & env.short[:, 0]]
+    assert sold.tolist() == [float(int(shares) // 100)]
+    assert float(env.margin[0]) == 0.0 and float(env.free_cover()[0]) == 0.0, "every share is under a call now"

@@ -103,9 +103,12 @@ def valid_actions(env: BatchedOptionsEnv) -> Tensor:
     room, budget = env.cash_room(), env.cfg.position_frac * env.equity
     one = at_rows(q.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
     mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & can_open
-    if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room
-        need, margin = at_rows(q.close_short_need, row), at_rows(q.close_short_margin, row)
-        mask[:, 1 + 2 * g:1 + 4 * g] = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1)) & can_open
+    if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room;
+        need, margin = at_rows(q.close_short_need, row), at_rows(q.close_short_margin, row)  # or a covered call
+        naked = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1))
+        called = (env.cash < env.margin) & (env.margin > 0)  # a margin call opens nothing, covered or not
+        naked[:, :g] |= ((env.free_cover() >= 1) & ~called).unsqueeze(-1)
+        mask[:, 1 + 2 * g:1 + 4 * g] = naked & can_open
     if a.stock_targets:  # a target that changes the holding: lower always, higher when calm and one share fits
         wanted = torch.floor(env.stock_targets * env.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
         held = env.shares.unsqueeze(-1)

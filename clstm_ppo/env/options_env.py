@@ -399,11 +399,14 @@ class BatchedOptionsEnv:
         # strike's volume; then as many as the cash room carries after the closing-fee reserves and the margin.
         first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs) * mult
         per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
-        wanted = torch.minimum(torch.floor(cfg.position_frac * self.equity / per_unit),
+        # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
+        # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
+        covered = self.free_cover() * self._float(selling & is_call)
+        wanted = torch.minimum(torch.maximum(torch.floor(cfg.position_frac * self.equity / per_unit), covered),
                                torch.floor(costs.max_volume_share * opt_volume))
         price = fill_price_at(mid, wanted, sell, half, opt_volume, costs) * mult  # more contracts: more slippage
-        need = torch.lerp(price, margin - price, sell) + fees  # cash room one contract takes
-        affordable = torch.floor((self.cash_room() / need.clamp_min(1e-12)).clamp_min(0))
+        need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
+        affordable = covered + torch.floor((self.cash_room() / need.clamp_min(1e-12)).clamp_min(0))
         contracts = torch.minimum(wanted, affordable)
         slot, has_slot = self._first_slot(~self.active)
         go = ordering & (contracts >= 1) & has_slot
@@ -426,6 +429,11 @@ class BatchedOptionsEnv:
         expiry_at = fill_bar * q.expiry_bar.shape[1] + g  # the fill bar's row of the (T, G) expiry tables
         self.expiry_bar = torch.lerp(self.expiry_bar, q.expiry_bar.view(-1).index_select(0, expiry_at), into)
         self.expiry_time = torch.lerp(self.expiry_time, q.expiry_time.view(-1).index_select(0, expiry_at), into)
+
+    def free_cover(self) -> Tensor:
+        """(N,) call contracts the shares could still cover: shares not already under a short call, per 100."""
+        short_calls = (self.contracts * self._float(self.short & self.is_call)).sum(0) * self.market_cfg.multiplier
+        return torch.floor(((self.shares - short_calls) / self.market_cfg.multiplier).clamp_min(0))
 
     def cash_room(self) -> Tensor:
         """Cash a new order may spend: what is left after the shorts' margin, every open position's closing-fee
