@@ -119,3 +119,19 @@ def test_the_long_straddle_buys_a_call_then_a_put_and_rolls_when_both_expire():
     buys = [i for i, a in enumerate(chosen) if a in (call, put)]
     assert len(buys) >= 4 and chosen[buys[2]] == call, "rolled into a new straddle after the expiry"
     assert result.closed[0] >= 2
+
+
+def test_an_account_ruined_by_short_puts_stops_and_the_walk_still_covers_every_bar():
+    n = 70
+    data = handmade_market(np.concatenate([np.full(40, 100.0), np.full(n - 40, 20.0)]))  # an 80% crash at bar 40
+    cfg = Config(env=EnvConfig(dtype="float64", initial_cash=20_000.0, position_frac=1.0))
+    actions = ActionSpace.from_config(cfg.market)
+    put = actions.sell(False, actions.moneyness.index(1.0), actions.expiries_days.index(30))
+
+    def sell_puts(obs, state):
+        return torch.where(obs.mask[:, put], put, actions.hold), state
+    result = walk("short_puts", sell_puts, None, data, "test", cfg, "cpu")
+    assert result.equity.shape == (1, len(result.dates)) and len(result.dates) == n - data.window + 1
+    ruined = int(np.argmax(result.equity[0] < 0))
+    assert ruined > 0, "the crash takes the account below zero"
+    assert (result.equity[0, ruined:] == result.equity[0, ruined]).all(), "a ruined account stops trading"

@@ -35,24 +35,29 @@ def walk_env(data: MarketData, split: str, cfg: Config, device: torch.device | s
 @torch.no_grad()
 def walk(name: str, policy: Policy, state: object, data: MarketData, split: str, cfg: Config,
          device: torch.device | str) -> WalkResult:
-    """Walk ``policy`` (and its carried ``state``) over ``split``; copy s trades underlying s."""
+    """Walk ``policy`` (and its carried ``state``) over ``split``; copy s trades underlying s.
+
+    Every copy ends at the split's last bar, unless its equity falls below zero (possible with shorts): that
+    account stops there, and its equity stays at its last value for the rest of the walk.
+    """
     env = walk_env(data, split, cfg, device)
     obs = env.reset(starts=torch.full((env.num_envs,), env.first_bar, dtype=torch.long))
-    while True:
+    ends: dict[int, tuple[dict, int]] = {}  # copy -> (its episode statistics, their row)
+    while len(ends) < env.num_envs:
         action, state = policy(obs, state)
         result = env.step(action)
         obs = result.obs
-        if result.episodes is not None:  # every copy ends at the split's last bar, on the same step
-            break
-    ep = result.episodes
-    order = np.argsort(ep["env"])
+        if result.episodes is not None:
+            for k, copy in enumerate(result.episodes["env"]):
+                ends.setdefault(int(copy), (result.episodes, k))
     first, last = env.first_bar, env.split_end - 1
+    column = lambda key: np.array([ends[s][0][key][ends[s][1]] for s in range(env.num_envs)])  # noqa: E731
+    curves = [np.asarray(ep["equity_curve"][k], dtype=np.float64) for ep, k in (ends[s] for s in range(env.num_envs))]
+    equity = np.stack([np.pad(c, (0, last - first + 1 - len(c)), mode="edge") for c in curves])
     return WalkResult(
-        policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1],
-        equity=np.stack([np.asarray(ep["equity_curve"][i], dtype=np.float64) for i in order]),
-        rate=env.quotes.inputs.rate[:, first:last + 1], closed=ep["closed"][order], wins=ep["wins"][order],
-        open_at_end=ep["open"][order], traded=ep["traded"][order],
-        costs=np.stack([np.asarray(c, dtype=np.float64) for c in ep["costs"]])[order],
+        policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
+        rate=env.quotes.inputs.rate[:, first:last + 1], closed=column("closed"), wins=column("wins"),
+        open_at_end=column("open"), traded=column("traded"), costs=column("costs").astype(np.float64),
     )
 
 

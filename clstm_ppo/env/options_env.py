@@ -169,12 +169,6 @@ class BatchedOptionsEnv:
         bars = torch.arange(self.first_bar, self.split_end, device=self.device)
         return (torch.arange(self.n_symbols, device=self.device).unsqueeze(-1) * self.n_bars + bars).reshape(-1)
 
-    def evaluation_starts(self, count: int) -> Tensor:
-        """``count`` starts spread evenly over the split, each with room for a full-length episode."""
-        first = self.first_bar
-        last = max(first, self.split_end - 1 - self.cfg.episode_length) if self.cfg.episode_length > 0 else first
-        return torch.linspace(first, last, count, device=self.device).round().long()
-
     # Every tensor that changes as the copies step: saved in checkpoints for an exact resume.
     STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "short", "shares",
              "margin", "strike", "expiry_bar", "expiry_time",
