@@ -1,10 +1,10 @@
-# Two entry points a user needs; each builds .venv from nothing on first use.
+# Entry points a user needs; each builds .venv from nothing on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 RUN_ARGS ?=
 
-.PHONY: run test bench clean-venv
+.PHONY: run test test-fast lint bench clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,11 +13,20 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# The default run: the same settings as `clstm-ppo-train` with no flags, from any folder.
 run: $(VENV)/.installed
-	$(PY) -m clstm_ppo.train $(RUN_ARGS)
+	$(PY) -m clstm_ppo.train --config default $(RUN_ARGS)
 
-test: $(VENV)/.installed
+# CI's command: lint, then every test.
+test: lint
 	WANDB_MODE=offline $(PY) -m pytest -q
+
+# Minutes less: skips the tests marked slow (several processes, torchrun, long training).
+test-fast: $(VENV)/.installed
+	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow"
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.installed
 	$(PY) scripts/bench_data.py

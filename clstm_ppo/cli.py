@@ -14,7 +14,8 @@ USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingFailure)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="YAML file of settings (see configs/)")
+    parser.add_argument("--config", default=None,
+                        help="a named config (default, smoke, paper) or a YAML file of settings")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting, e.g. --set data.window=20 (repeatable)")
 

@@ -22,8 +22,16 @@ import torch
 from clstm_ppo.agent.model import CascadedActorCritic
 from clstm_ppo.backtest.cboe import buywrite, putwrite
 from clstm_ppo.backtest.policies import agent_policy, cash_policy, long_straddle, macd_rule, random_policy
-from clstm_ppo.backtest.report import (across_checkpoints, check_tearsheet, format_report, plot_equity, report_dict,
-                                       underlying_metrics, write_returns_csv, write_tearsheet)
+from clstm_ppo.backtest.report import (
+    across_checkpoints,
+    check_tearsheet,
+    format_report,
+    plot_equity,
+    report_dict,
+    underlying_metrics,
+    write_returns_csv,
+    write_tearsheet,
+)
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.walk import buy_and_hold, walk
 from clstm_ppo.checkpoint import CheckpointError, load_checkpoint

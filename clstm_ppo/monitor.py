@@ -68,4 +68,5 @@ class ResourceMonitor:
 
 def per_rank_gpu(stats: list[dict[str, float]]) -> dict[str, float]:
     """Every rank's GPU statistics as one record: gpu0_util_pct, gpu1_util_pct, ..."""
-    return {key.replace("gpu_", f"gpu{rank}_", 1): value for rank, one in enumerate(stats) for key, value in one.items()}
+    return {key.replace("gpu_", f"gpu{rank}_", 1): value
+            for rank, one in enumerate(stats) for key, value in one.items()}

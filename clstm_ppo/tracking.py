@@ -33,7 +33,8 @@ def start_wandb(run_dir: Path, project: str, run_name: str, config: dict[str, An
     try:
         run = wandb.init(project=project, name=run_name, config=config, dir=str(run_dir), id=run_id, resume="allow")
     except wandb.errors.Error as err:
-        raise ConfigError(f"--wandb could not start a W&B run ({first_line(err).rstrip('.')}): log in with `wandb login` "
+        reason = first_line(err).rstrip(".")
+        raise ConfigError(f"--wandb could not start a W&B run ({reason}): log in with `wandb login` "
                           "(or set WANDB_API_KEY), or set WANDB_MODE=offline to log locally and `wandb sync` "
                           "the run folder later") from None
     id_file.write_text(run_id)
@@ -50,7 +51,8 @@ def start_tensorboard(folder: str) -> Any:
     try:
         return SummaryWriter(log_dir=folder)
     except OSError as err:
-        raise ConfigError(f"--tensorboard {folder}: cannot write there ({err.strerror}); choose another folder") from None
+        raise ConfigError(f"--tensorboard {folder}: cannot write there ({err.strerror}); "
+                          "choose another folder") from None
 
 
 class Tracker:
@@ -71,7 +73,8 @@ class Tracker:
         record = {"kind": kind, "step": step, "time": round(time.time() - self.started, 3),
                   **{k: _clean(v) for k, v in values.items()}}
         self.jsonl.write(json.dumps(record) + "\n")
-        numbers = {f"{kind}/{k}": v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = {f"{kind}/{k}": v for k, v in values.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.wandb is not None:
             self.wandb.log(numbers, step=step)
         if self.tensorboard is not None:

@@ -1,8 +1,8 @@
 """``python -m clstm_ppo.train``: train the cascaded-LSTM PPO agent.
 
-    python -m clstm_ppo.train                              # embedded S&P 500, configs/default.yaml
-    python -m clstm_ppo.train --config configs/smoke.yaml  # seconds on a CPU
-    python -m clstm_ppo.train --resume-from composite      # continue from the best composite checkpoint
+    clstm-ppo-train                          # embedded S&P 500, the default settings (= --config default)
+    clstm-ppo-train --config smoke           # seconds on a CPU; a named config or a YAML file
+    clstm-ppo-train --resume-from composite  # continue from the best composite checkpoint
 """
 from __future__ import annotations
 
@@ -17,72 +17,56 @@ import torch
 
 from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_aside, resolve_resume, run_lock
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, ConfigError, load_config, to_dict
+from clstm_ppo.config import Config, ConfigError, load_config, named_configs, to_dict, walk_rules
 from clstm_ppo.data.dataset import build_market_data
-from clstm_ppo.device import (DEVICE_CHOICES, check_compile_toolchain, configure_backends, cuda_device_count,
-                              pick_device)
+from clstm_ppo.device import check_compile_toolchain, configure_backends, cuda_device_count, pick_device
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
 
-DEFAULT_CONFIG = Path("configs/default.yaml")
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting whose field names one (config/sections.py): its help, type and choices come from
+    there, and the parsed value lands under the setting's dotted key."""
+    budget = parser.add_mutually_exclusive_group()  # a step budget and an episode budget exclude each other
+    for key, tp, rule in walk_rules(Config):
+        if rule.flag is None:
+            continue
+        names = [rule.flag] + ([f"--{rule.flag[2:].replace('-', '_')}"] if "-" in rule.flag[2:] else [])
+        target = budget if key in ("train.total_steps", "train.num_episodes") else parser
+        if tp is bool:
+            target.add_argument(*names, dest=key, action="store_true", default=None, help=f"{rule.help} ({key})")
+        else:
+            target.add_argument(*names, dest=key, type=tp, choices=rule.choices, metavar=None if rule.choices
+                                else key.rsplit(".", 1)[-1].upper(), help=f"{rule.help} ({key})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m clstm_ppo.train", description=__doc__,
+    p = argparse.ArgumentParser(prog="clstm-ppo-train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=None, help=f"YAML settings (default: {DEFAULT_CONFIG} when it exists)")
+    p.add_argument("--config", default=None, help=f"a named config ({', '.join(named_configs())}) or a YAML "
+                   "file (default: the built-in defaults, the same as --config default)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting, e.g. --set ppo.learning_rate=1e-4 (repeatable)")
-    p.add_argument("--data", help="sp500, synthetic, or a CSV/parquet file or folder (data.source)")
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--num-episodes", "--num_episodes", type=int, help="stop after this many training episodes")
-    budget.add_argument("--total-steps", "--total_steps", type=int, help="stop after this many env steps")
-    p.add_argument("--num-envs", "--num_envs", type=int, help="env copies per worker (train.num_envs)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--device", choices=DEVICE_CHOICES, help="train.device (default auto)")
+    add_setting_flags(p)
     p.add_argument("--num-gpus", "--num_gpus", type=int, default=1,
                    help="DDP workers, one per GPU (-1: every visible GPU); without CUDA, that many CPU workers")
     p.add_argument("--num-workers", "--num_workers", type=int, default=None,
                    help="CPU workers over gloo, with --device cpu (one thread each on a small machine)")
     p.add_argument("--master-port", "--master_port", type=int, default=None,
                    help="rendezvous port for spawned workers (default: a free one)")
-    p.add_argument("--early-stopping-patience", "--early_stopping_patience", type=int, default=None,
-                   help="stop after this many evaluations without a new best composite (default off)")
-    p.add_argument("--checkpoint-dir", "--checkpoint_dir", help="train.checkpoint_dir (default checkpoints)")
-    p.add_argument("--run-name", "--run_name", help="run folder name (default <data>-<config name>)")
     p.add_argument("--resume-from", "--resume_from", metavar="WHICH",
                    help=f"{', '.join(RESUME_CHOICES)} (files of this run) or a checkpoint path")
     p.add_argument("--fresh-start", "--fresh_start", action="store_true",
                    help="move an existing run folder aside (never deleted) and start over")
-    p.add_argument("--pretraining", action="store_true", help="pretrain LSTM 1 on next-bar returns first")
-    p.add_argument("--eval-every", "--eval_every", type=int, help="updates between validation evaluations")
-    p.add_argument("--wandb", action="store_true", help="log to Weights & Biases (WANDB_MODE=offline works)")
-    p.add_argument("--tensorboard", metavar="DIR", help="also write the metrics as TensorBoard scalars into DIR")
     return p
-
-
-FLAG_TO_SETTING = {
-    "data": "data.source", "num_episodes": "train.num_episodes", "total_steps": "train.total_steps",
-    "num_envs": "train.num_envs", "seed": "seed", "device": "train.device", "checkpoint_dir": "train.checkpoint_dir",
-    "run_name": "train.run_name", "eval_every": "train.eval_every",
-    "early_stopping_patience": "train.early_stopping_patience", "tensorboard": "train.tensorboard",
-}
 
 
 def resolve_config(args: argparse.Namespace, base: dict | None = None) -> Config:
     """Defaults (or a checkpoint's config), then --config, then --set, then the explicit flags."""
-    config_path = args.config if args.config is not None else (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
-    overrides = list(args.overrides)
-    for flag, setting in FLAG_TO_SETTING.items():
-        value = getattr(args, flag)
-        if value is not None:
-            overrides.append(f"{setting}={value}")
-    if args.pretraining:
-        overrides.append("train.pretraining=true")
-    if args.wandb:
-        overrides.append("train.wandb=true")
-    if args.total_steps is not None:
-        overrides.append("train.num_episodes=0")  # an explicit step budget replaces an episode budget
-    return load_config(config_path, overrides, base=base)
+    flags = {key: getattr(args, key) for key, _, rule in walk_rules(Config)
+             if rule.flag and getattr(args, key) is not None}
+    if "train.total_steps" in flags:
+        flags["train.num_episodes"] = 0  # an explicit step budget replaces an episode budget
+    return load_config(args.config, args.overrides, base=base, flags=flags)
 
 
 # Where and how wide a run executes belongs to each launch, not to the run: a resume on another machine
@@ -111,7 +95,7 @@ def check_budget_left(resume: dict, cfg: Config) -> None:
 def default_run_name(cfg: Config, args: argparse.Namespace) -> str:
     source = Path(cfg.data.source).name.split(".")[0] if cfg.data.source not in ("sp500", "synthetic") \
         else cfg.data.source
-    config_name = Path(args.config).stem if args.config else "default"
+    config_name = Path(args.config).name.removesuffix(".yaml") if args.config else "default"
     return f"{source}-{config_name}"
 
 
@@ -197,8 +181,8 @@ def spawn_workers(world_size: int, cfg: Config, run_dir: Path, resume_path: Path
     from torch.multiprocessing.spawn import ProcessException
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), CLSTM_PPO_WORLD_SIZE=str(world_size))
-    context = mp.start_processes(target or run_worker, args=(None, cfg, run_dir, resume_path, threads), nprocs=world_size,
-                                 join=False, start_method="spawn")
+    context = mp.start_processes(target or run_worker, args=(None, cfg, run_dir, resume_path, threads),
+                                 nprocs=world_size, join=False, start_method="spawn")
 
     def forward(signum, frame):  # noqa: ARG001 (signal handler signature)
         for process in context.processes:

@@ -5,15 +5,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _table import print_table  # noqa: E402
-
-from clstm_ppo.config import DataConfig, SyntheticConfig  # noqa: E402
-from clstm_ppo.data import build_market_data, load_bars  # noqa: E402
+from clstm_ppo.config import DataConfig, SyntheticConfig
+from clstm_ppo.data import build_market_data, load_bars
+from clstm_ppo.tables import print_table
 
 
 def best_of(repeats: int, fn) -> float:

@@ -14,19 +14,15 @@ table, so a slow or fast moment of the machine's arithmetic shows up next to the
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _table import print_table  # noqa: E402
-
-from clstm_ppo.config import Config  # noqa: E402
-from clstm_ppo.data import build_market_data  # noqa: E402
-from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for  # noqa: E402
-from clstm_ppo.env import BatchedOptionsEnv  # noqa: E402
+from clstm_ppo.config import Config
+from clstm_ppo.data import build_market_data
+from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
+from clstm_ppo.env import BatchedOptionsEnv
+from clstm_ppo.tables import print_table
 
 OLDER_SYSTEM_STEPS_PER_S = 340  # the seed documents' figure for the older system
 
@@ -90,7 +86,8 @@ def main() -> None:
     print_table(rows, args.json, {"device": str(device), "threads": torch.get_num_threads(), "dtype": cfg.env.dtype,
                                   "data": cfg.data.source,
                                   "malloc": "glibc defaults" if args.glibc_defaults else "freed memory kept",
-                                  "reference_multiply_us": f"{reference_before:.2f} before, {reference_op_us():.2f} after"})
+                                  "reference_multiply_us":
+                                      f"{reference_before:.2f} before, {reference_op_us():.2f} after"})
 
 
 if __name__ == "__main__":

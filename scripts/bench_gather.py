@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,12 +19,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _table import print_table  # noqa: E402
-
-from clstm_ppo.config import Config  # noqa: E402
-from clstm_ppo.distributed import DistContext, find_free_port  # noqa: E402
-from clstm_ppo.runner import Trainer  # noqa: E402
+from clstm_ppo.config import Config
+from clstm_ppo.distributed import DistContext, find_free_port
+from clstm_ppo.runner import Trainer
+from clstm_ppo.tables import print_table
 
 
 def worker(rank: int, port: int, sizes: list[int], repeats: int, out: str) -> None:

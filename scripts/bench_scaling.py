@@ -1,6 +1,6 @@
 """Samples per second with 1 and with 2 CPU workers (one thread each), in one run, and their ratio.
 
-    python scripts/bench_scaling.py [--json] [--updates 4] [--repeats 3] [--config configs/default.yaml]
+    python scripts/bench_scaling.py [--json] [--updates 4] [--repeats 3] [--config default]
 
 The two cases alternate (1, 2, 1, 2, ...) so that each pair sees the same phase of a shared
 machine; the table gives each case's median and the footer each pair's own ratio.
@@ -20,8 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _table import print_table  # noqa: E402
+from clstm_ppo.tables import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +49,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--updates", type=int, default=4, help="timed updates per case")
     parser.add_argument("--repeats", type=int, default=3, help="alternating (1 worker, 2 workers) pairs")
-    parser.add_argument("--config", default="configs/default.yaml")
+    parser.add_argument("--config", default="default")
     args = parser.parse_args()
     runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
     for _ in range(args.repeats):
@@ -61,7 +60,8 @@ def main() -> None:
         rate, per_update = statistics.median(r[0] for r in results), statistics.median(r[1] for r in results)
         rows.append({"workers": workers, "samples_per_s": round(rate, 1), "s_per_update": round(per_update, 3)})
     pair_ratios = [round(two[0] / one[0], 3) for one, two in zip(runs[1], runs[2], strict=True)]
-    print_table(rows, args.json, {"speedup_2_vs_1_of_medians": round(rows[1]["samples_per_s"] / rows[0]["samples_per_s"], 3),
+    speedup = round(rows[1]["samples_per_s"] / rows[0]["samples_per_s"], 3)
+    print_table(rows, args.json, {"speedup_2_vs_1_of_medians": speedup,
                                   "pair_ratios": pair_ratios, "config": args.config, "threads_per_worker": 1})
 
 

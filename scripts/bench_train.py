@@ -1,37 +1,39 @@
 """Training throughput: our trainer against sb3-contrib's RecurrentPPO on the same env, side by side.
 
-    python scripts/bench_train.py [--json] [--updates 2] [--sizes default paper]
+    python scripts/bench_train.py [--json] [--updates 2] [--settings default paper paper-256]
 
-Both train the embedded S&P 500 training split with the same copies, 128 steps per
+Settings: "default" and "paper" network sizes with 32 env copies, and paper sizes with 256
+copies ("paper-256"), where copies on one underlying share bars and the update's encoding of
+each distinct bar once matters most. Both train the embedded S&P 500 training split with the same copies, 128 steps per
 copy per update, 4 epochs, 4 minibatches and the same network sizes: sb3-contrib gets
 our LSTM 1 + MLP as its features extractor (through the gymnasium wrapper, one env per
 DummyVecEnv slot) and one shared LSTM of LSTM 2's size with linear heads. Both run on
 one thread. "MFU" is our model FLOP/s (forward in the rollout, forward + backward in
 the update, counted analytically; a rollout that caches per-bar codes counts one encoding
-per bar) over a dense float32 matmul's FLOP/s measured here.
+per bar, an update that encodes each distinct bar of a minibatch once counts those) over a
+dense float32 matmul's FLOP/s measured here. "update_encodes" is LSTM 1 window encodings per
+update, beside "update_decisions", the decisions it trains on (what per-window encoding ran).
 "ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _table import print_table  # noqa: E402
+from clstm_ppo.agent.model import MarketEncoder
+from clstm_ppo.config import AgentConfig, Config
+from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
+from clstm_ppo.env import PORTFOLIO_FEATURES
+from clstm_ppo.runner import Trainer
+from clstm_ppo.tables import print_table
 
-from clstm_ppo.agent.model import MarketEncoder  # noqa: E402
-from clstm_ppo.config import AgentConfig, Config  # noqa: E402
-from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for  # noqa: E402
-from clstm_ppo.env import PORTFOLIO_FEATURES  # noqa: E402
-from clstm_ppo.runner import Trainer  # noqa: E402
-
-SIZES = {"default": AgentConfig(64, 64, 128), "paper": AgentConfig(128, 128, 512)}
+DEFAULT_SIZES, PAPER_SIZES = AgentConfig(64, 64, 128), AgentConfig(128, 128, 512)
+SETTINGS = {"default": (DEFAULT_SIZES, 32), "paper": (PAPER_SIZES, 32), "paper-256": (PAPER_SIZES, 256)}
 
 
 def bench_config(agent: AgentConfig, num_envs: int) -> Config:
@@ -52,22 +54,31 @@ def forward_flops(cfg: Config, n_features: int, n_actions: int) -> tuple[float, 
     return 2.0 * (lstm1 + mlp), 2.0 * (lstm2 + heads)
 
 
-def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -> tuple[float, float]:
-    """(env steps/s, model FLOP/s) of our trainer over ``updates`` updates after one warm-up update."""
+def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -> dict[str, float]:
+    """Env steps/s, model FLOP/s and LSTM 1 encodings per update of our trainer, over ``updates`` updates
+    after one warm-up update."""
+    encodes = []
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp), device)
         trainer.train_step()
         start = time.perf_counter()
         for _ in range(updates):
-            trainer.train_step()
+            stats, _ = trainer.train_step()
+            minibatches = cfg.ppo.update_epochs * cfg.ppo.num_minibatches
+            # A trainer without the per-bar update encodes every decision's window (how older commits count).
+            encodes.append(stats.get("lstm1_encodes_per_minibatch", stats.get("decisions_per_minibatch", float(
+                trainer.batch_size // cfg.ppo.num_minibatches))) * minibatches)
         elapsed = time.perf_counter() - start
     steps = updates * trainer.batch_size
+    decisions = trainer.batch_size * cfg.ppo.update_epochs  # what the update trains on
     encoder, rest = forward_flops(cfg, len(trainer.data.feature_names), trainer.env.actions.n)
     # The rollout encodes each bar once when it caches bar codes, else every decision's window.
     cached_bars = len(trainer.env.observable_rows()) if trainer.bar_codes() is not None else trainer.batch_size
     rollout = updates * (cached_bars * encoder + trainer.batch_size * rest)
-    flops = rollout + steps * (encoder + rest) * 3 * cfg.ppo.update_epochs  # backward ~ 2x forward
-    return steps / elapsed, flops / elapsed
+    update = sum(encodes) * encoder + updates * decisions * rest
+    flops = rollout + 3 * update  # backward ~ 2x forward
+    return {"rate": steps / elapsed, "flops": flops / elapsed, "encodes": sum(encodes) / updates,
+            "decisions": float(decisions), "rollout_encodes": float(cached_bars)}
 
 
 def sb3(cfg: Config, updates: int) -> float:
@@ -90,10 +101,11 @@ def sb3(cfg: Config, updates: int) -> float:
         def forward(self, obs):
             return torch.cat([self.encoder(obs["market"]), obs["portfolio"]], dim=-1)
 
-    envs = DummyVecEnv([lambda i=i: OptionsTradingEnv(data, split="train") for i in range(cfg.train.num_envs)])
+    envs = DummyVecEnv([lambda: OptionsTradingEnv(data, split="train")] * cfg.train.num_envs)
     p = cfg.ppo
     model = RecurrentPPO(
-        "MultiInputLstmPolicy", envs, n_steps=p.num_steps, batch_size=cfg.train.num_envs * p.num_steps // p.num_minibatches,
+        "MultiInputLstmPolicy", envs, n_steps=p.num_steps,
+        batch_size=cfg.train.num_envs * p.num_steps // p.num_minibatches,
         n_epochs=p.update_epochs, learning_rate=p.learning_rate, gamma=p.gamma, gae_lambda=p.gae_lambda,
         clip_range=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, device="cpu",
         policy_kwargs=dict(features_extractor_class=WindowExtractor, lstm_hidden_size=cfg.agent.lstm2_hidden,
@@ -123,8 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--updates", type=int, default=2, help="timed updates per trainer (after one warm-up)")
-    parser.add_argument("--num-envs", type=int, default=32)
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
+                        help="network sizes and env copies to time (default: all three)")
+    parser.add_argument("--num-envs", type=int, help="env copies for every setting instead of its own (a GPU's 4,096)")
     parser.add_argument("--skip-sb3", action="store_true", help="time ours only (always on a GPU)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
     args = parser.parse_args()
@@ -134,17 +147,19 @@ def main() -> None:
     args.skip_sb3 = args.skip_sb3 or device.type == "cuda"  # the ratio is a CPU comparison
     peak = matmul_flops(device=device)
     rows = []
-    for size in args.sizes:
-        cfg = bench_config(SIZES[size], args.num_envs)
+    for setting in args.settings:
+        sizes, num_envs = SETTINGS[setting]
+        num_envs = args.num_envs or num_envs
+        cfg = bench_config(sizes, num_envs)
         cfg.train.device = device.type
-        our_rate, our_flops = ours(cfg, args.updates, device)
+        run = ours(cfg, args.updates, device)
         sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates)
-        rows.append({"sizes": size, "ours_steps_per_s": round(our_rate, 1), "sb3_steps_per_s": round(sb3_rate, 1),
-                     "ratio": round(our_rate / sb3_rate, 2), "ours_gflops": round(our_flops / 1e9, 2),
-                     "mfu": round(our_flops / peak, 3),
-                     "ratio_at_peak": round(peak / (our_flops / our_rate) / sb3_rate, 1)})
-    print_table(rows, args.json, {"matmul_gflops_1_thread": round(peak / 1e9, 1), "num_envs": args.num_envs,
-                                  "updates_timed": args.updates})
+        rows.append({"setting": setting, "num_envs": num_envs, "ours_steps_per_s": round(run["rate"], 1),
+                     "sb3_steps_per_s": round(sb3_rate, 1), "ratio": round(run["rate"] / sb3_rate, 2),
+                     "update_encodes": round(run["encodes"]), "update_decisions": round(run["decisions"]),
+                     "ours_gflops": round(run["flops"] / 1e9, 2), "mfu": round(run["flops"] / peak, 3),
+                     "ratio_at_peak": round(peak / (run["flops"] / run["rate"]) / sb3_rate, 1)})
+    print_table(rows, args.json, {"matmul_gflops_1_thread": round(peak / 1e9, 1), "updates_timed": args.updates})
 
 
 if __name__ == "__main__":

@@ -25,11 +25,12 @@ import torch
 
 from clstm_ppo.backtest.cboe import REAL_ANNUAL_RETURNS as REAL
 from clstm_ppo.backtest.cboe import REAL_YEARS, buywrite, putwrite
-from clstm_ppo.backtest.report import format_records, yearly_metrics
+from clstm_ppo.backtest.report import yearly_metrics
 from clstm_ppo.backtest.walk import buy_and_hold
 from clstm_ppo.config import Config, DataConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.tables import format_records
 
 TRAINING = list(REAL_YEARS)  # the embedded S&P 500's training split is 1999..2012-12-31
 FULL = list(REAL_YEARS[1:])  # 1999 is partial (from 1999-02-22)

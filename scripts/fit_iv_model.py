@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _table import print_table  # noqa: E402
-
-from clstm_ppo.config import DataConfig, MarketConfig  # noqa: E402
-from clstm_ppo.data import build_market_data  # noqa: E402
-from clstm_ppo.data.dataset import SPLITS  # noqa: E402
-from clstm_ppo.market.inputs import fit_iv_model, market_inputs  # noqa: E402
+from clstm_ppo.config import DataConfig, MarketConfig
+from clstm_ppo.data import build_market_data
+from clstm_ppo.data.dataset import SPLITS
+from clstm_ppo.market.inputs import fit_iv_model, market_inputs
+from clstm_ppo.tables import print_table
 
 
 def main() -> None:

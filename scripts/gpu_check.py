@@ -3,7 +3,7 @@ env and trainer's speed on the GPU at 4,096 copies.
 
     python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3]
 
-Each check runs the public commands in a subprocess (as a user would) on configs/smoke.yaml in a temporary
+Each check runs the public commands in a subprocess (as a user would) on the smoke config in a temporary
 folder, and the table says pass or fail, env steps/s and the GPU's peak memory (from the run's NVML records).
 Without CUDA it says so and exits 0: nothing here can run on a CPU-only machine.
 """
@@ -19,11 +19,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _table import print_table  # noqa: E402
+from clstm_ppo.tables import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
+SMOKE = "smoke"
 
 
 def run(args: list[str], timeout: float = 900) -> tuple[bool, float, str]:
@@ -82,7 +81,7 @@ def main() -> None:
             "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
             "--plot", str(folder / "bf16.png")]))
         for script, extra in (("bench_env.py", ["--sizes", "4096", "--seconds", str(args.seconds)]),
-                              ("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--sizes", "default"])):
+                              ("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default"])):
             done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--device", "cuda", "--json",
                                    *extra], capture_output=True, text=True, timeout=900, cwd=ROOT)
             ok = done.returncode == 0

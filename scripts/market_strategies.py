@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.backtest.report import format_records
 from clstm_ppo.config import DataConfig, MarketConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env.held_to_expiry import STRATEGIES, TERCILES, run_strategies, summarize, tercile_cuts
 from clstm_ppo.market.inputs import market_inputs
+from clstm_ppo.tables import format_records
 
 SOURCES = {"vix": "column", "model": "model"}  # row label -> MarketConfig.iv_source
 SPLITS = ("train", "validation", "test")

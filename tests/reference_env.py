@@ -109,7 +109,8 @@ class ReferenceMarket:
         self.day: list[datetime.date] = [s.date() for s in stamps]
         self.close_time = [(s - stamps[0]).total_seconds() / 86400.0 for s in stamps]
         self.open_time = [self.close_time[0] - SESSION_DAYS] + [
-            now - min(SESSION_DAYS, now - before) for before, now in zip(self.close_time, self.close_time[1:])]
+            now - min(SESSION_DAYS, now - before)
+            for before, now in zip(self.close_time, self.close_time[1:], strict=False)]
         self._expiries: dict[tuple[int, float], tuple] = {}
         # Short-option margin rates (a, b): index or stock rates per underlying, taken as data.
         self.margin_a, self.margin_b = (float(x) for x in margin_rates(data.broad_index, len(data.symbols),
@@ -447,7 +448,7 @@ class ReferenceCopy:
         spot, mult, shorts = self.mk.close[self.t], self.m.multiplier, [p for p in self.open_positions() if p.short]
         need = [self.mk.margin(p.mid, spot, p.strike, p.call) * p.contracts * mult for p in shorts]
         call_shares = sum(p.contracts * mult for p in shorts if p.call)
-        call_need = sum(n for n, p in zip(need, shorts) if p.call)
+        call_need = sum(n for n, p in zip(need, shorts, strict=True) if p.call)
         covered = min(1.0, self.shares / call_shares) if call_shares else 0.0
         self.seen.covered_marks += covered > 0 and call_need > 0
         return sum(need) - covered * call_need

@@ -5,13 +5,13 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from market_fixtures import handmade_market
 
 from clstm_ppo.backtest.policies import cash_policy, long_straddle, macd_rule, random_policy
 from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_env
 from clstm_ppo.config import Config, DataConfig, EnvConfig, SyntheticConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env import ActionSpace
-from market_fixtures import handmade_market
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,15 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from market_fixtures import handmade_market
 
-from clstm_ppo.backtest.cboe import (REAL_ANNUAL_RETURNS, REAL_YEARS, _schedule, buywrite, monthly_expiry_table,
-                                     putwrite)
+from clstm_ppo.backtest.cboe import REAL_ANNUAL_RETURNS, REAL_YEARS, _schedule, buywrite, monthly_expiry_table, putwrite
 from clstm_ppo.backtest.report import yearly_metrics
 from clstm_ppo.backtest.walk import buy_and_hold
 from clstm_ppo.config import Config, CostConfig, DataConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env.quotes import market_clock
 from clstm_ppo.market import COST_KINDS
-from market_fixtures import handmade_market
 
 EXPIRY = 51  # handmade days start 2020-01-01: a sale on Jan 4 lists the third Friday of February, Feb 21
 

@@ -1,11 +1,29 @@
 """Settings: every value outside what it may be is refused in one line that names the key and the rule."""
 import dataclasses
+import shlex
+import subprocess
 import typing
+from pathlib import Path
 
 import pytest
 
 from clstm_ppo.agent.precision import PRECISIONS
-from clstm_ppo.config import CHOICES, LIMITS, Config, ConfigError, load_config
+from clstm_ppo.config import (
+    CHOICES,
+    LIMITS,
+    AgentConfig,
+    Config,
+    ConfigError,
+    CostConfig,
+    PPOConfig,
+    TrainConfig,
+    check_values,
+    load_config,
+    named_configs,
+    to_dict,
+    walk_rules,
+)
+from clstm_ppo.train import build_parser, resolve_config
 
 
 def numeric_keys(cls=Config, prefix=""):
@@ -29,7 +47,7 @@ def test_every_numeric_setting_outside_synthetic_market_has_a_rule():
 
 def test_every_default_and_shipped_config_obeys_the_rules():
     for name in ("default", "smoke", "paper"):
-        load_config(f"configs/{name}.yaml")
+        load_config(name)
     load_config()
 
 
@@ -68,3 +86,75 @@ def test_edges_that_are_allowed():
 
 def test_choices_match_what_the_code_accepts():
     assert set(CHOICES["train.precision"]) == set(PRECISIONS)
+
+
+# ---------------------------------------------------------------- one source of truth, from any folder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_run_arguments() -> list[str]:
+    """The arguments `make run` passes to the trainer, read from the Makefile's recipe."""
+    recipe = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    line = next(row for row in recipe.splitlines() if "clstm_ppo.train" in row)
+    return shlex.split(line.split("clstm_ppo.train", 1)[1])
+
+
+def test_no_flags_resolve_the_same_settings_as_make_run_from_any_folder(tmp_path, monkeypatch):
+    make_run = resolve_config(build_parser().parse_args(make_run_arguments()))
+    monkeypatch.chdir(tmp_path)  # nothing here: no configs/ folder, no repository
+    bare = resolve_config(build_parser().parse_args([]))
+    assert to_dict(bare) == to_dict(make_run) == to_dict(Config())
+    assert (bare.train.num_envs, bare.train.total_steps, bare.data.source) == (32, 200_000, "sp500")
+
+
+def test_named_configs_ship_inside_the_package_and_a_path_still_works(tmp_path, monkeypatch):
+    assert {"default", "smoke", "paper"} <= set(named_configs())
+    monkeypatch.chdir(tmp_path)
+    assert load_config("smoke").data.source == "synthetic"
+    assert load_config("paper").agent.lstm2_hidden == 512
+    (tmp_path / "mine.yaml").write_text("agent:\n  lstm1_hidden: 8\n")
+    assert load_config("mine.yaml").agent.lstm1_hidden == 8
+    with pytest.raises(ConfigError, match="'nosuch' is neither a file nor a named config; name one of"):
+        load_config("nosuch")
+
+
+@pytest.mark.parametrize("source", ["yaml", "set", "flag", "constructor", "assignment"])
+def test_an_out_of_range_value_is_refused_whatever_its_source(source, tmp_path):
+    message = "config: train.num_envs must be >= 1, got 0"
+    with pytest.raises(ConfigError) as err:
+        if source == "yaml":
+            (tmp_path / "bad.yaml").write_text("train:\n  num_envs: 0\n")
+            load_config(tmp_path / "bad.yaml")
+        elif source == "set":
+            load_config(overrides=["train.num_envs=0"])
+        elif source == "flag":
+            resolve_config(build_parser().parse_args(["--num-envs", "0"]))
+        elif source == "constructor":
+            TrainConfig(num_envs=0)
+        else:
+            Config().train.num_envs = 0
+    assert str(err.value) == message
+
+
+def test_a_config_built_in_code_is_typed_and_its_settings_checked_together():
+    with pytest.raises(ConfigError, match="config: ppo.learning_rate must be float, got 'fast'"):
+        PPOConfig(learning_rate="fast")
+    with pytest.raises(ConfigError, match="unknown key 'agent.lstm3_hidden'"):
+        AgentConfig().lstm3_hidden = 4
+    assert CostConfig(spread_base=0).spread_base == 0.0 and isinstance(CostConfig(spread_base=0).spread_base, float)
+    with pytest.raises(ConfigError, match=r"train.num_envs \(6\) must be a multiple of ppo.num_minibatches"):
+        Config(train=TrainConfig(num_envs=6))
+    cfg = Config()
+    cfg.market.moneyness.append(-1.0)  # a list changed in place escapes the assignment check ...
+    with pytest.raises(ConfigError, match="market.moneyness must be > 0"):
+        check_values(cfg)  # ... and is caught where a run starts
+
+
+def test_every_setting_has_help_and_flags_take_theirs_from_the_field():
+    rules = list(walk_rules(Config))
+    assert all(rule.help.strip() for _, _, rule in rules), [k for k, _, r in rules if not r.help.strip()]
+    help_text = " ".join(build_parser().format_help().split())
+    for key, _, rule in rules:
+        if rule.flag:
+            assert rule.flag in help_text and f"({key})" in help_text

@@ -18,7 +18,7 @@ from clstm_ppo.train import main as train_main
 from clstm_ppo.train import run_worker, spawn_workers
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
+SMOKE = "smoke"
 SMALL = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
 
 
@@ -55,6 +55,7 @@ def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
     run_worker(local_rank, ctx, cfg, run_dir, resume_path, threads)
 
 
+@pytest.mark.slow
 def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, monkeypatch):
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
     # 4 updates of 2 workers x 8 copies x 32 steps; accumulation exercises DDP's no_sync on every other backward
@@ -76,6 +77,7 @@ def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, mon
     assert not any(k.startswith("module.") for k in state["model"]), "DDP must not enter the state_dict"
 
 
+@pytest.mark.slow
 def test_an_exception_in_rank_1_ends_both_workers_quickly(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
     monkeypatch.setenv("FAIL_RANK", "1")
@@ -93,6 +95,7 @@ def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_path):
     base = ["--checkpoint-dir", str(tmp_path), *SMALL]
     first = cli(*base, "--num-gpus", "2", "--total-steps", str(2 * 512), "--pretraining",
@@ -131,6 +134,7 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     assert set(json.loads(report.read_text())["policies"]) >= {"agent", "buy_and_hold", "macd_rule"}
 
 
+@pytest.mark.slow
 def test_two_worker_resume_equals_an_uninterrupted_two_worker_run(tmp_path):
     """Every rank's env copies, LSTM state and random streams are saved, so a resume continues each rank exactly."""
     batch = 2 * 8 * 32  # env steps per update: 2 workers x 8 copies x 32 steps
@@ -155,6 +159,7 @@ def test_two_worker_resume_equals_an_uninterrupted_two_worker_run(tmp_path):
         assert torch.equal(b["other_ranks"][0]["env"][name], a["other_ranks"][0]["env"][name]), name
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_launcher_leaves_a_loadable_latest(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir",
                              str(tmp_path), "--device", "cpu", "--num-workers", "2", "--total-steps", "10000000",
@@ -179,6 +184,7 @@ def torchrun(*args: str) -> list[str]:
     return [*launcher, *args]
 
 
+@pytest.mark.slow
 def test_torchrun_single_node_trains(tmp_path):
     result = subprocess.run(torchrun("--nproc-per-node", "2", "--master-port", str(find_free_port()), "-m",
                                      "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(tmp_path),
@@ -189,6 +195,7 @@ def test_torchrun_single_node_trains(tmp_path):
     assert state["world_size"] == 2 and state["update"] == 2
 
 
+@pytest.mark.slow
 def test_two_torchrun_launchers_form_one_two_node_job(tmp_path):
     port = str(find_free_port())
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port]

@@ -5,13 +5,12 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_bars
 
+from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, DataConfig, load_config
 from clstm_ppo.data import DataError, build_market_data, load_bars
 from clstm_ppo.data.__main__ import main as data_main
-from clstm_ppo.cli import run_cli
-
-from conftest import make_bars
 
 
 def test_embedded_sp500_loads_with_default_splits():

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from market_fixtures import handmade_market
 
 from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env import BatchedOptionsEnv
 from clstm_ppo.env.quotes import expiry_table, market_clock
-from market_fixtures import handmade_market
 
 EXACT = EnvConfig(dtype="float64", episode_length=0, ruin_fraction=0.0)
 

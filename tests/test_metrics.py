@@ -6,8 +6,16 @@ import pytest
 
 from clstm_ppo.env.observation import ragged
 from clstm_ppo.market import COST_KINDS
-from clstm_ppo.metrics import (COST_FIELDS, composite_score, concat_episodes, episode_metrics, episode_sums,
-                               max_drawdown, sharpe, sums_to_metrics)
+from clstm_ppo.metrics import (
+    COST_FIELDS,
+    composite_score,
+    concat_episodes,
+    episode_metrics,
+    episode_sums,
+    max_drawdown,
+    sharpe,
+    sums_to_metrics,
+)
 
 
 def three_episodes() -> dict[str, np.ndarray]:

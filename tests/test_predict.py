@@ -4,12 +4,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import make_bars
+from test_train import SMOKE
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.predict import main as predict_main
 from clstm_ppo.train import main as train_main
-from conftest import make_bars
-from test_train import SMOKE
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,7 @@ def csv(walks, tmp_path_factory) -> pd.DataFrame:
 def reference(r: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> dict:
     """The metrics by hand: ``dates`` and ``rate`` cover the n + 1 closes that the n returns ``r`` span."""
     root = np.sqrt(252)
-    gaps = np.array([(b - a).days for a, b in zip(dates[:-1], dates[1:])], dtype=float)
+    gaps = np.array([(b - a).days for a, b in zip(dates[:-1], dates[1:], strict=True)], dtype=float)
     excess = r - (np.exp(rate[:-1] * gaps / 365) - 1)
     total = np.prod(1 + r) - 1
     annual = (1 + total) ** (252 / len(r)) - 1

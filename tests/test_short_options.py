@@ -12,6 +12,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from market_fixtures import handmade_market
+from reference_env import black_scholes
 
 from clstm_ppo.backtest.policies import cash_policy
 from clstm_ppo.backtest.walk import buy_and_hold, walk
@@ -21,8 +23,6 @@ from clstm_ppo.env import BatchedOptionsEnv
 from clstm_ppo.env.actions import ActionSpace
 from clstm_ppo.market import COST_KINDS
 from clstm_ppo.market.inputs import market_inputs
-from market_fixtures import handmade_market
-from reference_env import black_scholes
 
 FLAT = MarketConfig(iv_skew=0.0, iv_smile=0.0)
 VOL = 0.2 * FLAT.atm_per_iv

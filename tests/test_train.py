@@ -1,4 +1,4 @@
-"""The trainer end to end on configs/smoke.yaml: learning, best checkpoints, exact resume, bad input."""
+"""The trainer end to end on the smoke config: learning, best checkpoints, exact resume, bad input."""
 import itertools
 import json
 import subprocess
@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from clstm_ppo.backtest.policies import agent_policy, random_policy
+from clstm_ppo.backtest.walk import selection_metrics, walk
 from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data import Normalizer, build_market_data
-from clstm_ppo.backtest.policies import agent_policy, random_policy
-from clstm_ppo.backtest.walk import selection_metrics, walk
 from clstm_ppo.evaluate import model_from_checkpoint
 from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS
 from clstm_ppo.train import main as train_main
 
-SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+SMOKE = "smoke"
 
 
 def train(tmp: Path, *extra: str) -> int:
@@ -166,13 +166,16 @@ def test_pretraining_learns_next_bar_returns(tmp_path, capsys):
 
 
 def test_command_line_entry_point_and_underscore_aliases(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint_dir",
-                             str(tmp_path), "--num_episodes", "20", "--run_name", "alias", "--set",
-                             "train.num_envs=8"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "Episode " in result.stderr + result.stdout and "resume with:" in result.stdout
-    state = load_checkpoint(tmp_path / "alias" / "latest.pt")
-    assert state["episodes"] >= 20
+    """The installed command, run from a folder outside the repository, trains a named config."""
+    command = Path(sys.executable).parent / "clstm-ppo-train"
+    proc = subprocess.run([str(command), "--config", "smoke", "--checkpoint_dir", str(tmp_path / "runs"),
+                           "--num_episodes", "20", "--run_name", "alias", "--set", "train.num_envs=8"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Episode " in proc.stderr + proc.stdout and "resume with:" in proc.stdout
+    state = load_checkpoint(tmp_path / "runs" / "alias" / "latest.pt")
+    assert state["episodes"] >= 20 and state["config"]["train"]["num_envs"] == 8
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_wandb_flag_logs_an_offline_run(tmp_path, monkeypatch):
@@ -290,8 +293,9 @@ def test_evaluate_makes_the_plot_folder_and_reports_several_checkpoints(smoke_ru
 
 
 def test_evaluate_on_another_file_normalises_with_the_checkpoints_statistics(smoke_run, tmp_path, capsys):
-    from clstm_ppo.evaluate import main as evaluate_main
     from conftest import make_bars
+
+    from clstm_ppo.evaluate import main as evaluate_main
 
     make_bars(700, seed=3).to_csv(tmp_path / "other.csv", index=False)
     assert run_cli(evaluate_main, ["--checkpoint", str(smoke_run / "latest.pt"), "--data",

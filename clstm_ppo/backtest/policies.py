@@ -32,7 +32,7 @@ def random_policy(seed: int) -> tuple:
 
 def cash_policy() -> tuple:
     """Never trades."""
-    return (lambda obs, state: (torch.zeros(obs.mask.shape[0], dtype=torch.long, device=obs.mask.device), None)), None
+    return (lambda obs, _state: (torch.zeros(obs.mask.shape[0], dtype=torch.long, device=obs.mask.device), None)), None
 
 
 def _atm_30_day(actions: ActionSpace) -> tuple[int, int]:

@@ -9,7 +9,6 @@ import logging
 import math
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +16,7 @@ import pandas as pd
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.config import ConfigError, first_line
 from clstm_ppo.market import COST_KINDS
+from clstm_ppo.tables import format_table
 
 TRADING_DAYS = 252
 FLAT = 1e-12  # a std below this is rounding noise of a flat curve, not risk: its ratios are 0, not 1e16
@@ -129,23 +129,6 @@ def _cell(key: str, value: float | str) -> str:
     if key in PERCENT:
         return f"{100 * value:,.2f}%"
     return f"{value:,.2f}" if key == "costs" or key.startswith("cost_") else f"{value:,.3f}"
-
-
-def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
-    """Columns as wide as their widest cell; the first ``left`` (names) flush left, numbers flush right."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-    return "\n".join(line(r) for r in [header, *rows])
-
-
-def format_records(rows: list[dict[str, Any]], digits: int = 1) -> str:
-    """Dict rows (one key per column) as a right-aligned table, floats to ``digits`` places, None as blank."""
-    cells = [["" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r.values()]
-             for r in rows]
-    return format_table(list(rows[0]), cells, left=0)
 
 
 def _rows(metrics: dict[str, dict[str, dict]], keys: tuple[str, ...], several: bool) -> list[list[str]]:

@@ -99,7 +99,8 @@ def _row_label(frame: pd.DataFrame, position: int) -> str:
 
 def _parse_dates(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     raw = frame["date"]
-    dates = pd.to_datetime(raw, errors="coerce", format="mixed") if raw.dtype == object or pd.api.types.is_string_dtype(raw) \
+    text = raw.dtype == object or pd.api.types.is_string_dtype(raw)
+    dates = pd.to_datetime(raw, errors="coerce", format="mixed") if text \
         else pd.to_datetime(raw, errors="coerce")
     bad = np.flatnonzero(dates.isna().to_numpy())
     if bad.size:
@@ -129,7 +130,8 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
         if column in frame.columns:
             bad = np.flatnonzero(frame[column].to_numpy() <= 0)
             if bad.size:
-                raise DataError(f"{label}: column '{column}' {_row_label(frame, bad[0])} is {frame[column].iloc[bad[0]]}; "
+                where = _row_label(frame, bad[0])
+                raise DataError(f"{label}: column '{column}' {where} is {frame[column].iloc[bad[0]]}; "
                                 "prices must be positive: fix or drop that row")
     if "rate" in frame.columns:
         bad = np.flatnonzero(np.abs(frame["rate"].to_numpy()) > 0.5)
@@ -177,7 +179,8 @@ def _frames_from_table(frame: pd.DataFrame, label: str, default_symbol: str) -> 
     frame = _rename_columns(frame, label)
     missing = [c for c in ("date", *PRICE_COLUMNS) if c not in frame.columns]
     if missing:
-        raise DataError(f"{label}: missing column '{missing[0]}' (found: {', '.join(map(str, frame.columns)) or 'none'}); "
+        found = ", ".join(map(str, frame.columns)) or "none"
+        raise DataError(f"{label}: missing column '{missing[0]}' (found: {found}); "
                         "rename or add it (Date, Open, High, Low, Close[, Volume][, Symbol])")
     if frame.empty:
         raise DataError(f"{label}: holds no rows; point --data at a file with bars in it")
@@ -197,7 +200,8 @@ def _expand_paths(source: str) -> list[Path]:
         if path.is_dir():
             found = sorted(p for p in path.iterdir() if p.name.endswith(DATA_SUFFIXES))
             if not found:
-                raise DataError(f"{path}: folder holds no .csv, .csv.gz or .parquet files; put one file per underlying in it")
+                raise DataError(f"{path}: folder holds no .csv, .csv.gz or .parquet files; "
+                                "put one file per underlying in it")
             paths.extend(found)
         elif path.is_file():
             paths.append(path)

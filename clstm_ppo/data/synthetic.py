@@ -77,7 +77,8 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     high = np.maximum(open_, close) * np.exp(spread)
     low = np.minimum(open_, close) * np.exp(-np.abs(rng.standard_normal((n, k))) * vol * np.sqrt(dt) * 0.5)
     noise = 0.3 * rng.standard_normal((n, k))
-    volume = cfg.base_volume * (vol / min(cfg.regime_vol)) * np.exp(noise + (0.5 * trend if cfg.signal_strength else 0.0))
+    planted = 0.5 * trend if cfg.signal_strength else 0.0
+    volume = cfg.base_volume * (vol / min(cfg.regime_vol)) * np.exp(noise + planted)
 
     # The market prices options at the regime's true vol (diffusion and jumps) times a variance risk premium: as
     # in real markets, buying options loses on average. It does not see the planted trend: that is the alpha an

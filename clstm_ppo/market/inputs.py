@@ -17,6 +17,7 @@ from clstm_ppo.config import MarketConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.stale import stale_opens
 
+
 @dataclass
 class MarketInputs:
     iv_close: np.ndarray  # (S, T) 30-day ATM implied vol known at bar t's close

@@ -1,0 +1,39 @@
+"""Typed configuration: the one source of truth for every setting (``sections.py``), how a setting is
+declared and checked (``fields.py``), the rules between settings (``consistency.py``), and how a run's
+settings are put together from defaults, a named config or file, and overrides (``loading.py``)."""
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from clstm_ppo.config.consistency import check_values
+from clstm_ppo.config.fields import OBSOLETE, ConfigError, first_line, from_dict, walk_rules
+from clstm_ppo.config.loading import (
+                                      config_text,
+                                      load_config,
+                                      merge,
+                                      named_configs,
+                                      parse_override,
+                                      save_config,
+                                      to_dict,
+                                      without_obsolete,
+)
+from clstm_ppo.config.sections import (
+                                      AgentConfig,
+                                      Config,
+                                      CostConfig,
+                                      DataConfig,
+                                      EnvConfig,
+                                      MarketConfig,
+                                      PPOConfig,
+                                      SyntheticConfig,
+                                      TrainConfig,
+)
+
+# Read-only views of the rules, derived from the fields (kept for the code and tests that look them up).
+CHOICES = MappingProxyType({k: r.choices for k, _, r in walk_rules(Config) if r.choices})
+LIMITS = MappingProxyType({k: r.limits for k, _, r in walk_rules(Config) if r.limits})
+
+__all__ = ["CHOICES", "LIMITS", "OBSOLETE", "AgentConfig", "Config", "ConfigError", "CostConfig", "DataConfig",
+           "EnvConfig", "MarketConfig", "PPOConfig", "SyntheticConfig", "TrainConfig", "check_values",
+           "config_text", "first_line", "from_dict", "load_config", "merge", "named_configs", "parse_override",
+           "save_config", "to_dict", "walk_rules", "without_obsolete"]

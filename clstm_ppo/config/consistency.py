@@ -1,0 +1,49 @@
+"""Rules that tie settings to each other; a single setting's own limits live beside it (``setting``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from clstm_ppo.config.fields import ConfigError, walk_rules
+
+
+def check_values(cfg: Any) -> None:
+    """The settings of ``cfg`` (a ``Config``) consistent with each other, or a one-line error.
+
+    Each value was checked against its own rule when it was set; this runs when a whole config is built and
+    again where a run starts (a config changed in code after it was built is checked there).
+    """
+    d, m, p, t = cfg.data, cfg.market, cfg.ppo, cfg.train
+    for key, _, rule in walk_rules(type(cfg)):
+        rule.check(key, _get(cfg, key))  # a list changed in place escaped its assignment check
+    pairs = [
+        (not m.moneyness or not m.expiries_days, "market.moneyness and market.expiries_days need at least one entry"),
+        (len(m.index_margin) != 2 or len(m.stock_margin) != 2,
+         "market.index_margin and market.stock_margin need two rates each: [a, b], e.g. [0.15, 0.10]"),
+        (len(set(m.stock_targets)) != len(m.stock_targets), f"market.stock_targets repeat a value: {m.stock_targets}"),
+        (len(m.iv_model_coefs) != 3, f"market.iv_model_coefs needs three entries (a, b, c), got {m.iv_model_coefs}"),
+        (m.min_iv >= m.max_iv, f"market.min_iv ({m.min_iv}) must be below market.max_iv ({m.max_iv})"),
+        (m.costs.max_volume_share * m.costs.min_option_volume < 1,
+         f"market.costs.max_volume_share x min_option_volume ({m.costs.max_volume_share} x "
+         f"{m.costs.min_option_volume}) must be at least 1 contract, or no order on a thin strike could fill"),
+        (m.costs.spread_min > m.costs.spread_max,
+         f"market.costs.spread_min ({m.costs.spread_min}) must not exceed spread_max ({m.costs.spread_max})"),
+        (d.train_frac + d.val_frac >= 1,
+         f"data.train_frac + data.val_frac ({d.train_frac} + {d.val_frac}) must leave a test split (sum below 1)"),
+        (len(p.adam_betas) != 2, f"ppo.adam_betas needs two entries (beta1, beta2), got {p.adam_betas}"),
+        (t.num_envs % p.num_minibatches != 0,
+         f"train.num_envs ({t.num_envs}) must be a multiple of ppo.num_minibatches ({p.num_minibatches}): "
+         "minibatches are whole env sequences"),
+        (p.num_minibatches % p.grad_accumulation != 0,
+         f"ppo.grad_accumulation ({p.grad_accumulation}) must divide ppo.num_minibatches ({p.num_minibatches})"),
+        (t.total_steps < 1 and t.num_episodes < 1, "train.total_steps must be at least 1 (or set train.num_episodes)"),
+    ]
+    for broken, message in pairs:
+        if broken:
+            raise ConfigError(f"config: {message}")
+
+
+def _get(node: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+

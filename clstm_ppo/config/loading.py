@@ -1,0 +1,91 @@
+"""A run's settings: the dataclass defaults (or a checkpoint's), then a named config or YAML file, then
+repeated ``--set section.key=value`` overrides, in that order."""
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clstm_ppo.config.fields import OBSOLETE, ConfigError, first_line, from_dict
+from clstm_ppo.config.sections import Config
+
+
+def named_configs() -> list[str]:
+    """The configs shipped inside the package, chosen by name (``--config smoke``)."""
+    folder = resources.files("clstm_ppo.config") / "named"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def config_text(name_or_path: str | Path) -> tuple[str, str]:
+    """(YAML text, where it came from) of a named config or a file; a file wins when both exist."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path.read_text(), str(path)
+    name = str(name_or_path)
+    if name in named_configs():
+        return (resources.files("clstm_ppo.config") / "named" / f"{name}.yaml").read_text(), f"config '{name}'"
+    raise ConfigError(f"config {name!r} is neither a file nor a named config; name one of "
+                      f"{', '.join(named_configs())} or pass an existing YAML file to --config")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def without_obsolete(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``values`` (nested) without the keys in OBSOLETE: for settings saved by an older version."""
+    return {k: without_obsolete(v, f"{prefix}{k}.") if isinstance(v, dict) else v
+            for k, v in values.items() if f"{prefix}{k}" not in OBSOLETE}
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def nested(dotted: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``"a.b"``."""
+    for part in reversed(dotted.split(".")):
+        value = {part: value}
+    return value
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``section.key=value`` as a nested dict; the value is read as YAML (3 -> int, 0.5 -> float, [1,2] -> list)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: write it as section.key=value, e.g. --set data.window=20")
+    dotted, raw = text.split("=", 1)
+    return nested(dotted.strip(), yaml.safe_load(raw) if raw.strip() else None)
+
+
+def load_config(config: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None, flags: dict[str, Any] | None = None) -> Config:
+    """Defaults (or ``base``, e.g. a checkpoint's settings), then the named config or YAML file ``config``,
+    then ``--set`` overrides, then ``flags`` (dotted key -> value, already typed by the command line)."""
+    values = merge(to_dict(Config()), without_obsolete(base or {}))
+    if config is not None:
+        text, origin = config_text(config)
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{origin} is not valid YAML: {first_line(err)}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{origin} must hold a mapping of sections, not {type(loaded).__name__}")
+        values = merge(values, loaded)
+    for text in overrides or []:
+        values = merge(values, parse_override(text))
+    for dotted, value in (flags or {}).items():
+        values = merge(values, nested(dotted, value))
+    return from_dict(Config, values)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,267 @@
+"""Every setting of a run, defined once: default, help and allowed values side by side.
+
+The dataclass defaults are the default run (``clstm-ppo-train`` with no flags, ``--config default``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from clstm_ppo.config.consistency import check_values
+from clstm_ppo.config.fields import Section, section, setting
+
+
+@dataclass
+class SyntheticConfig(Section):
+    """Seeded GBM market with Markov regime switching and Poisson jumps (the generator checks its own values)."""
+
+    path: ClassVar[str] = "data.synthetic"
+    n_bars: int = setting(5000, "bars per underlying")
+    n_underlyings: int = setting(1, "underlyings, driven by one common factor")
+    seed: int = setting(0, "the generator's seed")
+    start_date: str = setting("2000-01-03", "date of the first bar")
+    initial_price: float = setting(100.0, "price of the first bar")
+    regime_drift: list[float] = setting([0.10, -0.15], "annualised drift, one per regime")
+    regime_vol: list[float] = setting([0.12, 0.35], "annualised vol, one per regime")
+    regime_switch_prob: float = setting(0.01, "chance per bar of leaving the current regime")
+    correlation: float = setting(0.6, "loading on the common factor when n_underlyings > 1")
+    jumps_per_year: float = setting(4.0, "Poisson rate of jumps")
+    jump_mean: float = setting(-0.02, "mean log jump size")
+    jump_std: float = setting(0.04, "std of the log jump size")
+    base_volume: float = setting(1.0e8, "shares a bar: a liquid name, so the option-volume cap rarely binds")
+    signal_strength: float = setting(0.0, ">0 plants a learnable next-bar signal in the volume (tests use it)")
+    iv_premium: float = setting(1.25, "the iv column: the regime's true vol x this (a variance risk premium, "
+                                      "like VIX's)")
+
+
+@dataclass
+class DataConfig(Section):
+    path: ClassVar[str] = "data"
+    source: str = setting("sp500", "a built-in name (sp500, synthetic), a CSV/parquet file, a folder of them, or "
+                                   "paths joined by ','", flag="--data")
+    symbols: list[str] | None = setting(None, "keep only these underlyings of a multi-symbol source")
+    window: int = setting(30, "TW: bars in one observation (CLSTM-PPO paper: 30)", limits=">= 1")
+    train_end: str | None = setting(None, "last date of the training split; None: the built-in's default, "
+                                          "else train_frac")
+    val_end: str | None = setting(None, "last date of the validation split; the test split is what follows")
+    train_frac: float = setting(0.70, "used only when no split dates are known", limits="(0, 1)")
+    val_frac: float = setting(0.15, "used only when no split dates are known", limits="(0, 1)")
+    periods_per_year: int = setting(252, "bars per year, for annualising volatility (daily: 252)", limits=">= 1")
+    vol_window: int = setting(20, "bars in the realised-volatility estimate", limits=">= 2")
+    volume_window: int = setting(20, "bars in the volume z-score", limits=">= 2")
+    turbulence_lookback: int = setting(252, "bars before t that give mu and Sigma (FinRL: 252)", limits=">= 2")
+    turbulence_quantile: float = setting(0.90, "threshold = this quantile of training-split turbulence "
+                                               "(paper: 0.90)", limits="(0, 1]")
+    synthetic: SyntheticConfig = section(SyntheticConfig, "the synthetic market (data.source: synthetic)")
+
+
+@dataclass
+class CostConfig(Section):
+    """Fees per contract (US listed options, 2024 levels) and the quoted-spread and slippage model."""
+
+    path: ClassVar[str] = "market.costs"
+    commission_per_contract: float = setting(0.65, "typical US retail broker (e.g. Interactive Brokers' tiered "
+                                                   "rate)", limits=">= 0")
+    commission_min_per_order: float = setting(1.00, "the same brokers' per-order minimum", limits=">= 0")
+    occ_clearing_per_contract: float = setting(0.025, "OCC clearing fee, both sides", limits=">= 0")
+    finra_taf_per_contract: float = setting(0.00279, "FINRA Trading Activity Fee, sells only", limits=">= 0")
+    sec_fee_per_million: float = setting(27.80, "SEC Section 31 fee on sale proceeds; the rate is reset every "
+                                                "fiscal year", limits=">= 0")
+    orf_per_contract: float = setting(0.02, "options regulatory fee (exchange-set, about $0.02), both sides",
+                                      limits=">= 0")
+    spread_base: float = setting(0.03, "quoted spread as a share of mid for a liquid at-the-money option",
+                                 limits="[0, 1]")
+    spread_min: float = setting(0.02, "the spread is clamped to [spread_min, spread_max] of mid", limits="[0, 1]")
+    spread_max: float = setting(0.10, "the spread is clamped to [spread_min, spread_max] of mid", limits="[0, 1]")
+    spread_cheap_price: float = setting(2.0, "options with mid (per share) below this quote wider ...",
+                                        limits=">= 0")
+    spread_cheap_coef: float = setting(1.0, "... by up to this factor", limits=">= 0")
+    spread_moneyness_coef: float = setting(5.0, "wider by this factor per unit |ln(K/S)|", limits=">= 0")
+    spread_vol_coef: float = setting(1.0, "wider by this factor per unit of implied vol above 20%", limits=">= 0")
+    slippage_coef: float = setting(0.5, "price impact share of mid per (order contracts / option volume)",
+                                   limits=">= 0")
+    max_slippage: float = setting(0.05, "impact is capped at this share of mid", limits="[0, 1)")
+    # Option-volume proxy of one strike (docs/MARKET.md): underlying volume x ratio at the money at <= 30 days,
+    # less for far strikes and long expiries. 1e-4 puts a Dow stock's ATM strike at 1,000-3,000 contracts a day
+    # (10-30M shares); the S&P 500's volume column sums its members' shares, so it overstates SPX strikes ~30x.
+    option_volume_ratio: float = setting(1.0e-4, "ATM option contracts a day per share of underlying volume",
+                                         limits=">= 0")
+    volume_moneyness_width: float = setting(0.10, "volume falls by e per this |ln(K/S)| (0.90 and 1.10 strikes: "
+                                                  "37% of ATM)", limits="> 0")
+    volume_expiry_power: float = setting(1.0, "... and as (30 days / T) ^ power beyond 30 days", limits=">= 0")
+    min_option_volume: float = setting(50.0, "option-volume proxy floor (and its value without a volume column)",
+                                       limits="> 0")
+    max_volume_share: float = setting(0.10, "an opening order takes at most this share of its strike's volume "
+                                            "proxy", limits="(0, 1]")
+    share_cost_bps: float = setting(1.0, "trading the underlying (an index fund, a liquid stock): spread + "
+                                         "commission, in basis points", limits=">= 0")
+
+
+@dataclass
+class MarketConfig(Section):
+    path: ClassVar[str] = "market"
+    # Used only where the data has no rate series (the embedded S&P 500 has the 3-month T-bill; a file may
+    # carry a `rate` column).
+    risk_free_rate: float = setting(0.02, "r, continuously compounded, where the data has no rate series",
+                                    limits="(-1, 1)")  # negative rates do occur
+    dividend_yield: float = setting(0.015, "q for prices without dividends in them (0 where Adj Close was "
+                                           "applied)", limits="(-1, 1)")
+    iv_source: str = setting("auto", "implied vol (SPEC 4a, docs/MARKET.md): auto = the data's iv/vix column if "
+                                     "it has one, else the model; model ignores any iv column",
+                             choices=("auto", "column", "model"))
+    # The VIX is a variance-swap rate that sits above ATM vol by about the skew's share. 0.89: fitted on the
+    # training years only (S&P 500 with VIX, 2000-2012), the grid 0.80..1.05 minimising the simulated CBOE
+    # PutWrite/BuyWrite's mean absolute difference from the real PUT/BXM annual returns
+    # (python scripts/cboe_benchmarks.py --calibrate; docs/MARKET.md section 5).
+    atm_per_iv: float = setting(0.89, "30-day ATM vol = this x the data's iv column (or the model); 1.0 for a "
+                                      "column that already holds ATM vol", limits="(0, 2]")
+    ewma_lambda: float = setting(0.94, "the model's volatility estimate: RiskMetrics' daily EWMA decay",
+                                 limits="(0, 1)")
+    leverage_lambda: float = setting(0.90, "decay of the EWMA of signed returns in the model's leverage term",
+                                     limits="(0, 1)")
+    # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/fit_iv_model.py reproduces these).
+    iv_model_coefs: list[float] = setting([-0.3277, 0.6994, -1.4935], "log IV = a + b log(sigma_ewma) + c "
+                                          "leverage", limits="(-100, 100)")
+    # iv(K, T) = atm(T) - iv_skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z: the
+    # 0.95 strike ~6.2 vol points over the money at 30 days, the 1.05 strike ~4.9 under (SPX in calm markets,
+    # SPEC 4a: 5-8 points); flat beyond the wing so far strikes stay below ~ATM + 30 points. Set by hand: no
+    # option-chain data ships here.
+    iv_skew: float = setting(1.1, "the surface's skew (vol per unit of scaled log-moneyness)", limits=">= 0")
+    iv_smile: float = setting(2.0, "the surface's smile (curvature)", limits=">= 0")
+    iv_wing_z: float = setting(0.2, "scaled log-moneyness beyond which the surface is flat", limits="> 0")
+    term_reversion: float = setting(4.0, "kappa per year: ATM variance reverts to the training median (0: flat "
+                                         "term)", limits=">= 0")
+    min_iv: float = setting(0.03, "lowest implied vol of any strike", limits="> 0")
+    max_iv: float = setting(2.00, "highest implied vol of any strike", limits="> 0")
+    allow_short: bool = setting(True, "sell-to-open calls and puts, under margin")
+    stock_targets: list[float] = setting([0.0, 0.5, 1.0], "underlying exposures the agent may target, x equity",
+                                         limits="[0, 1]")
+    # Short option margin per share (Cboe/FINRA): max(premium + a x spot - out-of-the-money amount, premium + b x
+    # (strike for puts, spot for calls)); [a, b] for broad-based indices and for single stocks.
+    margin_style: str = setting("auto", "auto: index rates for the built-in indices (sp500, synthetic), stock "
+                                        "rates for files", choices=("auto", "index", "stock"))
+    index_margin: list[float] = setting([0.15, 0.10], "[a, b] margin rates for broad-based indices",
+                                        limits="[0, 1]")
+    stock_margin: list[float] = setting([0.20, 0.10], "[a, b] margin rates for single stocks", limits="[0, 1]")
+    moneyness: list[float] = setting([0.95, 1.00, 1.05], "strike / spot of the chain", limits="> 0")
+    expiries_days: list[int] = setting([30, 60], "calendar days to expiry", limits=">= 1")
+    strike_step: float = setting(0.0, "strikes round to this; 0: the largest of 0.01, 0.05, ..., 100 below 0.5% "
+                                      "of spot", limits=">= 0")
+    multiplier: int = setting(100, "shares per contract", limits=">= 1")
+    costs: CostConfig = section(CostConfig, "fees, spreads, slippage and the volume cap")
+
+
+@dataclass
+class EnvConfig(Section):
+    path: ClassVar[str] = "env"
+    initial_cash: float = setting(1_000_000.0, "starting cash (an S&P 500 index option costs $2k-$15k a "
+                                               "contract)", limits="> 0")
+    max_positions: int = setting(5, "open positions at once", limits=">= 1")
+    position_frac: float = setting(0.05, "premium paid per new position, as a share of equity", limits="(0, 1]")
+    episode_length: int = setting(252, "bars; 0: from the split's first valid bar to its end", limits=">= 0")
+    ruin_fraction: float = setting(0.5, "the episode ends early once equity falls below this share of initial "
+                                        "cash", limits="[0, 1)")
+    reward_scale: float = setting(10.0, "reward = change in equity / initial cash x this: a 1% gain is 0.1",
+                                  limits="> 0")
+    drawdown_penalty: float = setting(0.0, "optional shaping: minus this x (drawdown share of peak equity) per "
+                                           "bar", limits=">= 0")
+    turbulence_penalty: float = setting(0.0, "optional shaping: minus this x (open positions while turbulent) "
+                                             "per bar", limits=">= 0")
+    dtype: str = setting("float32", "float32 (fast, on GPU too) or float64 (exact accounting, used by the "
+                                    "tests)", choices=("float32", "float64"))
+
+
+@dataclass
+class AgentConfig(Section):
+    """Cascaded LSTM sizes (paper: lstm1_hidden 128, mlp_hidden 128, lstm2_hidden 512)."""
+
+    path: ClassVar[str] = "agent"
+    lstm1_hidden: int = setting(64, "LSTM 1: feature extractor over the TW-bar window", limits=">= 1")
+    mlp_hidden: int = setting(64, "the 3-layer tanh MLP after LSTM 1", limits=">= 1")
+    lstm2_hidden: int = setting(128, "LSTM 2: recurrent policy over the decision sequence", limits=">= 1")
+
+
+@dataclass
+class PPOConfig(Section):
+    """Paper Table 1 where it speaks (gamma, clip, coefficients, Adam, 128 steps); CleanRL's otherwise."""
+
+    path: ClassVar[str] = "ppo"
+    num_steps: int = setting(128, "steps per env copy per update", limits=">= 1")
+    gamma: float = setting(0.99, "discount per bar", limits="[0, 1]")
+    gae_lambda: float = setting(0.95, "GAE's lambda", limits="[0, 1]")
+    clip_coef: float = setting(0.2, "the surrogate's clip range", limits="> 0")
+    clip_vloss: bool = setting(False, "clip value steps to +-clip_coef (slows the critic on unnormalised "
+                                      "returns)")
+    vf_coef: float = setting(0.5, "weight of the value loss", limits=">= 0")
+    ent_coef: float = setting(0.01, "weight of the entropy bonus", limits=">= 0")
+    max_grad_norm: float = setting(0.5, "gradients are clipped to this global norm", limits="> 0")
+    learning_rate: float = setting(3.0e-4, "Adam's base learning rate", limits="> 0")
+    adam_betas: list[float] = setting([0.9, 0.999], "Adam's (beta1, beta2)", limits="[0, 1)")
+    adam_eps: float = setting(1.0e-8, "Adam's epsilon", limits="> 0")
+    lr_schedule: str = setting("linear", "linear (decays to 0 at the end of the budget) or constant",
+                               choices=("linear", "constant"))
+    warmup_updates: int = setting(0, ">0: ramp the learning rate up linearly over this many updates first",
+                                  limits=">= 0")
+    scale_lr_with_workers: bool = setting(False, "multiply the learning rate by the number of workers (linear "
+                                                 "scaling)")
+    update_epochs: int = setting(4, "passes over each rollout", limits=">= 1")
+    num_minibatches: int = setting(4, "minibatches per epoch: groups of whole env sequences", limits=">= 1")
+    grad_accumulation: int = setting(1, "sum the gradients of this many minibatches before each optimizer step",
+                                     limits=">= 1")
+    norm_adv: bool = setting(True, "normalise advantages over the whole rollout")
+    target_kl: float | None = setting(None, "stop the epochs of an update early above this approximate KL",
+                                      limits="> 0")
+
+
+@dataclass
+class TrainConfig(Section):
+    path: ClassVar[str] = "train"
+    num_envs: int = setting(32, "env copies per worker", limits=">= 1", flag="--num-envs")
+    total_steps: int = setting(200_000, "env steps (all copies, all workers); ignored when num_episodes > 0",
+                               limits=">= 0", flag="--total-steps")
+    num_episodes: int = setting(0, ">0: stop once this many training episodes have ended", limits=">= 0",
+                                flag="--num-episodes")
+    device: str = setting("auto", "where workers train: auto, cpu or cuda", choices=("auto", "cpu", "cuda"),
+                          flag="--device")
+    precision: str = setting("fp32", "fp32, bf16 (autocast) or fp16 (autocast + GradScaler)",
+                             choices=("fp32", "bf16", "fp16"))
+    compile: bool = setting(False, "torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs are")
+    eval_every: int = setting(10, "updates between evaluations: one continuous walk over the whole validation "
+                                  "split", limits=">= 1", flag="--eval-every")
+    checkpoint_dir: str = setting("checkpoints", "folder of run folders", flag="--checkpoint-dir")
+    run_name: str = setting("", "run folder name; empty: <data source>-<config name>", flag="--run-name")
+    keep_last: int = setting(3, "periodic checkpoints kept besides latest.pt and best_*.pt", limits=">= 1")
+    checkpoint_every: int = setting(10, "updates between periodic checkpoints", limits=">= 1")
+    pretraining: bool = setting(False, "pretrain LSTM 1 on next-bar returns first", flag="--pretraining")
+    pretrain_epochs: int = setting(5, "pretraining passes over the training split", limits=">= 1")
+    pretrain_batch_size: int = setting(256, "windows per pretraining batch", limits=">= 1")
+    pretrain_lr: float = setting(1.0e-3, "pretraining's Adam learning rate", limits="> 0")
+    wandb: bool = setting(False, "log to Weights & Biases (WANDB_MODE=offline works)", flag="--wandb")
+    wandb_project: str = setting("clstm_ppo", "the W&B project")
+    tensorboard: str = setting("", "a folder: metrics.jsonl's records also as TensorBoard scalars there; empty: "
+                                   "off", flag="--tensorboard")
+    early_stopping_patience: int = setting(0, ">0: stop after this many evaluations without a new best "
+                                              "composite", limits=">= 0", flag="--early-stopping-patience")
+    threads_per_worker: int = setting(0, "CPU threads per worker; 0: the machine's cores divided among its "
+                                         "workers", limits=">= 0")
+    # DistributedDataParallel's knobs (seed 002 names them): PyTorch's bucket size and dynamic graph; gradients
+    # as views of the buckets save one copy of them. Not yet measured on GPUs here (docs/BENCHMARKS.md).
+    ddp_bucket_cap_mb: float = setting(25.0, "DDP's gradient bucket size in MB", limits="> 0")
+    ddp_static_graph: bool = setting(False, "DDP's static_graph")
+    ddp_gradient_as_bucket_view: bool = setting(True, "DDP's gradient_as_bucket_view")
+    dist_timeout_s: float = setting(600.0, "a rank waiting longer than this at a collective fails the run "
+                                           "instead of hanging", limits="> 0")
+
+
+@dataclass
+class Config(Section):
+    seed: int = setting(0, "seeds the env copies, the network and the minibatch order", flag="--seed")
+    data: DataConfig = section(DataConfig, "the bars, features and splits")
+    market: MarketConfig = section(MarketConfig, "option pricing, the surface, margin and costs")
+    env: EnvConfig = section(EnvConfig, "the trading account and its episodes")
+    agent: AgentConfig = section(AgentConfig, "the cascaded LSTM's sizes")
+    ppo: PPOConfig = section(PPOConfig, "the PPO update")
+    train: TrainConfig = section(TrainConfig, "workers, budget, checkpoints and logging")
+
+    def __post_init__(self) -> None:
+        check_values(self)  # a config built in code obeys the same cross-setting rules as a file
