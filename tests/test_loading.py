@@ -142,7 +142,7 @@ def test_split_shorter_than_window(capsys):
 
 
 def test_other_bad_sources(tmp_path):
-    with pytest.raises(DataError, match="neither a file nor a folder nor a built-in name; .* sp500, synthetic"):
+    with pytest.raises(DataError, match="neither a file nor a folder nor a built-in name; .* sp500, dow, synthetic"):
         load_bars(str(tmp_path / "nope.csv"))
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(DataError, match="cannot be read as CSV"):
