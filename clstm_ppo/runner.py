@@ -93,7 +93,7 @@ class Trainer:
                    else "the saved env state has another layout or another device's random stream")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
                                 else f"env copies start fresh episodes ({why})")
-        self.obs = self.env._observe() if self.env_restored else self.env.reset()
+        self.obs = self.env.observe() if self.env_restored else self.env.reset()
         self.stop_requested = False
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)
         self.resources = ResourceMonitor(device)  # every rank reads its own GPU; rank 0 logs them all
@@ -238,13 +238,14 @@ class Trainer:
         instead of num_steps small ones, and with no window gathered per step. Worth it while the split
         has no more bars than the rollout has decisions (the embedded S&P 500 and the synthetic default).
         """
-        rows = self.env.observable_rows()
+        windows = self.env.market_windows
+        rows = windows.observable_rows()
         if len(rows) > self.cfg.train.num_envs * self.cfg.ppo.num_steps:
             return None
-        codes = torch.zeros(self.env.n_symbols * self.env.n_bars, self.cfg.agent.mlp_hidden, device=self.device)
+        codes = torch.zeros(windows.n_symbols * windows.n_bars, self.cfg.agent.mlp_hidden, device=self.device)
         with self.precision.autocast():
             for chunk in rows.split(ENCODE_CHUNK):
-                codes[chunk] = self.model.encoder(self.env.windows(chunk)).float()
+                codes[chunk] = self.model.encoder(windows.gather(chunk)).float()
         return codes
 
     def policy(self, obs: Observation, codes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, State]:
@@ -264,7 +265,7 @@ class Trainer:
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.windows, self.cfg.ppo,
+        stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
                            self.minibatch_generator, mean, self.precision)
         # The update's time includes waiting at its gradient all-reduces for the slowest rank.
         stats.update(rollout_s=collected - started, update_s=time.perf_counter() - collected)
@@ -368,7 +369,7 @@ class Trainer:
             self._farewell()
 
     def _pretrain(self, tracker: Tracker | None) -> None:
-        history = pretrain_encoder(self.model.encoder, self.env, self.data, self.cfg.train,
+        history = pretrain_encoder(self.model.encoder, self.env.market_windows, self.data, self.cfg.train,
                                    torch.Generator().manual_seed(self.cfg.seed))
         self.ctx.broadcast_parameters(self.model)  # GPU kernels need not be bitwise deterministic across ranks
         if tracker is None:

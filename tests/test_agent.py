@@ -40,7 +40,8 @@ def test_sequence_replay_gives_the_rollouts_logprobs_and_values():
     model, storage, env = collect_rollout(num_envs=6, steps=40, episode_length=9, warmup_steps=3)
     assert storage.starts[1:].any(dim=1).sum() >= 3, "the rollout should hold episode starts to reset at"
     idx = torch.tensor([4, 1, 3])
-    logits, values, _ = model(env.windows(storage.rows[:, idx]), storage.portfolio[:, idx], storage.mask[:, idx],
+    logits, values, _ = model(env.market_windows.gather(storage.rows[:, idx]), storage.portfolio[:, idx],
+                              storage.mask[:, idx],
                               storage.starts[:, idx], tuple(s[:, idx] for s in storage.initial_state))
     logprob = torch.distributions.Categorical(logits=logits).log_prob(storage.actions[:, idx])
     torch.testing.assert_close(logprob, storage.logprobs[:, idx], rtol=1e-5, atol=1e-5)
@@ -104,7 +105,7 @@ def test_gradient_accumulation_equals_one_large_minibatch():
         m = copy.deepcopy(model)
         optimizer = torch.optim.Adam(m.parameters(), lr=1e-3)
         cfg = PPOConfig(update_epochs=1, num_minibatches=minibatches, grad_accumulation=accumulate)
-        stats = ppo_update(m, optimizer, storage, env.windows, cfg, torch.Generator().manual_seed(0))
+        stats = ppo_update(m, optimizer, storage, env.market_windows, cfg, torch.Generator().manual_seed(0))
         assert stats["nonfinite"] == 0.0
         results.append(m.state_dict())
     for other in results[1:]:
@@ -144,10 +145,10 @@ def test_encoding_each_distinct_bar_once_gives_the_per_window_logits_and_gradien
         loss.backward()
         return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    per_window = loss_and_grads(env.windows(rows))
+    per_window = loss_and_grads(env.market_windows.gather(rows))
     bars, index = torch.unique(rows, return_inverse=True)
     assert bars.numel() < rows.numel() / 2
-    deduplicated = loss_and_grads(env.windows(bars), index)
+    deduplicated = loss_and_grads(env.market_windows.gather(bars), index)
     torch.testing.assert_close(deduplicated[0], per_window[0], rtol=1e-5, atol=1e-5)
     for name, grad in per_window[1].items():
         torch.testing.assert_close(deduplicated[1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
@@ -197,7 +198,8 @@ def test_mixed_precision_updates_stay_close_to_fp32(precision):
     for name in ("fp32", precision):
         m = copy.deepcopy(model)
         optimizer = torch.optim.Adam(m.parameters(), lr=1e-3)
-        stats = ppo_update(m, optimizer, storage, env.windows, PPOConfig(update_epochs=1, num_minibatches=1),
+        stats = ppo_update(m, optimizer, storage, env.market_windows,
+                           PPOConfig(update_epochs=1, num_minibatches=1),
                            torch.Generator().manual_seed(0), precision=Precision(torch.device("cpu"), name))
         assert stats["nonfinite"] == 0.0
         updated[name] = torch.cat([p.detach().flatten() for p in m.parameters()])

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
+from clstm_ppo.data.windows import MarketWindows
 
 
 def lr_factor(update: int, env_steps: int, planned_steps: int, cfg: PPOConfig) -> float:
@@ -37,12 +38,12 @@ def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor],
 
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: RolloutStorage,
-               windows: Callable[[Tensor], Tensor], cfg: PPOConfig, generator: torch.Generator,
+               windows: MarketWindows, cfg: PPOConfig, generator: torch.Generator,
                all_reduce_mean: Callable[[Tensor], Tensor] | None = None, precision: Precision | None = None,
                ) -> dict[str, float]:
     """One PPO update over ``storage``; ``model`` may be DDP-wrapped (its forward syncs gradients).
 
-    ``windows`` turns stored bar indices into market windows (the env's ``windows``). With
+    ``windows`` (the env's ``market_windows``) turns the stored flat rows back into market windows. With
     ``cfg.grad_accumulation = k``, gradients of k minibatches are summed before one optimizer
     step (under DDP only the k-th backward all-reduces).
     """
@@ -68,8 +69,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                 bars, bar_index = torch.unique(s.rows[:, idx], return_inverse=True)
                 encoded += bars.numel()
                 with precision.autocast():
-                    logits, values, _ = model(windows(bars), s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
-                                              (h0[:, idx], c0[:, idx]), bar_index)
+                    logits, values, _ = model(windows.gather(bars), s.portfolio[:, idx], s.mask[:, idx],
+                                              s.starts[:, idx], (h0[:, idx], c0[:, idx]), bar_index)
                 logits, values = logits.float(), values.float()  # losses in float32 under any precision
                 dist = torch.distributions.Categorical(logits=logits, validate_args=False)  # no host syncs
                 logprob = dist.log_prob(s.actions[:, idx])

@@ -7,10 +7,10 @@ from torch import nn
 from clstm_ppo.agent.model import MarketEncoder
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.data.dataset import MarketData
-from clstm_ppo.env import BatchedOptionsEnv
+from clstm_ppo.data.windows import MarketWindows
 
 
-def pretrain_encoder(encoder: MarketEncoder, env: BatchedOptionsEnv, data: MarketData, cfg: TrainConfig,
+def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: MarketData, cfg: TrainConfig,
                      generator: torch.Generator) -> list[dict[str, float]]:
     """Train ``encoder`` in place; returns one record per epoch: train MSE and the predict-zero MSE.
 
@@ -20,8 +20,8 @@ def pretrain_encoder(encoder: MarketEncoder, env: BatchedOptionsEnv, data: Marke
     start, end = data.splits["train"]
     ret = data.feature_names.index("log_return")
     bars = torch.arange(start + data.window - 1, end - 1, device=device)
-    rows = torch.cat([s * env.n_bars + bars for s in range(env.n_symbols)])
-    targets = env.feature_rows[rows + 1, ret]
+    rows = torch.cat([s * windows.n_bars + bars for s in range(windows.n_symbols)])
+    targets = windows.feature_rows[rows + 1, ret]
     head = nn.Linear(encoder.mlp[-2].out_features, 1).to(device)
     params = list(encoder.parameters()) + list(head.parameters())
     optimizer = torch.optim.Adam(params, lr=cfg.pretrain_lr)
@@ -31,7 +31,7 @@ def pretrain_encoder(encoder: MarketEncoder, env: BatchedOptionsEnv, data: Marke
         order = torch.randperm(len(rows), generator=generator).to(device)
         total = torch.zeros((), device=device)  # summed on the device: one host sync per epoch, not per batch
         for batch in order.split(cfg.pretrain_batch_size):
-            prediction = head(encoder(env.windows(rows[batch]))).squeeze(-1)
+            prediction = head(encoder(windows.gather(rows[batch]))).squeeze(-1)
             loss = ((prediction - targets[batch]) ** 2).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

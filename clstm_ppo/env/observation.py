@@ -2,13 +2,16 @@
 and the types that carry them. Read-only: nothing here changes the env's state."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from clstm_ppo.data.windows import MarketWindows
+from clstm_ppo.env.accounting import cash_room, free_cover
 from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.market.costs import share_price_with_fees
 from clstm_ppo.market.flags import as_float
 
 if TYPE_CHECKING:
@@ -25,26 +28,25 @@ STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded", "marg
 class Observation:
     """What N copies observe at bar t.
 
-    ``market`` is gathered on first access (then kept): the windows come from the fixed feature
-    table, so reading them later gives the same values, and a consumer that works from ``row``
+    ``market`` is gathered from ``windows`` on first access (then kept): the windows come from the fixed
+    feature table, so reading them later gives the same values, and a consumer that works from ``row``
     (the trainer's per-bar LSTM 1 codes) never pays for N x TW x F copies.
     """
 
-    __slots__ = ("portfolio", "mask", "row", "start", "_windows", "_market")
+    __slots__ = ("portfolio", "mask", "row", "start", "windows", "_market")
 
-    def __init__(self, portfolio: Tensor, mask: Tensor, row: Tensor, start: Tensor,
-                 windows: Callable[[Tensor], Tensor]):
+    def __init__(self, portfolio: Tensor, mask: Tensor, row: Tensor, start: Tensor, windows: MarketWindows):
         self.portfolio = portfolio  # (N, len(PORTFOLIO_FEATURES))
         self.mask = mask  # (N, A) bool: which actions are valid at t (read-only: the env keeps it)
         self.row = row  # (N,) flat index sym * T + t of bar t: storage keeps this instead of the window
         self.start = start  # (N,) bool: this observation begins an episode
-        self._windows, self._market = windows, None
+        self.windows, self._market = windows, None  # the feature table the rows index
 
     @property
     def market(self) -> Tensor:
         """(N, TW, F) normalised features of the last TW bars up to t."""
         if self._market is None:
-            self._market = self._windows(self.row)
+            self._market = self.windows.gather(self.row)
         return self._market
 
 
@@ -100,19 +102,19 @@ def valid_actions(env: BatchedOptionsEnv) -> Tensor:
     mask[:, a.close_all] = holding | (env.shares > 0)
     mask[:, a.close_worst:] = holding.unsqueeze(-1)  # close worst and best: options only
     can_open = ((n_open < env.cfg.max_positions) & ~turbulent).unsqueeze(-1)
-    room, budget = env.cash_room(), env.cfg.position_frac * env.equity
+    room, budget = cash_room(env), env.cfg.position_frac * env.equity
     one = at_rows(q.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
     mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & can_open
     if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room;
         need, margin = at_rows(q.close_short_need, row), at_rows(q.close_short_margin, row)  # or a covered call
         naked = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1))
         called = (env.cash < env.margin) & (env.margin > 0)  # a margin call opens nothing, covered or not
-        naked[:, :g] |= ((env.free_cover() >= 1) & ~called).unsqueeze(-1)
+        naked[:, :g] |= ((free_cover(env) >= 1) & ~called).unsqueeze(-1)
         mask[:, 1 + 2 * g:1 + 4 * g] = naked & can_open
     if a.stock_targets:  # a target that changes the holding: lower always, higher when calm and one share fits
         wanted = torch.floor(env.stock_targets * env.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
         held = env.shares.unsqueeze(-1)
-        one_share = spot * (1.0 + env.market_cfg.costs.share_cost_bps * 1e-4)
+        one_share = share_price_with_fees(spot, env.market_cfg.costs)
         can_buy = (~turbulent & (room >= one_share)).unsqueeze(-1)
         mask[:, a.first_stock:a.close_all] = (wanted < held) | ((wanted > held) & can_buy)
     return mask

@@ -5,6 +5,10 @@ action chosen from it fills at bar t+1's open; positions then age to t+1's
 close, expire there at intrinsic value, and are marked at mid. The reward is
 the change in marked equity (every cost already inside it, counted once).
 
+Here: construction, reset, the clock's step and checkpoint state. Orders are in env/orders.py, the account
+between them (carry, expiries, marking, margin) in env/accounting.py, observations in env/observation.py, the
+per-bar market tables in env/quotes.py and the feature windows in data/windows.py.
+
 No Python loop runs over copies or positions. Layout, chosen for speed on CPU and
 GPU alike: per-copy values are (N,) vectors; positions are slot-major (P, N), so
 a copy's sum over its slots is P-1 contiguous vector adds rather than a short
@@ -19,59 +23,62 @@ from torch import Tensor
 
 from clstm_ppo.config import CHOICES, EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.data.windows import MarketWindows
+from clstm_ppo.env.accounting import accrue_carry, cash_room, free_cover, mark_to_market, settle_expiries
 from clstm_ppo.env.actions import ActionSpace
-from clstm_ppo.env.observation import (STAT_NAMES, BookedPosition, Observation, StepResult, episode_stats,
-                                       portfolio_features, valid_actions)
+from clstm_ppo.env.observation import (
+    STAT_NAMES,
+    BookedPosition,
+    Observation,
+    StepResult,
+    episode_stats,
+    portfolio_features,
+    valid_actions,
+)
+from clstm_ppo.env.orders import close_options, open_option, slots_to_close, trade_shares
 from clstm_ppo.env.quotes import at_rows, build_quotes
-from clstm_ppo.market import COST_KINDS, bs_price, closing_fee_reserve, order_fill
-from clstm_ppo.market.black_scholes import bs_greeks_before_expiry
-from clstm_ppo.market.costs import fees_only, fill_price_at, order_fill_at, strike_volume
-from clstm_ppo.market.flags import as_float, call_sign
-from clstm_ppo.market.margin import short_margin
-from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
+from clstm_ppo.market import COST_KINDS
+from clstm_ppo.market.flags import as_float
 
 
 class BatchedOptionsEnv:
     def __init__(self, data: MarketData, split: str, market: MarketConfig, cfg: EnvConfig, num_envs: int,
                  device: torch.device | str = "cpu", seed: int = 0, autoreset: bool = True):
-        if split not in data.splits:
-            raise ValueError(f"unknown split {split!r}; choose one of {', '.join(data.splits)}")
+        self.market_windows = MarketWindows(data, split, device)  # checks the split's name first
         if cfg.dtype not in CHOICES["env.dtype"]:
             raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
         self.device = torch.device(device)
         self.dtype = getattr(torch, cfg.dtype)
         self.market_cfg, self.cfg = market, cfg
         self.actions = ActionSpace.from_config(market)
-        self.num_envs, self.window, self.autoreset = num_envs, data.window, autoreset
+        self.num_envs, self.autoreset = num_envs, autoreset
         self.dates = data.dates.values
-        self.split_start, self.split_end = data.splits[split]
-        # The first bar a copy may observe: its window may reach back into earlier splits' bars (they are past).
-        self.first_bar = max(self.split_start, self.window - 1)
+        w = self.market_windows  # the split's bounds and the table's shape, as the env's clock reads them
+        self.window, self.n_symbols, self.n_bars = w.window, w.n_symbols, w.n_bars
+        self.split_start, self.split_end, self.first_bar = w.split_start, w.split_end, w.first_bar
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
-        as_tensor = lambda x, dtype=None: torch.as_tensor(np.asarray(x), dtype=dtype or self.dtype, device=self.device)
-        self.n_symbols, self.n_bars = data.features.shape[:2]
-        self.feature_rows = as_tensor(data.features, torch.float32).reshape(self.n_symbols * self.n_bars, -1).contiguous()
-        self.turbulent_bar = as_tensor(data.turbulence > data.turbulence_threshold, torch.bool)  # (T,) known at t's close
+        turbulent = np.asarray(data.turbulence > data.turbulence_threshold)
+        self.turbulent_bar = torch.as_tensor(turbulent, dtype=torch.bool, device=self.device)  # (T,) known at t's close
         grid_m = torch.tensor(market.moneyness, dtype=self.dtype, device=self.device)
         grid_e = torch.tensor(market.expiries_days, dtype=self.dtype, device=self.device)
         self.grid_moneyness = grid_m.repeat(len(market.expiries_days))  # (G,), moneyness fastest
         self.grid_expiry = grid_e.repeat_interleave(len(market.moneyness))
         self.stock_targets = torch.tensor(market.stock_targets, dtype=self.dtype, device=self.device)
-        n_rows, n_features = self.feature_rows.shape
-        self._window_starts = self.feature_rows.as_strided((n_rows - self.window + 1, self.window * n_features),
-                                                           (n_features, 1))
         expiry_index = torch.arange(len(market.expiries_days), device=self.device).repeat_interleave(
             len(market.moneyness))
-        # (S, T) series are read at a copy's flat row sym * T + t (see ``_at``); docs/MARKET.md has the rules.
+        # (S, T) series are read at a copy's flat row sym * T + t (``quotes.at_rows``); docs/MARKET.md has the rules.
         self.quotes = build_quotes(data, market, self.grid_moneyness, expiry_index, self.dtype, self.device)
 
         n, p = num_envs, cfg.max_positions
         self.copy_ids = torch.arange(n, device=self.device)
-        # Slot ranks P..1: the first slot of a column ranks highest, so ``_first_slot`` needs no argmax.
+        # Slot ranks P..1: the first slot of a column ranks highest, so ``orders.first_slot`` needs no argmax.
         self.slot_rank = torch.arange(p, 0, -1, dtype=self.dtype, device=self.device).unsqueeze(-1)
-        zeros = lambda *shape, dtype=None: torch.zeros(*shape, dtype=dtype or self.dtype, device=self.device)
+
+        def zeros(*shape: int, dtype: torch.dtype | None = None) -> Tensor:
+            return torch.zeros(*shape, dtype=dtype or self.dtype, device=self.device)
+
         self.sym, self.t = zeros(n, dtype=torch.long), zeros(n, dtype=torch.long)
         self.t_start, self.t_end = zeros(n, dtype=torch.long), zeros(n, dtype=torch.long)
         self.cash, self.equity, self.peak = zeros(n), zeros(n), zeros(n)
@@ -96,8 +103,6 @@ class BatchedOptionsEnv:
     def row(self) -> Tensor:
         """(N,) flat index sym * T + t of each copy's current bar."""
         return self.sym * self.n_bars + self.t
-
-    _at = staticmethod(at_rows)
 
     # ------------------------------------------------------------------ episode bounds
 
@@ -132,7 +137,7 @@ class BatchedOptionsEnv:
             self.sym = self.copy_ids % self.n_symbols
             self.t, self.t_start = starts.clone(), starts.clone()
             self.t_end = (starts + length).clamp(max=self.split_end - 1)
-        return self._observe()
+        return self.observe()
 
     def book(self, positions: list[BookedPosition]) -> Observation:
         """Put ``positions`` into copy 0's empty book at its current bar, as bought before it for ``paid`` out of
@@ -150,9 +155,9 @@ class BatchedOptionsEnv:
             self.strike[slot, 0], self.contracts[slot, 0], self.entry_cost[slot, 0] = p.strike, p.contracts, flow
             self.expiry_bar[slot, 0], self.expiry_time[slot, 0] = float(bar), time
             self.cash[0] -= flow
-        self._mark(self._at(q.close_px, self.row), self.row)
+        mark_to_market(self, at_rows(q.close_px, self.row), self.row)
         self.peak = torch.maximum(self.peak, self.equity)
-        return self._observe()
+        return self.observe()
 
     def expiry_of(self, expiry: np.datetime64, t: int) -> tuple[int, float]:
         """(bar, time in days) at which an option listed to expire on calendar day ``expiry`` settles, seen
@@ -165,9 +170,8 @@ class BatchedOptionsEnv:
         return bar, float(close_time[bar])
 
     def observable_rows(self) -> Tensor:
-        """Flat rows of every bar a copy can observe (its whole window inside the split), all underlyings."""
-        bars = torch.arange(self.first_bar, self.split_end, device=self.device)
-        return (torch.arange(self.n_symbols, device=self.device).unsqueeze(-1) * self.n_bars + bars).reshape(-1)
+        """Flat rows of every bar a copy can observe, all underlyings: ``market_windows.observable_rows()``."""
+        return self.market_windows.observable_rows()
 
     # Every tensor that changes as the copies step: saved in checkpoints for an exact resume.
     STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "short", "shares",
@@ -212,9 +216,8 @@ class BatchedOptionsEnv:
             tensor.index_fill_(0, idx, self.cfg.initial_cash)
         for tensor in (self.shares, self.margin):
             tensor.index_fill_(0, idx, 0)
-        for tensor in (self.active, self.is_call, self.short, self.contracts, self.entry_cost, self.mark, self.expiry_bar,
-                       self.expiry_time, self.greeks,
-                       self.costs_paid):
+        for tensor in (self.active, self.is_call, self.short, self.contracts, self.entry_cost, self.mark,
+                       self.expiry_bar, self.expiry_time, self.greeks, self.costs_paid):
             tensor.index_fill_(1, idx, 0)
         for tensor in (self.equity_curve, *self.stats.values()):
             tensor.index_fill_(0, idx, 0)
@@ -231,52 +234,33 @@ class BatchedOptionsEnv:
             episodes = episode_stats(self, idx)
             if self.autoreset:
                 self._reset_copies(idx)
-        return StepResult(self._observe(), reward, terminated, truncated, episodes)
+        return StepResult(self.observe(), reward, terminated, truncated, episodes)
 
     def _advance(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Fill ``action`` at t+1's fill, settle and mark at t+1's close: tensor work, one host sync (``_close``)."""
-        a, m = self.actions, self.market_cfg
+        """Fill ``action`` at t+1's fill, settle and mark at t+1's close: tensor work, one host sync
+        (``orders.close_options``)."""
         valid = self._mask.gather(1, action.unsqueeze(-1)).squeeze(-1)
         self.stats["invalid"] += ~valid
         action = action * valid  # a masked action is never executed: it becomes hold (0)
         prev_equity = self.equity
         now, t_next = self.row, self.t + 1
         nxt = now + 1
-        q = self.quotes
         margin_call = (self.cash < self.margin) & (self.margin > 0)  # t's close left the shorts' margin uncovered
-
-        # 0. From t's close to t+1's close cash earns the rate known at t, and the underlying pays its dividends.
-        years = (q.close_time.index_select(0, t_next) - q.close_time.index_select(0, self.t)) / DAYS_PER_YEAR
-        dividend = torch.expm1(q.dividend_yield.index_select(0, self.sym) * years) * self._at(q.close_px, now)
-        self.cash = self.cash * torch.exp(self._at(q.rate_close, now) * years) + self.shares * dividend
-
-        # 1. Closes at t+1's fill (its open, or its close after a stale open): forced by turbulence at t, by a
-        # margin call (t's close left the shorts' margin uncovered: every short), or chosen.
-        by_pnl = (action == a.close_worst) | (action == a.close_best)
-        # The worst position has the lowest P&L, the best the lowest negated P&L: one search serves both.
-        negate = 1.0 - 2.0 * self._float(action == a.close_best)
-        key = ((self.mark - self.entry_cost) * negate).masked_fill(~self.active, float("inf"))
-        picked, _ = self._first_slot(self.active & (key == key.amin(0)))
-        close_all = self.turbulent_bar.index_select(0, self.t) | (action == a.close_all)
         self.stats["margin_calls"] += margin_call
-        # A position that expires at this very fill (a close fill on its expiry bar) settles at intrinsic instead.
-        close = self.active & (close_all | (picked & by_pnl) | (margin_call & self.short)) \
-            & (self.expiry_time > self._at(q.fill_time, nxt))
-        self._close(close, now, nxt)
 
+        # 0. From t's close to t+1's close cash earns interest and the shares their dividends.
+        accrue_carry(self, now, t_next)
+        # 1. Closes at t+1's fill (its open, or its close after a stale open): forced or chosen.
+        close_options(self, slots_to_close(self, action, margin_call, nxt), now, nxt)
         # 2. The underlying to its target (all of it out on close-all; turbulence only stops it growing), then an
         # option order.
-        self._trade_shares(action, action == a.close_all, self.turbulent_bar.index_select(0, self.t), nxt)
-        self._open(action, nxt, t_next)
-
+        trade_shares(self, action, action == self.actions.close_all, self.turbulent_bar.index_select(0, self.t), nxt)
+        open_option(self, action, nxt, t_next)
         # 3. At t+1's close: what expires on this trading date settles at intrinsic, the rest is marked at mid.
-        spot_close = self._at(q.close_px, nxt)
-        expired = self.active & (self.expiry_bar <= t_next.to(self.dtype))
-        intrinsic = ((spot_close - self.strike) * call_sign(self.is_call, self.dtype)).clamp_min(0)
-        settled = intrinsic * (self.contracts * self._float(expired) * self._side()) * m.multiplier
-        self._book_closes(expired, settled, None)
+        spot_close = at_rows(self.quotes.close_px, nxt)
+        settle_expiries(self, spot_close, t_next)
         self.t = t_next
-        self._mark(spot_close, nxt)
+        mark_to_market(self, spot_close, nxt)
 
         # 4. Reward, shaping, episode ends.
         reward = (self.equity - prev_equity) * (self.cfg.reward_scale / self.cfg.initial_cash)
@@ -286,7 +270,7 @@ class BatchedOptionsEnv:
         if self.cfg.turbulence_penalty:
             held = self.active.any(0) | (self.shares > 0)
             held_in_turbulence = self.turbulent_bar.index_select(0, self.t) & held
-            reward -= self.cfg.turbulence_penalty * self._float(held_in_turbulence)  # in the env's dtype
+            reward -= self.cfg.turbulence_penalty * as_float(held_in_turbulence, self.dtype)  # in the env's dtype
         self.stats["reward"] += reward
         steps = (self.t - self.t_start).clamp(max=self.max_len)
         self.equity_curve.view(-1).index_copy_(0, self.copy_ids * (self.max_len + 1) + steps, self.equity)
@@ -294,191 +278,21 @@ class BatchedOptionsEnv:
         truncated = (self.t >= self.t_end) & ~terminated
         return reward, terminated, truncated
 
-    def _side(self) -> Tensor:
-        """(P, N) +1 for long slots, -1 for short ones."""
-        return 1.0 - 2.0 * self._float(self.short)
-
-    def _close(self, close: Tensor, row: Tensor, fill_row: Tensor) -> None:
-        """Close the ``close`` slots at ``fill_row``'s fill (t+1): longs sell at the bid, shorts buy back at the ask,
-        with the option volume known at ``row`` (t).
-
-        Only the copies that close are priced: most copies hold on most bars, and pricing every slot of
-        every copy was a third of a step. Finding them is a host sync, on CPU free, on a GPU one more per step.
-        """
-        m, q = self.market_cfg, self.quotes
-        closers = close.view(torch.uint8).amax(0).nonzero().squeeze(-1)  # any over slots; bool any() is slow
-        if closers.numel() == 0:
-            return
-        pick = lambda x: x.index_select(-1, closers)  # noqa: E731
-        fill_at, sym = pick(fill_row), pick(self.sym)
-        strike, contracts = pick(self.strike), pick(self.contracts) * self._float(pick(close))
-        spot = self._at(q.fill_px, fill_at)
-        log_k_s = torch.log(strike / spot)
-        years = (pick(self.expiry_time) - self._at(q.fill_time, fill_at)).clamp_min(0) / DAYS_PER_YEAR
-        iv = surface_iv(self._at(q.fill_iv, fill_at), q.long_run_iv.index_select(0, sym), log_k_s, years, m)
-        mid = bs_price(spot, strike, years, self._at(q.fill_rate, fill_at), q.dividend_yield.index_select(0, sym), iv,
-                       pick(self.is_call), -log_k_s)
-        volume = strike_volume(self._at(q.base_volume, pick(row)), log_k_s, years, m.costs, ATM_YEARS)
-        selling = 1.0 - self._float(pick(self.short))  # a long is sold, a short is bought back
-        fill = order_fill(mid, contracts, selling, iv, log_k_s, volume, m.costs, m.multiplier)
-        gross = fill.price * contracts * m.multiplier
-        cash_in = gross * (2.0 * selling - 1.0) - fees_only(fill)  # zero in slots that do not close
-        self.stats["traded"].index_add_(0, closers, gross.sum(0))
-        flows = torch.zeros_like(self.mark).index_copy_(1, closers, cash_in)
-        costs = torch.zeros_like(self.costs_paid).index_copy_(1, closers, fill.costs.sum(1))
-        self._book_closes(close, flows, costs)
-
-    def _first_slot(self, flags: Tensor) -> tuple[Tensor, Tensor]:
-        """(P, N) one-hot of each copy's first flagged slot (all False where none is) and (N,) whether any is."""
-        ranked = self.slot_rank * self._float(flags)
-        top = ranked.amax(0)
-        return flags & (ranked == top), top > 0  # argmax over a short leading dim is slow on CPU
-
-    def _float(self, mask: Tensor) -> Tensor:
-        """0/1 floats of a bool mask in the env's dtype (``torch.where`` is avoided: see ``market.flags``)."""
-        return as_float(mask, self.dtype)
-
-    def _book_closes(self, closing: Tensor, cash_in: Tensor, costs: Tensor | None) -> None:
-        """Settle ``closing`` slots (``cash_in`` is zero elsewhere, negative for a short bought back or settled):
-        cash in, P&L net of every cost, slot freed."""
-        self.cash = self.cash + cash_in.sum(0)
-        self.stats["closed"] += closing.sum(0)
-        self.stats["wins"] += (closing & (cash_in > self.entry_cost)).sum(0)
-        if costs is not None:
-            self.costs_paid += costs
-        self.active = self.active & ~closing
-        keep = self._float(~closing)
-        self.contracts, self.entry_cost = self.contracts * keep, self.entry_cost * keep
-
-    def _trade_shares(self, action: Tensor, close_all: Tensor, turbulent: Tensor, fill_row: Tensor) -> None:
-        """Bring the underlying to the chosen share of equity (at t's close) at ``fill_row``'s fill price, in
-        whole shares, buying only with the cash room; close-all sells every share. Never short: a negative
-        equity targets none."""
-        a, bps = self.actions, self.market_cfg.costs.share_cost_bps * 1e-4
-        if not a.stock_targets:
-            return
-        pick = (action - a.first_stock).clamp(0, len(a.stock_targets) - 1)
-        targets = self.stock_targets.index_select(0, pick)
-        choosing = (action >= a.first_stock) & (action < a.close_all)
-        price = self._at(self.quotes.fill_px, fill_row)
-        wanted = (torch.floor(targets * self.equity.clamp_min(0) / price) * self._float(choosing)  # others keep theirs
-                  + self.shares * self._float(~choosing)) * self._float(~close_all)
-        # The cash room caps a purchase; a turbulent bar allows none (a lower target can buy if the price fell).
-        most = self.shares + torch.floor((self.cash_room() / (price * (1.0 + bps))).clamp_min(0)) \
-            * self._float(~turbulent)
-        change = torch.minimum(wanted, most) - self.shares
-        notional = change.abs() * price
-        self.cash = self.cash - change * price - notional * bps
-        self.costs_paid[COST_KINDS.index("shares")] += notional * bps
-        self.stats["traded"] += notional
-        self.shares = self.shares + change
-
-    def _open(self, action: Tensor, fill_row: Tensor, fill_bar: Tensor) -> None:
-        """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free slot:
-        bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin."""
-        cfg, costs, mult, grid = self.cfg, self.market_cfg.costs, self.market_cfg.multiplier, self.actions.grid_size
-        ordering = (action >= 1) & (action <= self.actions.option_orders)
-        order = (action - 1).clamp(0, self.actions.option_orders - 1)
-        selling = order >= 2 * grid
-        quote_index = order - 2 * grid * selling  # calls then puts, as in the action space
-        is_call = quote_index < grid
-        g = quote_index - grid * (~is_call)
-        q, sell = self.quotes, self._float(selling)
-        mid, half = self._at(q.fill_mid, fill_row, quote_index), self._at(q.fill_half_spread, fill_row, quote_index)
-        strike, opt_volume = self._at(q.fill_strike, fill_row, g), self._at(q.fill_volume, fill_row, g)
-        margin = self._at(q.fill_margin, fill_row, quote_index) * mult  # $ per contract sold
-        fees = 2 * (costs.commission_per_contract + costs.occ_clearing_per_contract + costs.orf_per_contract) \
-            + costs.finra_taf_per_contract  # per contract, opening and closing
-        # Size: position_frac of equity in premium (a buy) or in margin (a sale), at most max_volume_share of the
-        # strike's volume; then as many as the cash room carries after the closing-fee reserves and the margin.
-        first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs) * mult
-        per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
-        # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
-        # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
-        covered = self.free_cover() * self._float(selling & is_call)
-        wanted = torch.minimum(torch.maximum(torch.floor(cfg.position_frac * self.equity / per_unit), covered),
-                               torch.floor(costs.max_volume_share * opt_volume))
-        price = fill_price_at(mid, wanted, sell, half, opt_volume, costs) * mult  # more contracts: more slippage
-        need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
-        affordable = covered + torch.floor((self.cash_room() / need.clamp_min(1e-12)).clamp_min(0))
-        contracts = torch.minimum(wanted, affordable)
-        slot, has_slot = self._first_slot(~self.active)
-        go = ordering & (contracts >= 1) & has_slot
-        self.stats["rejected"] += ordering & ~go
-        contracts = contracts * self._float(go)
-        fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult)
-        premium = fill.price * contracts * mult
-        paid = premium * (1.0 - 2.0 * sell) + fees_only(fill)  # a sale brings the premium in, less its fees
-        self.stats["traded"] += premium
-        self.cash = self.cash - paid
-        self.costs_paid += fill.costs
-        here = slot & go  # (P, N) one-hot: no sync, no scatter
-        self.active = self.active | here
-        self.is_call = (self.is_call & ~here) | (here & is_call)
-        self.short = (self.short & ~here) | (here & selling)
-        # The slot was empty (no contracts, no cost): adding fills it; lerp with 0/1 weights is exact.
-        into = self._float(here)
-        self.contracts, self.entry_cost = self.contracts + into * contracts, self.entry_cost + into * paid
-        self.strike = torch.lerp(self.strike, strike.expand_as(self.strike), into)
-        expiry_at = fill_bar * q.expiry_bar.shape[1] + g  # the fill bar's row of the (T, G) expiry tables
-        self.expiry_bar = torch.lerp(self.expiry_bar, q.expiry_bar.view(-1).index_select(0, expiry_at), into)
-        self.expiry_time = torch.lerp(self.expiry_time, q.expiry_time.view(-1).index_select(0, expiry_at), into)
-
-    def free_cover(self) -> Tensor:
-        """(N,) call contracts the shares could still cover: shares not already under a short call, per 100."""
-        short_calls = (self.contracts * self._float(self.short & self.is_call)).sum(0) * self.market_cfg.multiplier
-        return torch.floor(((self.shares - short_calls) / self.market_cfg.multiplier).clamp_min(0))
-
-    def cash_room(self) -> Tensor:
-        """Cash a new order may spend: what is left after the shorts' margin, every open position's closing-fee
-        reserve and the per-order commission minimums of opening and later closing it."""
-        costs = self.market_cfg.costs
-        reserve = closing_fee_reserve(self.contracts, costs).sum(0)  # zero for empty slots
-        return self.cash - self.margin - reserve - 2 * costs.commission_min_per_order
-
-    def _mark(self, spot: Tensor, row: Tensor) -> None:
-        """Mark every open position at ``row``'s close (after expiries, so every open one has time left), and
-        the shorts' margin at that close."""
-        m, q = self.market_cfg, self.quotes
-        log_k_s = torch.log(self.strike / spot)
-        years = (self.expiry_time - q.close_time.index_select(0, self.t)).clamp_min(0) / DAYS_PER_YEAR
-        iv = surface_iv(self._at(q.iv_close, row), q.long_run_iv.index_select(0, self.sym), log_k_s, years, m)
-        g = bs_greeks_before_expiry(spot, self.strike, years, self._at(q.rate_close, row),
-                                    q.dividend_yield.index_select(0, self.sym), iv, self.is_call, -log_k_s)
-        size = self.contracts * m.multiplier * self._side()  # zero in empty slots, negative for shorts
-        self.mark = g.price * size
-        stock = self.shares * spot
-        self.equity = self.cash + self.mark.sum(0) + stock
-        short_size = self.contracts * m.multiplier * self._float(self.short)
-        requirement = short_margin(g.price, spot, self.strike, self.is_call, q.margin_a.index_select(0, self.sym),
-                                   q.margin_b.index_select(0, self.sym)) * short_size
-        # Shares cover short calls share for share (a covered call needs no margin).
-        call_size = (short_size * self._float(self.is_call)).sum(0)
-        covered = (self.shares / call_size.clamp_min(1e-12)).clamp(max=1.0)
-        call_margin = (requirement * self._float(self.is_call)).sum(0)
-        self.margin = requirement.sum(0) - covered * call_margin
-        self.greeks = torch.stack([
-            (g.delta * size).sum(0) * spot + stock,  # $ change per 100% move (the underlying's delta is 1)
-            (g.gamma * size).sum(0) * spot * spot * 1e-4,  # $ change in delta-$ per 1% move, squared
-            (g.vega * size).sum(0) * 0.01,  # $ per vol point
-            (g.theta * size).sum(0) / DAYS_PER_YEAR,  # $ per calendar day
-        ])
-
     # ------------------------------------------------------------------ observation
 
-    def _observe(self) -> Observation:
+    def observe(self) -> Observation:
+        """The copies' observation at their current bar (t's close); also what ``step`` and ``reset`` return."""
         self._mask = valid_actions(self)  # judged at t's close; a new tensor each step, never changed after
-        return Observation(portfolio_features(self), self._mask, self.row, self.t == self.t_start, self.windows)
+        return Observation(portfolio_features(self), self._mask, self.row, self.t == self.t_start,
+                           self.market_windows)
 
-    def windows(self, rows: Tensor) -> Tensor:
-        """Feature windows (..., TW, F) ending at flat bar indices ``rows`` (from ``Observation.row``).
+    def cash_room(self) -> Tensor:
+        """(N,) cash a new order may spend (``accounting.cash_room``)."""
+        return cash_room(self)
 
-        A window is TW consecutive rows of the feature table, i.e. one contiguous block: a strided view
-        with one (overlapping) row per window start turns the gather into N block copies, 3x faster
-        than gathering N x TW single rows, and with no window table in memory.
-        """
-        return self._window_starts.index_select(0, (rows - (self.window - 1)).reshape(-1)).view(
-            *rows.shape, self.window, -1)
+    def free_cover(self) -> Tensor:
+        """(N,) call contracts the shares could still cover (``accounting.free_cover``)."""
+        return free_cover(self)
 
     def action_mask(self) -> Tensor:
         return self._mask.clone()

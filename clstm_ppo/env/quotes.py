@@ -15,7 +15,13 @@ from torch import Tensor
 from clstm_ppo.config import MarketConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.market import bs_call_put, chain_strikes
-from clstm_ppo.market.costs import fill_price_at, half_spread, round_trip_fees_one_contract, strike_volume
+from clstm_ppo.market.costs import (
+    base_option_volume,
+    fill_price_at,
+    half_spread,
+    round_trip_fees_one_contract,
+    strike_volume,
+)
 from clstm_ppo.market.inputs import MarketInputs, market_inputs
 from clstm_ppo.market.margin import margin_rates, short_margin
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
@@ -102,9 +108,7 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
     stale = inputs.stale_open
     prev_rate = np.concatenate([inputs.rate[:, :1], inputs.rate[:, :-1]], axis=1)  # at t's open, t-1's rate is known
     costs = market.costs
-    volume = data.bars.get("volume")
-    base = (np.maximum(volume * costs.option_volume_ratio, costs.min_option_volume) if volume is not None
-            else np.full(data.bars["close"].shape, costs.min_option_volume))
+    base = base_option_volume(data.bars.get("volume"), data.bars["close"].shape, costs)
     q = Quotes(
         inputs=inputs, close_px=as_tensor(data.bars["close"]), iv_close=as_tensor(inputs.iv_close),
         rate_close=as_tensor(inputs.rate), close_time=as_tensor(close_time), base_volume=as_tensor(base),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -109,10 +110,25 @@ def fees_only(fill: Fill) -> Tensor:
 
 
 def round_trip_fees_one_contract(cfg: CostConfig) -> float:
-    """Fees of buying one contract plus the closing-fee reserve it needs (SEC fee aside)."""
-    opening = max(cfg.commission_per_contract, cfg.commission_min_per_order) + cfg.occ_clearing_per_contract \
-        + cfg.orf_per_contract
+    """Fees of buying one contract plus the closing-fee reserve it needs (SEC fee aside): an order of one
+    contract pays the per-order commission minimum."""
+    return _round_trip_fees(max(cfg.commission_per_contract, cfg.commission_min_per_order), cfg)
+
+
+def round_trip_fees_per_contract(cfg: CostConfig) -> float:
+    """Fees per contract of opening and later closing an order (SEC fee and the per-order minimum aside, which
+    the cash room keeps back once per order: ``round_trip_order_minimum``)."""
+    return _round_trip_fees(cfg.commission_per_contract, cfg)
+
+
+def _round_trip_fees(commission: float, cfg: CostConfig) -> float:
+    opening = commission + cfg.occ_clearing_per_contract + cfg.orf_per_contract
     return 2 * opening + cfg.finra_taf_per_contract  # closing pays the same plus the TAF on sales
+
+
+def round_trip_order_minimum(cfg: CostConfig) -> float:
+    """The commission minimums of opening one more order and later closing it: cash a new order keeps back."""
+    return 2 * cfg.commission_min_per_order
 
 
 def closing_fee_reserve(contracts: Tensor, cfg: CostConfig) -> Tensor:
@@ -125,3 +141,26 @@ def closing_fee_reserve(contracts: Tensor, cfg: CostConfig) -> Tensor:
     commission = torch.maximum(cfg.commission_per_contract * contracts,
                                cfg.commission_min_per_order * _orders(contracts))
     return commission + per_contract * contracts
+
+
+def share_cost_rate(cfg: CostConfig) -> float:
+    """Cost of trading the underlying as a share of the notional traded."""
+    return cfg.share_cost_bps * 1e-4
+
+
+def share_fees(notional: Tensor, cfg: CostConfig) -> Tensor:
+    """Dollars paid to trade ``notional`` dollars of the underlying, either way."""
+    return notional * share_cost_rate(cfg)
+
+
+def share_price_with_fees(price: Tensor, cfg: CostConfig) -> Tensor:
+    """What buying one share at ``price`` takes out of cash, its cost included."""
+    return price * (1.0 + share_cost_rate(cfg))
+
+
+def base_option_volume(volume: np.ndarray | None, shape: tuple[int, ...], cfg: CostConfig) -> np.ndarray:
+    """At-the-money option-volume proxy of each bar: a share of the underlying's volume with a floor, or the
+    floor where the data has no volume."""
+    if volume is None:
+        return np.full(shape, cfg.min_option_volume)
+    return np.maximum(volume * cfg.option_volume_ratio, cfg.min_option_volume)
