@@ -1,3 +1,4 @@
+import copy
 import dataclasses
 import math
 
@@ -366,7 +367,8 @@ class NoWings(ReferenceMarket):
 class NoVolumeCap(ReferenceMarket):
     def __init__(self, *args):
         super().__init__(*args)
-        self.c = dataclasses.replace(self.c, max_volume_share=1e9)
+        self.c = copy.copy(self.c)
+        object.__setattr__(self.c, "max_volume_share", 1e9)  # past the setting's limit on purpose: no cap
 
 
 class StockRatesForTheIndex(ReferenceMarket):
