@@ -44,6 +44,7 @@ from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 
 
 def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
+    """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an older one's as clstm)."""
     model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
                                 ActionSpace.from_config(cfg.market).n, cfg.agent).to(device)
     try:
@@ -56,12 +57,14 @@ def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: to
 
 def checkpoint_config(state: dict, path: str, data_source: str | None, overrides: list[str]) -> Config:
     """The checkpoint's own settings, then ``--data`` and ``--set``; refused where the model could not read
-    what they make (another window or action space) or would be another model (agent sizes)."""
+    what they make (another window or action space) or would be another model (agent kind or sizes)."""
     base = json.loads(json.dumps(state["config"]))  # a deep copy
+    # Written before agent.kind existed: the cascaded LSTM, whatever the default kind becomes.
+    base.setdefault("agent", {}).setdefault("kind", "clstm")
+    saved = load_config(None, [], base=json.loads(json.dumps(base)))
     if data_source is not None:  # another source: its own dates decide the splits, unless --set says
         base["data"].update(source=data_source, symbols=None, train_end=None, val_end=None)
     cfg = load_config(None, overrides, base=base)
-    saved = load_config(None, [], base=state["config"])
     if cfg.data.window != saved.data.window:
         raise ConfigError(f"{path} was trained on {saved.data.window}-bar windows, not {cfg.data.window}; "
                           "evaluate it with its own data.window")
@@ -69,7 +72,8 @@ def checkpoint_config(state: dict, path: str, data_source: str | None, overrides
         raise ConfigError(f"{path} was trained on the chain {saved.market.moneyness} x {saved.market.expiries_days} "
                           "days; keep market.moneyness and market.expiries_days as they were")
     if cfg.agent != saved.agent:
-        raise ConfigError(f"{path}: agent sizes come from the checkpoint; drop the --set agent.* overrides")
+        raise ConfigError(f"{path}: agent sizes come from the checkpoint, as does agent.kind; drop the --set "
+                          "agent.* overrides")
     return cfg
 
 

@@ -7,7 +7,8 @@ It observes the file's last bar (features normalised with the checkpoint's stati
 of the run's initial cash, or the options in --positions (a JSON list of {"right": "call"|"put", "strike",
 "expiry": "YYYY-MM-DD", "contracts", "paid"[, "side": "long"|"short"]}; a short's "paid" is what its sale
 brought in), and prints the action that would fill at the next bar's open.
-LSTM 2 starts afresh at that bar, as at an episode's first decision.
+LSTM 2 starts afresh at that bar, as at an episode's first decision. The checkpoint's agent.kind (clstm,
+lstm or mlp) decides the model that is rebuilt.
 """
 from __future__ import annotations
 

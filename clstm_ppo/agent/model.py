@@ -1,10 +1,18 @@
-"""The cascaded-LSTM actor-critic of Zou et al. (2024).
+"""The cascaded-LSTM actor-critic of Zou et al. (2024), and the two variants of its comparison (``agent.kind``).
 
-LSTM 1 reads the last TW bars of market features in one batched call; its last
-hidden state goes through a 3-layer tanh MLP. LSTM 2 runs over the decision
-sequence on that encoding plus the portfolio state, carrying its hidden state
-across steps and resetting it where an episode starts. A masked categorical
-actor and a critic read LSTM 2's output.
+``clstm``: LSTM 1 reads the last TW bars of market features in one batched call; its last hidden state goes
+through a 3-layer tanh MLP. LSTM 2 runs over the decision sequence on that encoding plus the portfolio state,
+carrying its hidden state across steps and resetting it where an episode starts. A masked categorical actor
+and a critic read LSTM 2's output.
+
+``lstm``: no LSTM 1 or MLP; the current bar's features (the window's last row) go to LSTM 2 with the
+portfolio state: recurrent PPO with one LSTM. ``mlp``: no recurrence at all; the current bar and the
+portfolio state go through two tanh layers to the heads: PPO with an MLP policy, as in the paper's baseline
+(and FinRL's, whose state is the current bar's indicators plus the holdings).
+
+Every kind has the same interface (``encoder``, ``forward``, ``decide``, ``initial_state``, ``heads``), so
+the trainer, the PPO update, the per-bar code cache, evaluate and predict never ask which one runs; the
+``mlp`` kind's state is empty (zero-width) and passes through unchanged.
 """
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from torch import Tensor, nn
 
 from clstm_ppo.config import AgentConfig
 
+KINDS = ("clstm", "lstm", "mlp")  # agent.kind
 MASKED_LOGIT = -1e9  # finite, so entropy of a masked categorical stays 0 * (-1e9) = 0, never NaN
 State = tuple[Tensor, Tensor]
 
@@ -55,19 +64,50 @@ class MarketEncoder(nn.Module):
         return self.mlp(h[-1])
 
 
+class LastBar(nn.Module):
+    """The current bar's features (the window's last row) through one linear layer: (B, TW, F) -> (B, out).
+
+    With no activation, whatever reads the code absorbs the layer (LSTM 2's input weights, the MLP core's
+    first layer): the bar goes in as it is, at the code width the trainer's per-bar cache holds
+    (``agent.mlp_hidden``). Kept as ``mlp`` with the code's width at [-2], as in MarketEncoder, so that
+    pretraining (a next-bar-return head on the code) runs for every kind.
+    """
+
+    def __init__(self, n_features: int, out: int):
+        super().__init__()
+        self.mlp = nn.Sequential(_init(nn.Linear(n_features, out), 1.0), nn.Identity())  # gain 1: keeps scale
+        self.lstm_float32 = False  # no LSTM here; set alongside LSTM 2's for one interface
+
+    def forward(self, windows: Tensor) -> Tensor:
+        return self.mlp(windows[:, -1])
+
+
 class CascadedActorCritic(nn.Module):
+    """The actor-critic of ``cfg.kind``: clstm (the default), lstm or mlp (module docstring)."""
+
     def __init__(self, n_features: int, portfolio_dim: int, n_actions: int, cfg: AgentConfig):
         super().__init__()
-        self.encoder = MarketEncoder(n_features, cfg)
-        self.lstm2 = nn.LSTM(cfg.mlp_hidden + portfolio_dim, cfg.lstm2_hidden)  # time-major: (L, N, in)
-        for name, param in self.lstm2.named_parameters():
-            if "bias" in name:
-                nn.init.zeros_(param)
-            else:
-                nn.init.orthogonal_(param, 1.0)
-        self.actor = _init(nn.Linear(cfg.lstm2_hidden, n_actions), 0.01)  # near-uniform first policy
-        self.critic = _init(nn.Linear(cfg.lstm2_hidden, 1), 1.0)
-        self.hidden_size = cfg.lstm2_hidden
+        if cfg.kind not in KINDS:
+            raise ValueError(f"agent.kind {cfg.kind!r} is not one of {', '.join(KINDS)}")
+        self.kind = cfg.kind
+        self.encoder = MarketEncoder(n_features, cfg) if cfg.kind == "clstm" else LastBar(n_features, cfg.mlp_hidden)
+        inputs, width = cfg.mlp_hidden + portfolio_dim, cfg.lstm2_hidden
+        self.lstm2: nn.LSTM | None = None
+        self.core: nn.Sequential | None = None
+        if cfg.kind == "mlp":
+            gain = np.sqrt(2)
+            self.core = nn.Sequential(_init(nn.Linear(inputs, width), gain), nn.Tanh(),
+                                      _init(nn.Linear(width, width), gain), nn.Tanh())
+        else:
+            self.lstm2 = nn.LSTM(inputs, width)  # time-major: (L, N, in)
+            for name, param in self.lstm2.named_parameters():
+                if "bias" in name:
+                    nn.init.zeros_(param)
+                else:
+                    nn.init.orthogonal_(param, 1.0)
+        self.actor = _init(nn.Linear(width, n_actions), 0.01)  # near-uniform first policy
+        self.critic = _init(nn.Linear(width, 1), 1.0)
+        self.hidden_size = 0 if self.lstm2 is None else width  # the carried state's width: none without LSTM 2
         self.lstm_float32 = False
 
     def run_lstms_in_float32(self, on: bool) -> None:
@@ -98,10 +138,12 @@ class CascadedActorCritic(nn.Module):
                state: State) -> tuple[Tensor, Tensor, State]:
         """``forward`` from the encoder's output (L, N, mlp_hidden) instead of the windows.
 
-        LSTM 1 + MLP see only a bar's window, so a caller can encode each bar once and reuse it.
+        The encoder sees only a bar's window, so a caller can encode each bar once and reuse it.
         """
-        steps, envs = portfolio.shape[:2]
         x = torch.cat([code, portfolio], dim=-1)
+        if self.lstm2 is None:  # mlp: each decision from its own step alone; the empty state passes through
+            return (*self.heads(self.core(x), mask), state)
+        steps, envs = portfolio.shape[:2]
         cuts = [0, *(torch.nonzero(starts[1:].any(-1)).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
         h, c = state
         outputs = []
@@ -113,7 +155,8 @@ class CascadedActorCritic(nn.Module):
         return (*self.heads(out, mask), (h, c))
 
     def heads(self, out: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Masked logits and values from LSTM 2's output, in float32 whatever autocast computed them in: -1e9
-        overflows float16 (a masked_fill on half logits raises), and the losses and the sampler want float32."""
+        """Masked logits and values from LSTM 2's (or the MLP core's) output, in float32 whatever autocast
+        computed them in: -1e9 overflows float16 (a masked_fill on half logits raises), and the losses and the
+        sampler want float32."""
         logits = self.actor(out).float().masked_fill(~mask, MASKED_LOGIT)
         return logits, self.critic(out).squeeze(-1).float()

@@ -15,7 +15,7 @@ OPEN_SHARE = PORTFOLIO_FEATURES.index("open_share")
 
 
 def agent_policy(model: CascadedActorCritic, num_envs: int, device: torch.device) -> tuple:
-    """Greedy (argmax) actions of ``model``, carrying LSTM 2's state."""
+    """Greedy (argmax) actions of ``model``, carrying LSTM 2's state (an empty one for agent.kind mlp)."""
     def act(obs: Observation, state: State) -> tuple[torch.Tensor, State]:
         logits, _, state = model(obs.market.unsqueeze(0), obs.portfolio.unsqueeze(0), obs.mask.unsqueeze(0),
                                  obs.start.unsqueeze(0), state)

@@ -179,6 +179,10 @@ class AgentConfig(Section):
     lstm1_hidden: int = setting(64, "LSTM 1: feature extractor over the TW-bar window", limits=">= 1")
     mlp_hidden: int = setting(64, "the 3-layer tanh MLP after LSTM 1", limits=">= 1")
     lstm2_hidden: int = setting(128, "LSTM 2: recurrent policy over the decision sequence", limits=">= 1")
+    # The CLSTM-PPO paper's comparison (SPEC section 10); last, so AgentConfig(64, 64, 128) still reads as sizes.
+    kind: str = setting("clstm", "clstm: LSTM 1 + MLP over the window, then LSTM 2; lstm: the current bar "
+                                 "(projected to mlp_hidden) straight to LSTM 2; mlp: the current bar through two "
+                                 "tanh layers lstm2_hidden wide, no recurrence", choices=("clstm", "lstm", "mlp"))
 
 
 @dataclass
