@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -146,16 +147,17 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
         from clstm_ppo.runner import Trainer  # imported late: argument errors stay fast
 
         resume = load_checkpoint(resume_path) if resume_path else None
-        trainer = Trainer(cfg, run_dir, device, ctx, resume)
+        wrap = None
         if ctx.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             # Only the update's forward goes through DDP (its backward all-reduces gradients);
             # rollouts and checkpoints use the raw module, so DDP never enters a state_dict.
             t = cfg.train
-            trainer.train_model = DDP(trainer.model, device_ids=[device.index] if device.type == "cuda" else None,
-                                      bucket_cap_mb=t.ddp_bucket_cap_mb, static_graph=t.ddp_static_graph,
-                                      gradient_as_bucket_view=t.ddp_gradient_as_bucket_view)
+            wrap = functools.partial(DDP, device_ids=[device.index] if device.type == "cuda" else None,
+                                     bucket_cap_mb=t.ddp_bucket_cap_mb, static_graph=t.ddp_static_graph,
+                                     gradient_as_bucket_view=t.ddp_gradient_as_bucket_view)
+        trainer = Trainer(cfg, run_dir, device, ctx, resume, wrap)
         trainer.run()
         finished = True
     except torch.cuda.OutOfMemoryError:

@@ -73,7 +73,8 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
     decisions = trainer.batch_size * cfg.ppo.update_epochs  # what the update trains on
     encoder, rest = forward_flops(cfg, len(trainer.data.feature_names), trainer.env.actions.n)
     # The rollout encodes each bar once when it caches bar codes, else every decision's window.
-    cached_bars = len(trainer.env.observable_rows()) if trainer.bar_codes() is not None else trainer.batch_size
+    cached = trainer.bar_codes() is not None
+    cached_bars = len(trainer.env.market_windows.observable_rows()) if cached else trainer.batch_size
     rollout = updates * (cached_bars * encoder + trainer.batch_size * rest)
     update = sum(encodes) * encoder + updates * decisions * rest
     flops = rollout + 3 * update  # backward ~ 2x forward

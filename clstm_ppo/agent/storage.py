@@ -48,7 +48,8 @@ class RolloutStorage:
 
     def add(self, step: int, obs: Observation, action: Tensor, logprob: Tensor, value: Tensor,
             reward: Tensor, done: Tensor) -> None:
-        self.rows[step], self.portfolio[step], self.mask[step], self.starts[step] = obs.row, obs.portfolio, obs.mask, obs.start
+        self.rows[step], self.portfolio[step] = obs.row, obs.portfolio
+        self.mask[step], self.starts[step] = obs.mask, obs.start
         self.actions[step], self.logprobs[step], self.values[step] = action, logprob, value
         self.rewards[step], self.dones[step] = reward.float(), done
 

@@ -37,8 +37,8 @@ class SyntheticConfig(Section):
 @dataclass
 class DataConfig(Section):
     path: ClassVar[str] = "data"
-    source: str = setting("sp500", "a built-in name (sp500, synthetic), a CSV/parquet file, a folder of them, or "
-                                   "paths joined by ','", flag="--data")
+    source: str = setting("sp500", "a built-in name (sp500, dow, synthetic), a CSV/parquet file, a folder of them, "
+                                   "or paths joined by ','", flag="--data")
     symbols: list[str] | None = setting(None, "keep only these underlyings of a multi-symbol source")
     window: int = setting(30, "TW: bars in one observation (CLSTM-PPO paper: 30)", limits=">= 1")
     train_end: str | None = setting(None, "last date of the training split; None: the built-in's default, "
@@ -139,7 +139,7 @@ class MarketConfig(Section):
     # Short option margin per share (Cboe/FINRA): max(premium + a x spot - out-of-the-money amount, premium + b x
     # (strike for puts, spot for calls)); [a, b] for broad-based indices and for single stocks.
     margin_style: str = setting("auto", "auto: index rates for the built-in indices (sp500, synthetic), stock "
-                                        "rates for files", choices=("auto", "index", "stock"))
+                                        "rates for single stocks (dow) and files", choices=("auto", "index", "stock"))
     index_margin: list[float] = setting([0.15, 0.10], "[a, b] margin rates for broad-based indices",
                                         limits="[0, 1]")
     stock_margin: list[float] = setting([0.20, 0.10], "[a, b] margin rates for single stocks", limits="[0, 1]")
@@ -169,6 +169,12 @@ class EnvConfig(Section):
                                              "per bar", limits=">= 0")
     dtype: str = setting("float32", "float32 (fast, on GPU too) or float64 (exact accounting, used by the "
                                     "tests)", choices=("float32", "float64"))
+    # Without it every copy starts and ends its episodes on the same step, so each rollout sees one phase of
+    # every episode and the critic trains on alternating halves. Walks, explicit starts, a single copy and
+    # envs without autoreset keep exact lengths (BatchedOptionsEnv.staggered).
+    stagger_starts: bool = setting(True, "cut each copy's first episode after a random reset to a random "
+                                         "1..full length, spreading the copies over the episode's phase; later "
+                                         "episodes run full length")
 
 
 @dataclass
@@ -223,7 +229,7 @@ class TrainConfig(Section):
     num_envs: int = setting(32, "env copies per worker", limits=">= 1", flag="--num-envs")
     total_steps: int = setting(200_000, "env steps (all copies, all workers); ignored when num_episodes > 0",
                                limits=">= 0", flag="--total-steps")
-    num_episodes: int = setting(0, ">0: stop once this many training episodes have ended", limits=">= 0",
+    num_episodes: int = setting(0, ">0: stop once this many full-length training episodes have ended", limits=">= 0",
                                 flag="--num-episodes")
     device: str = setting("auto", "where workers train: auto, cpu or cuda", choices=("auto", "cpu", "cuda"),
                           flag="--device")

@@ -38,7 +38,7 @@ def summary(data: MarketData) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clstm_ppo.data", description=__doc__)
-    parser.add_argument("--data", default=None, help="sp500, synthetic, a CSV/parquet file or a folder of them")
+    parser.add_argument("--data", default=None, help="sp500, dow, synthetic, a CSV/parquet file or a folder of them")
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     cfg = config_from_args(args)

@@ -52,7 +52,7 @@ class OptionsTradingEnv(gym.Env):
         out = {"market": obs.market[0].numpy(), "portfolio": obs.portfolio[0].numpy()}
         return out, {"action_mask": obs.mask[0].numpy()}
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ARG002 (gymnasium's)
         super().reset(seed=seed)
         if seed is not None:
             self._make(seed)  # the batched env's generator is the single source of randomness

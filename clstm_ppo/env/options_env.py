@@ -169,10 +169,6 @@ class BatchedOptionsEnv:
         bar = int(np.searchsorted(dates, day, side="right") - 1)
         return bar, float(close_time[bar])
 
-    def observable_rows(self) -> Tensor:
-        """Flat rows of every bar a copy can observe, all underlyings: ``market_windows.observable_rows()``."""
-        return self.market_windows.observable_rows()
-
     # Every tensor that changes as the copies step: saved in checkpoints for an exact resume.
     STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "short", "shares",
              "margin", "strike", "expiry_bar", "expiry_time",

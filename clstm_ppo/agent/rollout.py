@@ -1,0 +1,74 @@
+"""Collecting one rollout: every copy steps ``num_steps`` times under the current policy, no gradients."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from clstm_ppo.agent.model import State
+from clstm_ppo.agent.precision import Precision
+from clstm_ppo.agent.storage import RolloutStorage
+from clstm_ppo.config import PPOConfig
+from clstm_ppo.data.windows import MarketWindows
+from clstm_ppo.env import BatchedOptionsEnv, Observation
+from clstm_ppo.metrics import concat_episodes
+
+ENCODE_CHUNK = 4096  # windows per encoder call when caching bar codes: ~5 MB of input at TW 30
+
+
+@torch.no_grad()
+def bar_codes(model: nn.Module, windows: MarketWindows, decisions: int, precision: Precision) -> Tensor | None:
+    """The encoder's code of every observable bar, by flat row; None when that costs more than ``decisions``.
+
+    The encoder sees a bar's window and nothing else, and the weights are fixed during a rollout, so
+    each bar needs encoding once per rollout, not once per copy and step: in a few large batches
+    instead of num_steps small ones, and with no window gathered per step. Worth it while the split
+    has no more bars than the rollout has decisions (the embedded S&P 500 and the synthetic default).
+    """
+    rows = windows.observable_rows()
+    if len(rows) > decisions:
+        return None
+    codes = None
+    with precision.autocast():
+        for chunk in rows.split(ENCODE_CHUNK):
+            code = model.encoder(windows.gather(chunk)).float()
+            if codes is None:  # the code's width is the encoder's (it differs between agent kinds)
+                codes = torch.zeros(windows.n_symbols * windows.n_bars, code.shape[-1], device=code.device)
+            codes[chunk] = code
+    return codes
+
+
+def policy_step(model: nn.Module, obs: Observation, lstm_state: State,
+                codes: Tensor | None) -> tuple[Tensor, Tensor, State]:
+    """The rollout's forward for one step of every copy, from cached bar codes when there are some."""
+    args = (obs.portfolio[None], obs.mask[None], obs.start[None], lstm_state)
+    if codes is None:
+        return model(obs.market[None], *args)
+    return model.decide(codes.index_select(0, obs.row)[None], *args)
+
+
+@torch.no_grad()
+def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, obs: Observation,
+            lstm_state: State, precision: Precision, cfg: PPOConfig,
+            codes: Tensor | None) -> tuple[Observation, State, dict[str, np.ndarray]]:
+    """Fill ``storage`` with one rollout from ``obs``; returns the next observation, the carried LSTM state and
+    the episodes that ended (concatenated)."""
+    storage.initial_state = tuple(x.clone() for x in lstm_state)
+    finished = []
+    for step in range(cfg.num_steps):
+        with precision.autocast():
+            logits, value, state = policy_step(model, obs, lstm_state, codes)
+        lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
+        dist = torch.distributions.Categorical(logits=logits[0], validate_args=False)  # checks sync the host
+        action = dist.sample()
+        result = env.step(action)
+        storage.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
+                    result.terminated | result.truncated)
+        obs = result.obs
+        if result.episodes is not None:
+            finished.append(result.episodes)
+    # Bootstrap from the next observation without advancing the carried state.
+    with precision.autocast():
+        _, last_value, _ = policy_step(model, obs, lstm_state, codes)
+    storage.finish(last_value[0].float(), cfg.gamma, cfg.gae_lambda)
+    return obs, lstm_state, concat_episodes(finished)

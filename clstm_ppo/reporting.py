@@ -1,0 +1,101 @@
+"""What rank 0 tells the user and the trackers during a run: the set-up, each update, each evaluation, the
+pretraining curve and where the files are at the end."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from clstm_ppo.config import Config
+from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.metrics import BEST_METRICS, episode_line, sums_to_metrics
+from clstm_ppo.monitor import per_rank_gpu
+from clstm_ppo.tracking import Tracker
+
+
+# What each agent kind is made of (agent/model.py), for the start-up line.
+LAYERS = {"clstm": "LSTM 1 {a.lstm1_hidden}, MLP {a.mlp_hidden}, LSTM 2 {a.lstm2_hidden}",
+          "lstm": "current bar -> linear {a.mlp_hidden}, LSTM 2 {a.lstm2_hidden}",
+          "mlp": "current bar -> linear {a.mlp_hidden}, 2 tanh layers of {a.lstm2_hidden}"}
+
+
+def describe(cfg: Config, run_dir: Path, data: MarketData, world_size: int, device: torch.device,
+             batch_size: int, planned_updates: int, params: int) -> str:
+    """What is about to run, in four lines: where, on what data, on what hardware and budget, which agent."""
+    t, a = cfg.train, cfg.agent
+    splits = " | ".join(f"{name} {first.date()}..{last.date()}" for name in ("train", "validation", "test")
+                        for first, last in [data.split_dates(name)])
+    workers = f"{world_size} worker(s) on {device.type}"
+    if device.type == "cpu":
+        workers += f" ({torch.get_num_threads()} thread(s) each)"
+    budget = (f"{t.num_episodes:,} episodes" if t.num_episodes > 0 else f"{t.total_steps:,} env steps")
+    return "\n".join([
+        f"run {run_dir.name} -> {run_dir}",
+        f"data {cfg.data.source}: {', '.join(data.symbols)}, {len(data.dates):,} bars; {splits}",
+        f"{workers}; {t.num_envs} env copies x {cfg.ppo.num_steps} steps each = {batch_size:,} env steps "
+        f"per update; budget {budget} (~{planned_updates:,} updates)",
+        f"agent {a.kind}: {LAYERS[a.kind].format(a=a)}, {params:,} parameters; "
+        f"{t.precision}; learning rate {cfg.ppo.learning_rate:g} {cfg.ppo.lr_schedule}",
+    ])
+
+
+class Reporter:
+    """Rank 0's console lines and tracker records; says each rank's GPU-monitoring note once."""
+
+    def __init__(self, tracker: Tracker, cfg: Config, batch_size: int, world_size: int, device: torch.device):
+        self.tracker, self.cfg, self.batch_size = tracker, cfg, batch_size
+        self.world_size, self.device = world_size, device
+        self.notes_said: set[str] = set()
+
+    def update(self, update: int, episodes: int, global_step: int, stats: dict[str, float], sums: np.ndarray,
+               host: dict[str, float], rank_gpus: list[dict[str, float]], gpu_notes: list[str]) -> None:
+        postfix = {"upd": str(update), "ep": str(episodes)}
+        if sums[0] > 0:
+            m = sums_to_metrics(sums)
+            postfix.update(ret=f"{m['return_pct']:+.2f}%", win=f"{m['win_rate']:.0%}")
+            suffix = ""
+            if self.world_size > 1:
+                suffix = f"GPUs: {self.world_size}" if self.device.type == "cuda" else f"workers: {self.world_size}"
+            self.tracker.write(episode_line(episodes, self.cfg.train.num_episodes or None, m, suffix))
+            self.tracker.log("train_episodes", global_step, m)
+        for note in gpu_notes:  # each rank's reason for turning GPU monitoring off, said once
+            if note not in self.notes_said:
+                self.tracker.write(note)
+                self.notes_said.add(note)
+        self.tracker.log("update", global_step, {"update": update, **stats, **host, **per_rank_gpu(rank_gpus)})
+        self.tracker.progress(self.batch_size, postfix)
+
+    def evaluation(self, update: int, global_step: int, m: dict[str, float], best_composite: float) -> None:
+        self.tracker.write(f"eval @ update {update} (validation walk, {m['steps']:.0f} bars): "
+                           f"return {m['return_pct']:+.2f}%, Sharpe {m['sharpe']:.2f}, "
+                           f"win rate {m['win_rate']:.1%}, profit rate {m['profit_rate']:.1%}, "
+                           f"composite {m['composite']:.3f} (best {best_composite:.3f})")
+        self.tracker.log("eval", global_step, m)
+
+    def pretraining(self, run_dir: Path, history: list[dict[str, float]]) -> None:
+        lines = ["pretraining LSTM 1 (next-bar return, training split):"]
+        lines += [f"  epoch {h['epoch']}: mse {h['mse']:.4f} (predict-zero {h['predict_zero_mse']:.4f})"
+                  for h in history]
+        self.tracker.write("\n".join(lines))
+        with open(run_dir / "pretrain_loss.csv", "w") as fh:
+            fh.write("epoch,mse,predict_zero_mse\n")
+            fh.writelines(f"{h['epoch']},{h['mse']},{h['predict_zero_mse']}\n" for h in history)
+        for h in history:
+            self.tracker.log("pretrain", 0, h)
+
+
+def farewell(run_dir: Path, best: dict[str, float]) -> None:
+    """Where the files are, how to resume, and the backtest to run next."""
+    print(f"\nrun folder: {run_dir}")
+    for name in BEST_METRICS:
+        path = run_dir / f"best_{name}.pt"
+        if path.exists():
+            print(f"  best {name:<11} {best[name]:>9.4f}  {path}")
+    print(f"  latest            {run_dir / 'latest.pt'}")
+    print(f"resume with: python -m clstm_ppo.train --run-name {run_dir.name} "
+          f"--checkpoint-dir {run_dir.parent} --resume-from latest   (or composite, win_rate, ...)")
+    print(f"backtest on the held-out test split, against buy-and-hold, cash, random and two option rules:\n"
+          f"  python -m clstm_ppo.evaluate --checkpoint {run_dir / 'best_composite.pt'} --split test "
+          f"--plot {run_dir / 'test_equity.png'} --json {run_dir / 'test_report.json'}\n"
+          "(the best validation score is optimistic: it is the maximum over many evaluations of one split)")
