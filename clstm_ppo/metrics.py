@@ -92,8 +92,22 @@ SUMMARY_FIELDS = ("episodes", "reward", "return", "return_pct", "closed", "wins"
                   *COST_FIELDS)
 
 
+def full_length(episodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The records of ``episodes`` that ran their full length (all of them where the records carry no ``full``)."""
+    if not episodes or "full" not in episodes:
+        return episodes
+    keep = np.asarray(episodes["full"], dtype=bool)
+    return {k: v[keep] for k, v in episodes.items()} if keep.any() else {}
+
+
 def episode_sums(episodes: dict[str, np.ndarray]) -> np.ndarray:
-    """Sums over finished episodes, in a fixed-size vector that ranks can all-reduce."""
+    """Sums over finished full-length episodes, in a fixed-size vector that ranks can all-reduce.
+
+    The first episodes a staggered env cuts short (``env.stagger_starts``) are left out, count included: their
+    returns cover fewer bars, and averaging them in would drag the first updates' returns, trades and steps
+    towards zero. So the training log's episode count (and ``train.num_episodes``) counts full-length episodes.
+    """
+    episodes = full_length(episodes)
     if not episodes:
         return np.zeros(len(SUMMARY_FIELDS))
     costs = np.stack(episodes["costs"]).sum(axis=0)  # $ per kind over the episodes

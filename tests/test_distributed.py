@@ -97,7 +97,9 @@ def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_path):
-    base = ["--checkpoint-dir", str(tmp_path), *SMALL]
+    # Unstaggered, every copy's first (64-bar) episode ends within the first two updates (64 steps), so their
+    # episode line, which names the workers, is written; staggered, the first full-length ones end later.
+    base = ["--checkpoint-dir", str(tmp_path), *SMALL, "--set", "env.stagger_starts=false"]
     first = cli(*base, "--num-gpus", "2", "--total-steps", str(2 * 512), "--pretraining",
                 "--set", "train.pretrain_epochs=1")
     assert first.returncode == 0, first.stderr[-3000:]

@@ -134,6 +134,9 @@ def episode_stats(env: BatchedOptionsEnv, idx: Tensor) -> dict[str, np.ndarray]:
         "rejected": env.stats["rejected"][idx], "traded": env.stats["traded"][idx],
         "margin_calls": env.stats["margin_calls"][idx], "shares": env.shares[idx],
         "costs": env.costs_paid[:, idx].T,
+        # False for a first episode cut short by staggering (options_env's _stagger): a real episode, but its
+        # return covers fewer bars, so the training metrics leave it out (metrics.episode_sums).
+        "full": env.t_end[idx] == env.episode_end(env.t_start[idx]),
     }
     out = {k: v.cpu().numpy() for k, v in out.items()}
     curves = curves.cpu().numpy()

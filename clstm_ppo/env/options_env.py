@@ -52,6 +52,9 @@ class BatchedOptionsEnv:
         self.market_cfg, self.cfg = market, cfg
         self.actions = ActionSpace.from_config(market)
         self.num_envs, self.autoreset = num_envs, autoreset
+        # Staggering spreads the trainer's copies over the episode's phase. A single copy has nothing to spread
+        # against, and an env without autoreset (the walks, gymnasium, predict) is stepped episode by episode.
+        self.staggered = cfg.stagger_starts and autoreset and num_envs > 1
         self.dates = data.dates.values
         w = self.market_windows  # the split's bounds and the table's shape, as the env's clock reads them
         self.window, self.n_symbols, self.n_bars = w.window, w.n_symbols, w.n_bars
@@ -112,20 +115,38 @@ class BatchedOptionsEnv:
             return self.split_end - 1 - first
         return min(self.cfg.episode_length, self.split_end - 1 - first)
 
+    def episode_end(self, start: Tensor) -> Tensor:
+        """The last bar of a full-length episode begun at ``start``: ``env.episode_length`` bars on, capped at
+        the split's last bar (which is the end, whatever the start, with episode_length 0)."""
+        last_bar = self.split_end - 1
+        if self.cfg.episode_length <= 0:
+            return torch.full_like(start, last_bar)
+        return (start + self.cfg.episode_length).clamp(max=last_bar)
+
     def _draw_starts(self, count: int) -> tuple[Tensor, Tensor]:
         first = self.first_bar
-        last_bar = self.split_end - 1
-        latest = max(first, last_bar - self.cfg.episode_length) if self.cfg.episode_length > 0 else first
+        latest = max(first, self.split_end - 1 - self.cfg.episode_length) if self.cfg.episode_length > 0 else first
         start = torch.randint(first, latest + 1, (count,), generator=self.generator, device=self.device)
-        length = self.cfg.episode_length if self.cfg.episode_length > 0 else last_bar - first
-        return start, (start + length).clamp(max=last_bar)
+        return start, self.episode_end(start)
+
+    def _stagger(self) -> None:
+        """Cut every copy's episode to U{1..its full length} bars, drawn from the env's generator (so a seed, and a
+        checkpoint's generator state, still fix it): the copies then end, and auto-reset, on different steps ever
+        after, as far apart as a long run would have put them. The remaining bars t_end - t are then uniform, as at
+        a random moment of full-length episodes. The cut episode is a real, shorter one: its progress feature runs
+        0..1 over its own bars, and its record says ``full: False`` (``episode_stats``)."""
+        span = self.t_end - self.t_start
+        u = torch.rand(self.num_envs, generator=self.generator, dtype=torch.float64, device=self.device)
+        self.t_end = self.t_start + torch.minimum((u * span).long() + 1, span)
 
     # ------------------------------------------------------------------ reset
 
     def reset(self, starts: Tensor | None = None) -> Observation:
         """Start every copy afresh: at random bars, or at ``starts`` (copy i on underlying i mod S).
 
-        A copy started on the split's last bar can be observed (``python -m clstm_ppo.predict``), not stepped.
+        Random starts of a ``staggered`` env get first episodes of random length (``_stagger``); ``starts`` get
+        full-length episodes. A copy started on the split's last bar can be observed (``python -m
+        clstm_ppo.predict``), not stepped.
         """
         self._reset_copies(self.copy_ids)
         if starts is not None:
@@ -133,10 +154,11 @@ class BatchedOptionsEnv:
             first = self.first_bar
             if starts.shape != (self.num_envs,) or (starts < first).any() or (starts > self.split_end - 1).any():
                 raise ValueError(f"starts must be {self.num_envs} bars in [{first}, {self.split_end - 1}]")
-            length = self.cfg.episode_length if self.cfg.episode_length > 0 else self.split_end
             self.sym = self.copy_ids % self.n_symbols
             self.t, self.t_start = starts.clone(), starts.clone()
-            self.t_end = (starts + length).clamp(max=self.split_end - 1)
+            self.t_end = self.episode_end(starts)
+        elif self.staggered:
+            self._stagger()
         return self.observe()
 
     def book(self, positions: list[BookedPosition]) -> Observation:
