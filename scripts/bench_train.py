@@ -140,6 +140,8 @@ def main() -> None:
                         help="network sizes and env copies to time (default: all three)")
     parser.add_argument("--num-envs", type=int, help="env copies for every setting instead of its own (a GPU's 4,096)")
     parser.add_argument("--skip-sb3", action="store_true", help="time ours only (always on a GPU)")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                        help="ours' train.precision (sb3-contrib always runs fp32)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -153,9 +155,11 @@ def main() -> None:
         num_envs = args.num_envs or num_envs
         cfg = bench_config(sizes, num_envs)
         cfg.train.device = device.type
+        cfg.train.precision = args.precision
         run = ours(cfg, args.updates, device)
         sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates)
-        rows.append({"setting": setting, "num_envs": num_envs, "ours_steps_per_s": round(run["rate"], 1),
+        rows.append({"setting": setting, "num_envs": num_envs, "precision": args.precision,
+                     "ours_steps_per_s": round(run["rate"], 1),
                      "sb3_steps_per_s": round(sb3_rate, 1), "ratio": round(run["rate"] / sb3_rate, 2),
                      "update_encodes": round(run["encodes"]), "update_decisions": round(run["decisions"]),
                      "ours_gflops": round(run["flops"] / 1e9, 2), "mfu": round(run["flops"] / peak, 3),
