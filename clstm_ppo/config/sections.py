@@ -255,7 +255,8 @@ class TrainConfig(Section):
     threads_per_worker: int = setting(0, "CPU threads per worker; 0: the machine's cores divided among its "
                                          "workers", limits=">= 0")
     # DistributedDataParallel's knobs (seed 002 names them): PyTorch's bucket size and dynamic graph; gradients
-    # as views of the buckets save one copy of them. Not yet measured on GPUs here (docs/BENCHMARKS.md).
+    # as views of the buckets save one copy of them. On 2 CPU workers the variants were within noise;
+    # not yet measured on GPUs (docs/BENCHMARKS.md).
     ddp_bucket_cap_mb: float = setting(25.0, "DDP's gradient bucket size in MB", limits="> 0")
     ddp_static_graph: bool = setting(False, "DDP's static_graph")
     ddp_gradient_as_bucket_view: bool = setting(True, "DDP's gradient_as_bucket_view")
