@@ -709,3 +709,27 @@ def test_optional_reward_shaping_subtracts_exactly_its_terms(synthetic_data):
         torch.testing.assert_close(b.reward[live], expected[live], rtol=0, atol=1e-12)
         penalised += int((turbulent & live).sum())
     assert penalised > 50
+
+
+def test_episode_statistics_come_to_the_host_the_same_in_one_packed_copy(synthetic_data):
+    """On a GPU the episode statistics leave the device in one packed float64 copy (one host sync, not 18):
+    every field must come back with the same values, dtypes and shapes as copying each tensor."""
+    from clstm_ppo.env.observation import episode_stats, to_host
+
+    env = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), EnvConfig(episode_length=20), num_envs=64,
+                            seed=3)
+    obs, gen = env.reset(), torch.Generator().manual_seed(1)
+    ended = None
+    while ended is None:
+        result = env.step(random_valid(obs.mask, gen))
+        obs, ended = result.obs, result.episodes
+    mixed = {"flags": torch.tensor([True, False]), "index": torch.tensor([3, 2**52 + 1]),
+             "f32": torch.tensor([[0.1, -2.5e7]], dtype=torch.float32), "f64": torch.tensor([1 / 3]),
+             "empty": torch.zeros(0, 4)}
+    for tensors in (mixed, {k: v for k, v in env.__dict__.items() if isinstance(v, torch.Tensor)}):
+        plain, packed = to_host(tensors, packed=False), to_host(tensors, packed=True)
+        for k, v in plain.items():
+            assert packed[k].dtype == v.dtype and packed[k].shape == v.shape, k
+            np.testing.assert_array_equal(packed[k], v, err_msg=k)
+    stats = episode_stats(env, torch.as_tensor(ended["env"]))
+    assert set(stats) == set(ended) and all(len(v) == len(ended["env"]) for v in stats.values())

@@ -144,7 +144,8 @@ class CascadedActorCritic(nn.Module):
         if self.lstm2 is None:  # mlp: each decision from its own step alone; the empty state passes through
             return (*self.heads(self.core(x), mask), state)
         steps, envs = portfolio.shape[:2]
-        cuts = [0, *(torch.nonzero(starts[1:].any(-1)).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
+        # Where any sequence starts an episode: one copy of L flags to the host (one GPU sync), then host work.
+        cuts = [0, *(torch.nonzero(starts[1:].any(-1).cpu()).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
         h, c = state
         outputs = []
         for begin, end in itertools.pairwise(cuts):

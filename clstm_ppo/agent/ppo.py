@@ -105,11 +105,12 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                 mean_kl = all_reduce_mean(mean_kl)  # every worker takes the same decision
             if float(mean_kl) > cfg.target_kl:
                 break
-    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    stats = dict(zip(names, (totals / max(batches, 1)).tolist(), strict=True))  # one host sync for all five
+    variance = s.returns.var()
+    explained = torch.where(variance > 0, 1 - (s.returns - s.values).var() / variance, float("nan"))
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance")
+    values = torch.cat([totals / max(batches, 1), explained.view(1).to(totals.dtype)]).tolist()  # one host sync
+    stats = dict(zip(names, values, strict=True))
     stats["nonfinite"] = 0.0
     stats["lstm1_encodes_per_minibatch"] = encoded / max(batches, 1)  # distinct bars, against ...
     stats["decisions_per_minibatch"] = float(s.rows.shape[0] * envs_per_batch)  # ... what per-window encoding ran
-    variance = s.returns.var()
-    stats["explained_variance"] = float(1 - (s.returns - s.values).var() / variance) if variance > 0 else float("nan")
     return stats

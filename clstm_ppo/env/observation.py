@@ -138,9 +138,27 @@ def episode_stats(env: BatchedOptionsEnv, idx: Tensor) -> dict[str, np.ndarray]:
         # return covers fewer bars, so the training metrics leave it out (metrics.episode_sums).
         "full": env.t_end[idx] == env.episode_end(env.t_start[idx]),
     }
-    out = {k: v.cpu().numpy() for k, v in out.items()}
-    curves = curves.cpu().numpy()
+    out = to_host({**out, "curves": curves}, packed=env.device.type != "cpu")
+    curves = out.pop("curves")
     out["equity_curve"] = ragged([curves[i, : s + 1] for i, s in enumerate(out["steps"])])
+    return out
+
+
+def to_host(tensors: dict[str, Tensor], packed: bool) -> dict[str, np.ndarray]:
+    """The tensors as numpy arrays of their own dtypes and shapes.
+
+    ``packed``: in one device-to-host copy (a GPU waits once, not once per tensor: 18 syncs per episode end
+    were most of a GPU env step's host syncs). Every value goes through float64, exact for bools, floats and
+    integers below 2**53 (indices and counts here). On a CPU each tensor is already host memory.
+    """
+    if not packed:
+        return {k: v.cpu().numpy() for k, v in tensors.items()}
+    flat = torch.cat([v.reshape(-1).to(torch.float64) for v in tensors.values()]).cpu().numpy()
+    out, at = {}, 0
+    for k, v in tensors.items():
+        n = v.numel()
+        out[k] = flat[at:at + n].reshape(tuple(v.shape)).astype(torch.empty(0, dtype=v.dtype).numpy().dtype)
+        at += n
     return out
 
 

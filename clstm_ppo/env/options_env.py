@@ -247,9 +247,9 @@ class BatchedOptionsEnv:
         reward, terminated, truncated = self._advance(action.to(self.device).long())
         done = terminated | truncated
         episodes = None
-        if bool(done.any()):  # a step's second host sync (the first finds the copies that sell)
-            idx = torch.nonzero(done).squeeze(-1)
-            episodes = episode_stats(self, idx)
+        idx = torch.nonzero(done).squeeze(-1)  # a step's second host sync (the first finds the copies that sell)
+        if idx.numel():
+            episodes = episode_stats(self, idx)  # and a third when an episode ends: its statistics to the host
             if self.autoreset:
                 self._reset_copies(idx)
         return StepResult(self.observe(), reward, terminated, truncated, episodes)
