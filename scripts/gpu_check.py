@@ -29,8 +29,13 @@ def run(args: list[str], timeout: float = 900) -> tuple[bool, float, str]:
     """(passed, seconds, the last line of its error output) of one command."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    tail = (done.stderr.strip().splitlines() or [""])[-1][:160]
-    return done.returncode == 0, time.perf_counter() - start, tail
+    return done.returncode == 0, time.perf_counter() - start, last_error(done)
+
+
+def last_error(done: subprocess.CompletedProcess) -> str:
+    """The last line of a failed command's error output, or its exit status when it printed none (killed)."""
+    lines = done.stderr.strip().splitlines()
+    return lines[-1][:160] if lines else f"exit status {done.returncode}"
 
 
 def run_records(run_dir: Path) -> list[dict]:
@@ -80,8 +85,9 @@ def main() -> None:
         rows.append(script_check("evaluate bf16 on cuda", [
             "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
             "--plot", str(folder / "bf16.png")]))
-        for script, extra in (("bench_env.py", ["--sizes", "4096", "--seconds", str(args.seconds)]),
-                              ("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default"])):
+        benches = (("bench_env.py", ["--sizes", "4096", "--seconds", str(args.seconds)]),
+                   ("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default", "--skip-sb3"]))
+        for script, extra in benches:
             done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--device", "cuda", "--json",
                                    *extra], capture_output=True, text=True, timeout=900, cwd=ROOT)
             ok = done.returncode == 0
@@ -89,7 +95,14 @@ def main() -> None:
             rate = (result.get("rows") or [{}])[0]
             rows.append({"check": f"{script} 4096 copies", "passed": ok, "seconds": "",
                          "env_steps_per_s": rate.get("env_steps_per_s", rate.get("ours_steps_per_s", "")),
-                         "gpu_mem_gb": "", "note": "" if ok else (done.stderr.strip().splitlines() or [""])[-1][:160]})
+                         "gpu_mem_gb": "", "note": "" if ok else last_error(done)})
+        # Host syncs as CUDA counts them (the numbers docs/BENCHMARKS.md derives from the code).
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "count_syncs.py"), "--json"],
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+        counts = json.loads(done.stdout.strip().splitlines()[-1])["rows"] if done.returncode == 0 else []
+        rows.append({"check": "host syncs (count_syncs.py)", "passed": done.returncode == 0, "seconds": "",
+                     "env_steps_per_s": "", "gpu_mem_gb": "",
+                     "note": "; ".join(f"{c['where']}: {c['syncs']}" for c in counts) or last_error(done)})
     print_table(rows, args.json, {"cuda": True, "device": torch.cuda.get_device_name(0),
                                   "torch": torch.__version__, "all_passed": all(r["passed"] for r in rows)})
 
