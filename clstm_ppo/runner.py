@@ -192,12 +192,7 @@ class Trainer:
         episodes = self.collect()
         wait_for(self.device)  # one sync per update, so the two timings split the work where it happened
         collected = time.perf_counter()
-        mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
-        lr = self.learning_rate()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
-                           self.minibatch_generator, mean, self.precision)
+        stats = self.optimise()
         # The update's time includes waiting at its gradient all-reduces for the slowest rank.
         stats.update(rollout_s=collected - started, update_s=time.perf_counter() - collected)
         # A step can also overflow the weights themselves; then this update is unsound and not saved.
@@ -209,8 +204,17 @@ class Trainer:
         sums = torch.as_tensor(episode_sums(episodes), device=self.device)
         sums = self.ctx.all_reduce_sum(sums).cpu().numpy()  # every rank counts every rank's episodes
         self.episodes += int(sums[0])
-        stats["learning_rate"] = lr
         return stats, sums
+
+    def optimise(self) -> dict[str, float]:
+        """One PPO update on the stored rollout at this update's learning rate; the update's statistics."""
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
+        stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
+                           self.minibatch_generator, mean, self.precision)
+        return {**stats, "learning_rate": lr}
 
     # ------------------------------------------------------------------ evaluation
 

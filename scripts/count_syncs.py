@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from clstm_ppo.agent.ppo import ppo_update
 from clstm_ppo.config import CHOICES, load_config
 from clstm_ppo.device import configure_backends, pick_device, wait_for
 from clstm_ppo.runner import Trainer
@@ -63,9 +62,7 @@ def main() -> None:
         trainer = Trainer(cfg, Path(tmp), device)
         trainer.train_step()  # warm-up: cuDNN's autotuning and first allocations are not the steady state
         _, rollout = counted(trainer.collect)
-        _, update = counted(lambda: ppo_update(trainer.train_model, trainer.optimizer, trainer.storage,
-                                               trainer.env.market_windows, p, trainer.minibatch_generator,
-                                               None, trainer.precision))
+        _, update = counted(trainer.optimise)
         _, step = counted(trainer.train_step)
     minibatches = p.update_epochs * p.num_minibatches
     rows = [
