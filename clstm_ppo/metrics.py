@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from clstm_ppo.env.observation import ragged
+from clstm_ppo.env.episodes import ragged
+from clstm_ppo.env.state import EPISODE_SUMS
 from clstm_ppo.market import COST_KINDS
 
 TRADING_DAYS = 252
@@ -88,8 +89,7 @@ def episode_line(episode: int, total: int | None, m: dict[str, float], suffix: s
     return line + (f" | {suffix}" if suffix else "")
 
 
-SUMMARY_FIELDS = ("episodes", "reward", "return", "return_pct", "closed", "wins", "open", "steps", "profitable",
-                  *COST_FIELDS)
+SUMMARY_FIELDS = EPISODE_SUMS  # what the env sums on the device (``env.episodes.add_finished``), in this order
 
 
 def full_length(episodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

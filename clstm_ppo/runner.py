@@ -32,7 +32,6 @@ from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
-from clstm_ppo.metrics import episode_sums
 from clstm_ppo.monitor import ResourceMonitor
 from clstm_ppo.reporting import Reporter, describe, farewell
 from clstm_ppo.selection import Selection
@@ -62,8 +61,10 @@ class Trainer:
         self.data = build_market_data(cfg.data, normalizer)
         # Each rank its own streams; a resumed run whose env copies start afresh must not replay the first run's.
         seeds = rank_seeds(cfg.seed, ctx.rank, ctx.world_size, resume["update"] if resume else 0)
+        # No per-episode records: the copies' episode figures are summed on the device, read once per update.
         self.env = BatchedOptionsEnv(self.data, "train", cfg.market, cfg.env, t.num_envs, device=device,
-                                     seed=seeds.env)
+                                     seed=seeds.env, records=False, compile=cfg.env.compile,
+                                     cuda_graphs=t.cuda_graphs != "off")
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
@@ -94,7 +95,7 @@ class Trainer:
             self._restore(resume)
             saved, now = (resume["world_size"], resume["num_envs"]), (ctx.world_size, t.num_envs)
             why = (f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
-                   else "the saved env state has another layout or another device's random stream")
+                   else "the saved env state has another layout")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
                                 else f"env copies start fresh episodes ({why})")
         self.obs = self.env.observe() if self.env_restored else self.env.reset()
@@ -179,17 +180,17 @@ class Trainer:
     def policy(self, obs: Observation, codes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, State]:
         return rollout.policy_step(self.model, obs, self.lstm_state, codes)
 
-    def collect(self) -> dict[str, np.ndarray]:
-        """One rollout into the storage, carrying the observation and LSTM state on; the episodes that ended."""
-        self.obs, self.lstm_state, episodes = rollout.collect(self.model, self.env, self.storage, self.obs,
-                                                              self.lstm_state, self.precision, self.cfg.ppo,
-                                                              self.bar_codes())
-        return episodes
+    def collect(self) -> np.ndarray:
+        """One rollout into the storage, carrying the observation and LSTM state on; the sums of the full-length
+        episodes that ended (``env.state.EPISODE_SUMS``)."""
+        self.obs, self.lstm_state = rollout.collect(self.model, self.env, self.storage, self.obs, self.lstm_state,
+                                                    self.precision, self.cfg.ppo, self.bar_codes())
+        return self.env.take_episode_sums()
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
         started = time.perf_counter()
-        episodes = self.collect()
+        finished = self.collect()
         wait_for(self.device)  # one sync per update, so the two timings split the work where it happened
         collected = time.perf_counter()
         stats = self.optimise()
@@ -201,7 +202,7 @@ class Trainer:
             return {**stats, "nonfinite": 1.0}, np.zeros(0)
         self.update += 1
         self.global_step += self.batch_size
-        sums = torch.as_tensor(episode_sums(episodes), device=self.device)
+        sums = torch.as_tensor(finished, device=self.device)
         sums = self.ctx.all_reduce_sum(sums).cpu().numpy()  # every rank counts every rank's episodes
         self.episodes += int(sums[0])
         return stats, sums

@@ -1,6 +1,7 @@
 """Training throughput: our trainer against sb3-contrib's RecurrentPPO on the same env, side by side.
 
-    python scripts/bench_train.py [--json] [--updates 2] [--settings default paper paper-256]
+    python scripts/bench_train.py [--json] [--updates 2] [--settings default paper paper-256] [--device cpu|cuda]
+        [--compiled] [--cuda-graphs] [--precision fp32|bf16|fp16] [--num-envs N] [--skip-sb3]
 
 Settings: "default" and "paper" network sizes with 32 env copies, and paper sizes with 256
 copies ("paper-256"), where copies on one underlying share bars and the update's encoding of
@@ -15,6 +16,9 @@ dense float32 matmul's FLOP/s measured here. "update_encodes" is LSTM 1 window e
 update, beside "update_decisions", the decisions it trains on (what per-window encoding ran).
 "ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
+``--compiled`` compiles the env step (``env.compile: on``) and the encoder (``train.compile``); ``--cuda-graphs``
+also replays the env step as a CUDA graph (``train.cuda_graphs: on``). On a GPU sb3-contrib runs on the same GPU
+(its policy there; its envs step on the host, as they always do).
 """
 from __future__ import annotations
 
@@ -82,7 +86,7 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
             "decisions": float(decisions), "rollout_encodes": float(cached_bars)}
 
 
-def sb3(cfg: Config, updates: int) -> float:
+def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -> float:
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -108,7 +112,8 @@ def sb3(cfg: Config, updates: int) -> float:
         "MultiInputLstmPolicy", envs, n_steps=p.num_steps,
         batch_size=cfg.train.num_envs * p.num_steps // p.num_minibatches,
         n_epochs=p.update_epochs, learning_rate=p.learning_rate, gamma=p.gamma, gae_lambda=p.gae_lambda,
-        clip_range=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, device="cpu",
+        clip_range=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm,
+        device=device.type,
         policy_kwargs=dict(features_extractor_class=WindowExtractor, lstm_hidden_size=cfg.agent.lstm2_hidden,
                            n_lstm_layers=1, shared_lstm=True, enable_critic_lstm=False, net_arch=dict(pi=[], vf=[])),
     )
@@ -139,7 +144,9 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
                         help="network sizes and env copies to time (default: all three)")
     parser.add_argument("--num-envs", type=int, help="env copies for every setting instead of its own (a GPU's 4,096)")
-    parser.add_argument("--skip-sb3", action="store_true", help="time ours only (always on a GPU)")
+    parser.add_argument("--skip-sb3", action="store_true", help="time ours only")
+    parser.add_argument("--compiled", action="store_true", help="ours with the env step and the encoder compiled")
+    parser.add_argument("--cuda-graphs", action="store_true", help="ours with the env step replayed as a CUDA graph")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                         help="ours' train.precision (sb3-contrib always runs fp32)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
@@ -147,7 +154,8 @@ def main() -> None:
     torch.set_num_threads(1)
     device = pick_device(args.device)
     configure_backends(device)  # as the trainer's workers do; sb3-contrib runs under it too
-    args.skip_sb3 = args.skip_sb3 or device.type == "cuda"  # the ratio is a CPU comparison
+    if args.cuda_graphs and device.type != "cuda":
+        parser.error("--cuda-graphs needs a CUDA device (--device cuda)")
     peak = matmul_flops(device=device)
     rows = []
     for setting in args.settings:
@@ -156,9 +164,13 @@ def main() -> None:
         cfg = bench_config(sizes, num_envs)
         cfg.train.device = device.type
         cfg.train.precision = args.precision
+        cfg.env.compile = "on" if args.compiled or args.cuda_graphs else "off"
+        cfg.train.compile = args.compiled
+        cfg.train.cuda_graphs = "on" if args.cuda_graphs else "off"
         run = ours(cfg, args.updates, device)
-        sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates)
+        sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates, device)
         rows.append({"setting": setting, "num_envs": num_envs, "precision": args.precision,
+                     "step": "graphs" if args.cuda_graphs else "compiled" if args.compiled else "eager",
                      "ours_steps_per_s": round(run["rate"], 1),
                      "sb3_steps_per_s": round(sb3_rate, 1), "ratio": round(run["rate"] / sb3_rate, 2),
                      "update_encodes": round(run["encodes"]), "update_decisions": round(run["decisions"]),

@@ -1,10 +1,15 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
-env and trainer's speed on the GPU at 4,096 copies.
+env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3]
+    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3] [--parts checks speed scale sb3]
 
-Each check runs the public commands in a subprocess (as a user would) on the smoke config in a temporary
-folder, and the table says pass or fail, env steps/s and the GPU's peak memory (from the run's NVML records).
+Parts (each fits one 10-minute call; all by default): "checks" (every precision, the compiled trainer, a GPU run
+resumed on the CPU, evaluate, host syncs); "speed" (kernels per env step eager and compiled, env steps/s at 32,768
+copies eager / compiled / graphed, the trainer at 4,096 copies eager and compiled+graphed at default and paper
+sizes with model FLOP utilisation); "scale" (65,536 copies train one update and checkpoint); "sb3" (sb3-contrib's
+RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the public commands
+in a subprocess (as a user would) on the smoke config in a temporary folder, and the table says pass or fail,
+env steps/s and the GPU's peak memory (from the run's NVML records).
 Without CUDA it says so and exits 0: nothing here can run on a CPU-only machine.
 """
 from __future__ import annotations
@@ -23,6 +28,7 @@ from clstm_ppo.tables import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
+PARTS = ("checks", "speed", "scale", "sb3")
 
 
 def run(args: list[str], timeout: float = 900) -> tuple[bool, float, str]:
@@ -60,11 +66,77 @@ def script_check(name: str, args: list[str]) -> dict:
             "note": "" if ok else tail}
 
 
+def bench(script: str, extra: list[str], label: str, timeout: float = 900) -> list[dict]:
+    """Rows of one benchmark script's JSON (its first row's speed and MFU), or a failed row."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--device", "cuda", "--json", *extra],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if done.returncode != 0:
+        return [{"check": label, "passed": False, "seconds": "", "env_steps_per_s": "", "gpu_mem_gb": "",
+                 "note": last_error(done)}]
+    out = []
+    for row in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
+        rate = row.get("env_steps_per_s", row.get("ours_steps_per_s", ""))
+        notes = {k: row[k] for k in ("setting", "num_envs", "kernels_per_step", "mfu", "sb3_steps_per_s", "ratio")
+                 if k in row}
+        out.append({"check": label, "passed": True, "seconds": "", "env_steps_per_s": rate, "gpu_mem_gb": "",
+                    "note": ", ".join(f"{k} {v}" for k, v in notes.items())})
+    return out
+
+
+def checks(folder: Path, args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for precision in ("fp32", "bf16", "fp16"):
+        rows.append(train_check(precision, folder, ["--set", f"train.precision={precision}"]))
+    if not args.skip_compile:
+        rows.append(train_check("compiled", folder, ["--set", "train.compile=true", "--set", "env.compile=on",
+                                                     "--set", "train.cuda_graphs=on"]))
+    # A GPU-written run continues on the CPU: the env's random streams are counters in its state, on any device.
+    rows.append(script_check("resume fp32 run on cpu", [
+        "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder), "--run-name", "fp32",
+        "--resume-from", "latest", "--device", "cpu", "--total-steps", "25600"]))
+    rows.append(script_check("evaluate bf16 on cuda", [
+        "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
+        "--plot", str(folder / "bf16.png")]))
+    # Host syncs as CUDA counts them (the numbers docs/BENCHMARKS.md derives from the code).
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "count_syncs.py"), "--json"],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    counts = json.loads(done.stdout.strip().splitlines()[-1])["rows"] if done.returncode == 0 else []
+    rows.append({"check": "host syncs (count_syncs.py)", "passed": done.returncode == 0, "seconds": "",
+                 "env_steps_per_s": "", "gpu_mem_gb": "",
+                 "note": "; ".join(f"{c['where']}: {c['syncs']}" for c in counts) or last_error(done)})
+    return rows
+
+
+def speed(args: argparse.Namespace) -> list[dict]:
+    seconds = ["--seconds", str(args.seconds)]
+    rows = []
+    for flags, label in (([], "eager"), (["--compiled"], "compiled")):
+        rows += bench("profile_env.py", ["--num-envs", "4096", *flags], f"profile_env {label} 4096")
+    for flags, label in (([], "eager"), (["--compiled"], "compiled"), (["--cuda-graphs"], "graphed")):
+        rows += bench("bench_env.py", ["--sizes", "4096", "32768", *seconds, *flags], f"bench_env {label}")
+    for flags, label in (([], "eager"), (["--compiled", "--cuda-graphs"], "compiled+graphed")):
+        rows += bench("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default", "paper",
+                                         "--skip-sb3", *flags], f"bench_train {label}")
+    return rows
+
+
+def scale(folder: Path) -> list[dict]:
+    """65,536 copies on one GPU: one update with its checkpoints (the smoke config's sizes)."""
+    return [train_check("65536 copies", folder, ["--set", "train.num_envs=65536", "--total-steps", "1",
+                                                 "--set", "train.eval_every=1"])]
+
+
+def sb3_rows() -> list[dict]:
+    return bench("bench_train.py", ["--updates", "1", "--settings", "paper-256"], "bench_train vs sb3-contrib",
+                 timeout=1800)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
     parser.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile run")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per bench_env row")
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="which checks to run")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device is visible: nothing to check here (run this on a GPU machine)")
@@ -74,35 +146,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for precision in ("fp32", "bf16", "fp16"):
-            rows.append(train_check(precision, folder, ["--set", f"train.precision={precision}"]))
-        if not args.skip_compile:
-            rows.append(train_check("compiled", folder, ["--set", "train.compile=true"]))
-        # A GPU-written run continues on the CPU (env copies start fresh: another device's random stream).
-        rows.append(script_check("resume fp32 run on cpu", [
-            "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder), "--run-name", "fp32",
-            "--resume-from", "latest", "--device", "cpu", "--total-steps", "25600"]))
-        rows.append(script_check("evaluate bf16 on cuda", [
-            "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
-            "--plot", str(folder / "bf16.png")]))
-        benches = (("bench_env.py", ["--sizes", "4096", "--seconds", str(args.seconds)]),
-                   ("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default", "--skip-sb3"]))
-        for script, extra in benches:
-            done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--device", "cuda", "--json",
-                                   *extra], capture_output=True, text=True, timeout=900, cwd=ROOT)
-            ok = done.returncode == 0
-            result = json.loads(done.stdout.strip().splitlines()[-1]) if ok else {}
-            rate = (result.get("rows") or [{}])[0]
-            rows.append({"check": f"{script} 4096 copies", "passed": ok, "seconds": "",
-                         "env_steps_per_s": rate.get("env_steps_per_s", rate.get("ours_steps_per_s", "")),
-                         "gpu_mem_gb": "", "note": "" if ok else last_error(done)})
-        # Host syncs as CUDA counts them (the numbers docs/BENCHMARKS.md derives from the code).
-        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "count_syncs.py"), "--json"],
-                              capture_output=True, text=True, timeout=900, cwd=ROOT)
-        counts = json.loads(done.stdout.strip().splitlines()[-1])["rows"] if done.returncode == 0 else []
-        rows.append({"check": "host syncs (count_syncs.py)", "passed": done.returncode == 0, "seconds": "",
-                     "env_steps_per_s": "", "gpu_mem_gb": "",
-                     "note": "; ".join(f"{c['where']}: {c['syncs']}" for c in counts) or last_error(done)})
+        if "checks" in args.parts:
+            rows += checks(folder, args)
+        if "speed" in args.parts:
+            rows += speed(args)
+        if "scale" in args.parts:
+            rows += scale(folder)
+        if "sb3" in args.parts:
+            rows += sb3_rows()
     print_table(rows, args.json, {"cuda": True, "device": torch.cuda.get_device_name(0),
                                   "torch": torch.__version__, "all_passed": all(r["passed"] for r in rows)})
 

@@ -1,15 +1,19 @@
-"""Where an env step's time goes: kernel launches per step and the operations called most (torch.profiler).
+"""Where an env step's time goes: kernels per step and the operations called most (torch.profiler).
 
-    python scripts/profile_env.py [--device cuda] [--num-envs 4096] [--steps 20] [--rows 25]
+    python scripts/profile_env.py [--device cpu|cuda] [--compiled] [--num-envs 4096] [--steps 20] [--json]
 
-On a GPU the env is bound by kernel launches, not arithmetic: each elementwise op launches a kernel of
-~1 us of GPU time for ~8 us of host time, so the launch count per step sets its speed until the step is
-fused (docs/BENCHMARKS.md, "On one NVIDIA H100"). On a CPU the same table shows operator calls per step.
-Valid actions are drawn on the env's device inside the profiled region, as the trainer's policy does.
+On a GPU the eager env is bound by kernel launches, not arithmetic: each elementwise op launches a kernel of
+~1 us of GPU time for ~8 us of host time, so the launch count per step sets its speed until the step is fused
+(docs/BENCHMARKS.md, "On one NVIDIA H100"). ``--compiled`` profiles the step as one compiled graph
+(``env.compile: on``). Kernels per step: on CUDA the kernel launches; on a CPU the loops that run, which are the
+top-level aten operators that compute (views and allocations aside) plus inductor's fused C++ kernels. The action
+draw (a multinomial over the mask, on the env's device, as the trainer's policy samples) is profiled with the
+step and counted apart.
 """
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -18,27 +22,54 @@ from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, pick_device, wait_for
 from clstm_ppo.env import BatchedOptionsEnv
+from clstm_ppo.tables import print_table
 
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
+# Operators that move no data through a loop: metadata, views and allocations.
+NOT_KERNELS = ("view", "reshape", "as_strided", "expand", "expand_as", "unsqueeze", "squeeze", "select", "slice",
+               "t", "transpose", "permute", "alias", "empty", "empty_like", "empty_strided", "detach", "lift_fresh",
+               "_unsafe_view", "unbind", "split", "chunk", "flatten", "resolve_conj", "resolve_neg", "_reshape_alias",
+               "view_as", "contiguous", "to", "_to_copy", "lift_fresh_copy")
+# The action draw, counted apart from the step.
+DRAW = ("multinomial",)
+
+
+def cpu_kernels(prof: profile) -> Counter:
+    """Loops run on a CPU, by name: top-level aten operators that compute, and inductor's kernels."""
+    found = Counter()
+    for event in prof.events():
+        parent = event.cpu_parent
+        if event.name.startswith("aten::") and (parent is None or not parent.name.startswith("aten::")):
+            if event.name[len("aten::"):] not in NOT_KERNELS:
+                found[event.name] += 1
+        elif "cpp_fused" in event.name:  # inductor's C++ kernel (cpp.enable_kernel_profile)
+            found["inductor:" + event.name.split("cpp_fused")[0] + "cpp_fused"] += 1
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    parser.add_argument("--compiled", action="store_true", help="the step as one compiled graph (env.compile: on)")
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=20, help="profiled env steps, after 50 unprofiled ones")
     parser.add_argument("--rows", type=int, default=25, help="operations listed, by number of calls")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = pick_device(args.device)
+    if args.compiled and device.type == "cpu":
+        import torch._inductor.config as inductor_config
+        inductor_config.cpp.enable_kernel_profile = True  # name each fused C++ kernel in the profile
     env = BatchedOptionsEnv(build_market_data(DataConfig()), "train", MarketConfig(), EnvConfig(),
-                            num_envs=args.num_envs, seed=0, device=device)
+                            num_envs=args.num_envs, seed=0, device=device, records=False,
+                            compile="on" if args.compiled else "off")
     obs, gen = env.reset(), torch.Generator(device=device).manual_seed(0)
 
     def step(obs):
         return env.step(torch.multinomial(obs.mask.float(), 1, generator=gen).squeeze(-1)).obs
 
-    for _ in range(50):  # past the first episodes' resets and the allocator's warm-up
+    for _ in range(50):  # past compilation, the first episodes' restarts and the allocator's warm-up
         obs = step(obs)
     wait_for(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -48,15 +79,22 @@ def main() -> None:
         wait_for(device)
     events = prof.key_averages()
     host_ms = sum(e.self_cpu_time_total for e in events) / args.steps / 1e3
+    draws = sum(e.count for e in events if e.key.removeprefix("aten::") in DRAW) / args.steps
     if device.type == "cuda":
-        launches = sum(e.count for e in events if e.key in LAUNCHES)
+        launches = sum(e.count for e in events if e.key in LAUNCHES) / args.steps
+        kernels = launches - draws  # a multinomial launches a few kernels of its own; an estimate of them
         gpu_ms = sum(e.self_device_time_total for e in events) / args.steps / 1e3
-        work = f"{launches / args.steps:.0f} kernel launches, {gpu_ms:.2f} ms of GPU time"
     else:
-        work = f"{sum(e.count for e in events if e.key.startswith('aten::')) / args.steps:.0f} aten operator calls"
-    print(f"{args.num_envs} copies on {device}, per env step (with the action draw): {work}, "
-          f"{host_ms:.2f} ms of host time under the profiler")
-    print(events.table(sort_by="count", row_limit=args.rows))
+        found = cpu_kernels(prof)
+        kernels = sum(n for name, n in found.items() if name.removeprefix("aten::") not in DRAW) / args.steps
+        gpu_ms = 0.0
+    row = {"device": str(device), "compiled": args.compiled, "num_envs": args.num_envs,
+           "kernels_per_step": round(kernels, 1), "draw_ops_per_step": round(draws, 1),
+           "host_ms_per_step": round(host_ms, 3), "gpu_ms_per_step": round(gpu_ms, 3)}
+    if not args.json:
+        print(events.table(sort_by="count", row_limit=args.rows))
+    print_table([row], args.json, {"threads": torch.get_num_threads(), "dtype": env.cfg.dtype,
+                                   "note": "host time is under the profiler"})
 
 
 if __name__ == "__main__":

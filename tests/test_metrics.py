@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from clstm_ppo.env.observation import ragged
+from clstm_ppo.env.episodes import ragged
 from clstm_ppo.market import COST_KINDS
 from clstm_ppo.metrics import (
     COST_FIELDS,

@@ -1,7 +1,6 @@
 """Collecting one rollout: every copy steps ``num_steps`` times under the current policy, no gradients."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -11,7 +10,6 @@ from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
 from clstm_ppo.data.windows import MarketWindows
 from clstm_ppo.env import BatchedOptionsEnv, Observation
-from clstm_ppo.metrics import concat_episodes
 
 ENCODE_CHUNK = 4096  # windows per encoder call when caching bar codes: ~5 MB of input at TW 30
 
@@ -50,11 +48,10 @@ def policy_step(model: nn.Module, obs: Observation, lstm_state: State,
 @torch.no_grad()
 def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, obs: Observation,
             lstm_state: State, precision: Precision, cfg: PPOConfig,
-            codes: Tensor | None) -> tuple[Observation, State, dict[str, np.ndarray]]:
-    """Fill ``storage`` with one rollout from ``obs``; returns the next observation, the carried LSTM state and
-    the episodes that ended (concatenated)."""
+            codes: Tensor | None) -> tuple[Observation, State]:
+    """Fill ``storage`` with one rollout from ``obs``; returns the next observation and the carried LSTM state.
+    The episodes that ended are summed in the env (``env.take_episode_sums``)."""
     storage.initial_state = tuple(x.clone() for x in lstm_state)
-    finished = []
     for step in range(cfg.num_steps):
         with precision.autocast():
             logits, value, state = policy_step(model, obs, lstm_state, codes)
@@ -65,10 +62,8 @@ def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, o
         storage.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
                     result.terminated | result.truncated)
         obs = result.obs
-        if result.episodes is not None:
-            finished.append(result.episodes)
     # Bootstrap from the next observation without advancing the carried state.
     with precision.autocast():
         _, last_value, _ = policy_step(model, obs, lstm_state, codes)
     storage.finish(last_value[0].float(), cfg.gamma, cfg.gae_lambda)
-    return obs, lstm_state, concat_episodes(finished)
+    return obs, lstm_state

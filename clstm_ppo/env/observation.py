@@ -1,8 +1,8 @@
-"""What the copies observe and report: the portfolio features, the action mask, the per-episode statistics,
-and the types that carry them. Read-only: nothing here changes the env's state."""
+"""What the copies observe: the portfolio features, the action mask, and the types that carry them. Read-only:
+nothing here changes the env's state."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -11,18 +11,14 @@ from torch import Tensor
 from clstm_ppo.data.windows import MarketWindows
 from clstm_ppo.env.accounting import cash_room, free_cover
 from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.state import EnvSpec, EnvState, flat_row
 from clstm_ppo.market.costs import share_price_with_fees
 from clstm_ppo.market.flags import as_float
-
-if TYPE_CHECKING:
-    from clstm_ppo.env.options_env import BatchedOptionsEnv
 
 PORTFOLIO_FEATURES = (
     "cash_share", "open_share", "net_delta", "net_gamma", "net_vega", "net_theta",
     "unrealized_pnl", "days_to_expiry", "turbulent", "equity_change", "progress", "margin_share", "stock_share",
 )
-# Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered.
-STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded", "margin_calls")
 
 
 class Observation:
@@ -68,103 +64,53 @@ class StepResult(NamedTuple):
     episodes: dict[str, np.ndarray] | None  # statistics of the episodes that ended at this step, else None
 
 
-def portfolio_features(env: BatchedOptionsEnv) -> Tensor:
+def portfolio_features(spec: EnvSpec, s: EnvState) -> Tensor:
     """(N, len(PORTFOLIO_FEATURES)) float32: the book at t's close, scaled by equity."""
-    equity = env.equity.clamp_min(1e-9)
-    open_count = env.active.sum(0).to(env.dtype)
-    days_left = env.expiry_time - env.quotes.close_time.index_select(0, env.t)
-    dte = (days_left * as_float(env.active, env.dtype)).sum(0) / open_count.clamp_min(1)
-    span = (env.t_end - env.t_start).clamp_min(1).to(env.dtype)
-    spot = at_rows(env.quotes.close_px, env.row)
+    equity = s.equity.clamp_min(1e-9)
+    open_count = s.active.sum(0).to(spec.dtype)
+    days_left = s.expiry_time - spec.quotes.close_time.index_select(0, s.t)
+    dte = (days_left * as_float(s.active, spec.dtype)).sum(0) / open_count.clamp_min(1)
+    span = (s.t_end - s.t_start).clamp_min(1).to(spec.dtype)
+    spot = at_rows(spec.quotes.close_px, flat_row(spec, s))
     return torch.stack([
-        env.cash / equity,
-        open_count / env.cfg.max_positions,
-        *(env.greeks / equity),
-        (env.mark - env.entry_cost).sum(0) / equity,  # unrealised P&L (empty slots hold neither)
-        dte / max(env.market_cfg.expiries_days),
-        env.turbulent_bar.index_select(0, env.t).to(env.dtype),
-        env.equity / env.cfg.initial_cash - 1.0,
-        (env.t - env.t_start).to(env.dtype) / span,
-        env.margin / equity,
-        env.shares * spot / equity,
+        s.cash / equity,
+        open_count / spec.cfg.max_positions,
+        *(s.greeks / equity),
+        (s.mark - s.entry_cost).sum(0) / equity,  # unrealised P&L (empty slots hold neither)
+        dte / max(spec.market.expiries_days),
+        spec.turbulent_bar.index_select(0, s.t).to(spec.dtype),
+        s.equity / spec.cfg.initial_cash - 1.0,
+        (s.t - s.t_start).to(spec.dtype) / span,
+        s.margin / equity,
+        s.shares * spot / equity,
     ], dim=-1).to(torch.float32)
 
 
-def valid_actions(env: BatchedOptionsEnv) -> Tensor:
+def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
     """(N, A) bool: the actions valid at t, judged at t's close (the fill at t+1 may still be rejected)."""
-    a, g, q, row = env.actions, env.actions.grid_size, env.quotes, env.row
-    n_open = env.active.sum(0)
-    turbulent = env.turbulent_bar.index_select(0, env.t)
+    a, g, q, row = spec.actions, spec.actions.grid_size, spec.quotes, flat_row(spec, s)
+    n_open = s.active.sum(0)
+    turbulent = spec.turbulent_bar.index_select(0, s.t)
     spot = at_rows(q.close_px, row)
-    mask = torch.empty(env.num_envs, a.n, dtype=torch.bool, device=env.device)
+    mask = torch.empty(spec.num_envs, a.n, dtype=torch.bool, device=spec.device)
     mask[:, a.hold] = True
     holding = n_open > 0
-    mask[:, a.close_all] = holding | (env.shares > 0)
+    mask[:, a.close_all] = holding | (s.shares > 0)
     mask[:, a.close_worst:] = holding.unsqueeze(-1)  # close worst and best: options only
-    can_open = ((n_open < env.cfg.max_positions) & ~turbulent).unsqueeze(-1)
-    room, budget = cash_room(env), env.cfg.position_frac * env.equity
+    can_open = ((n_open < spec.cfg.max_positions) & ~turbulent).unsqueeze(-1)
+    room, budget = cash_room(spec, s), spec.cfg.position_frac * s.equity
     one = at_rows(q.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
     mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & can_open
     if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room;
         need, margin = at_rows(q.close_short_need, row), at_rows(q.close_short_margin, row)  # or a covered call
         naked = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1))
-        called = (env.cash < env.margin) & (env.margin > 0)  # a margin call opens nothing, covered or not
-        naked[:, :g] |= ((free_cover(env) >= 1) & ~called).unsqueeze(-1)
+        called = (s.cash < s.margin) & (s.margin > 0)  # a margin call opens nothing, covered or not
+        naked[:, :g] |= ((free_cover(spec, s) >= 1) & ~called).unsqueeze(-1)
         mask[:, 1 + 2 * g:1 + 4 * g] = naked & can_open
     if a.stock_targets:  # a target that changes the holding: lower always, higher when calm and one share fits
-        wanted = torch.floor(env.stock_targets * env.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
-        held = env.shares.unsqueeze(-1)
-        one_share = share_price_with_fees(spot, env.market_cfg.costs)
+        wanted = torch.floor(spec.stock_targets * s.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
+        held = s.shares.unsqueeze(-1)
+        one_share = share_price_with_fees(spot, spec.market.costs)
         can_buy = (~turbulent & (room >= one_share)).unsqueeze(-1)
         mask[:, a.first_stock:a.close_all] = (wanted < held) | ((wanted > held) & can_buy)
     return mask
-
-
-def episode_stats(env: BatchedOptionsEnv, idx: Tensor) -> dict[str, np.ndarray]:
-    """The statistics of the copies ``idx`` whose episodes end now, on the host."""
-    steps = (env.t - env.t_start)[idx]
-    curves = env.equity_curve[idx]
-    out = {
-        "env": idx, "symbol": env.sym[idx], "start": env.t_start[idx], "steps": steps,
-        "reward": env.stats["reward"][idx],
-        "return": env.equity[idx] - env.cfg.initial_cash,
-        "return_pct": (env.equity[idx] / env.cfg.initial_cash - 1.0) * 100.0,
-        "closed": env.stats["closed"][idx], "wins": env.stats["wins"][idx],
-        "open": env.active[:, idx].sum(0), "invalid": env.stats["invalid"][idx],
-        "rejected": env.stats["rejected"][idx], "traded": env.stats["traded"][idx],
-        "margin_calls": env.stats["margin_calls"][idx], "shares": env.shares[idx],
-        "costs": env.costs_paid[:, idx].T,
-        # False for a first episode cut short by staggering (options_env's _stagger): a real episode, but its
-        # return covers fewer bars, so the training metrics leave it out (metrics.episode_sums).
-        "full": env.t_end[idx] == env.episode_end(env.t_start[idx]),
-    }
-    out = to_host({**out, "curves": curves}, packed=env.device.type != "cpu")
-    curves = out.pop("curves")
-    out["equity_curve"] = ragged([curves[i, : s + 1] for i, s in enumerate(out["steps"])])
-    return out
-
-
-def to_host(tensors: dict[str, Tensor], packed: bool) -> dict[str, np.ndarray]:
-    """The tensors as numpy arrays of their own dtypes and shapes.
-
-    ``packed``: in one device-to-host copy (a GPU waits once, not once per tensor: 18 syncs per episode end
-    were most of a GPU env step's host syncs). Every value goes through float64, exact for bools, floats and
-    integers below 2**53 (indices and counts here). On a CPU each tensor is already host memory.
-    """
-    if not packed:
-        return {k: v.cpu().numpy() for k, v in tensors.items()}
-    flat = torch.cat([v.reshape(-1).to(torch.float64) for v in tensors.values()]).cpu().numpy()
-    out, at = {}, 0
-    for k, v in tensors.items():
-        n = v.numel()
-        out[k] = flat[at:at + n].reshape(tuple(v.shape)).astype(torch.empty(0, dtype=v.dtype).numpy().dtype)
-        at += n
-    return out
-
-
-def ragged(arrays: list[np.ndarray]) -> np.ndarray:
-    """A 1-D object array of arrays (np.array would make a 2-D array when the lengths agree)."""
-    out = np.empty(len(arrays), dtype=object)
-    for i, a in enumerate(arrays):
-        out[i] = a
-    return out

@@ -1,0 +1,170 @@
+"""The env step as a pure function: ``step(spec, state, action) -> StepOutput`` (SPEC section 13).
+
+Timing (no look-ahead): the observation at bar t uses data up to t's close; the action chosen from it fills at
+bar t+1's open; positions then age to t+1's close, expire there at intrinsic value, and are marked at mid. The
+reward is the change in marked equity (every cost already inside it, counted once).
+
+No host sync, no data-dependent shape, no Python branch on a tensor's value: ended copies restart by blending
+fresh values into every copy's fields, and their episode figures are summed on the device. So the same code runs
+eager on a CPU, compiled (``compiled_step``) as one graph, and captured in a CUDA graph. ``BatchedOptionsEnv``,
+the backtest walk and the gymnasium wrapper are shells over these functions.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from clstm_ppo.env.accounting import accrue_carry, mark_to_market, settle_expiries
+from clstm_ppo.env.draws import integers, uniform
+from clstm_ppo.env.episodes import add_finished
+from clstm_ppo.env.observation import portfolio_features, valid_actions
+from clstm_ppo.env.orders import close_options, open_option, slots_to_close, trade_shares
+from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.state import EnvSpec, EnvState, flat_row
+from clstm_ppo.market.flags import as_float
+
+
+class StepOutput(NamedTuple):
+    state: EnvState  # after auto-reset: ended copies are at their new episode's first bar
+    portfolio: Tensor  # (N, len(PORTFOLIO_FEATURES)) float32, at the state's bar
+    row: Tensor  # (N,) flat index sym * T + t of the state's bar
+    start: Tensor  # (N,) bool: the state's bar begins an episode
+    reward: Tensor  # (N,)
+    terminated: Tensor  # (N,) bool: ruin
+    truncated: Tensor  # (N,) bool: episode length or split end reached
+    ended: EnvState | None  # with ``keep_ended``: the state before the restart, where ended copies' figures are
+
+
+def step(spec: EnvSpec, state: EnvState, action: Tensor, autoreset: bool = True,
+         keep_ended: bool = False) -> StepOutput:
+    """Fill ``action`` at t+1, settle and mark at t+1's close, sum the ended episodes, restart them (with
+    ``autoreset``) and observe. ``state`` is not changed. ``keep_ended`` also returns the state before the
+    restart (free: no tensor is changed in place, so it is only kept, never copied)."""
+    s = state.working_copy()
+    reward, terminated, truncated = advance(spec, s, action)
+    done = terminated | truncated
+    add_finished(spec, s, done)
+    ended = s.working_copy() if keep_ended else None
+    if autoreset:
+        restart(spec, s, done)
+    observe(spec, s)
+    return StepOutput(s, portfolio_features(spec, s), flat_row(spec, s), s.t == s.t_start, reward, terminated,
+                      truncated, ended)
+
+
+def compiled_step(spec: EnvSpec, autoreset: bool = True, keep_ended: bool = False,
+                  cuda_graphs: bool = False) -> Callable[[EnvState, Tensor], StepOutput]:
+    """``step`` for ``spec`` as one compiled graph: no graph break (``fullgraph``) and fixed shapes, so a rollout
+    compiles once (the spec's tensors and settings are constants of the graph). ``cuda_graphs``: replayed as a
+    CUDA graph too (inductor's "reduce-overhead"); each call's outputs live until the next call."""
+    def bound(state: EnvState, action: Tensor) -> StepOutput:
+        return step(spec, state, action, autoreset, keep_ended)
+    return torch.compile(bound, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
+
+
+def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Rebind ``s`` to one bar on: orders filled at t+1's fill, positions settled and marked at its close.
+    Returns (reward, terminated, truncated)."""
+    cfg, q = spec.cfg, spec.quotes
+    valid = s.mask.gather(1, action.unsqueeze(-1)).squeeze(-1)
+    s.stats["invalid"] = s.stats["invalid"] + ~valid
+    action = action * valid  # a masked action is never executed: it becomes hold (0)
+    prev_equity = s.equity
+    now, t_next = flat_row(spec, s), s.t + 1
+    nxt = now + 1
+    margin_call = (s.cash < s.margin) & (s.margin > 0)  # t's close left the shorts' margin uncovered
+    s.stats["margin_calls"] = s.stats["margin_calls"] + margin_call
+
+    # 0. From t's close to t+1's close cash earns interest and the shares their dividends.
+    accrue_carry(spec, s, now, t_next)
+    # 1. Closes at t+1's fill (its open, or its close after a stale open): forced or chosen.
+    close_options(spec, s, slots_to_close(spec, s, action, margin_call, nxt), now, nxt)
+    # 2. The underlying to its target (all of it out on close-all; turbulence only stops it growing), then an
+    # option order.
+    trade_shares(spec, s, action, action == spec.actions.close_all, spec.turbulent_bar.index_select(0, s.t), nxt)
+    open_option(spec, s, action, nxt, t_next)
+    # 3. At t+1's close: what expires on this trading date settles at intrinsic, the rest is marked at mid.
+    spot_close = at_rows(q.close_px, nxt)
+    settle_expiries(spec, s, spot_close, t_next)
+    s.t = t_next
+    mark_to_market(spec, s, spot_close, nxt)
+
+    # 4. Reward, shaping, episode ends.
+    reward = (s.equity - prev_equity) * (cfg.reward_scale / cfg.initial_cash)
+    s.peak = torch.maximum(s.peak, s.equity)
+    if cfg.drawdown_penalty:
+        reward = reward - cfg.drawdown_penalty * (1.0 - s.equity / s.peak)
+    if cfg.turbulence_penalty:
+        held = s.active.any(0) | (s.shares > 0)
+        held_in_turbulence = spec.turbulent_bar.index_select(0, s.t) & held
+        reward = reward - cfg.turbulence_penalty * as_float(held_in_turbulence, spec.dtype)  # in the env's dtype
+    s.stats["reward"] = s.stats["reward"] + reward
+    terminated = s.equity < cfg.ruin_fraction * cfg.initial_cash
+    truncated = (s.t >= s.t_end) & ~terminated
+    return reward, terminated, truncated
+
+
+def observe(spec: EnvSpec, s: EnvState) -> EnvState:
+    """``s`` with the action mask judged at its bar's close (what the next step checks actions against)."""
+    s.mask = valid_actions(spec, s)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------- episode starts
+
+def blend(fresh: Tensor, new: Tensor | float, old: Tensor) -> Tensor:
+    """``old`` with ``new`` in the copies flagged ``fresh`` (N,) (over the last dim), without a data-dependent
+    shape. Floats blend by ``lerp`` with 0/1 weights (exact for finite values, and several times cheaper than
+    ``where`` on a CPU), flags by logic, integers by ``where``."""
+    if old.dtype == torch.bool:
+        return (old & ~fresh) | (fresh & new)
+    if old.is_floating_point():
+        new = new if isinstance(new, Tensor) else torch.full_like(old, new)
+        return torch.lerp(old, new.expand_as(old), as_float(fresh, old.dtype))
+    return torch.where(fresh, new, old)
+
+
+def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
+    """Empty the ``fresh`` copies' books: initial cash, no positions, shares, costs or statistics."""
+    cash = spec.cfg.initial_cash
+    s.cash, s.equity, s.peak = blend(fresh, cash, s.cash), blend(fresh, cash, s.equity), blend(fresh, cash, s.peak)
+    keep = as_float(~fresh, spec.dtype)
+    s.shares, s.margin = s.shares * keep, s.margin * keep
+    s.active, s.is_call, s.short = s.active & ~fresh, s.is_call & ~fresh, s.short & ~fresh
+    # A stale strike stays (finite, > 0): every slot can be priced without masking its inputs.
+    s.contracts, s.entry_cost, s.mark = s.contracts * keep, s.entry_cost * keep, s.mark * keep
+    s.expiry_bar, s.expiry_time = s.expiry_bar * keep, s.expiry_time * keep
+    s.greeks, s.costs_paid = s.greeks * keep, s.costs_paid * keep
+    s.stats = {k: v * keep for k, v in s.stats.items()}
+
+
+def restart(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
+    """Start the ``fresh`` copies afresh at random bars of random underlyings, each from its own next draw."""
+    clear_books(spec, s, fresh)
+    symbol = integers(s.key, s.draws, "symbol", 0, spec.n_symbols - 1)
+    start = integers(s.key, s.draws, "start", spec.first_bar, spec.latest_start)
+    s.sym, s.t, s.t_start = blend(fresh, symbol, s.sym), blend(fresh, start, s.t), blend(fresh, start, s.t_start)
+    s.t_end = blend(fresh, spec.episode_end(start), s.t_end)
+    s.draws = s.draws + fresh.long()
+
+
+def restart_at(spec: EnvSpec, s: EnvState, starts: Tensor) -> None:
+    """Start every copy afresh at bar ``starts`` (N,), copy i on underlying i mod S, for a full-length episode."""
+    every = torch.ones_like(s.t, dtype=torch.bool)
+    clear_books(spec, s, every)
+    s.sym = spec.copy_ids % spec.n_symbols
+    s.t, s.t_start, s.t_end = starts, starts, spec.episode_end(starts)
+
+
+def stagger(s: EnvState) -> None:
+    """Cut every copy's episode to U{1..its full length} bars, from each copy's own draws (so a seed, and a
+    checkpoint's state, still fix it): the copies then end, and restart, on different steps ever after, as far
+    apart as a long run would have put them. The bars left (t_end - t) are then uniform, as at a random moment of
+    full-length episodes. The cut episode is a real, shorter one: its progress feature runs 0..1 over its own
+    bars, and it is not counted among full-length episodes (``episodes.full_length``)."""
+    span = s.t_end - s.t_start
+    u = uniform(s.key, s.draws, "stagger")
+    s.t_end = s.t_start + torch.minimum((u * span).long() + 1, span)
