@@ -1,0 +1,154 @@
+"""The quality report of a fitted generator beside GARCH(1,1)-t and a stationary block bootstrap.
+
+Leaks that published numbers of this kind often carry are closed here:
+- every model (generator and baselines) is fitted on the training split alone, and scaled with its statistics;
+- the strict discriminative score judges non-overlapping windows, the judge learning on training-period windows
+  and scored on real windows from after the training split's last date against fresh generated ones;
+- the predictive score and the stylised facts compare against the real bars after that date (the held-out
+  validation and test splits), which no model has seen.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from clstm_ppo.checkpoint import CheckpointError
+from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.scenarios.baselines import Bootstrap, GarchT
+from clstm_ppo.scenarios.features import bar_features
+from clstm_ppo.scenarios.fit import TrainingSet, training_set
+from clstm_ppo.scenarios.generator import FittedGenerator
+from clstm_ppo.scenarios.judge import (
+    discriminative_score,
+    non_overlapping,
+    overlapping,
+    predictive_score,
+    strict_discriminative_score,
+)
+from clstm_ppo.scenarios.metrics import excess_kurtosis, skew, stylised_facts
+from clstm_ppo.scenarios.regimes import REGIMES
+
+MODEL_KEYS = ("model", "garch_t", "bootstrap")
+
+
+def held_out_features(data: MarketData, names: tuple[str, ...]) -> np.ndarray:
+    """(S, T, F) columns of every bar after the training split (its last bar lends only its close)."""
+    start = data.splits["train"][1] - 1
+    return bar_features({k: v[:, start:] for k, v in data.bars.items()}, names)
+
+
+def _windows_like(model: Any, ts: TrainingSet, n: int, seq_len: int, seed: int) -> np.ndarray:
+    return ts.scaler.apply(model.sample_features(n, seq_len, None, seed))
+
+
+def judge_scores(model: Any, ts: TrainingSet, held: np.ndarray, seq_len: int, runs: int, iters: int,
+                 seed: int) -> dict[str, float]:
+    """TimeGAN's two scores (released protocol) and the strict discriminative score, for one model."""
+    real = overlapping(ts.scaled, seq_len)
+    fake = _windows_like(model, ts, len(real), seq_len, seed + 1)
+    held_scaled = ts.scaler.apply(held)
+    train_real, test_real = non_overlapping(ts.scaled, seq_len), non_overlapping(held_scaled, seq_len)
+    train_fake = _windows_like(model, ts, len(train_real), seq_len, seed + 2)
+    test_fake = _windows_like(model, ts, len(test_real), seq_len, seed + 3)
+    target = ts.names.index("ret")
+    return {
+        "discriminative_score": discriminative_score(real, fake, runs, iters, seed),
+        "discriminative_score_strict": strict_discriminative_score(train_real, train_fake, test_real, test_fake,
+                                                                   runs, iters, seed),
+        "predictive_score": predictive_score(fake, overlapping(held_scaled, seq_len), target, iters, seed),
+    }
+
+
+def regime_summary(gen: FittedGenerator, paths: int, length: int, seed: int) -> dict[str, dict[str, float]]:
+    """Per regime of a conditional model: annualised vol, mean daily return, skew and excess kurtosis of r."""
+    out = {}
+    ret_col = gen.feature_names.index("ret")
+    for i, name in enumerate(REGIMES):
+        r = gen.sample_features(paths, length, name, seed + 10 + i)[..., ret_col]
+        out[name] = {"annual_vol": float(r.std() * np.sqrt(252)), "mean_return": float(r.mean()),
+                     "skew": skew(r), "kurtosis": excess_kurtosis(r)}
+    return out
+
+
+def real_regime_summary(ts: TrainingSet) -> dict[str, dict[str, float]]:
+    """The same statistics of the real training bars that carry each label."""
+    r = ts.raw[..., ts.names.index("ret")]
+    out = {}
+    for i, name in enumerate(REGIMES):
+        pick = r[ts.labels == i]
+        out[name] = {"annual_vol": float(pick.std() * np.sqrt(252)) if pick.size else float("nan"),
+                     "mean_return": float(pick.mean()) if pick.size else float("nan"),
+                     "share_of_bars": float(pick.size / r.size)}
+    return out
+
+
+def build_report(gen: FittedGenerator, data: MarketData, paths: int = 1000, length: int = 252, runs: int = 10,
+                 iters: int = 2000, seed: int = 0, plot_dir: Path | None = None,
+                 progress: bool = True) -> dict[str, Any]:
+    """Every number of the report, keyed by model (``model``, ``garch_t``, ``bootstrap``); optional plots."""
+    ts = training_set(data, gen.regimes.window if gen.regimes else 20)
+    if ts.names != gen.feature_names:
+        raise CheckpointError(f"the checkpoint's columns ({', '.join(gen.feature_names)}) differ from what this "
+                              f"data source gives ({', '.join(ts.names)}); report on the data it was fitted on")
+    ret_col = ts.names.index("ret")
+    held = held_out_features(data, ts.names)
+    models = {"model": gen, "garch_t": GarchT.fit(ts.raw, ret_col), "bootstrap": Bootstrap.fit(ts.raw, ret_col)}
+    real_ret = held[..., ret_col]
+    report: dict[str, Any] = {
+        "generator": gen.kind, "steps": gen.step, "seq_len": gen.seq_len, "paths": paths, "length": length,
+        "judge_runs": runs, "judge_iters": iters, "columns": list(ts.names),
+        "train": [gen.data.get("train_first"), gen.data.get("train_last")],
+        "reference": "held-out real bars after the training split (validation + test)",
+        "real_held_out": {"kurtosis": excess_kurtosis(real_ret), "skew": skew(real_ret)},
+        "real_train": stylised_facts(real_ret, ts.raw[..., ret_col]),
+    }
+    samples = {}
+    for name, model in tqdm(models.items(), desc="report", disable=not progress):
+        samples[name] = model.sample_features(paths, length, None, seed)
+        report[name] = {**judge_scores(model, ts, held, gen.seq_len, runs, iters, seed),
+                        **stylised_facts(real_ret, samples[name][..., ret_col])}
+    report["predictive_score_real"] = predictive_score(overlapping(ts.scaled, gen.seq_len),
+                                                       overlapping(ts.scaler.apply(held), gen.seq_len),
+                                                       ret_col, iters, seed)
+    if gen.regimes is not None:
+        report["regimes"] = {"generated": regime_summary(gen, min(paths, 200), length, seed),
+                             "real_train": real_regime_summary(ts)}
+    if plot_dir is not None:
+        from clstm_ppo.scenarios.plots import write_plots  # matplotlib only when plots are asked for
+
+        write_plots(Path(plot_dir), real_ret, {k: v[..., ret_col] for k, v in samples.items()},
+                    data.bars["close"][:, data.splits["train"][1] - 1:], gen, length, seed)
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as a table a terminal shows."""
+    emd_lags = list(report["model"]["emd"])
+    head = (f"{'':<10} {'disc':>6} {'strict':>7} {'pred':>7} "
+            + " ".join(f"{'emd' + lag:>8}" for lag in emd_lags)
+            + f" {'acf r':>7} {'acf |r|':>7} {'acf r2':>7} {'lever':>7} {'kurt':>6} {'skew':>6}")
+    lines = [f"{report['generator']} after {report['steps']} steps; windows of {report['seq_len']} bars; "
+             f"{report['paths']} paths x {report['length']} bars; judge: {report['judge_runs']} runs x "
+             f"{report['judge_iters']} iterations", head]
+    for name in (*MODEL_KEYS, "real_train"):
+        row = report[name]
+        judged = (f"{row['discriminative_score']:>6.3f} {row['discriminative_score_strict']:>7.3f} "
+                  f"{row['predictive_score']:>7.4f}" if "discriminative_score" in row else f"{'':>6} {'':>7} {'':>7}")
+        lines.append(f"{name:<10} {judged} " + " ".join(f"{row['emd'][lag]:>8.5f}" for lag in emd_lags)
+                     + f" {row['acf_score']['r']:>7.3f} {row['acf_score']['abs']:>7.3f} {row['acf_score']['sq']:>7.3f}"
+                     f" {row['leverage_score']:>7.3f} {row['kurtosis']:>6.2f} {row['skew']:>6.2f}")
+    real = report["real_held_out"]
+    lines.append(f"real held-out bars: kurtosis {real['kurtosis']:.2f}, skew {real['skew']:.2f}; predictive score "
+                 f"of a judge trained on real training windows: {report['predictive_score_real']:.4f}")
+    lines.append("disc: |accuracy - 0.5| (0 is best); strict: non-overlapping windows, judged after the training "
+                 "split's end; real_train: the training bars' own returns against the held-out ones")
+    if "regimes" in report:
+        for name, row in report["regimes"]["generated"].items():
+            real_row = report["regimes"]["real_train"][name]
+            lines.append(f"regime {name:<9} generated: vol {row['annual_vol']:.1%}, mean {row['mean_return']:+.5f}, "
+                         f"skew {row['skew']:+.2f}  |  real: vol {real_row['annual_vol']:.1%}, "
+                         f"mean {real_row['mean_return']:+.5f}, {real_row['share_of_bars']:.1%} of bars")
+    return "\n".join(lines)
