@@ -2,6 +2,7 @@
 no changed input; one compiled graph with no break or recompile; device-side episode sums equal to the host's
 records; random draws that are uniform, per copy and resumable."""
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -37,11 +38,23 @@ def make(data, split, market, cfg, n, seed, autoreset):
     return BatchedOptionsEnv(data, split, market, cfg, n, seed=seed, autoreset=autoreset)
 
 
+def make_sync_free(data, split, market, cfg, n, seed, autoreset):
+    """The env with the step as compiled code runs it (every copy priced at a close), run eagerly."""
+    env = make(data, split, market, cfg, n, seed, autoreset)
+    env.spec = dataclasses.replace(env.spec, gather_closes=False)
+    env._step = functools.partial(pure.step, env.spec, autoreset=autoreset, keep_ended=True)
+    return env
+
+
+@pytest.mark.parametrize("sync_free", [False, True], ids=["eager-cpu", "sync-free"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_the_functional_step_reproduces_the_env_before_it_bit_for_bit(datasets, case):
+def test_the_functional_step_reproduces_the_env_before_it_bit_for_bit(datasets, case, sync_free):
     """1,000 steps in float64: every state tensor, reward, observation and episode record of every step hashes as
-    the env before the refactor did (tests/data/env_trajectories.json says how those digests were made)."""
-    assert run(case, make, datasets[case.source], steps=GOLDEN["steps"]) == GOLDEN["digests"][case.name]
+    the env before the refactor did (tests/data/env_trajectories.json says how those digests were made), on the
+    CPU's eager path and on the sync-free path compiled code and GPUs take."""
+    digests = GOLDEN["digests_sync_free" if sync_free else "digests"]
+    assert run(case, make_sync_free if sync_free else make, datasets[case.source], steps=GOLDEN["steps"]) \
+        == digests[case.name]
 
 
 def flat(state) -> dict[str, torch.Tensor]:
@@ -142,7 +155,8 @@ def test_the_step_compiles_to_one_graph_and_agrees_with_eager(synthetic):
     env = BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 32, seed=4, records=False)
     env.reset()
     action = torch.zeros(32, dtype=torch.long)
-    explained = torch._dynamo.explain(lambda s, a: pure.step(env.spec, s, a))(env.state, action)
+    dense = dataclasses.replace(env.spec, gather_closes=False)  # what compiled_step traces: no host sync
+    explained = torch._dynamo.explain(lambda s, a: pure.step(dense, s, a))(env.state, action)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
     torch._dynamo.reset()

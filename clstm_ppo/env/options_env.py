@@ -33,7 +33,10 @@ class BatchedOptionsEnv:
                  compile: str = "off", cuda_graphs: bool = False):
         self.market_windows = MarketWindows(data, split, device)  # checks the split's name first
         self.device = torch.device(device)
-        self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset)
+        self.compiled = compile == "on" or (compile == "auto" and self.device.type == "cuda")
+        # Eager on a CPU a host sync is free: closes then price only the copies that close (``orders``).
+        gather = not self.compiled and self.device.type == "cpu"
+        self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather)
         self.dtype, self.market_cfg, self.cfg, self.actions = self.spec.dtype, market, cfg, self.spec.actions
         self.num_envs, self.autoreset, self.records = num_envs, autoreset, records
         self.staggered, self.quotes, self.max_len = self.spec.staggered, self.spec.quotes, self.spec.max_len
@@ -43,7 +46,6 @@ class BatchedOptionsEnv:
         self.split_start, self.split_end, self.first_bar = w.split_start, w.split_end, w.first_bar
         self.state = empty_state(self.spec, seed)
         # Records need the state before the restart (``keep_ended``); the trainer's step never returns it.
-        self.compiled = compile == "on" or (compile == "auto" and self.device.type == "cuda")
         self.cuda_graphs = cuda_graphs and self.compiled and self.device.type == "cuda"  # graphs replay on CUDA only
         self._step = pure.compiled_step(self.spec, autoreset, records, self.cuda_graphs) if self.compiled \
             else _eager_step(self.spec, autoreset, records)

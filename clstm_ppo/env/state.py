@@ -58,6 +58,7 @@ class EnvSpec:
     split_end: int  # one past the split's last bar
     max_len: int  # bars of the longest episode
     staggered: bool  # first episodes get random lengths (``step.stagger``)
+    gather_closes: bool  # price only the closing copies (a host sync): eager on a CPU only (``orders.close_options``)
 
     def episode_end(self, start: Tensor) -> Tensor:
         """The last bar of a full-length episode begun at ``start``: ``env.episode_length`` bars on, capped at
@@ -79,7 +80,7 @@ SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(EnvSpec))
 
 
 def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cfg: EnvConfig, num_envs: int,
-              device: torch.device, autoreset: bool) -> EnvSpec:
+              device: torch.device, autoreset: bool, gather_closes: bool) -> EnvSpec:
     """The spec of ``num_envs`` copies on ``windows``' split of ``data``."""
     if cfg.dtype not in CHOICES["env.dtype"]:
         raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
@@ -102,7 +103,7 @@ def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cf
         first_bar=first, split_end=end, max_len=max_len,
         # A single copy has nothing to spread against, and an env without autoreset (the walks, gymnasium,
         # predict) is stepped episode by episode.
-        staggered=cfg.stagger_starts and autoreset and num_envs > 1,
+        staggered=cfg.stagger_starts and autoreset and num_envs > 1, gather_closes=gather_closes,
     )
 
 

@@ -11,6 +11,7 @@ the backtest walk and the gymnasium wrapper are shells over these functions.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -60,8 +61,10 @@ def compiled_step(spec: EnvSpec, autoreset: bool = True, keep_ended: bool = Fals
     """``step`` for ``spec`` as one compiled graph: no graph break (``fullgraph``) and fixed shapes, so a rollout
     compiles once (the spec's tensors and settings are constants of the graph). ``cuda_graphs``: replayed as a
     CUDA graph too (inductor's "reduce-overhead"); each call's outputs live until the next call."""
+    dense = dataclasses.replace(spec, gather_closes=False)  # a graph has no host sync
+
     def bound(state: EnvState, action: Tensor) -> StepOutput:
-        return step(spec, state, action, autoreset, keep_ended)
+        return step(dense, state, action, autoreset, keep_ended)
     return torch.compile(bound, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
 
 
