@@ -30,6 +30,8 @@ def capture(env: BatchedOptionsEnv, lstm_state: State, minibatches: torch.Genera
 def saved_for_this_rank(state: dict[str, Any], ctx: DistContext, num_envs: int) -> dict[str, Any] | None:
     """This rank's saved state in checkpoint ``state``, when its workers and copies match this launch's."""
     world, others = ctx.world_size, state.get("other_ranks", [])
+    if "env" not in state:
+        return None  # written between train.rank_state_every's saves
     if state["world_size"] != world or state["num_envs"] != num_envs or len(others) != world - 1:
         return None  # also a multi-worker checkpoint from before ranks > 0 were saved
     return state if ctx.rank == 0 else others[ctx.rank - 1]

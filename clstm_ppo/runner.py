@@ -90,11 +90,13 @@ class Trainer:
         self.lstm_state = self.model.initial_state(t.num_envs, device)
         self.env_restored = False
         self.other_ranks: list[dict[str, Any]] = []  # ranks 1.. of the last update boundary, on rank 0
+        self.with_rank_states = True  # whether the checkpoints of this update boundary carry the ranks' states
         self.resume_note = ""
         if resume:
             self._restore(resume)
             saved, now = (resume["world_size"], resume["num_envs"]), (ctx.world_size, t.num_envs)
-            why = (f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
+            why = ("the checkpoint was written between train.rank_state_every's saves" if "env" not in resume
+                   else f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
                    else "the saved env state has another layout")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
                                 else f"env copies start fresh episodes ({why})")
@@ -133,12 +135,15 @@ class Trainer:
     def rank_state(self) -> dict[str, Any]:
         return ranks.capture(self.env, self.lstm_state, self.minibatch_generator, self.device)
 
-    def gather_rank_states(self) -> None:
-        """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes."""
-        others_send = self.ctx.enabled and not self.ctx.is_main  # rank 0 takes its own state when it saves
+    def gather_rank_states(self, force: bool = False) -> None:
+        """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes,
+        every ``train.rank_state_every`` updates (or when ``force``d)."""
+        self.with_rank_states = force or self.update % self.cfg.train.rank_state_every == 0
+        # Rank 0 takes its own state when it saves.
+        others_send = self.ctx.enabled and not self.ctx.is_main and self.with_rank_states
         sent = self.ctx.gather_to_main({"state": self.rank_state() if others_send else None,
                                         "gpu": self.resources.gpu(), "gpu_off": self.resources.off_reason})
-        self.other_ranks = [one["state"] for one in sent[1:]]
+        self.other_ranks = [one["state"] for one in sent[1:]] if self.with_rank_states else []
         self.rank_gpus = [one["gpu"] for one in sent]
         self.gpu_notes = [f"rank {r}: {one['gpu_off']}" for r, one in enumerate(sent) if one["gpu_off"]]
 
@@ -147,7 +152,8 @@ class Trainer:
             "format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scaler": self.precision.state_dict(),
             "update": self.update, "global_step": self.global_step, "episodes": self.episodes,
-            **self.rank_state(), "other_ranks": list(self.other_ranks),  # rank 0's own, then ranks 1, 2, ...
+            # rank 0's own, then ranks 1, 2, ...
+            **({**self.rank_state(), "other_ranks": list(self.other_ranks)} if self.with_rank_states else {}),
             "config": to_dict(self.cfg), "normalizer": self.data.normalizer.state_dict(),
             "world_size": self.ctx.world_size, "num_envs": self.cfg.train.num_envs,
             **self.selection.state_dict(),
@@ -250,6 +256,8 @@ class Trainer:
         try:
             with self.stop.installed():
                 stopped = self._loop(reporter, tracker)
+            if not stopped:
+                self._save_rank_states()
             if main and self.update % t.eval_every != 0 and not stopped:
                 self._evaluate_and_report(reporter)
                 self.checkpoints.save_latest(self.state_dict())
@@ -286,12 +294,22 @@ class Trainer:
                 raise TrainingFailure(f"the loss became NaN or infinite in update {self.update + 1}; {saved}; "
                                       "lower ppo.learning_rate or check the data for extreme values")
             if agreed.stop_requested or agreed.early_stop:
+                self._save_rank_states()
                 if main:
                     why = "stop requested" if agreed.stop_requested else (
                         f"early stop: {t.early_stopping_patience} evaluations without a new best composite")
                     tracker.write(f"{why}: latest.pt written at update {self.update}")
                 return True
         return False
+
+    def _save_rank_states(self) -> None:
+        """Collective: the last update's latest.pt carries every rank's state, whatever train.rank_state_every says,
+        so a resume after a finished or stopped run continues exactly."""
+        if self.with_rank_states or self.update == 0:
+            return
+        self.gather_rank_states(force=True)
+        if self.ctx.is_main:
+            self.checkpoints.save_latest(self.state_dict())
 
     def _evaluate_and_report(self, reporter: Reporter) -> None:
         metrics = self.evaluate()

@@ -191,3 +191,19 @@ def test_an_env_compiled_by_its_setting_steps_as_the_eager_one(synthetic):
         assert torch.equal(obs_e.row, obs_c.row) and torch.equal(obs_e.mask, obs_c.mask)
         torch.testing.assert_close(obs_e.portfolio, obs_c.portfolio)
     np.testing.assert_allclose(eager.take_episode_sums(), compiled.take_episode_sums(), rtol=1e-9)
+
+
+def test_weighted_underlyings_are_drawn_in_proportion_and_never_at_weight_zero():
+    """``symbol_weights`` (what training augmentation uses to run a share of episodes on generated paths): each
+    underlying starts episodes in proportion to its weight, one of weight 0 never."""
+    data = build_market_data(DataConfig(source="synthetic", synthetic=SyntheticConfig(n_bars=800, n_underlyings=3,
+                                                                                          seed=1)))
+    cfg = EnvConfig(dtype="float64", episode_length=5, stagger_starts=False)
+    env = BatchedOptionsEnv(data, "train", MarketConfig(), cfg, 2000, seed=3, symbol_weights=[0.7, 0.0, 0.3],
+                            records=False)
+    env.reset()
+    counts = torch.bincount(env.sym, minlength=3).numpy()
+    assert counts[1] == 0
+    assert scipy_stats.binomtest(int(counts[0]), 2000, 0.7).pvalue > 1e-3
+    with pytest.raises(ValueError, match="symbol_weights must be 3 non-negative numbers"):
+        BatchedOptionsEnv(data, "train", MarketConfig(), cfg, 4, symbol_weights=[1.0, -1.0, 0.5])

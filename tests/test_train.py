@@ -1,6 +1,7 @@
 """The trainer end to end on the smoke config: learning, best checkpoints, exact resume, bad input."""
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,32 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs):
     assert load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")["update"] == 6
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_rank_states_saved_every_n_updates_still_resume_the_last_update_exactly(tmp_path, capsys):
+    """train.rank_state_every: 2 leaves the env copies out of update 1's checkpoint (a resume from it starts fresh
+    episodes and says why), but the run's last latest.pt carries them, so resuming it equals an uninterrupted run."""
+    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", "train.num_envs=8",
+              "--set", "train.checkpoint_every=1", "--set", "train.keep_last=5"]
+    batch = 8 * 32
+    assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
+    run_b = tmp_path / "b" / "synthetic-smoke"
+    every = ["--set", "train.rank_state_every=2"]
+    assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common, *every) == 0
+    assert "env" not in load_checkpoint(run_b / "update_0000001.pt")
+    early = tmp_path / "update_1.pt"
+    shutil.copy(run_b / "update_0000001.pt", early)  # keep_last prunes it once the run goes on
+    assert "env" in load_checkpoint(run_b / "update_0000002.pt")
+    assert load_checkpoint(run_b / "latest.pt")["update"] == 3 and "env" in load_checkpoint(run_b / "latest.pt")
+    assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common, *every) == 0
+    a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(run_b)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-7, msg=name)
+    capsys.readouterr()
+    assert train(tmp_path / "b", "--total-steps", str(2 * batch), "--resume-from", str(early), *common,
+                 *every) == 0
+    assert "env copies start fresh episodes (the checkpoint was written between train.rank_state_every's saves)" \
+        in capsys.readouterr().out
 
 
 def test_a_run_folder_in_use_by_another_training_process_is_refused(tmp_path, capsys):

@@ -249,6 +249,11 @@ class TrainConfig(Section):
     run_name: str = setting("", "run folder name; empty: <data source>-<config name>", flag="--run-name")
     keep_last: int = setting(3, "periodic checkpoints kept besides latest.pt and best_*.pt", limits=">= 1")
     checkpoint_every: int = setting(10, "updates between periodic checkpoints", limits=">= 1")
+    # Every rank's env copies and LSTM 2 state are gathered to rank 0 and written with each checkpoint: at 65,536
+    # copies per GPU that is ~30 MB of env and 67-268 MB of LSTM 2 state per rank (docs/BENCHMARKS.md).
+    rank_state_every: int = setting(1, "updates between checkpoints that carry every rank's env copies, LSTM 2 "
+                                       "state and random streams (the last update's always does); a resume from "
+                                       "one without them starts fresh episodes", limits=">= 1")
     pretraining: bool = setting(False, "pretrain LSTM 1 on next-bar returns first", flag="--pretraining")
     pretrain_epochs: int = setting(5, "pretraining passes over the training split", limits=">= 1")
     pretrain_batch_size: int = setting(256, "windows per pretraining batch", limits=">= 1")

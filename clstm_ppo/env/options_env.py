@@ -30,13 +30,14 @@ from clstm_ppo.env.state import SPEC_FIELDS, STATE_FIELDS, EnvSpec, EnvState, em
 class BatchedOptionsEnv:
     def __init__(self, data: MarketData, split: str, market: MarketConfig, cfg: EnvConfig, num_envs: int,
                  device: torch.device | str = "cpu", seed: int = 0, autoreset: bool = True, records: bool = True,
-                 compile: str = "off", cuda_graphs: bool = False):
+                 compile: str = "off", cuda_graphs: bool = False, symbol_weights: list[float] | None = None):
         self.market_windows = MarketWindows(data, split, device)  # checks the split's name first
         self.device = torch.device(device)
         self.compiled = compile == "on" or (compile == "auto" and self.device.type == "cuda")
         # Eager on a CPU a host sync is free: closes then price only the copies that close (``orders``).
         gather = not self.compiled and self.device.type == "cpu"
-        self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather)
+        self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather,
+                              symbol_weights)
         self.dtype, self.market_cfg, self.cfg, self.actions = self.spec.dtype, market, cfg, self.spec.actions
         self.num_envs, self.autoreset, self.records = num_envs, autoreset, records
         self.staggered, self.quotes, self.max_len = self.spec.staggered, self.spec.quotes, self.spec.max_len

@@ -58,6 +58,7 @@ class EnvSpec:
     split_end: int  # one past the split's last bar
     max_len: int  # bars of the longest episode
     staggered: bool  # first episodes get random lengths (``step.stagger``)
+    symbol_cdf: Tensor | None  # (S,) float64 cumulative chance of each underlying at a random start; None: uniform
     gather_closes: bool  # price only the closing copies (a host sync): eager on a CPU only (``orders.close_options``)
 
     def episode_end(self, start: Tensor) -> Tensor:
@@ -80,8 +81,10 @@ SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(EnvSpec))
 
 
 def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cfg: EnvConfig, num_envs: int,
-              device: torch.device, autoreset: bool, gather_closes: bool) -> EnvSpec:
-    """The spec of ``num_envs`` copies on ``windows``' split of ``data``."""
+              device: torch.device, autoreset: bool, gather_closes: bool,
+              symbol_weights: list[float] | None = None) -> EnvSpec:
+    """The spec of ``num_envs`` copies on ``windows``' split of ``data``; ``symbol_weights`` (one per underlying,
+    any positive scale) weight the underlyings a random start draws, uniform without them."""
     if cfg.dtype not in CHOICES["env.dtype"]:
         raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
     dtype = getattr(torch, cfg.dtype)
@@ -104,7 +107,18 @@ def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cf
         # A single copy has nothing to spread against, and an env without autoreset (the walks, gymnasium,
         # predict) is stepped episode by episode.
         staggered=cfg.stagger_starts and autoreset and num_envs > 1, gather_closes=gather_closes,
+        symbol_cdf=None if symbol_weights is None else symbol_cdf(symbol_weights, windows.n_symbols, device),
     )
+
+
+def symbol_cdf(weights: list[float], n_symbols: int, device: torch.device) -> Tensor:
+    """(S,) float64 cumulative shares of ``weights``, the last exactly 1."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n_symbols,) or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"symbol_weights must be {n_symbols} non-negative numbers, not all 0; got {weights!r}")
+    cdf = np.cumsum(w / w.sum())
+    cdf[-1] = 1.0
+    return torch.as_tensor(cdf, device=device)
 
 
 @dataclass(eq=False)

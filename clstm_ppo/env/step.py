@@ -147,7 +147,11 @@ def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
 def restart(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
     """Start the ``fresh`` copies afresh at random bars of random underlyings, each from its own next draw."""
     clear_books(spec, s, fresh)
-    symbol = integers(s.key, s.draws, "symbol", 0, spec.n_symbols - 1)
+    if spec.symbol_cdf is None:
+        symbol = integers(s.key, s.draws, "symbol", 0, spec.n_symbols - 1)
+    else:  # weighted: the first underlying whose cumulative share exceeds the draw
+        u = uniform(s.key, s.draws, "symbol")
+        symbol = torch.searchsorted(spec.symbol_cdf, u, right=True).clamp(max=spec.n_symbols - 1)
     start = integers(s.key, s.draws, "start", spec.first_bar, spec.latest_start)
     s.sym, s.t, s.t_start = blend(fresh, symbol, s.sym), blend(fresh, start, s.t), blend(fresh, start, s.t_start)
     s.t_end = blend(fresh, spec.episode_end(start), s.t_end)
