@@ -1,7 +1,7 @@
 """The CLSTM-PPO paper's comparison on our market, with seeds: does the cascaded LSTM earn its keep?
 
     python scripts/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--num-gpus N]
-        [--out DIR] [--results docs/RESULTS.md] [--json]
+        [--out DIR] [--results docs/RESULTS.md] [--json] [--storage URL [--study NAME]]
 
 For each agent kind (clstm, lstm, mlp) and seed, trains on the training split, selects the run's
 best_composite.pt on the validation split (the trainer's own walks; the test split is never read),
@@ -10,7 +10,10 @@ cumulative return, annualised return, Sharpe, max drawdown and average profit pe
 buy-and-hold and the MACD rule on the same bars. Then the window ablation (TW = 5, 15, 30, 50) for clstm.
 With several underlyings (the Dow stocks) each is walked on its own and a run's number is their mean.
 The section of --results for this data source is replaced (other sources' sections stay); --steps scales
-it from a CPU run to a GPU run, and --num-gpus passes through to the trainer.
+it from a CPU run to a GPU run, and --num-gpus passes through to the trainer. With --storage URL (an Optuna
+storage: sqlite:///grid.db, postgresql://...) the (kind, window, seed) grid becomes the trials of a study:
+start the same command in several processes or machines, each runs the cells no other has claimed, and
+each gathers every cell's result from the storage.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import load_config
+from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.tables import format_records
 from clstm_ppo.train import main as train_main
@@ -157,6 +160,29 @@ def write_results(path: Path, label: str, section: str) -> None:
     path.write_text(text)
 
 
+def run_cells(args: argparse.Namespace, cells: list[dict[str, Any]]) -> list[dict[str, dict[str, float]]]:
+    """Every cell's result: here, one after another, or with --storage shared with the study's other workers."""
+    def one(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
+        print(f"== {cell['kind']}, TW {cell['window']}, seed {cell['seed']}", flush=True)
+        return train_and_backtest(args, cell["kind"], cell["window"], cell["seed"])
+
+    if not args.storage:
+        return [one(cell) for cell in cells]
+    from clstm_ppo.tuning.grid import run_grid
+
+    def valued(cell: dict[str, Any]) -> tuple[float, dict[str, dict[str, float]]]:
+        # a trial's value: the agent's test return (a grid to share, not a search: nothing is selected on it)
+        result = one(cell)
+        value = result["agent"]["total_return"]
+        return (value if math.isfinite(value) else -math.inf), result
+
+    name = args.study or f"reproduce-{data_label(args.data)}"
+    try:
+        return run_grid(args.storage, name, cells, valued)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="sp500", help="a built-in name (sp500, dow, synthetic) or a file")
@@ -171,17 +197,20 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for every run, e.g. --set train.eval_every=5 (repeatable)")
     parser.add_argument("--json", action="store_true", help="print every number as one JSON object last")
+    parser.add_argument("--storage", default=None, help="share the grid through this Optuna storage URL")
+    parser.add_argument("--study", default=None, help="the grid's study name (default: reproduce-<data>)")
     args = parser.parse_args()
     if args.seeds < 1 or args.steps < 1:
         raise SystemExit("error: --seeds and --steps must be at least 1")
     started = datetime.datetime.now()
     default_window = load_config(args.config, args.overrides).data.window
     runs: dict[tuple[str, int], list[dict[str, dict[str, float]]]] = {}
-    for kind, window in [(k, default_window) for k in args.kinds] + [("clstm", w) for w in args.windows
-                                                                     if w != default_window]:
-        for seed in range(args.seeds):
-            print(f"== {kind}, TW {window}, seed {seed}", flush=True)
-            runs.setdefault((kind, window), []).append(train_and_backtest(args, kind, window, seed))
+    cells = [{"kind": kind, "window": window, "seed": seed}
+             for kind, window in [(k, default_window) for k in args.kinds] + [("clstm", w) for w in args.windows
+                                                                              if w != default_window]
+             for seed in range(args.seeds)]
+    for cell, result in zip(cells, run_cells(args, cells), strict=True):
+        runs.setdefault((cell["kind"], cell["window"]), []).append(result)
     main_runs = {kind: [r["agent"] for r in runs[(kind, default_window)]] for kind in args.kinds}
     first = runs[(args.kinds[0], default_window)]
     # The benchmarks are deterministic on the same bars (random aside): each seed's copy is the same walk.

@@ -1,0 +1,123 @@
+"""Where a study lives and how workers share it: a SQLite file by default (nothing to start), or any
+SQLAlchemy URL (PostgreSQL, MySQL) so that processes on other machines join the same study. Each worker
+runs trials until the study holds the number asked for, counted across every worker."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import optuna
+
+from clstm_ppo.config import ConfigError, first_line
+
+HEARTBEAT_S = 60  # a worker that dies (kill -9, a lost machine) leaves its trial RUNNING; heartbeats fail it
+GRACE_S = 300
+
+
+def masked(url: str) -> str:
+    """``url`` without its password, for messages and summaries."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def storage_url(url: str | None, out: Path) -> str:
+    """The SQLAlchemy URL: ``url``, or a SQLite file in the output folder."""
+    if url:
+        return url
+    out.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(out / 'study.db').resolve()}"
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """The storage behind ``url``, tables made if new; an unreachable or malformed URL is one line."""
+    import sqlalchemy.exc
+
+    scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if "://" not in url:
+        raise ConfigError(f"--storage {masked(url)}: not a SQLAlchemy URL; write e.g. sqlite:///study.db or "
+                          "postgresql://user:password@host:5432/dbname")
+    # SQLite: wait for another worker's write instead of failing at once; servers: give up on a dead host soon.
+    connect = {"timeout": 60} if scheme == "sqlite" else {"connect_timeout": 10} if scheme == "postgresql" else {}
+    # psycopg 3 (the dependency) whichever driver this SQLAlchemy version takes a bare postgresql:// to mean
+    driver_url = "postgresql+psycopg://" + url.removeprefix("postgresql://") if url.startswith("postgresql://") else url
+    engine = {"connect_args": connect, "pool_pre_ping": True}
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(driver_url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S,
+                                                  grace_period=GRACE_S)
+        except (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.IntegrityError) as err:
+            # Workers started together on a new database race to create its tables: the loser's CREATE fails
+            # ("already exists"), and a second look finds them made.
+            if attempt == 4:
+                raise ConfigError(f"--storage {masked(url)}: cannot open it ({first_line(err)})") from None
+            time.sleep(0.5 + random.random())
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as err:
+            raise ConfigError(f"--storage {masked(url)}: cannot open it ({first_line(err)}); check the URL, that the "
+                              "server runs and accepts this user, and that its driver is installed") from None
+    raise AssertionError("unreachable")
+
+
+def make_pruner(name: str, steps: int, first_mark: int) -> optuna.pruners.BasePruner:
+    if name == "median":
+        # a trial is judged only after a quarter of the budget, against at least three finished trials
+        return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=steps // 4)
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=first_mark, max_resource=steps, reduction_factor=3)
+    return optuna.pruners.NopPruner()
+
+
+def open_study(storage: optuna.storages.RDBStorage, name: str, pruner: optuna.pruners.BasePruner,
+               sampler_seed: int | None, setup: dict[str, Any]) -> optuna.Study:
+    """Create the study or join it; a worker whose settings differ from the study's is refused, since its
+    trials would not be comparable with the others'."""
+    # constant_liar: parallel workers see each other's running trials, so they do not all draw the same point
+    sampler = optuna.samplers.TPESampler(seed=sampler_seed, constant_liar=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study = optuna.create_study(storage=storage, study_name=name, direction="maximize", sampler=sampler,
+                                    pruner=pruner, load_if_exists=True)
+    known = study.user_attrs.get("setup")
+    if known is None:
+        study.set_user_attr("setup", setup)
+    elif known != setup:
+        diff = sorted(k for k in set(known) | set(setup) if known.get(k) != setup.get(k))
+        raise ConfigError(f"study {name!r} was started with other settings ({', '.join(diff)}: "
+                          f"{', '.join(f'{k}={known.get(k)!r}' for k in diff)}); join it with the same "
+                          "--config, --data, --steps, --seeds, --space and --set, or name a new --study")
+    return study
+
+
+def run_workers(study: optuna.Study, objective: Any, trials: int, n_jobs: int, catch: tuple[type, ...],
+                callback: Any = None) -> int:
+    """Run trials in ``n_jobs`` threads until the study holds ``trials`` (every worker's, every state); the
+    number this process ran. Trials run as subprocesses, so threads are enough here."""
+    ran = [0]
+    lock = threading.Lock()
+
+    def loop() -> None:
+        # The count and the trial's creation are two transactions: two workers finishing at the same instant
+        # can start one trial more than asked, never fewer, and never run one trial twice.
+        while len(study.get_trials(deepcopy=False)) < trials:
+            study.optimize(objective, n_trials=1, catch=catch, callbacks=[callback] if callback else None,
+                           gc_after_trial=False)
+            with lock:
+                ran[0] += 1
+
+    if n_jobs == 1:
+        loop()  # in the main thread, where Ctrl-C lands
+    else:
+        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+            for future in [pool.submit(loop) for _ in range(n_jobs)]:
+                future.result()
+    return ran[0]

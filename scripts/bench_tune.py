@@ -1,0 +1,64 @@
+"""Wall time of one tuning study run by one worker process and by two worker processes sharing one SQLite
+study (the issue's goal: two take <= 0.6x the time of one, from parallelism plus pruning).
+
+    python scripts/bench_tune.py [--config smoke] [--trials 8] [--steps 5120] [--pruner median] [--json]
+
+Each configuration runs the same study (same --config, --space, --steps, --trials, --sampler-seed) from an
+empty SQLite file in a temporary folder: `clstm-ppo-tune` processes, one thread per training run. The
+table gives the wall time, the trials that completed and were pruned, and the ratio to one worker.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+
+from clstm_ppo.tables import print_table
+
+
+def run_study(workers: int, args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    url = f"sqlite:///{folder / f'w{workers}.db'}"
+    command = [sys.executable, "-m", "clstm_ppo.tune", "--config", args.config, "--trials", str(args.trials),
+               "--steps", str(args.steps), "--storage", url, "--study", "bench", "--pruner", args.pruner,
+               "--sampler-seed", "0", *(["--space", args.space] if args.space else []),
+               *[x for s in args.overrides for x in ("--set", s)]]
+    started = time.perf_counter()
+    procs = [subprocess.Popen([*command, "--out", str(folder / f"w{workers}-{i}")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for i in range(workers)]
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"error: a tune worker failed: {err.strip().splitlines()[-1:] or p.returncode}")
+    seconds = time.perf_counter() - started
+    trials = optuna.load_study(study_name="bench", storage=url).get_trials()
+    count = {s: sum(t.state == s for t in trials) for s in optuna.trial.TrialState}
+    return {"workers": workers, "wall_s": seconds, "trials": len(trials),
+            "complete": count[optuna.trial.TrialState.COMPLETE], "pruned": count[optuna.trial.TrialState.PRUNED]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="smoke")
+    parser.add_argument("--space", default=None, help="search space YAML (default: the package's)")
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=5120, help="env steps per trial run")
+    parser.add_argument("--pruner", default="median", choices=("median", "hyperband", "none"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="bench-tune-") as folder:
+        rows = [run_study(workers, args, Path(folder)) for workers in (1, 2)]
+    for row in rows:
+        row["ratio_to_one"] = row["wall_s"] / rows[0]["wall_s"]
+    print_table(rows, args.json, {"config": args.config, "trials": args.trials, "steps": args.steps,
+                                  "pruner": args.pruner, "goal": "ratio_to_one <= 0.6 with 2 workers"})
+
+
+if __name__ == "__main__":
+    main()
