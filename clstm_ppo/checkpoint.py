@@ -37,7 +37,10 @@ def atomic_save(obj: Any, path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
+            try:
+                torch.save(obj, fh)
+            except RuntimeError as err:  # torch's zip writer reports a failed write as its own error
+                raise OSError(_write_failure(fh, err)) from None
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)  # atomic on POSIX and Windows
@@ -76,6 +79,26 @@ def resolve_resume(choice: str, run_dir: Path) -> Path:
         return path
     raise CheckpointError(f"--resume-from {choice!r} is neither a checkpoint file nor one of: "
                           f"{', '.join(RESUME_CHOICES)}")
+
+
+def _write_failure(fh: Any, err: RuntimeError) -> str:
+    """Why torch.save could not write: the OS's reason, found by writing one more byte, else torch's words."""
+    try:
+        fh.write(b"\0")
+        fh.flush()
+    except OSError as os_err:
+        return os_err.strerror or str(os_err)
+    return first_line(err, 100)
+
+
+def remove_stale_writes(run_dir: Path) -> list[str]:
+    """Delete the temporary files of checkpoint writes that a killed process never finished (``atomic_save``'s
+    ``.<name>.tmp-<pid>``); call it only while holding the run's lock, when no write of this run is under way."""
+    stale = sorted(run_dir.glob(".*.tmp-*")) if run_dir.is_dir() else []
+    for path in stale:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return [p.name for p in stale]
 
 
 class CheckpointManager:

@@ -55,6 +55,35 @@ def start_tensorboard(folder: str) -> Any:
                           "choose another folder") from None
 
 
+def tidy_metrics(path: Path, up_to_step: int) -> str | None:
+    """Before a resume from ``up_to_step``: drop metrics.jsonl's records past it (work a killed run logged but
+    never checkpointed, which the resume does again) and a torn last line, rewriting the file atomically; says
+    what went, or None."""
+    if not path.is_file():
+        return None
+    kept, dropped, torn = [], 0, 0
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            torn += 1
+            continue
+        if not line.endswith("\n"):
+            torn += 1  # a whole record whose newline never came: the next record would be glued onto it
+            continue
+        if record.get("step", 0) > up_to_step:
+            dropped += 1
+            continue
+        kept.append(line)
+    if not (dropped or torn):
+        return None
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept))
+    tmp.replace(path)
+    return (f"metrics.jsonl: dropped {dropped} record(s) past step {up_to_step:,} (logged by a run stopped before "
+            f"its next checkpoint; redone now) and {torn} torn line(s)")
+
+
 class Tracker:
     """Rank 0's reporting; other ranks never build one."""
 
@@ -63,11 +92,14 @@ class Tracker:
         # W&B and TensorBoard first: when one cannot start, nothing else has been opened or drawn.
         self.wandb = start_wandb(run_dir, wandb_project, run_name, config) if use_wandb else None
         self.tensorboard = start_tensorboard(tensorboard) if tensorboard else None
+        tidied = tidy_metrics(run_dir / "metrics.jsonl", initial_steps) if initial_steps else None
         self.jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)
         interactive = sys.stderr.isatty()  # in a log file, redraw the bar rarely
         self.bar = tqdm(total=total_steps, initial=initial_steps, unit="step", dynamic_ncols=True,
                         desc="train", smoothing=0.1, mininterval=0.5 if interactive else 30.0)
         self.started = time.time()
+        if tidied:
+            self.write(tidied)
 
     def log(self, kind: str, step: int, values: dict[str, Any]) -> None:
         record = {"kind": kind, "step": step, "time": round(time.time() - self.started, 3),

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.checkpoint import RESUME_CHOICES, has_run, load_checkpoint, move_aside, resolve_resume, run_lock
+from clstm_ppo.checkpoint import (
+    RESUME_CHOICES,
+    has_run,
+    load_checkpoint,
+    move_aside,
+    remove_stale_writes,
+    resolve_resume,
+    run_lock,
+)
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, load_config, named_configs, to_dict, walk_rules
 from clstm_ppo.data.dataset import build_market_data
@@ -236,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as held:
         if is_first:
             held.enter_context(run_lock(run_dir))
+            stale = remove_stale_writes(run_dir)
+            if stale:
+                print(f"removed {len(stale)} unfinished checkpoint write(s) of a killed run: {', '.join(stale)}")
             if args.resume_from:
                 print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
                       f"written by {resume['world_size']} worker(s))")
