@@ -52,6 +52,11 @@ class DataConfig(Section):
     turbulence_lookback: int = setting(252, "bars before t that give mu and Sigma (FinRL: 252)", limits=">= 2")
     turbulence_quantile: float = setting(0.90, "threshold = this quantile of training-split turbulence "
                                                "(paper: 0.90)", limits="(0, 1]")
+    augment: float = setting(0.0, "share of the training env's episodes started on generated paths (issue 22); "
+                                  "validation and test stay real", limits="[0, 1)")
+    augment_checkpoint: str = setting("", "scenario generator the augmentation pool is sampled from "
+                                          "(python -m clstm_ppo.scenarios train)")
+    augment_paths: int = setting(16, "generated underlyings in the augmentation pool", limits=">= 1")
     synthetic: SyntheticConfig = section(SyntheticConfig, "the synthetic market (data.source: synthetic)")
 
 
@@ -163,6 +168,11 @@ class EnvConfig(Section):
                                         "cash", limits="[0, 1)")
     reward_scale: float = setting(10.0, "reward = change in equity / initial cash x this: a 1% gain is 0.1",
                                   limits="> 0")
+    # With "equity" a copy that only holds the index is paid the index's return, so a policy can look skilled by
+    # owning the market; "excess" pays only what it makes beyond that (SPEC section 10).
+    reward: str = setting("equity", "equity: the change in equity; excess: the change in equity less what holding "
+                                    "the underlying with the same equity (dividends in) made over the bar",
+                          choices=("equity", "excess"))
     drawdown_penalty: float = setting(0.0, "optional shaping: minus this x (drawdown share of peak equity) per "
                                            "bar", limits=">= 0")
     turbulence_penalty: float = setting(0.0, "optional shaping: minus this x (open positions while turbulent) "

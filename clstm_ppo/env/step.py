@@ -26,6 +26,7 @@ from clstm_ppo.env.orders import close_options, open_option, slots_to_close, tra
 from clstm_ppo.env.quotes import at_rows
 from clstm_ppo.env.state import EnvSpec, EnvState, flat_row
 from clstm_ppo.market.flags import as_float
+from clstm_ppo.market.volatility import DAYS_PER_YEAR
 
 
 class StepOutput(NamedTuple):
@@ -77,6 +78,7 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     action = action * valid  # a masked action is never executed: it becomes hold (0)
     prev_equity = s.equity
     now, t_next = flat_row(spec, s), s.t + 1
+    prev_close = at_rows(q.close_px, now)
     nxt = now + 1
     margin_call = (s.cash < s.margin) & (s.margin > 0)  # t's close left the shorts' margin uncovered
     s.stats["margin_calls"] = s.stats["margin_calls"] + margin_call
@@ -96,7 +98,10 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     mark_to_market(spec, s, spot_close, nxt)
 
     # 4. Reward, shaping, episode ends.
-    reward = (s.equity - prev_equity) * (cfg.reward_scale / cfg.initial_cash)
+    gain = s.equity - prev_equity
+    if cfg.reward == "excess":  # less what the same equity in the underlying made from t's close to t+1's
+        gain = gain - prev_equity * index_return(spec, s.sym, t_next - 1, prev_close, spot_close)
+    reward = gain * (cfg.reward_scale / cfg.initial_cash)
     s.peak = torch.maximum(s.peak, s.equity)
     if cfg.drawdown_penalty:
         reward = reward - cfg.drawdown_penalty * (1.0 - s.equity / s.peak)
@@ -108,6 +113,14 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     terminated = s.equity < cfg.ruin_fraction * cfg.initial_cash
     truncated = (s.t >= s.t_end) & ~terminated
     return reward, terminated, truncated
+
+
+def index_return(spec: EnvSpec, sym: Tensor, bar: Tensor, close: Tensor, next_close: Tensor) -> Tensor:
+    """(N,) the underlying's total return from ``bar``'s close (``close``) to the next bar's (``next_close``),
+    its dividend yield paid over the bar as the account's shares are paid it (``accounting.accrue_carry``)."""
+    q = spec.quotes
+    years = (q.close_time.index_select(0, bar + 1) - q.close_time.index_select(0, bar)) / DAYS_PER_YEAR
+    return (next_close - close) / close + torch.expm1(q.dividend_yield.index_select(0, sym) * years)
 
 
 def observe(spec: EnvSpec, s: EnvState) -> EnvState:
