@@ -2,7 +2,24 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
+
+
+def strict_json(obj: Any) -> str:
+    """``obj`` as strict JSON: a number that does not exist (NaN, an infinity) is ``null``, never ``NaN``, which
+    JSON does not have and which strict parsers refuse."""
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if hasattr(x, "item") and getattr(x, "ndim", None) == 0:  # a numpy or torch scalar
+            return clean(x.item())
+        return x
+    return json.dumps(clean(obj), allow_nan=False)
 
 
 def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
@@ -29,4 +46,4 @@ def print_table(rows: list[dict[str, Any]], as_json: bool, extra: dict[str, Any]
     for key, value in (extra or {}).items():
         print(f"{key}: {value}")
     if as_json:
-        print(json.dumps({"rows": rows, **(extra or {})}))
+        print(strict_json({"rows": rows, **(extra or {})}))

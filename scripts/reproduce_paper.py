@@ -31,16 +31,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.backtest.statistics import bootstrap_ci, paired_difference
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.tables import format_records
+from clstm_ppo.tables import format_records, strict_json
 from clstm_ppo.train import main as train_main
 
 KINDS = ("clstm", "lstm", "mlp")
 WINDOWS = (5, 15, 30, 50)
 METRICS = ("total_return", "annual_return", "sharpe", "max_drawdown", "profit_per_trade", "trades")
 BENCHMARKS = ("buy_and_hold", "macd_rule")
+CI_METRICS = ("sharpe", "total_return")  # bootstrap intervals and paired differences
 
 
 def train_and_backtest(args: argparse.Namespace, kind: str, window: int, seed: int) -> dict[str, dict[str, float]]:
@@ -80,7 +82,8 @@ def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]], initial_cash: fl
 
 
 def summary_rows(runs: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
-    """One row per label: mean +- std over its seeds (std with ddof 1) of every metric."""
+    """One row per label: mean +- std over its seeds (std with ddof 1) of every metric, and a bootstrap 95%
+    interval of the mean for the headline metrics."""
     rows = []
     for label, seeds in runs.items():
         row: dict[str, Any] = {"policy": label, "seeds": len(seeds)}
@@ -91,7 +94,22 @@ def summary_rows(runs: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]
             std = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
             row[key] = mean
             row[f"{key}_std"] = std
+            if key in CI_METRICS:
+                row[f"{key}_ci"] = list(bootstrap_ci(values))
         rows.append(row)
+    return rows
+
+
+def paired_rows(runs: dict[str, list[dict[str, float]]], kinds: list[str]) -> list[dict[str, Any]]:
+    """Paired differences over seeds (the same seed's runs): each agent kind against the others and against
+    buy-and-hold, for each headline metric."""
+    pairs = [(a, b) for i, a in enumerate(kinds) for b in kinds[i + 1:]] + [(k, "buy_and_hold") for k in kinds]
+    rows = []
+    for a, b in pairs:
+        for key in CI_METRICS:
+            d = paired_difference(np.array([r[key] for r in runs[a]]), np.array([r[key] for r in runs[b]]))
+            rows.append({"pair": f"{a} - {b}", "metric": key, "mean": d["mean"], "ci_low": d["ci_low"],
+                         "ci_high": d["ci_high"], "wins": d["wins"], "pairs": int(d["pairs"])})
     return rows
 
 
@@ -132,7 +150,7 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {where}, torch {torch.__version__}"
 
 
-def markdown_section(args: argparse.Namespace, main: list[dict], ablation: list[dict],
+def markdown_section(args: argparse.Namespace, main: list[dict], ablation: list[dict], paired: list[dict],
                      per_seed: list[dict[str, Any]], seconds: float) -> str:
     label = data_label(args.data)
     command = " ".join(["python", "scripts/reproduce_paper.py", *sys.argv[1:]])
@@ -143,6 +161,8 @@ def markdown_section(args: argparse.Namespace, main: list[dict], ablation: list[
              "number below is on the test split. Mean +- std over seeds; with several underlyings, a run's "
              "number is the mean over them. Profit per trade: the walk's P&L over its closed option trades.",
              "", "### Agents against the benchmarks", "", "```", format_records(display(main)), "```", "",
+             "### Paired differences over seeds (bootstrap 95% interval of the mean; wins: share of seeds)", "",
+             "```", format_records(paired, digits=3), "```", "",
              "### Window ablation (clstm)", "", "```", format_records(display(ablation)), "```", "",
              "### Each seed", "", "```", format_records(per_seed, digits=4), "```", f"<!-- end {label} -->"]
     return "\n".join(lines)
@@ -218,18 +238,21 @@ def main() -> None:
     ablation_runs = {f"clstm TW {w}": [r["agent"] for r in runs[("clstm", w)]]
                      for w in sorted({*args.windows, default_window}) if ("clstm", w) in runs}
     main_table, ablation_table = summary_rows(main_runs), summary_rows(ablation_runs)
+    paired = paired_rows(main_runs, list(args.kinds))
     per_seed = [{"kind": kind, "window": window, "seed": seed, **{k: r["agent"][k] for k in METRICS}}
                 for (kind, window), seeds in runs.items() for seed, r in enumerate(seeds)]
     print(format_records(display(main_table)))
     print()
     print(format_records(display(ablation_table)))
+    print()
+    print(format_records(paired, digits=3))
     seconds = (datetime.datetime.now() - started).total_seconds()
     write_results(args.results, data_label(args.data),
-                  markdown_section(args, main_table, ablation_table, per_seed, seconds))
+                  markdown_section(args, main_table, ablation_table, paired, per_seed, seconds))
     print(f"results written to {args.results}")
     if args.json:
-        print(json.dumps({"data": args.data, "steps": args.steps, "seeds": args.seeds, "main": main_table,
-                          "ablation": ablation_table, "per_seed": per_seed}))
+        print(strict_json({"data": args.data, "steps": args.steps, "seeds": args.seeds, "main": main_table,
+                           "ablation": ablation_table, "paired": paired, "per_seed": per_seed}))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from conftest import make_bars
 
@@ -28,7 +29,7 @@ def test_the_script_reports_every_variant_the_benchmarks_and_the_ablation(tmp_pa
                            "--set", "train.num_envs=8", "--set", "train.eval_every=1"],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1], parse_constant=refuse)  # strict JSON: no NaN
     main = {row["policy"]: row for row in out["main"]}
     assert list(main) == ["clstm", "lstm", "mlp", "buy_and_hold", "macd_rule"]
     assert [row["policy"] for row in out["ablation"]] == ["clstm TW 5", "clstm TW 10"]  # smoke's TW is 10
@@ -36,12 +37,21 @@ def test_the_script_reports_every_variant_the_benchmarks_and_the_ablation(tmp_pa
     for row in out["main"] + out["ablation"]:
         assert row["seeds"] == 2
         for key in METRICS:
-            finite = math.isfinite(row[key]) and math.isfinite(row[f"{key}_std"])
+            finite = row[key] is not None and math.isfinite(row[key]) and math.isfinite(row[f"{key}_std"])
             # profit per trade has no value only when no run of that row closed a trade
             assert finite or (key == "profit_per_trade" and row["trades"] == 0), (row["policy"], key)
     assert main["buy_and_hold"]["sharpe_std"] == 0.0  # the same bars for every seed: one deterministic walk
+    low, high = main["clstm"]["sharpe_ci"]
+    assert low <= main["clstm"]["sharpe"] <= high
+    pairs = {(row["pair"], row["metric"]): row for row in out["paired"]}
+    assert {p for p, _ in pairs} == {"clstm - lstm", "clstm - mlp", "lstm - mlp", "clstm - buy_and_hold",
+                                     "lstm - buy_and_hold", "mlp - buy_and_hold"}
+    per_seed = {(r["kind"], r["seed"]): r for r in out["per_seed"] if r["window"] == 10}
+    clstm_minus_lstm = np.mean([per_seed[("clstm", s)]["sharpe"] - per_seed[("lstm", s)]["sharpe"] for s in (0, 1)])
+    assert pairs[("clstm - lstm", "sharpe")]["mean"] == pytest.approx(clstm_minus_lstm)
     text = results.read_text()
     assert "kept" in text and "<!-- begin synthetic -->" in text and "### Window ablation (clstm)" in text
+    assert "### Paired differences over seeds" in text
     assert "reproduce_paper.py --config smoke" in text
 
 
@@ -68,6 +78,10 @@ def test_altering_test_bars_leaves_the_selected_checkpoint_unchanged(tmp_path):
     assert chosen["a"]["update"] == chosen["b"]["update"] and chosen["a"]["best"] == chosen["b"]["best"]
     for key, tensor in chosen["a"]["model"].items():
         assert torch.equal(tensor, chosen["b"]["model"][key]), key
+
+
+def refuse(constant: str):
+    raise AssertionError(f"{constant} in the script's JSON: not JSON")
 
 
 def write(frame, path: Path) -> str:
