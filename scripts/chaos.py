@@ -37,16 +37,16 @@ STEPS = UPDATES * 512
 RUN = "synthetic-smoke"
 
 
-def command(folder: Path, workers: int, resume: bool) -> list[str]:
+def command(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> list[str]:
     return [sys.executable, "-m", "clstm_ppo.train", "--config", "smoke", "--checkpoint-dir", str(folder),
-            "--total-steps", str(STEPS), "--num-workers", str(workers), "--set", "train.threads_per_worker=1",
+            "--total-steps", str(steps), "--num-workers", str(workers), "--set", "train.threads_per_worker=1",
             "--set", "train.eval_every=4", "--set", "train.checkpoint_every=4",
             *(["--resume-from", "latest"] if resume else [])]
 
 
-def start(folder: Path, workers: int, resume: bool, **kw) -> subprocess.Popen:
+def start(folder: Path, workers: int, resume: bool, steps: int = STEPS, **kw) -> subprocess.Popen:
     env = {**os.environ, "WANDB_MODE": "offline"}
-    return subprocess.Popen(command(folder, workers, resume), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return subprocess.Popen(command(folder, workers, resume, steps), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True, **kw)
 
 
@@ -82,9 +82,9 @@ def kill_all(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def finish(folder: Path, workers: int, resume: bool) -> subprocess.CompletedProcess:
+def finish(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline"}
-    return subprocess.run(command(folder, workers, resume), capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(command(folder, workers, resume, steps), capture_output=True, text=True, env=env, timeout=900)
 
 
 def final_state(folder: Path) -> dict:
@@ -106,19 +106,22 @@ def identical(a: dict, b: dict) -> bool:
 
 def chaos_run(root: Path, workers: int, kills: int, rng: random.Random) -> dict:
     clean, chaotic = root / f"clean-{workers}", root / f"chaos-{workers}"
-    done = finish(clean, workers, resume=False)
+    # A budget the kills cannot outrun: each kill comes 1-4 updates after its run's start.
+    steps = 512 * workers * max(UPDATES, 4 * kills + 12)
+    done = finish(clean, workers, resume=False, steps=steps)
     if done.returncode != 0:
-        raise SystemExit(f"error: the clean run failed: {done.stderr.strip().splitlines()[-1:]}")
-    made, victims = 0, []
+        raise SystemExit(f"error: the clean run failed: {last_line(done)}")
+    made, victims, finished = 0, [], None
     while made < kills:
         resume = (chaotic / RUN / "latest.pt").is_file()
         before = updates_logged(chaotic)
-        proc = start(chaotic, workers, resume)
+        proc = start(chaotic, workers, resume, steps)
         target = before + rng.randint(1, 4)  # past start-up: a kill lands in a rollout, an update or a write
         while proc.poll() is None and updates_logged(chaotic) < target:
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.3))
-        if proc.poll() is not None:  # it finished its budget first: nothing to kill
+        if proc.poll() is not None:  # it finished its budget first: nothing left to kill
+            finished = proc.wait() == 0
             break
         pids = ranks(proc)
         victim = rng.randrange(len(pids))
@@ -126,11 +129,16 @@ def chaos_run(root: Path, workers: int, kills: int, rng: random.Random) -> dict:
         kill_all(proc)
         victims.append("launcher" if victim == 0 else f"worker {victim - 1}")
         made += 1
-    done = finish(chaotic, workers, resume=(chaotic / RUN / "latest.pt").is_file())
-    ok = done.returncode == 0
-    same = ok and identical(final_state(clean), final_state(chaotic))
-    return {"workers": workers, "kills": made, "victims": ", ".join(victims), "finished": ok, "identical": same,
-            "updates": final_state(chaotic)["update"] if ok else None}
+    if finished is None:
+        finished = finish(chaotic, workers, resume=(chaotic / RUN / "latest.pt").is_file(), steps=steps).returncode == 0
+    same = finished and identical(final_state(clean), final_state(chaotic))
+    return {"workers": workers, "kills": made, "victims": ", ".join(victims), "finished": finished, "identical": same,
+            "updates": final_state(chaotic)["update"] if finished else None}
+
+
+def done_steps(folder: Path) -> int:
+    """The env steps a copied run has done: a resume of it must ask for more."""
+    return int(torch.load(folder / RUN / "latest.pt", map_location="cpu", weights_only=False)["global_step"])
 
 
 def last_line(done: subprocess.CompletedProcess) -> str:
@@ -172,7 +180,7 @@ def fault_write_fails(root: Path, source: Path) -> dict:
         resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, size // 2))
 
     args = command(folder, 1, True)
-    args[args.index("--total-steps") + 1] = str(STEPS + 4 * 512)
+    args[args.index("--total-steps") + 1] = str(done_steps(folder) + 4 * 512)
     done = subprocess.run(args, capture_output=True, text=True, timeout=900, preexec_fn=limit,
                           env={**os.environ, "WANDB_MODE": "offline"})
     intact = torch.load(latest, map_location="cpu", weights_only=False)["update"] == before
@@ -188,7 +196,7 @@ def fault_torn_metrics(root: Path, source: Path) -> dict:
     with open(metrics, "a") as fh:
         fh.write('{"kind": "update", "step": 99999')  # the write a crash cut short
     args = command(folder, 1, True)
-    args[args.index("--total-steps") + 1] = str(STEPS + 2 * 512)
+    args[args.index("--total-steps") + 1] = str(done_steps(folder) + 2 * 512)
     done = subprocess.run(args, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "WANDB_MODE": "offline"})
     line = next((x for x in (done.stdout + done.stderr).splitlines() if x.startswith("metrics.jsonl: dropped")), "")
@@ -200,7 +208,7 @@ def fault_two_resumes(root: Path, source: Path) -> dict:
     folder = root / "twice"
     shutil.copytree(source, folder)
     args = command(folder, 1, True)
-    args[args.index("--total-steps") + 1] = str(STEPS + 4 * 512)
+    args[args.index("--total-steps") + 1] = str(done_steps(folder) + 4 * 512)
     env = {**os.environ, "WANDB_MODE": "offline"}
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(2)]

@@ -1,0 +1,35 @@
+"""README.md cannot rot: every command its code blocks show runs with --help appended, and it stays short."""
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def shown_commands() -> list[list[str]]:
+    """``python -m clstm_ppo...`` lines of README.md's bash blocks, as argument lists without comments."""
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    return [shlex.split(line) for line in lines if line.startswith("python -m clstm_ppo")]
+
+
+def test_the_readme_is_short_and_shows_the_commands():
+    assert len(README.encode()) <= 10 * 1024
+    modules = {cmd[2] for cmd in shown_commands()}
+    assert {"clstm_ppo.train", "clstm_ppo.evaluate", "clstm_ppo.predict", "clstm_ppo.data",
+            "clstm_ppo.scenarios", "clstm_ppo.tune"} <= modules
+    for link in re.findall(r"\]\((docs/[^)]+)\)", README):
+        assert (ROOT / link).is_file(), link
+
+
+@pytest.mark.parametrize("command", shown_commands(), ids=lambda c: " ".join(c[2:5]))
+def test_every_command_in_the_readme_answers_help(command):
+    done = subprocess.run([sys.executable, *command[1:], "--help"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
