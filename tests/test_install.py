@@ -1,0 +1,28 @@
+"""The named configs live once, in the top-level configs/ (clstm_ppo/config/named links to it), and are found by
+name from any folder after a wheel is built and installed."""
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_configs_are_one_top_level_copy_that_a_built_wheel_carries(tmp_path):
+    named = ROOT / "clstm_ppo" / "config" / "named"
+    assert named.is_symlink() and named.resolve() == (ROOT / "configs").resolve()
+    assert sorted(p.name for p in (ROOT / "configs").glob("*.yaml")) == ["default.yaml", "paper.yaml", "smoke.yaml"]
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+                           "-q", "-w", str(tmp_path / "wheel")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    site = tmp_path / "site"
+    zipfile.ZipFile(next((tmp_path / "wheel").glob("clstm_ppo-*.whl"))).extractall(site)  # what pip would install
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    probe = ("import clstm_ppo; from clstm_ppo.config import load_config, named_configs; "
+             "print(clstm_ppo.__file__); print(named_configs()); print(load_config('paper').agent.lstm2_hidden)")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=elsewhere,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    where, names, hidden = run.stdout.strip().splitlines()
+    assert where.startswith(str(site)) and names == "['default', 'paper', 'smoke']" and hidden == "512"
