@@ -90,8 +90,8 @@ def farewell(run_dir: Path, best: dict[str, float]) -> None:
     for name in BEST_METRICS:
         path = run_dir / f"best_{name}.pt"
         if path.exists():
-            print(f"  best {name:<11} {best[name]:>9.4f}  {path}")
-    print(f"  latest            {run_dir / 'latest.pt'}")
+            print(f"  best {name:<18} {best[name]:>9.4f}  {path}")
+    print(f"  latest                   {run_dir / 'latest.pt'}")
     print(f"resume with: python -m clstm_ppo.train --run-name {run_dir.name} "
           f"--checkpoint-dir {run_dir.parent} --resume-from latest   (or composite, win_rate, ...)")
     print(f"backtest on the held-out test split, against buy-and-hold, cash, random and two option rules:\n"

@@ -86,7 +86,7 @@ class Trainer:
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
         self.update, self.global_step, self.episodes = 0, 0, 0
-        self.selection = Selection()
+        self.selection = Selection(window=t.selection_window)
         self.lstm_state = self.model.initial_state(t.num_envs, device)
         self.env_restored = False
         self.other_ranks: list[dict[str, Any]] = []  # ranks 1.. of the last update boundary, on rank 0
@@ -316,6 +316,17 @@ class Trainer:
         reporter.evaluation(self.update, self.global_step, metrics, self.selection.best.get("composite", math.nan))
 
     def _pretrain(self, reporter: Reporter | None) -> None:
+        method = self.cfg.train.pretrain_method
+        if method != "supervised":  # meta-learned encoder (clstm_ppo/meta/pretrain.py), loaded only when asked
+            from clstm_ppo.meta.pretrain import meta_pretrain_encoder
+
+            history = meta_pretrain_encoder(self.model.encoder, self.data, self.cfg, method, self.cfg.seed)
+            self.ctx.broadcast_parameters(self.model)
+            if reporter is not None:
+                losses = ", ".join(f"epoch {h['epoch']} query loss {h['query_loss']:.4f}" for h in history)
+                reporter.tracker.write(f"pretraining LSTM 1 + MLP by {method} (3-way few-shot tasks): {losses} "
+                                       "(chance: ln 3 = 1.0986)")
+            return
         history = pretrain_encoder(self.model.encoder, self.env.market_windows, self.data, self.cfg.train,
                                    torch.Generator().manual_seed(self.cfg.seed))
         self.ctx.broadcast_parameters(self.model)  # GPU kernels need not be bitwise deterministic across ranks

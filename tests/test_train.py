@@ -157,7 +157,7 @@ def test_bad_checkpoints_and_resume_choices_get_clear_errors(tmp_path, smoke_run
         assert err.startswith("error: ") and expected in err and "\n" not in err
     assert train(tmp_path, "--resume-from", "bestest") == 2
     err = capsys.readouterr().err
-    assert "composite, win_rate, profit_rate, sharpe, latest" in err
+    assert "composite, composite_smoothed, win_rate, profit_rate, sharpe, latest" in err
     assert train(tmp_path, "--set", "ppo.lr_schedule=cosine") == 2
     assert "linear, constant" in capsys.readouterr().err
 

@@ -265,6 +265,9 @@ class TrainConfig(Section):
                                        "state and random streams (the last update's always does); a resume from "
                                        "one without them starts fresh episodes", limits=">= 1")
     pretraining: bool = setting(False, "pretrain LSTM 1 on next-bar returns first", flag="--pretraining")
+    pretrain_method: str = setting("supervised", "what --pretraining does: supervised (next-bar return), maml or "
+                                                 "protonet (3-way few-shot tasks, clstm_ppo/meta/)",
+                                   choices=("supervised", "maml", "protonet"))
     pretrain_epochs: int = setting(5, "pretraining passes over the training split", limits=">= 1")
     pretrain_batch_size: int = setting(256, "windows per pretraining batch", limits=">= 1")
     pretrain_lr: float = setting(1.0e-3, "pretraining's Adam learning rate", limits="> 0")
@@ -272,6 +275,8 @@ class TrainConfig(Section):
     wandb_project: str = setting("clstm_ppo", "the W&B project")
     tensorboard: str = setting("", "a folder: metrics.jsonl's records also as TensorBoard scalars there; empty: "
                                    "off", flag="--tensorboard")
+    selection_window: int = setting(3, "validation walks whose mean composite selects best_composite_smoothed.pt",
+                                    limits=">= 1")
     early_stopping_patience: int = setting(0, ">0: stop after this many evaluations without a new best "
                                               "composite", limits=">= 0", flag="--early-stopping-patience")
     threads_per_worker: int = setting(0, "CPU threads per worker; 0: the machine's cores divided among its "
