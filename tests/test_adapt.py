@@ -1,0 +1,57 @@
+"""adapt: refuses another feature set in one line; its zero-shot row is evaluate's; it writes its checkpoints."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from clstm_ppo.checkpoint import atomic_save, load_checkpoint
+from clstm_ppo.cli import run_cli
+from clstm_ppo.config import load_config
+
+SMALL = ["train.num_envs=4", "ppo.num_steps=8", "ppo.num_minibatches=1", "ppo.update_epochs=1", "train.eval_every=1"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """An untrained smoke-sized agent's checkpoint, as the trainer writes it (no training: fast)."""
+    from clstm_ppo.runner import Trainer
+
+    folder = tmp_path_factory.mktemp("adapt")
+    cfg = load_config("smoke", [*SMALL, f"train.checkpoint_dir={folder}"])
+    trainer = Trainer(cfg, folder / "run", torch.device("cpu"))
+    path = folder / "run" / "latest.pt"
+    atomic_save(trainer.state_dict(), path)
+    return path
+
+
+def test_adapt_refuses_another_feature_set_in_one_line(checkpoint, tmp_path, capsys):
+    from clstm_ppo.adapt import main
+
+    state = load_checkpoint(checkpoint)
+    state["normalizer"]["names"] = [*state["normalizer"]["names"][:-1], "put_call_ratio"]
+    other = tmp_path / "other.pt"
+    atomic_save(state, other)
+    assert run_cli(main, ["--checkpoint", str(other), "--data", "synthetic", "--steps", "32",
+                          "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "put_call_ratio" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_zero_shot_row_equals_evaluate(checkpoint, tmp_path):
+    from clstm_ppo.adapt import main as adapt
+    from clstm_ppo.evaluate import main as evaluate
+
+    out, ev = tmp_path / "adapt.json", tmp_path / "eval.json"
+    assert adapt(["--checkpoint", str(checkpoint), "--data", "synthetic", "--steps", "32", "--no-scratch",
+                  "--device", "cpu", "--out", str(tmp_path / "runs"), "--json", str(out)]) == 0
+    assert evaluate(["--checkpoint", str(checkpoint), "--data", "synthetic", "--device", "cpu", "--json", str(ev)]) == 0
+    adapted, evaluated = json.loads(out.read_text()), json.loads(ev.read_text())
+    assert adapted["zero_shot"] == evaluated["policies"]["agent"]
+    assert adapted["buy_and_hold"] == evaluated["policies"]["buy_and_hold"]
+    assert set(adapted) >= {"adapted", "zero_shot", "buy_and_hold"}
+    written = load_checkpoint(tmp_path / "runs" / "adapted" / "latest.pt")
+    assert written["global_step"] >= 32 and written["normalizer"] == load_checkpoint(checkpoint)["normalizer"]
+    assert adapted["adapted"] != adapted["zero_shot"]  # the update changed the agent
