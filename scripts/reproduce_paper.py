@@ -63,20 +63,19 @@ def train_and_backtest(args: argparse.Namespace, kind: str, window: int, seed: i
                                    "--json", str(report)])
     if code != 0:
         raise SystemExit(f"error: evaluating {name} failed (exit {code})")
-    initial_cash = load_config(args.config, [*args.overrides]).env.initial_cash
     policies = json.loads(report.read_text())["policies"]
-    return {policy: mean_over_underlyings(policies[policy], initial_cash) for policy in ("agent", *BENCHMARKS)}
+    return {policy: mean_over_underlyings(policies[policy]) for policy in ("agent", *BENCHMARKS)}
 
 
-def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]], initial_cash: float) -> dict[str, float]:
-    """The paper's metrics of one policy, averaged over the underlyings walked (one copy each)."""
+def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The paper's metrics of one policy, averaged over the underlyings walked (one copy each). Profit per trade
+    is the closed options' own P&L per trade, every cost in (evaluate's report; null without trades)."""
     rows = []
     for m in by_symbol.values():
-        trades = int(m["trades"])
-        pnl = m["total_return"] * initial_cash  # every cost, carry and the underlying's P&L included
+        per_trade = m.get("profit_per_trade")
         rows.append({"total_return": m["total_return"], "annual_return": m["annual_return"], "sharpe": m["sharpe"],
-                     "max_drawdown": m["max_drawdown"], "profit_per_trade": pnl / trades if trades else math.nan,
-                     "trades": float(trades)})
+                     "max_drawdown": m["max_drawdown"], "trades": float(m["trades"]),
+                     "profit_per_trade": math.nan if per_trade is None else float(per_trade)})
     return {k: float(np.nanmean([r[k] for r in rows])) if any(np.isfinite(r[k]) for r in rows) else math.nan
             for k in METRICS}
 

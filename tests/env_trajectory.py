@@ -14,6 +14,10 @@ import torch
 
 from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig, SyntheticConfig
 
+# The statistics and record fields the golden digests were made with; added later ones are checked elsewhere.
+STATS = ("closed", "invalid", "margin_calls", "rejected", "reward", "traded", "wins")
+RECORDS = ("closed", "costs", "env", "equity_curve", "full", "invalid", "margin_calls", "open", "rejected", "return",
+           "return_pct", "reward", "shares", "start", "steps", "symbol", "traded", "wins")
 STATE = ("sym", "t", "t_start", "t_end", "cash", "equity", "peak", "active", "is_call", "short", "shares", "margin",
          "strike", "expiry_bar", "expiry_time", "contracts", "entry_cost", "mark", "greeks", "costs_paid")
 
@@ -65,13 +69,13 @@ def step_digest(h: "hashlib._Hash", env, result) -> None:
     """Add one step's state, outputs and episode records to ``h``."""
     for name in STATE:
         _update(h, getattr(env, name))
-    for name in sorted(env.stats):
+    for name in STATS:
         _update(h, env.stats[name])
     obs = result.obs
     for x in (result.reward, result.terminated, result.truncated, obs.portfolio, obs.mask, obs.row, obs.start):
         _update(h, x)
     if result.episodes is not None:
-        for key in sorted(result.episodes):
+        for key in RECORDS:
             value = result.episodes[key]
             _update(h, np.concatenate(list(value)) if key == "equity_curve" else value)
 

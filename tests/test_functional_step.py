@@ -207,3 +207,19 @@ def test_weighted_underlyings_are_drawn_in_proportion_and_never_at_weight_zero()
     assert scipy_stats.binomtest(int(counts[0]), 2000, 0.7).pvalue > 1e-3
     with pytest.raises(ValueError, match="symbol_weights must be 3 non-negative numbers"):
         BatchedOptionsEnv(data, "train", MarketConfig(), cfg, 4, symbol_weights=[1.0, -1.0, 0.5])
+
+
+def test_option_pnl_is_what_the_options_made_every_cost_in(synthetic):
+    """With no rate, no shares and no dividends, cash moves only through option trades, so at every bar a copy's
+    equity less its initial cash is its closed options' P&L (option_pnl) plus its open ones' unrealised P&L."""
+    market = MarketConfig(risk_free_rate=0.0, stock_targets=[])
+    cfg = EnvConfig(dtype="float64", episode_length=40)
+    env = BatchedOptionsEnv(synthetic, "train", market, cfg, 64, seed=8)
+    obs, gen, closed = env.reset(), torch.Generator().manual_seed(2), 0.0
+    for _ in range(150):
+        obs = env.step(torch.multinomial(obs.mask.double(), 1, generator=gen).squeeze(-1)).obs
+        unrealised = (env.mark - env.entry_cost).sum(0)
+        torch.testing.assert_close(env.equity - cfg.initial_cash, env.stats["option_pnl"] + unrealised,
+                                   rtol=0, atol=1e-6)
+        closed += float(env.stats["closed"].sum())
+    assert closed > 1000, "many options closed and settled along the way"

@@ -77,6 +77,9 @@ def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
     out |= {
         "win_rate": float(result.wins[s] / closed) if closed else 0.0,
         "trades": closed,
+        # The options' own P&L per closed trade (the underlying's P&L is not a trade's); None without trades.
+        "profit_per_trade": float(result.option_pnl[s] / closed) if closed and result.option_pnl is not None
+        else None,
         "open_at_end": int(result.open_at_end[s]),
         "turnover": float(result.traded[s]) / mean_equity / years if years and mean_equity > 0 else 0.0,
         "costs": float(result.costs[s].sum()),

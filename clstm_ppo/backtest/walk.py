@@ -58,6 +58,7 @@ def walk(name: str, policy: Policy, state: object, data: MarketData, split: str,
         policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
         rate=env.quotes.inputs.rate[:, first:last + 1], closed=column("closed"), wins=column("wins"),
         open_at_end=column("open"), traded=column("traded"), costs=column("costs").astype(np.float64),
+        option_pnl=column("option_pnl"),
     )
 
 

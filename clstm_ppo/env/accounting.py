@@ -40,6 +40,7 @@ def book_closes(spec: EnvSpec, s: EnvState, closing: Tensor, cash_in: Tensor, co
     s.cash = s.cash + cash_in.sum(0)
     s.stats["closed"] = s.stats["closed"] + closing.sum(0)
     s.stats["wins"] = s.stats["wins"] + (closing & (cash_in > s.entry_cost)).sum(0)
+    s.stats["option_pnl"] = s.stats["option_pnl"] + ((cash_in - s.entry_cost) * as_float(closing, spec.dtype)).sum(0)
     if costs is not None:
         s.costs_paid = s.costs_paid + costs
     s.active = s.active & ~closing

@@ -57,6 +57,7 @@ def episode_records(spec: EnvSpec, s: EnvState, idx: Tensor, curves: Tensor) -> 
         "open": s.active[:, idx].sum(0), "invalid": s.stats["invalid"][idx],
         "rejected": s.stats["rejected"][idx], "traded": s.stats["traded"][idx],
         "margin_calls": s.stats["margin_calls"][idx], "shares": s.shares[idx],
+        "option_pnl": s.stats["option_pnl"][idx],
         "costs": s.costs_paid[:, idx].T,
         "full": full_length(spec, s)[idx],  # the training metrics count full-length episodes only
     }

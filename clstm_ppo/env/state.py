@@ -28,8 +28,9 @@ from clstm_ppo.env.draws import copy_keys
 from clstm_ppo.env.quotes import Quotes, build_quotes
 from clstm_ppo.market import COST_KINDS
 
-# Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered.
-STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded", "margin_calls")
+# Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered;
+# option_pnl is closed and settled options' own P&L, every cost included (the underlying's P&L is not in it).
+STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded", "margin_calls", "option_pnl")
 # Sums over a copy's finished full-length episodes since they were last read (``EnvState.finished``): what the
 # trainer logs at each update boundary, read once there instead of once per ended episode.
 EPISODE_SUMS = ("episodes", "reward", "return", "return_pct", "closed", "wins", "open", "steps", "profitable",
