@@ -2,6 +2,7 @@
 TensorBoard."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -104,7 +105,11 @@ class Tracker:
     def log(self, kind: str, step: int, values: dict[str, Any]) -> None:
         record = {"kind": kind, "step": step, "time": round(time.time() - self.started, 3),
                   **{k: _clean(v) for k, v in values.items()}}
-        self.jsonl.write(json.dumps(record) + "\n")
+        try:
+            self.jsonl.write(json.dumps(record) + "\n")
+        except OSError as err:  # a full disk or a file-size limit: one line, and the checkpoints stay whole
+            raise ConfigError(f"could not write {self.jsonl.name} ({err.strerror or err}); latest.pt holds the last "
+                              "finished update; free disk space, then continue with --resume-from latest") from None
         numbers = {f"{kind}/{k}": v for k, v in values.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if self.wandb is not None:
@@ -122,7 +127,8 @@ class Tracker:
 
     def close(self) -> None:
         self.bar.close()
-        self.jsonl.close()
+        with contextlib.suppress(OSError):  # after a failed write (said in its one line) the flush fails again
+            self.jsonl.close()
         if self.wandb is not None:
             self.wandb.finish()
         if self.tensorboard is not None:

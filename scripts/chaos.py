@@ -44,10 +44,14 @@ def command(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> lis
             *(["--resume-from", "latest"] if resume else [])]
 
 
-def start(folder: Path, workers: int, resume: bool, steps: int = STEPS, **kw) -> subprocess.Popen:
+def start(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> subprocess.Popen:
+    """The train command in its own process group, its output in files beside the run (a pipe nobody reads
+    would fill and stall it)."""
     env = {**os.environ, "WANDB_MODE": "offline"}
-    return subprocess.Popen(command(folder, workers, resume, steps), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True, **kw)
+    folder.mkdir(parents=True, exist_ok=True)
+    out, err = open(folder / "stdout.log", "a"), open(folder / "stderr.log", "w")
+    return subprocess.Popen(command(folder, workers, resume, steps), stdout=out, stderr=err, text=True, env=env,
+                            start_new_session=True)
 
 
 def ranks(proc: subprocess.Popen) -> list[int]:
@@ -111,7 +115,7 @@ def chaos_run(root: Path, workers: int, kills: int, rng: random.Random) -> dict:
     done = finish(clean, workers, resume=False, steps=steps)
     if done.returncode != 0:
         raise SystemExit(f"error: the clean run failed: {last_line(done)}")
-    made, victims, finished = 0, [], None
+    made, victims, finished, error = 0, [], None, ""
     while made < kills:
         resume = (chaotic / RUN / "latest.pt").is_file()
         before = updates_logged(chaotic)
@@ -122,6 +126,7 @@ def chaos_run(root: Path, workers: int, kills: int, rng: random.Random) -> dict:
         time.sleep(rng.uniform(0.0, 0.3))
         if proc.poll() is not None:  # it finished its budget first: nothing left to kill
             finished = proc.wait() == 0
+            error = "" if finished else (chaotic / "stderr.log").read_text().strip().splitlines()[-1:]
             break
         pids = ranks(proc)
         victim = rng.randrange(len(pids))
@@ -130,10 +135,11 @@ def chaos_run(root: Path, workers: int, kills: int, rng: random.Random) -> dict:
         victims.append("launcher" if victim == 0 else f"worker {victim - 1}")
         made += 1
     if finished is None:
-        finished = finish(chaotic, workers, resume=(chaotic / RUN / "latest.pt").is_file(), steps=steps).returncode == 0
+        done = finish(chaotic, workers, resume=(chaotic / RUN / "latest.pt").is_file(), steps=steps)
+        finished, error = done.returncode == 0, "" if done.returncode == 0 else last_line(done)
     same = finished and identical(final_state(clean), final_state(chaotic))
     return {"workers": workers, "kills": made, "victims": ", ".join(victims), "finished": finished, "identical": same,
-            "updates": final_state(chaotic)["update"] if finished else None}
+            "updates": final_state(chaotic)["update"] if finished else None, "error": str(error)}
 
 
 def done_steps(folder: Path) -> int:
@@ -185,7 +191,8 @@ def fault_write_fails(root: Path, source: Path) -> dict:
                           env={**os.environ, "WANDB_MODE": "offline"})
     intact = torch.load(latest, map_location="cpu", weights_only=False)["update"] == before
     line = last_line(done)
-    return {"passed": done.returncode != 0 and line.startswith("error: could not write")
+    # The first write past the limit fails: a checkpoint, or metrics.jsonl once it is the larger file
+    return {"passed": done.returncode != 0 and line.startswith("error: could not write ")
             and intact and not list((folder / RUN).glob(".*.tmp-*")), "line": line}
 
 
@@ -233,7 +240,10 @@ def main() -> None:
         clean = root / f"clean-{args.workers[0]}"
         faults = {"kill_during_write": fault_kill_during_write(root), "write_fails": fault_write_fails(root, clean),
                   "torn_metrics_line": fault_torn_metrics(root, clean), "two_resumes": fault_two_resumes(root, clean)}
-    print_table(rows, False)
+    print_table([{k: v for k, v in r.items() if k != "error"} for r in rows], False)
+    for r in rows:
+        if r["error"]:
+            print(f"{r['workers']} worker(s): {r['error']}")
     for name, fault in faults.items():
         print(f"{name}: {'pass' if fault['passed'] else 'FAIL'}  {fault['line']}")
     if args.json:
