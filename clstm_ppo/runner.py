@@ -62,9 +62,16 @@ class Trainer:
         # Each rank its own streams; a resumed run whose env copies start afresh must not replay the first run's.
         seeds = rank_seeds(cfg.seed, ctx.rank, ctx.world_size, resume["update"] if resume else 0)
         # No per-episode records: the copies' episode figures are summed on the device, read once per update.
-        self.env = BatchedOptionsEnv(self.data, "train", cfg.market, cfg.env, t.num_envs, device=device,
+        # data.augment: generated underlyings join the training env's data only; self.data stays real for every
+        # validation walk and the saved normaliser. The pool is sampled from the run's seed, so a resume rebuilds it.
+        env_data, weights = self.data, None
+        if cfg.data.augment > 0:
+            from clstm_ppo.scenarios.augment import augmented_data  # the generators load only when asked
+
+            env_data, weights = augmented_data(self.data, cfg)
+        self.env = BatchedOptionsEnv(env_data, "train", cfg.market, cfg.env, t.num_envs, device=device,
                                      seed=seeds.env, records=False, compile=cfg.env.compile,
-                                     cuda_graphs=t.cuda_graphs != "off")
+                                     cuda_graphs=t.cuda_graphs != "off", symbol_weights=weights)
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)

@@ -89,7 +89,8 @@ class Tracker:
     """Rank 0's reporting; other ranks never build one."""
 
     def __init__(self, run_dir: Path, total_steps: int | None, config: dict[str, Any], use_wandb: bool,
-                 wandb_project: str, run_name: str, initial_steps: int = 0, tensorboard: str = ""):
+                 wandb_project: str, run_name: str, initial_steps: int = 0, tensorboard: str = "",
+                 progress: bool = True):
         # W&B and TensorBoard first: when one cannot start, nothing else has been opened or drawn.
         self.wandb = start_wandb(run_dir, wandb_project, run_name, config) if use_wandb else None
         self.tensorboard = start_tensorboard(tensorboard) if tensorboard else None
@@ -97,7 +98,7 @@ class Tracker:
         self.jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)
         interactive = sys.stderr.isatty()  # in a log file, redraw the bar rarely
         self.bar = tqdm(total=total_steps, initial=initial_steps, unit="step", dynamic_ncols=True,
-                        desc="train", smoothing=0.1, mininterval=0.5 if interactive else 30.0)
+                        desc="train", smoothing=0.1, mininterval=0.5 if interactive else 30.0, disable=not progress)
         self.started = time.time()
         if tidied:
             self.write(tidied)

@@ -26,11 +26,9 @@ import numpy as np
 import torch
 
 from clstm_ppo.checkpoint import load_checkpoint
-from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
-from clstm_ppo.evaluate import main as evaluate_main
+from clstm_ppo.studies import test_split_metrics, train_run
 from clstm_ppo.tables import format_records
-from clstm_ppo.train import main as train_main
 
 # What is compared, with the key each seed's record holds it under.
 METRICS = {"val_composite": "validation composite", "test_sharpe": "test Sharpe",
@@ -38,41 +36,12 @@ METRICS = {"val_composite": "validation composite", "test_sharpe": "test Sharpe"
 CRITERION = "|mean(other) - mean(first)| <= max(std(first), std(other)), std with ddof 1, over seeds"
 
 
-def run_finished(run: Path, steps: int) -> bool:
-    """The run spent its budget: latest.pt holds at least ``steps`` env steps and a best composite exists."""
-    latest = run / "latest.pt"
-    if not (latest.exists() and (run / "best_composite.pt").exists()):
-        return False
-    return load_checkpoint(latest)["global_step"] >= steps
-
-
 def train(args: argparse.Namespace, precision: str, seed: int, folder: Path, name: str) -> None:
     """Train one run to its budget: fresh, or continued from latest.pt where an earlier launch was stopped."""
-    run = folder / name
-    if run_finished(run, args.steps):
-        return
     sets = [f"train.precision={precision}", *args.overrides]
     if args.threads:
         sets.append(f"train.threads_per_worker={args.threads}")
-    start = ["--resume-from", "latest"] if (run / "latest.pt").exists() else ["--fresh-start"]
-    code = run_cli(train_main, ["--config", args.config, "--data", args.data, "--seed", str(seed),
-                                "--total-steps", str(args.steps), "--checkpoint-dir", str(folder),
-                                "--run-name", name, *start, *[x for s in sets for x in ("--set", s)]])
-    if code != 0:
-        raise SystemExit(f"error: training {name} failed (exit {code})")
-
-
-def test_metrics(run: Path) -> dict[str, float]:
-    """The agent's test-split walk of best_composite.pt, averaged over the underlyings (one copy each)."""
-    best, report = run / "best_composite.pt", run / "test_report.json"
-    # A report older than the checkpoint belongs to an earlier best: walk again.
-    if not report.exists() or report.stat().st_mtime < best.stat().st_mtime:
-        code = run_cli(evaluate_main, ["--checkpoint", str(best), "--split", "test", "--json", str(report)])
-        if code != 0:
-            raise SystemExit(f"error: evaluating {run.name} failed (exit {code})")
-    agent = json.loads(report.read_text())["policies"]["agent"].values()
-    return {"test_sharpe": float(np.nanmean([m["sharpe"] for m in agent])),
-            "test_total_return": float(np.nanmean([m["total_return"] for m in agent]))}
+    train_run(args.config, args.data, seed, args.steps, folder, name, sets)
 
 
 def train_minutes(run: Path) -> float:
@@ -97,7 +66,7 @@ def one_run(args: argparse.Namespace, precision: str, seed: int) -> dict[str, An
     best = load_checkpoint(run / "latest.pt")["best"]["composite"]
     best_update = load_checkpoint(run / "best_composite.pt")["update"]
     return {"precision": precision, "seed": seed, "val_composite": float(best), "best_update": int(best_update),
-            **test_metrics(run), "train_min": train_minutes(run)}
+            **test_split_metrics(run), "train_min": train_minutes(run)}
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

@@ -29,6 +29,8 @@ def check_values(cfg: Any) -> None:
          f"market.costs.spread_min ({m.costs.spread_min}) must not exceed spread_max ({m.costs.spread_max})"),
         (d.train_frac + d.val_frac >= 1,
          f"data.train_frac + data.val_frac ({d.train_frac} + {d.val_frac}) must leave a test split (sum below 1)"),
+        (d.augment > 0 and not d.augment_checkpoint,
+         f"data.augment ({d.augment}) needs data.augment_checkpoint, a scenario generator's .pt"),
         (len(p.adam_betas) != 2, f"ppo.adam_betas needs two entries (beta1, beta2), got {p.adam_betas}"),
         (t.num_envs % p.num_minibatches != 0,
          f"train.num_envs ({t.num_envs}) must be a multiple of ppo.num_minibatches ({p.num_minibatches}): "

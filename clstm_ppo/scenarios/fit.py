@@ -127,9 +127,7 @@ def fit_generator(data: MarketData, kind: str, out: Path, opts: FitOptions, devi
     log_dir = out.parent / f"{out.stem}_logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     tracker = Tracker(log_dir, gen.total_steps, {"model": kind, **gen.state()["settings"]}, opts.use_wandb,
-                      "clstm_ppo-scenarios", out.stem, gen.step, opts.tensorboard)
-    if not opts.progress:
-        tracker.bar.disable = True
+                      "clstm_ppo-scenarios", out.stem, gen.step, opts.tensorboard, progress=opts.progress)
     try:
         while gen.step < gen.total_steps:
             batches = [sampler.batch() for _ in range(gen.model.batches_per_step(gen.step))]

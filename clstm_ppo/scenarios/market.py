@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.config import DataConfig
+from clstm_ppo.config import ConfigError, DataConfig
 from clstm_ppo.config.fields import from_dict
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.normalize import Normalizer
+from clstm_ppo.scenarios.features import feature_names
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 
 WARMUP_MARGIN = 60  # bars beyond the turbulence look-back, for the slowest indicator (MACD 26 + 9) and ADX
@@ -75,3 +76,13 @@ def sample_market_data(generator: FittedGenerator | str | Path, paths: int, leng
 def path_closes(markets: list[MarketData]) -> np.ndarray:
     """(N, L) closes of the generated bars of each MarketData from sample_market_data."""
     return np.stack([m.bars["close"][0, m.splits["test"][0]:m.splits["test"][1]] for m in markets])
+
+
+def check_fits(gen: FittedGenerator, data: MarketData, what: str) -> None:
+    """A one-line ConfigError unless ``gen`` generates the columns ``data`` has (volume, iv): paths of another feature
+    set would give the agent a market it never saw (e.g. a model iv where it learned on the VIX)."""
+    mine = feature_names(data)
+    if gen.feature_names != mine:
+        raise ConfigError(f"{what}: the generator makes columns {', '.join(gen.feature_names)} "
+                          f"(fitted on {', '.join(gen.data.get('symbols', ['?']))}), the agent's data has "
+                          f"{', '.join(mine)}; train a generator on the agent's data source")

@@ -1,0 +1,124 @@
+"""Training augmentation (``data.augment``): generated underlyings beside the real ones, in the training env only.
+
+A pool of ``data.augment_paths`` paths is sampled once, seeded by the run's seed, from ``data.augment_checkpoint``.
+Each path lies on the real data's own dates (the same T axis), so the augmented MarketData is the real one with
+extra rows of S: real symbols first, unchanged, then ``GEN00``, ``GEN01``, ... Random episode starts draw a
+generated underlying with total chance ``data.augment`` (``symbol_weights``). The trainer keeps the real
+MarketData for every validation walk and saves the real normaliser; the test walk never sees the pool.
+
+Each path is built by the data layer from a file (the loader's checks, the indicators, a one-symbol turbulence
+feature of its own) and normalised with the REAL training split's statistics. Three series are shared with the
+real data rather than generated: the risk-free rate (a generated underlying lives on the same days), the
+turbulence the trading rule reads (one (T,) series per MarketData: the real market's) and its threshold.
+"""
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clstm_ppo.config import Config
+from clstm_ppo.data.dataset import MarketData, build_market_data
+from clstm_ppo.data.errors import DataError
+from clstm_ppo.scenarios.features import bar_features, feature_names, reconstruct, split_bars
+from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
+from clstm_ppo.scenarios.market import WARMUP_MARGIN, check_fits
+
+PREFIX = "GEN"
+
+
+def _labels(gen: FittedGenerator, real: MarketData, paths: int, warm: int) -> np.ndarray | None:
+    """(N, warm + T) regime labels for a conditional model: the real training bars' own labels (thresholds from
+    the generator's rule), so the pool's calm and crash spells come in the proportions and order the training
+    period had; one regime drawn for 18 years of bars would make a whole path a crash. Rows after the training
+    split (never read by the training env) keep its last label."""
+    if gen.regimes is None:
+        return None
+    names = feature_names(real)
+    ret = bar_features(split_bars(real, "train"), names)[0, :, names.index("ret")]
+    train = gen.regimes.label(ret)
+    train = np.concatenate([train[:1], train])  # bar_features drops bar 0: it lends its close only
+    n_rest = len(real.dates) - len(train)
+    row = np.concatenate([np.full(warm, train[0]), train, np.full(n_rest, train[-1])])
+    return np.tile(row, (paths, 1))
+
+
+def _path_frames(gen: FittedGenerator, real: MarketData, paths: int, seed: int, warm: int) -> list[pd.DataFrame]:
+    """One loader table per path: ``warm`` business days of warm-up before the real first date, then the real
+    dates, starting from the real first bar's close (and volume, iv)."""
+    start = {k: float(real.bars[k][0, 0]) for k in ("close", "volume", "iv") if k in real.bars}
+    length = warm + len(real.dates)
+    scaled = gen.sample_scaled(paths, length, None, seed, labels=_labels(gen, real, paths, warm))
+    prices = reconstruct(gen.scaler.invert(scaled), gen.feature_names, start)
+    before = pd.bdate_range(end=real.dates[0] - pd.offsets.BDay(1), periods=warm)
+    dates = before.append(real.dates)
+    rate = None
+    if "rate" in real.bars:  # the real day's rate: the same days, the same money market
+        rate = np.concatenate([np.full(warm, real.bars["rate"][0, 0]), real.bars["rate"][0]])
+    frames = []
+    for i in range(paths):
+        cols = {k: prices[k][i] for k in ("open", "high", "low", "close", "volume", "iv") if k in prices}
+        frame = pd.DataFrame({"date": dates, **cols})
+        if rate is not None:
+            frame["rate"] = rate
+        frames.append(frame)
+    return frames
+
+
+def _bar(one: MarketData, key: str) -> np.ndarray:
+    """A bar column of a generated path; ``iv_open`` (which it has no print of) is the previous close's iv, as the
+    market reads a source without opens."""
+    if key in one.bars:
+        return one.bars[key]
+    iv = one.bars["iv"]
+    return np.concatenate([iv[:, :1], iv[:, :-1]], axis=1)
+
+
+def _on_real_dates(built: MarketData, real: MarketData, symbol: str) -> np.ndarray:
+    rows = built.dates.get_indexer(real.dates)
+    if (rows < 0).any():
+        raise DataError(f"augmentation: generated path {symbol} lacks {int((rows < 0).sum())} of the real dates "
+                        "after its warm-up; raise the warm-up (scenarios/augment.py)")
+    return rows
+
+
+def augmented_data(real: MarketData, cfg: Config,
+                   generator: FittedGenerator | None = None) -> tuple[MarketData, list[float]]:
+    """The training env's data (real underlyings, then ``data.augment_paths`` generated ones on the same dates)
+    and the symbol weights that give the generated ones total chance ``data.augment`` at a random start."""
+    d = cfg.data
+    gen = generator or load_generator(d.augment_checkpoint)
+    check_fits(gen, real, f"data.augment_checkpoint {d.augment_checkpoint}")
+    # Indicators (MACD 26 + 9, ADX) and the path's own one-symbol turbulence warm up before the first real date.
+    warm = d.turbulence_lookback + 1 + WARMUP_MARGIN + max(d.vol_window, d.volume_window)
+    frames = _path_frames(gen, real, d.augment_paths, cfg.seed, warm)
+    width = len(str(max(d.augment_paths - 1, 1)))
+    symbols = [f"{PREFIX}{i:0{width}d}" for i in range(d.augment_paths)]
+    train_last, val_last = (str(real.split_dates(s)[1].date()) for s in ("train", "validation"))
+    built = []
+    with tempfile.TemporaryDirectory(prefix="clstm_ppo-augment-") as folder:
+        for symbol, frame in zip(symbols, frames, strict=True):
+            file = Path(folder) / f"{symbol}.parquet"
+            frame.to_parquet(file, index=False)
+            one = build_market_data(replace(d, source=str(file), symbols=None, train_end=train_last,
+                                            val_end=val_last, augment=0.0, augment_checkpoint=""),
+                                    normalizer=real.normalizer)
+            built.append((one, _on_real_dates(one, real, symbol)))
+
+    def stack(real_rows: np.ndarray, pick: Callable[[MarketData], np.ndarray]) -> np.ndarray:
+        return np.concatenate([real_rows, *[pick(one)[:, rows] for one, rows in built]], axis=0)
+
+    n = d.augment_paths
+    flags = lambda x: None if x is None else np.concatenate([x, np.full(n, x[0])])  # noqa: E731 - as the real ones
+    data = replace(real, symbols=[*real.symbols, *symbols],
+                   features=stack(real.features, lambda one: one.features),
+                   raw_features=stack(real.raw_features, lambda one: one.raw_features),
+                   bars={k: stack(v, lambda one, k=k: _bar(one, k)) for k, v in real.bars.items()},
+                   dividend_adjusted=flags(real.dividend_adjusted), broad_index=flags(real.broad_index))
+    s = len(real.symbols)
+    weights = [(1.0 - d.augment) / s] * s + [d.augment / n] * n
+    return data, weights

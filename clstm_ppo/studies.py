@@ -1,0 +1,49 @@
+"""Seeded studies built from the public commands (scripts/precision_equivalence.py, scripts/augment_study.py):
+train a run to its budget, resumably, and read its best checkpoint's walk over the test split."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from clstm_ppo.checkpoint import load_checkpoint
+from clstm_ppo.cli import run_cli
+from clstm_ppo.evaluate import main as evaluate_main
+from clstm_ppo.train import main as train_main
+
+
+def run_finished(run: Path, steps: int) -> bool:
+    """The run spent its budget: latest.pt holds at least ``steps`` env steps and a best composite exists."""
+    latest = run / "latest.pt"
+    if not (latest.exists() and (run / "best_composite.pt").exists()):
+        return False
+    return load_checkpoint(latest)["global_step"] >= steps
+
+
+def train_run(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str]) -> None:
+    """Train ``folder/name`` to ``steps`` env steps with ``--set``s: fresh, or continued from latest.pt where an
+    earlier launch was stopped; nothing when it is done already."""
+    run = folder / name
+    if run_finished(run, steps):
+        return
+    start = ["--resume-from", "latest"] if (run / "latest.pt").exists() else ["--fresh-start"]
+    code = run_cli(train_main, ["--config", config, "--data", data, "--seed", str(seed), "--total-steps", str(steps),
+                                "--checkpoint-dir", str(folder), "--run-name", name, *start,
+                                *[x for s in sets for x in ("--set", s)]])
+    if code != 0:
+        raise SystemExit(f"error: training {name} failed (exit {code})")
+
+
+def test_split_metrics(run: Path) -> dict[str, float]:
+    """The agent's test-split walk of best_composite.pt, averaged over the underlyings (one copy each)."""
+    best, report = run / "best_composite.pt", run / "test_report.json"
+    # A report older than the checkpoint belongs to an earlier best: walk again.
+    if not report.exists() or report.stat().st_mtime < best.stat().st_mtime:
+        code = run_cli(evaluate_main, ["--checkpoint", str(best), "--split", "test", "--json", str(report)])
+        if code != 0:
+            raise SystemExit(f"error: evaluating {run.name} failed (exit {code})")
+    agent = json.loads(report.read_text())["policies"]["agent"].values()
+    values = lambda key: [np.nan if m[key] is None else m[key] for m in agent]  # noqa: E731  (null: no number)
+    return {"test_sharpe": float(np.nanmean(values("sharpe"))),
+            "test_total_return": float(np.nanmean(values("total_return")))}
