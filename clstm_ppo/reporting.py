@@ -89,7 +89,7 @@ def farewell(run_dir: Path, best: dict[str, float]) -> None:
     print(f"\nrun folder: {run_dir}")
     for name in BEST_METRICS:
         path = run_dir / f"best_{name}.pt"
-        if path.exists():
+        if path.exists() and name in best:  # a run resumed from an early checkpoint may not have reached it yet
             print(f"  best {name:<18} {best[name]:>9.4f}  {path}")
     print(f"  latest                   {run_dir / 'latest.pt'}")
     print(f"resume with: python -m clstm_ppo.train --run-name {run_dir.name} "
