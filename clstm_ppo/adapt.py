@@ -4,7 +4,7 @@ backtest it on the new underlying's test split beside zero-shot, from-scratch-wi
     clstm-ppo-adapt --checkpoint checkpoints/<run>/best_composite.pt --data new_stock.csv --steps 50000 \\
         [--part encoder|all] [--set data.symbols=[UNH]] [--out DIR] [--json F]
 
-Adaptation continues the checkpoint through the trainer (clstm_ppo/runner.py) with the checkpoint's settings,
+Adaptation continues the checkpoint through the trainer (clstm_ppo/training/runner.py) with the checkpoint's settings,
 its normalisation statistics and its optimizer state, on the new data's training split: K env steps, the
 learning rate decaying over them, validation walks and best_*.pt as in training. ``--part encoder`` trains
 LSTM 1 + MLP alone. Scratch trains a fresh agent of the same settings for the same K. The zero-shot row is
@@ -26,7 +26,6 @@ from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import format_report, underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.walk import buy_and_hold, walk
-from clstm_ppo.checkpoint import has_run, load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError
 from clstm_ppo.data.dataset import SPLITS, build_market_data
@@ -36,7 +35,8 @@ from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.evaluate import checkpoint_config, load_agent
-from clstm_ppo.selection import Selection
+from clstm_ppo.training.checkpoint import has_run, load_checkpoint
+from clstm_ppo.training.selection import Selection
 
 ROWS = ("adapted", "zero_shot", "scratch", "buy_and_hold")
 
@@ -70,7 +70,7 @@ def fresh_start(cfg: Config, state: dict[str, Any]) -> dict[str, Any]:
 
 def train_run(cfg: Config, run_dir: Path, device: torch.device, start: dict[str, Any], part: str) -> Path:
     """K env steps of PPO from ``start`` into ``run_dir`` through the trainer; returns its latest.pt."""
-    from clstm_ppo.runner import Trainer  # imported late: argument errors stay fast
+    from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
     trainer = Trainer(cfg, run_dir, device, resume=start)
     if part == "encoder":  # the rest keeps its weights: no gradient, so Adam skips it

@@ -5,10 +5,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from clstm_ppo.checkpoint import CheckpointError
 from clstm_ppo.config import Config, ConfigError, load_config
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.distributed import TrainingFailure
+from clstm_ppo.training.checkpoint import CheckpointError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingFailure)
 

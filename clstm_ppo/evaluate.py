@@ -41,7 +41,6 @@ from clstm_ppo.backtest.report import (
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.stress import format_stress, plot_fan, stress_dict, walk_paths
 from clstm_ppo.backtest.walk import buy_and_hold, walk
-from clstm_ppo.checkpoint import CheckpointError, load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, first_line, load_config, to_dict
 from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data
@@ -50,6 +49,7 @@ from clstm_ppo.device import DEVICE_CHOICES, configure_backends, keep_freed_host
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 from clstm_ppo.scenarios.market import check_fits, sample_market_data
+from clstm_ppo.training.checkpoint import CheckpointError, load_checkpoint
 
 
 def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition
 from clstm_ppo.evaluate import checkpoint_config, model_from_checkpoint
+from clstm_ppo.training.checkpoint import load_checkpoint
 
 BOOK_KEYS = ("right", "strike", "expiry", "contracts", "paid")
 

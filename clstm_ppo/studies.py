@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.train import main as train_main
+from clstm_ppo.training.checkpoint import load_checkpoint
 
 
 def run_finished(run: Path, steps: int) -> bool:

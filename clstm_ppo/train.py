@@ -16,7 +16,12 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.checkpoint import (
+from clstm_ppo.cli import run_cli
+from clstm_ppo.config import Config, ConfigError, load_config, named_configs, to_dict, walk_rules
+from clstm_ppo.data.dataset import build_market_data
+from clstm_ppo.device import check_compile_toolchain, configure_backends, cuda_device_count, pick_device
+from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
+from clstm_ppo.training.checkpoint import (
     RESUME_CHOICES,
     has_run,
     load_checkpoint,
@@ -25,11 +30,6 @@ from clstm_ppo.checkpoint import (
     resolve_resume,
     run_lock,
 )
-from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, ConfigError, load_config, named_configs, to_dict, walk_rules
-from clstm_ppo.data.dataset import build_market_data
-from clstm_ppo.device import check_compile_toolchain, configure_backends, cuda_device_count, pick_device
-from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +152,7 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
     init_group(ctx, device, cfg.train.dist_timeout_s)
     trainer, finished = None, False
     try:
-        from clstm_ppo.runner import Trainer  # imported late: argument errors stay fast
+        from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
         resume = load_checkpoint(resume_path) if resume_path else None
         wrap = None

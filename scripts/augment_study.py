@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.config import load_config
 from clstm_ppo.studies import test_split_metrics, train_run
 from clstm_ppo.tables import format_records
+from clstm_ppo.training.checkpoint import load_checkpoint
 
 ARMS = ("real", "augmented")
 DRAWS = 10_000

@@ -21,8 +21,8 @@ import torch.multiprocessing as mp
 
 from clstm_ppo.config import Config
 from clstm_ppo.distributed import DistContext, find_free_port
-from clstm_ppo.runner import Trainer
 from clstm_ppo.tables import print_table
+from clstm_ppo.training.runner import Trainer
 
 
 def worker(rank: int, port: int, sizes: list[int], repeats: int, out: str) -> None:

@@ -33,8 +33,8 @@ from clstm_ppo.agent.model import MarketEncoder
 from clstm_ppo.config import AgentConfig, Config
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
 from clstm_ppo.env import PORTFOLIO_FEATURES
-from clstm_ppo.runner import Trainer
 from clstm_ppo.tables import print_table
+from clstm_ppo.training.runner import Trainer
 
 DEFAULT_SIZES, PAPER_SIZES = AgentConfig(64, 64, 128), AgentConfig(128, 128, 512)
 SETTINGS = {"default": (DEFAULT_SIZES, 32), "paper": (PAPER_SIZES, 32), "paper-256": (PAPER_SIZES, 256)}

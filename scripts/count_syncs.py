@@ -23,8 +23,8 @@ import torch
 
 from clstm_ppo.config import CHOICES, load_config
 from clstm_ppo.device import configure_backends, pick_device, wait_for
-from clstm_ppo.runner import Trainer
 from clstm_ppo.tables import print_table
+from clstm_ppo.training.runner import Trainer
 
 
 def counted(work: Callable[[], Any]) -> tuple[Any, Counter]:

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.config import load_config
 from clstm_ppo.studies import test_split_metrics, train_run
 from clstm_ppo.tables import format_records
+from clstm_ppo.training.checkpoint import load_checkpoint
 
 # What is compared, with the key each seed's record holds it under.
 METRICS = {"val_composite": "validation composite", "test_sharpe": "test Sharpe",

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from clstm_ppo.checkpoint import atomic_save, load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
+from clstm_ppo.training.checkpoint import atomic_save, load_checkpoint
 
 SMALL = ["train.num_envs=4", "ppo.num_steps=8", "ppo.num_minibatches=1", "ppo.update_epochs=1", "train.eval_every=1"]
 
@@ -16,7 +16,7 @@ SMALL = ["train.num_envs=4", "ppo.num_steps=8", "ppo.num_minibatches=1", "ppo.up
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """An untrained smoke-sized agent's checkpoint, as the trainer writes it (no training: fast)."""
-    from clstm_ppo.runner import Trainer
+    from clstm_ppo.training.runner import Trainer
 
     folder = tmp_path_factory.mktemp("adapt")
     cfg = load_config("smoke", [*SMALL, f"train.checkpoint_dir={folder}"])

@@ -10,14 +10,14 @@ from conftest import make_bars
 from torch import nn
 
 from clstm_ppo.agent.model import CascadedActorCritic
-from clstm_ppo.checkpoint import atomic_save, load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import AgentConfig, load_config
 from clstm_ppo.evaluate import load_agent
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.predict import main as predict_main
-from clstm_ppo.runner import Trainer
 from clstm_ppo.train import main as train_main
+from clstm_ppo.training.checkpoint import atomic_save, load_checkpoint
+from clstm_ppo.training.runner import Trainer
 
 KINDS = ("clstm", "lstm", "mlp")
 SIZES = {"lstm1_hidden": 8, "mlp_hidden": 8, "lstm2_hidden": 12}

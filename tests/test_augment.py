@@ -8,9 +8,9 @@ import torch
 from clstm_ppo.config import ConfigError, load_config, to_dict
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env import BatchedOptionsEnv
-from clstm_ppo.runner import Trainer
 from clstm_ppo.scenarios.augment import augmented_data
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
+from clstm_ppo.training.runner import Trainer
 
 PATHS = 4
 

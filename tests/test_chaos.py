@@ -27,7 +27,7 @@ def test_random_kills_lose_nothing_and_every_fault_is_one_line():
 
 
 def test_a_resume_drops_the_records_past_its_checkpoint_and_a_torn_line(tmp_path):
-    from clstm_ppo.tracking import tidy_metrics
+    from clstm_ppo.training.tracking import tidy_metrics
 
     path = tmp_path / "metrics.jsonl"
     records = [{"kind": "update", "step": s} for s in (512, 1024, 1536)] + [{"kind": "eval", "step": 1536}]
@@ -39,7 +39,7 @@ def test_a_resume_drops_the_records_past_its_checkpoint_and_a_torn_line(tmp_path
 
 
 def test_leftovers_of_killed_checkpoint_writes_are_removed(tmp_path):
-    from clstm_ppo.checkpoint import remove_stale_writes
+    from clstm_ppo.training.checkpoint import remove_stale_writes
 
     (tmp_path / ".latest.pt.tmp-123").write_bytes(b"half")
     (tmp_path / "latest.pt").write_bytes(b"whole")

@@ -4,8 +4,8 @@ import errno
 import pytest
 import torch
 
-from clstm_ppo import checkpoint
-from clstm_ppo.checkpoint import CheckpointError, atomic_save, load_checkpoint
+from clstm_ppo.training import checkpoint
+from clstm_ppo.training.checkpoint import CheckpointError, atomic_save, load_checkpoint
 
 
 def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_and_no_temp_file(tmp_path, monkeypatch):

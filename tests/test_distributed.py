@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.distributed import find_free_port
 from clstm_ppo.train import main as train_main
 from clstm_ppo.train import run_worker, spawn_workers
+from clstm_ppo.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
@@ -29,8 +29,8 @@ def smoke_config(total_steps: int, *extra: str):
 
 def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
     """run_worker, recording what this rank saw and wrote, for the assertions below."""
-    import clstm_ppo.checkpoint as checkpoint
-    import clstm_ppo.runner as runner
+    import clstm_ppo.training.checkpoint as checkpoint
+    import clstm_ppo.training.runner as runner
 
     writes, original_save = [], checkpoint.atomic_save
     checkpoint.atomic_save = lambda obj, path: (writes.append(str(path)), original_save(obj, path))

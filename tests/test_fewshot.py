@@ -169,7 +169,7 @@ def test_meta_pretraining_trains_the_agents_encoder(method):
 
 
 def test_trainer_pretraining_dispatches_on_pretrain_method(tmp_path):
-    from clstm_ppo.runner import Trainer
+    from clstm_ppo.training.runner import Trainer
 
     cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_epochs=1",
                                 "train.pretrain_method=protonet", "train.num_envs=2"])

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import torch
 
-from clstm_ppo.monitor import ResourceMonitor, per_rank_gpu
+from clstm_ppo.training.monitor import ResourceMonitor, per_rank_gpu
 
 
 class FakeNVML:

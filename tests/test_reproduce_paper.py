@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import make_bars
 
-from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.data import build_market_data
 from clstm_ppo.train import main as train_main
+from clstm_ppo.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("total_return", "annual_return", "sharpe", "max_drawdown", "profit_per_trade", "trades")

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from clstm_ppo.metrics import BEST_METRICS
-from clstm_ppo.selection import Selection
+from clstm_ppo.training.selection import Selection
 
 
 def walk(composite: float) -> dict[str, float]:

@@ -10,15 +10,15 @@ from conftest import make_bars
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.stress import QUANTILES, policy_stats, walk_paths
 from clstm_ppo.backtest.walk import walk
-from clstm_ppo.checkpoint import atomic_save
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig, load_config, to_dict
 from clstm_ppo.data import build_market_data
 from clstm_ppo.evaluate import load_agent
 from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.runner import Trainer
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.market import sample_market_data
+from clstm_ppo.training.checkpoint import atomic_save
+from clstm_ppo.training.runner import Trainer
 
 POLICIES = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle"]
 TINY = FitOptions(steps=3, seq_len=12, batch_size=16, settings={"hidden": 8, "n_critic": 2}, progress=False)

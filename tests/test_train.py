@@ -11,13 +11,13 @@ import torch
 
 from clstm_ppo.backtest.policies import agent_policy, random_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk
-from clstm_ppo.checkpoint import load_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data import Normalizer, build_market_data
 from clstm_ppo.evaluate import model_from_checkpoint
 from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS
 from clstm_ppo.train import main as train_main
+from clstm_ppo.training.checkpoint import load_checkpoint
 
 SMOKE = "smoke"
 
@@ -116,7 +116,7 @@ def test_rank_states_saved_every_n_updates_still_resume_the_last_update_exactly(
 
 
 def test_a_run_folder_in_use_by_another_training_process_is_refused(tmp_path, capsys):
-    from clstm_ppo.checkpoint import run_lock
+    from clstm_ppo.training.checkpoint import run_lock
 
     args = ["--total-steps", "512", "--set", "train.num_envs=8"]
     assert train(tmp_path, *args) == 0
@@ -393,7 +393,7 @@ def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch
 def test_resume_from_a_checkpoint_whose_env_state_does_not_fit_restarts_the_copies(tmp_path, capsys, written_by):
     """Checkpoints written before the env's slot-major layout, or before its random stream became counters in
     the state (they saved a torch.Generator's state instead), still resume here: the copies start afresh."""
-    from clstm_ppo.checkpoint import atomic_save
+    from clstm_ppo.training.checkpoint import atomic_save
 
     args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
     assert train(tmp_path, "--total-steps", "512", *args) == 0
@@ -414,7 +414,7 @@ def test_resume_from_a_checkpoint_whose_env_state_does_not_fit_restarts_the_copi
 
 def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys):
     """Where a run executes is chosen per launch: a checkpoint's saved device and threads are not reused."""
-    from clstm_ppo.checkpoint import atomic_save
+    from clstm_ppo.training.checkpoint import atomic_save
 
     args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
     assert train(tmp_path, "--total-steps", "512", *args) == 0
@@ -432,7 +432,7 @@ def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys
 def test_rollout_from_cached_bar_codes_equals_encoding_each_window(tmp_path):
     """The rollout encodes each bar once when the split is shorter than a rollout; decisions must not change."""
     from clstm_ppo.config import load_config
-    from clstm_ppo.runner import Trainer
+    from clstm_ppo.training.runner import Trainer
 
     cfg = load_config(SMOKE, ["train.num_envs=32"])  # 32 x 32 decisions > the split's 998 observable bars
     trainer = Trainer(cfg, tmp_path, torch.device("cpu"))

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.checkpoint import CheckpointError
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.scenarios.features import Scaler, bar_features, feature_names, split_bars, start_state
 from clstm_ppo.scenarios.generator import DEFAULT_STEPS, FittedGenerator, build_model, check_model, load_generator
 from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
-from clstm_ppo.tracking import Tracker
+from clstm_ppo.training.checkpoint import CheckpointError
+from clstm_ppo.training.tracking import Tracker
 
 
 @dataclass

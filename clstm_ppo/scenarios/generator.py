@@ -16,14 +16,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clstm_ppo.checkpoint import FORMAT as AGENT_FORMAT
-from clstm_ppo.checkpoint import CheckpointError, atomic_save
 from clstm_ppo.config import ConfigError, first_line
 from clstm_ppo.scenarios.cgan import CGan
 from clstm_ppo.scenarios.features import BASE_COLUMNS, Scaler, paths_frame, reconstruct
 from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings
+from clstm_ppo.training.checkpoint import FORMAT as AGENT_FORMAT
+from clstm_ppo.training.checkpoint import CheckpointError, atomic_save
 
 FORMAT = "clstm_ppo-scenarios-v1"
 # Bumped whenever features.py changes what a column means: a checkpoint of another feature set is refused.

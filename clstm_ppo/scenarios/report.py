@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from clstm_ppo.checkpoint import CheckpointError
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.scenarios.baselines import Bootstrap, GarchT
 from clstm_ppo.scenarios.features import bar_features
@@ -30,6 +29,7 @@ from clstm_ppo.scenarios.judge import (
 )
 from clstm_ppo.scenarios.metrics import excess_kurtosis, skew, stylised_facts
 from clstm_ppo.scenarios.regimes import REGIMES
+from clstm_ppo.training.checkpoint import CheckpointError
 
 MODEL_KEYS = ("model", "garch_t", "bootstrap")
 

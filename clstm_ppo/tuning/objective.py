@@ -64,7 +64,9 @@ class Objective:
                 if failed:
                     self._fail(trial, f"seed {failed[0].seed} exited {failed[0].process.returncode}: "
                                       f"{failed[0].last_error()} (log: {failed[0].log_path})")
-                while marks and all(d or r.last_step >= marks[0] for r, d in zip(runs, done, strict=True)):
+                # Past a mark means a later update seen (or the run done): the validation walk of the mark's own
+                # update is logged after its update record, and reading between the two would miss it.
+                while marks and all(d or r.last_step > marks[0] for r, d in zip(runs, done, strict=True)):
                     self._report(trial, runs, marks.pop(0))
                 if all(done):
                     break

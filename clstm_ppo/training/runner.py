@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from clstm_ppo import rank_state as ranks
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
 from clstm_ppo.agent.model import State
 from clstm_ppo.agent.ppo import lr_factor
@@ -25,18 +24,19 @@ from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk
-from clstm_ppo.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.config import Config, check_values, first_line, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
-from clstm_ppo.monitor import ResourceMonitor
-from clstm_ppo.reporting import Reporter, describe, farewell
-from clstm_ppo.selection import Selection
-from clstm_ppo.stopping import StopRequest, agree
-from clstm_ppo.tracking import Tracker
+from clstm_ppo.training import rank_state as ranks
+from clstm_ppo.training.checkpoint import FORMAT, CheckpointError, CheckpointManager
+from clstm_ppo.training.monitor import ResourceMonitor
+from clstm_ppo.training.reporting import Reporter, describe, farewell
+from clstm_ppo.training.selection import Selection
+from clstm_ppo.training.stopping import StopRequest, agree
+from clstm_ppo.training.tracking import Tracker
 
 
 def compile_encoder(model: CascadedActorCritic) -> None:
