@@ -13,7 +13,6 @@ exactly ``evaluate`` of the checkpoint on the same data and split.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.evaluate import checkpoint_config, load_agent
+from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import has_run, load_checkpoint
 from clstm_ppo.training.selection import Selection
 
@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         report = {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
                   for name, res in results.items()}
-        args.json.write_text(json.dumps({**report, "summary": means, "steps": args.steps, "part": args.part,
-                                         "split": args.split, "checkpoints": {k: str(v) for k, v in paths.items()}},
-                                        indent=2, default=str))
+        args.json.write_text(strict_json({**report, "summary": means, "steps": args.steps, "part": args.part,
+                                          "split": args.split, "checkpoints": {k: str(v) for k, v in paths.items()}},
+                                         indent=2, default=str))
         print(f"every number written to {args.json}")
     return 0
 

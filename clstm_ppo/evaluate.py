@@ -49,6 +49,7 @@ from clstm_ppo.device import DEVICE_CHOICES, configure_backends, keep_freed_host
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 from clstm_ppo.scenarios.market import check_fits, sample_market_data
+from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import CheckpointError, load_checkpoint
 
 
@@ -207,7 +208,8 @@ def stress_test(args: argparse.Namespace, gen: FittedGenerator, agents: list, na
     report = stress_dict(result)
     print(format_stress(report))
     if args.json:
-        args.json.write_text(json.dumps({"checkpoints": args.checkpoint, "seed": seed, **report}, indent=2))
+        args.json.write_text(strict_json({"checkpoints": args.checkpoint, "seed": seed, **report}, indent=2,
+                                         default=str))
         print(f"every number written to {args.json}")
     if args.plot:
         plot_fan(result, args.plot)
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         report = {"split": args.split, "checkpoints": args.checkpoint, "data": cfg.data.source,
                   **report_dict(results), "across_checkpoints": summary}
-        args.json.write_text(json.dumps(report, indent=2, default=str))
+        args.json.write_text(strict_json(report, indent=2, default=str))
         print(f"every number written to {args.json}")
     if args.returns:
         write_returns_csv(results, args.returns)

@@ -12,7 +12,6 @@ macro-F1 with 95% CIs over test episodes, against the number of adaptation steps
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.meta.experiment import METHODS, Protocol, run_protocol
 from clstm_ppo.meta.maml import MamlConfig
 from clstm_ppo.meta.report import format_table, plot_steps
+from clstm_ppo.tables import strict_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
           f"accuracy 1/3; {time.perf_counter() - started:.0f} s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"data": args.data, **results}, indent=2))
+        args.json.write_text(strict_json({"data": args.data, **results}, indent=2))
         print(f"every number written to {args.json}")
     if args.plot:
         args.plot.parent.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition
 from clstm_ppo.evaluate import checkpoint_config, model_from_checkpoint
+from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import load_checkpoint
 
 BOOK_KEYS = ("right", "strike", "expiry", "contracts", "paid")
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                           "probabilities": probs[s].tolist(),
                           "portfolio": dict(zip(PORTFOLIO_FEATURES, map(float, obs.portfolio[s]), strict=True))})
     if args.json:
-        print(json.dumps({"checkpoint": args.checkpoint, "decisions": decisions}))
+        print(strict_json({"checkpoint": args.checkpoint, "decisions": decisions}))
     return 0
 
 

@@ -6,9 +6,9 @@ import math
 from typing import Any
 
 
-def strict_json(obj: Any) -> str:
+def strict_json(obj: Any, indent: int | None = None, default: Any = None) -> str:
     """``obj`` as strict JSON: a number that does not exist (NaN, an infinity) is ``null``, never ``NaN``, which
-    JSON does not have and which strict parsers refuse."""
+    JSON does not have and which strict parsers refuse. ``default`` turns other objects into JSON (e.g. str)."""
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):
             return None
@@ -18,8 +18,10 @@ def strict_json(obj: Any) -> str:
             return [clean(v) for v in x]
         if hasattr(x, "item") and getattr(x, "ndim", None) == 0:  # a numpy or torch scalar
             return clean(x.item())
+        if default is not None and not isinstance(x, (str, int, float, bool, type(None))):
+            return clean(default(x))
         return x
-    return json.dumps(clean(obj), allow_nan=False)
+    return json.dumps(clean(obj), allow_nan=False, indent=indent)
 
 
 def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str:

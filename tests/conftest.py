@@ -1,3 +1,4 @@
+import json
 import os
 
 import numpy as np
@@ -35,3 +36,10 @@ def bars_csv(tmp_path):
     path = tmp_path / "ABC.csv"
     make_bars().to_csv(path, index=False)
     return path
+
+
+def strict_loads(text: str):
+    """json.loads that refuses NaN and Infinity: what the project's commands write must be strict JSON."""
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON: a command wrote a number that does not exist")
+    return json.loads(text, parse_constant=refuse)

@@ -1,10 +1,9 @@
 """adapt: refuses another feature set in one line; its zero-shot row is evaluate's; it writes its checkpoints."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
+from conftest import strict_loads
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
@@ -48,7 +47,7 @@ def test_zero_shot_row_equals_evaluate(checkpoint, tmp_path):
     assert adapt(["--checkpoint", str(checkpoint), "--data", "synthetic", "--steps", "32", "--no-scratch",
                   "--device", "cpu", "--out", str(tmp_path / "runs"), "--json", str(out)]) == 0
     assert evaluate(["--checkpoint", str(checkpoint), "--data", "synthetic", "--device", "cpu", "--json", str(ev)]) == 0
-    adapted, evaluated = json.loads(out.read_text()), json.loads(ev.read_text())
+    adapted, evaluated = strict_loads(out.read_text()), strict_loads(ev.read_text())
     assert adapted["zero_shot"] == evaluated["policies"]["agent"]
     assert adapted["buy_and_hold"] == evaluated["policies"]["buy_and_hold"]
     assert set(adapted) >= {"adapted", "zero_shot", "buy_and_hold"}

@@ -1,12 +1,11 @@
 """agent.kind: the cascaded LSTM and the two variants of the paper's comparison (lstm: no LSTM 1; mlp: no
 recurrence) train, checkpoint, evaluate and predict through the same interface."""
-import json
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_bars
+from conftest import make_bars, strict_loads
 from torch import nn
 
 from clstm_ppo.agent.model import CascadedActorCritic
@@ -146,13 +145,13 @@ def test_each_kind_trains_and_its_checkpoint_evaluates_and_predicts(kind, runs, 
     assert net.kind == kind
     report = tmp_path / "report.json"
     assert run_cli(evaluate_main, ["--checkpoint", str(runs[kind]), "--split", "test", "--json", str(report)]) == 0
-    agent = json.loads(report.read_text())["policies"]["agent"]["SYN0"]
+    agent = strict_loads(report.read_text())["policies"]["agent"]["SYN0"]
     assert agent["total_return"] == agent["total_return"], "a number, not NaN"
     bars = tmp_path / "SPY.csv"
     make_bars(600, seed=7).to_csv(bars, index=False)
     capsys.readouterr()
     assert run_cli(predict_main, ["--checkpoint", str(runs[kind]), "--data", str(bars), "--json"]) == 0
-    decision = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["decisions"][0]
+    decision = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])["decisions"][0]
     assert decision["valid"][decision["action"]]
     assert abs(sum(decision["probabilities"]) - 1) < 1e-5
 

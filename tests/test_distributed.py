@@ -1,5 +1,4 @@
 """Distributed training really starting 2 CPU processes over gloo (the same code as NCCL on GPUs)."""
-import json
 import os
 import signal
 import subprocess
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import strict_loads
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
@@ -122,7 +122,7 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     assert state["world_size"] == 2 and state["update"] == 6 and state["global_step"] == 2560
     # The rate decays by env steps over each launch's budget: base x (1 - steps before the update / budget),
     # whatever the batch (1 -> 2 workers once set it to 0 for the rest of the run).
-    records = [json.loads(line) for line in (latest.parent / "metrics.jsonl").read_text().splitlines()]
+    records = [strict_loads(line) for line in (latest.parent / "metrics.jsonl").read_text().splitlines()]
     rates = {r["step"]: r["learning_rate"] for r in records if r["kind"] == "update"}
     expected = {1280: 1e-3 * (1 - 1024 / 1536), 1536: 1e-3 * (1 - 1280 / 1536),  # 2 -> 1 worker, smoke's 1e-3
                 2048: 2e-3 * (1 - 1536 / 2560), 2560: 2e-3 * (1 - 2048 / 2560)}  # 1 -> 2 workers, the new rate
@@ -133,7 +133,7 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     evaluated = subprocess.run([sys.executable, "-m", "clstm_ppo.evaluate", "--checkpoint", str(latest), "--split",
                                 "validation", "--json", str(report)], capture_output=True, text=True, timeout=120)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert set(json.loads(report.read_text())["policies"]) >= {"agent", "buy_and_hold", "macd_rule"}
+    assert set(strict_loads(report.read_text())["policies"]) >= {"agent", "buy_and_hold", "macd_rule"}
 
 
 @pytest.mark.slow

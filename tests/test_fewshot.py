@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import copy
-import json
 
 import numpy as np
 import pytest
 import torch
+from conftest import strict_loads
 from torch import nn
 from torch.func import grad
 
@@ -142,7 +142,7 @@ def test_fewshot_command_writes_the_metrics(tmp_path, capsys):
     assert main(["--data", "dow", "--method", "protonet", "--iterations", "2", "--meta-batch", "2", "--episodes", "8",
                  "--folds", "2", "--json", str(out), "--set", "agent.lstm1_hidden=8",
                  "--set", "agent.mlp_hidden=8"]) == 0
-    report = json.loads(out.read_text())
+    report = strict_loads(out.read_text())
     for method in ("protonet", "majority"):
         row = report[method]
         assert {"balanced_accuracy", "balanced_accuracy_ci", "accuracy", "macro_f1"} <= set(row)

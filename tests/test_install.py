@@ -16,7 +16,12 @@ def test_configs_are_one_top_level_copy_that_a_built_wheel_carries(tmp_path):
                            "-q", "-w", str(tmp_path / "wheel")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     site = tmp_path / "site"
-    zipfile.ZipFile(next((tmp_path / "wheel").glob("clstm_ppo-*.whl"))).extractall(site)  # what pip would install
+    wheel = next((tmp_path / "wheel").glob("clstm_ppo-*.whl"))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
+                           str(site), str(wheel)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {"default.yaml", "paper.yaml", "smoke.yaml"} <= {p.name for p in zipfile.ZipFile(wheel).infolist()
+                                                            for p in [Path(p.filename)]}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     probe = ("import clstm_ppo; from clstm_ppo.config import load_config, named_configs; "

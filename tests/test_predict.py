@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import make_bars
+from conftest import make_bars, strict_loads
 from test_train import SMOKE
 
 from clstm_ppo.cli import run_cli
@@ -28,7 +28,7 @@ def bars(tmp_path_factory):
 
 def decide(capsys, *args: str) -> dict:
     assert run_cli(predict_main, [*args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["decisions"][0]
+    return strict_loads(capsys.readouterr().out.strip().splitlines()[-1])["decisions"][0]
 
 
 def test_predict_gives_a_valid_action_for_the_bar_after_the_files_last(checkpoint, bars, capsys):

@@ -1,12 +1,11 @@
 """Scenario generators: fitted on the training split alone, resumable, sampled into files the loader reads, and the
 command's one-line errors (issue 22)."""
-import json
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import make_bars
+from conftest import make_bars, strict_loads
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig
@@ -160,7 +159,7 @@ def test_command_train_sample_report(tmp_path, capsys):
     assert main(["report", "--checkpoint", str(out / "timegan.pt"), "--paths", "12", "--length", "120",
                  "--runs", "1", "--judge-iters", "3", "--json", str(tmp_path / "r.json"),
                  "--plot", str(tmp_path / "plots")]) == 0
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = strict_loads((tmp_path / "r.json").read_text())
     for name in ("model", "garch_t", "bootstrap"):
         row = report[name]
         assert {"discriminative_score", "discriminative_score_strict", "predictive_score", "emd", "acf_score",

@@ -1,11 +1,10 @@
 """Stress tests (evaluate --scenarios, issue 22 item 4): every policy walks every generated path; the statistics
 equal a numpy computation; bad input is one line and exit 2."""
-import json
 
 import numpy as np
 import pytest
 import torch
-from conftest import make_bars
+from conftest import make_bars, strict_loads
 
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.stress import QUANTILES, policy_stats, walk_paths
@@ -47,7 +46,7 @@ def test_stress_command_walks_every_policy_over_every_path(setup, tmp_path, caps
     code, out = _run(capsys, "--checkpoint", str(setup / "agent.pt"), "--scenarios", str(setup / "cgan.pt"),
                      "--regime", "crash", "--paths", "3", "--length", "30", "--json", str(report), "--plot", str(fan))
     assert code == 0, out.err
-    saved = json.loads(report.read_text())
+    saved = strict_loads(report.read_text())
     assert list(saved["policies"]) == POLICIES and saved["paths"] == 3 and saved["bars"] == 30
     assert all(p["paths"] == 3 for p in saved["policies"].values())
     assert saved["regime"] == "crash" and "0.5 x initial cash" in saved["ruin"]

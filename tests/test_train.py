@@ -1,6 +1,5 @@
 """The trainer end to end on the smoke config: learning, best checkpoints, exact resume, bad input."""
 import itertools
-import json
 import shutil
 import subprocess
 import sys
@@ -8,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import strict_loads
 
 from clstm_ppo.backtest.policies import agent_policy, random_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk
@@ -57,7 +57,7 @@ def test_run_folder_holds_best_checkpoints_metrics_and_config(smoke_run, capsys)
                                                         if r["step"] <= state["global_step"] and r[name] is not None))
     assert len(list(smoke_run.glob("update_*.pt"))) <= 3
     assert (smoke_run / "config.yaml").is_file()
-    records = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
+    records = [strict_loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
     assert {r["kind"] for r in records} >= {"update", "eval", "train_episodes"}
     for record in (r for r in records if r["kind"] in ("eval", "train_episodes")):  # costs by kind, both logs
         kinds = [record[k] for k in COST_FIELDS]
@@ -69,7 +69,7 @@ def test_run_folder_holds_best_checkpoints_metrics_and_config(smoke_run, capsys)
 
 def evaluations(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["kind"] == "eval"]
+    return [r for r in map(strict_loads, lines) if r["kind"] == "eval"]
 
 
 def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -266,7 +266,7 @@ def test_evaluate_command_walks_the_agent_and_every_benchmark(smoke_run, tmp_pat
     assert all(len(line.split()) == len(lines[header].split()) for line in rows), \
         "columns must not run together"
     assert plot.stat().st_size > 10_000
-    saved = json.loads(report.read_text())
+    saved = strict_loads(report.read_text())
     assert list(saved["policies"]) == policies
     agent = saved["policies"]["agent"]["SYN0"]
     assert saved["policies"]["cash"]["SYN0"]["trades"] == 0.0 and saved["policies"]["cash"]["SYN0"]["costs"] == 0
@@ -313,7 +313,7 @@ def test_evaluate_makes_the_plot_folder_and_reports_several_checkpoints(smoke_ru
     assert run_cli(evaluate_main, ["--checkpoint", str(smoke_run / "latest.pt"), str(smoke_run / "best_sharpe.pt"),
                                    "--split", "validation", "--plot", str(plot), "--json", str(report)]) == 0
     assert plot.read_bytes().startswith(b"%PDF")
-    saved = json.loads(report.read_text())
+    saved = strict_loads(report.read_text())
     assert list(saved["policies"])[:2] == ["agent_1", "agent_2"]
     across = saved["across_checkpoints"]["SYN0"]["total_return"]
     values = [saved["policies"][name]["SYN0"]["total_return"] for name in ("agent_1", "agent_2")]
@@ -362,7 +362,7 @@ def test_bf16_training_runs_and_fp16_on_cpu_is_refused(tmp_path, capsys):
 
 
 def test_update_records_carry_resource_statistics(smoke_run):
-    updates = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()
+    updates = [strict_loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()
                if '"kind": "update"' in line]
     assert updates and all(r["max_rss_mb"] > 50 and 0 < r["cpu_util_pct"] < 100 * 64 for r in updates)
     assert not any(k.startswith("gpu_") for k in updates[0]), "no GPU here, so no GPU statistics"
@@ -468,7 +468,7 @@ def test_tensorboard_gets_the_same_scalars_as_metrics_jsonl(tmp_path):
                  "--tensorboard", str(board)) == 0
     events = EventAccumulator(str(board))
     events.Reload()
-    records = [json.loads(line) for line in (tmp_path / "synthetic-smoke" / "metrics.jsonl").read_text().splitlines()]
+    records = [strict_loads(line) for line in (tmp_path / "synthetic-smoke" / "metrics.jsonl").read_text().splitlines()]
     for kind, key in (("update", "policy_loss"), ("update", "learning_rate"), ("eval", "composite")):
         logged = {r["step"]: r[key] for r in records if r["kind"] == kind}
         scalars = {e.step: e.value for e in events.Scalars(f"{kind}/{key}")}

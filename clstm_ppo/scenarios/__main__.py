@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.generator import DEFAULT_STEPS, MODELS, check_model, load_generator
+from clstm_ppo.tables import strict_json
 
 
 def _positive(text: str) -> int:
@@ -132,7 +132,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(format_report(report))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=True) + "\n")
+        Path(args.json).write_text(strict_json(report, indent=2) + "\n")
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from tqdm import tqdm
 
 from clstm_ppo.config import ConfigError, first_line
+from clstm_ppo.tables import strict_json
 
 
 def _clean(value: Any) -> Any:
@@ -107,7 +108,7 @@ class Tracker:
         record = {"kind": kind, "step": step, "time": round(time.time() - self.started, 3),
                   **{k: _clean(v) for k, v in values.items()}}
         try:
-            self.jsonl.write(json.dumps(record) + "\n")
+            self.jsonl.write(strict_json(record) + "\n")
         except OSError as err:  # a full disk or a file-size limit: one line, and the checkpoints stay whole
             raise ConfigError(f"could not write {self.jsonl.name} ({err.strerror or err}); latest.pt holds the last "
                               "finished update; free disk space, then continue with --resume-from latest") from None

@@ -2,7 +2,6 @@
 importances, an optimisation-history PNG and a summary (JSON and a console table)."""
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from pathlib import Path
@@ -13,7 +12,7 @@ import yaml
 from optuna.trial import TrialState
 
 from clstm_ppo.config import load_config, to_dict
-from clstm_ppo.tables import format_records
+from clstm_ppo.tables import format_records, strict_json
 from clstm_ppo.tuning.runs import TrainSpec
 from clstm_ppo.tuning.space import as_overrides
 
@@ -121,11 +120,11 @@ def write_report(out: Path, study: optuna.Study, spec: TrainSpec, storage: str) 
     if failed:
         summary["failed"] = {t.number: t.user_attrs.get("error", "") for t in failed}
     found, note = importances(study)
-    (out / "importances.json").write_text(json.dumps({"importances": found, "note": note}, indent=1))
+    (out / "importances.json").write_text(strict_json({"importances": found, "note": note}, indent=1))
     summary["importances"], summary["importances_note"] = found, note
     plot_history(out / "history.png", study)
     summary["history_png"] = str(out / "history.png")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.json").write_text(strict_json(summary, indent=1))
     return summary
 
 

@@ -1,0 +1,34 @@
+"""Every JSON the commands write is strict: a number that does not exist is null, never NaN or Infinity."""
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from conftest import strict_loads
+
+from clstm_ppo.tables import strict_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_missing_numbers_become_null_and_everything_else_survives():
+    obj = {"a": math.nan, "b": [1.5, -math.inf, {"c": np.float64("nan")}], "d": np.float32(2.5), "e": torch.tensor(3),
+           "f": pd.Timestamp("2020-01-02"), "g": Path("x/y.pt"), "h": True, "i": None, "j": "text"}
+    out = strict_loads(strict_json(obj, indent=2, default=str))
+    assert out == {"a": None, "b": [1.5, None, {"c": None}], "d": 2.5, "e": 3, "f": "2020-01-02 00:00:00",
+                   "g": "x/y.pt", "h": True, "i": None, "j": "text"}
+
+
+def test_no_command_writes_json_but_through_strict_json():
+    """json.dumps is left only where its output is not a report: a study's cell key and a config's deep copy."""
+    allowed = {("clstm_ppo/tuning/grid.py", "json.dumps(cell, sort_keys=True)"),
+               ("clstm_ppo/evaluate.py", 'json.loads(json.dumps(state["config"]))'),
+               ("clstm_ppo/evaluate.py", "json.loads(json.dumps(base)))")}  # the regex takes the call's ) too
+    found = set()
+    for path in (ROOT / "clstm_ppo").rglob("*.py"):
+        for match in re.finditer(r"json\.loads\(json\.dumps\([^)]*\)+|json\.dumps\([^)]*\)", path.read_text()):
+            found.add((str(path.relative_to(ROOT)), match.group(0)))
+    found = {(p, m) for p, m in found if p != "clstm_ppo/tables.py"}
+    assert found <= allowed, found - allowed
