@@ -16,14 +16,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clstm_ppo.config import ConfigError, first_line
+from clstm_ppo.config import ConfigError
 from clstm_ppo.scenarios.cgan import CGan
 from clstm_ppo.scenarios.features import BASE_COLUMNS, Scaler, paths_frame, reconstruct
 from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings
 from clstm_ppo.training.checkpoint import FORMAT as AGENT_FORMAT
-from clstm_ppo.training.checkpoint import CheckpointError, atomic_save
+from clstm_ppo.training.checkpoint import CheckpointError, atomic_save, read_torch_file
 
 FORMAT = "clstm_ppo-scenarios-v1"
 # Bumped whenever features.py changes what a column means: a checkpoint of another feature set is refused.
@@ -139,14 +139,8 @@ def _check_feature_set(state: dict[str, Any], path: Path) -> tuple[str, ...]:
 def load_generator(path: str | Path, device: torch.device | None = None) -> FittedGenerator:
     """A generator checkpoint, or a one-line CheckpointError (missing, corrupt, an agent's, another feature set)."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"scenario checkpoint {path} not found; `python -m clstm_ppo.scenarios train` "
-                              "writes DIR/<model>.pt")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, ValueError, OSError) as err:
-        raise CheckpointError(f"scenario checkpoint {path} is truncated or corrupt ({first_line(err, 120)}); "
-                              "train it again") from None
+    state = read_torch_file(path, "scenario checkpoint", "`python -m clstm_ppo.scenarios train` writes "
+                            "DIR/<model>.pt", "train it again")
     if isinstance(state, dict) and state.get("format") == AGENT_FORMAT:
         raise CheckpointError(f"{path} is an agent checkpoint (python -m clstm_ppo.train); pass a scenario "
                               "generator's checkpoint (python -m clstm_ppo.scenarios train)")

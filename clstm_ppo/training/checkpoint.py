@@ -53,16 +53,22 @@ def atomic_save(obj: Any, path: Path) -> None:
             tmp.unlink()
 
 
+def read_torch_file(path: Path, what: str, missing: str, corrupt: str) -> Any:
+    """The object torch saved at ``path`` (on the CPU), or a one-line CheckpointError: ``what`` (e.g. "checkpoint")
+    not found (then ``missing``, the fix), or truncated or corrupt (then ``corrupt``)."""
+    if not path.is_file():
+        raise CheckpointError(f"{what} {path} not found; {missing}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as err:
+        raise CheckpointError(f"{what} {path} is truncated or corrupt ({first_line(err, 120)}); {corrupt}") from None
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} not found; a run folder holds latest.pt, best_<metric>.pt "
-                              "and update_*.pt: check the path")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise CheckpointError(f"checkpoint {path} is truncated or corrupt ({first_line(err, 120)}); "
-                              "resume from another file of the run, e.g. --resume-from latest or a best_*.pt") from None
+    state = read_torch_file(path, "checkpoint", "a run folder holds latest.pt, best_<metric>.pt and update_*.pt: "
+                            "check the path", "resume from another file of the run, e.g. --resume-from latest or a "
+                            "best_*.pt")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a clstm_ppo checkpoint (no '{FORMAT}' marker); "
                               "pass a file written by python -m clstm_ppo.train")
