@@ -1,5 +1,6 @@
-"""Seeded studies built from the public commands (scripts/precision_equivalence.py, scripts/augment_study.py):
-train a run to its budget, resumably, and read its best checkpoint's walk over the test split."""
+"""Seeded studies built from the public commands (scripts/precision_equivalence.py, scripts/augment_study.py,
+scripts/reproduce_paper.py): train a run to its budget, resumably, read its best checkpoint's walk over the test
+split, and the statistics over seeds x folds that separate skill from luck (SPEC section 10)."""
 from __future__ import annotations
 
 import json
@@ -21,15 +22,16 @@ def run_finished(run: Path, steps: int) -> bool:
     return load_checkpoint(latest)["global_step"] >= steps
 
 
-def train_run(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str]) -> None:
-    """Train ``folder/name`` to ``steps`` env steps with ``--set``s: fresh, or continued from latest.pt where an
-    earlier launch was stopped; nothing when it is done already."""
+def train_run(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str],
+              flags: tuple[str, ...] = ()) -> None:
+    """Train ``folder/name`` to ``steps`` env steps with ``--set``s (and trainer ``flags``): fresh, or continued
+    from latest.pt where an earlier launch was stopped; nothing when it is done already."""
     run = folder / name
     if run_finished(run, steps):
         return
     start = ["--resume-from", "latest"] if (run / "latest.pt").exists() else ["--fresh-start"]
     code = run_cli(train_main, ["--config", config, "--data", data, "--seed", str(seed), "--total-steps", str(steps),
-                                "--checkpoint-dir", str(folder), "--run-name", name, *start,
+                                "--checkpoint-dir", str(folder), "--run-name", name, *start, *flags,
                                 *[x for s in sets for x in ("--set", s)]])
     if code != 0:
         raise SystemExit(f"error: training {name} failed (exit {code})")

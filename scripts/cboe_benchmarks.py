@@ -15,71 +15,26 @@ JSON object with every number.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from typing import Any
 
-import numpy as np
 import torch
 
+from clstm_ppo.backtest.calibration import PAIRS, agreement, annual_returns, calibrate, calibration_years, cboe_data
 from clstm_ppo.backtest.cboe import REAL_ANNUAL_RETURNS as REAL
-from clstm_ppo.backtest.cboe import REAL_YEARS, buywrite, putwrite
-from clstm_ppo.backtest.report import yearly_metrics
-from clstm_ppo.backtest.walk import buy_and_hold
-from clstm_ppo.config import Config, DataConfig
-from clstm_ppo.data import build_market_data
-from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.backtest.cboe import REAL_YEARS
+from clstm_ppo.config import Config
 from clstm_ppo.tables import format_records
 
 TRAINING = list(REAL_YEARS)  # the embedded S&P 500's training split is 1999..2012-12-31
-FULL = list(REAL_YEARS[1:])  # 1999 is partial (from 1999-02-22)
-PAIRS = (("putwrite", "PUT"), ("buywrite", "BXM"), ("buy_and_hold", "SPXTR"))
-GRID = [round(0.80 + 0.01 * i, 2) for i in range(26)]
-
-
-def table_data() -> MarketData:
-    """The embedded S&P 500 with the shortest warm-up (module docstring)."""
-    return build_market_data(DataConfig(source="sp500", turbulence_lookback=20, window=1))
-
-
-def annual_returns(data: MarketData, split: str, atm_per_iv: float | None) -> dict[str, dict[int, float]]:
-    """Policy -> calendar year -> return (%) of one continuous walk over ``split`` ("all": the whole data)."""
-    cfg = Config()
-    if atm_per_iv is not None:
-        cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, atm_per_iv=atm_per_iv))
-    if split == "all":  # one walk from the first bar to the last; the market still fits on the training split
-        data = dataclasses.replace(data, splits={**data.splits, "all": (0, len(data.dates))})
-    out = {}
-    for name, run in (("putwrite", putwrite), ("buywrite", buywrite), ("buy_and_hold", buy_and_hold)):
-        years = yearly_metrics(run(data, split, cfg))
-        out[name] = {y: 100.0 * m[data.symbols[0]]["total_return"] for y, m in years.items()}
-    return out
-
-
-def agreement(sim: dict[int, float], real: str, years: list[int]) -> dict[str, float]:
-    """MAD (points) and years of the same sign, simulated against a real index over ``years``."""
-    s = np.array([sim[y] for y in years])
-    r = np.array([REAL[real][REAL_YEARS.index(y)] for y in years])
-    return {"mad": float(np.abs(s - r).mean()), "same_sign": int((np.sign(s) == np.sign(r)).sum()),
-            "years": len(years)}
+FULL = calibration_years("2012-12-31")  # 1999 is partial (from 1999-02-22)
 
 
 def scores(returns: dict[str, dict[int, float]]) -> dict[str, dict[str, dict[str, float]]]:
     """Per policy: its agreement over the 14 training years (1999 partial) and over the 13 full ones."""
     return {name: {"training_14": agreement(returns[name], real, TRAINING),
                    "full_13": agreement(returns[name], real, FULL)} for name, real in PAIRS}
-
-
-def calibrate(data: MarketData) -> list[dict[str, Any]]:
-    """MADs at each grid value, from training-split walks (the market sees no later bar)."""
-    rows = []
-    for x in GRID:
-        s = scores(annual_returns(data, "train", x))
-        rows.append({"atm_per_iv": x, **{f"{n}_mad_full": s[n]["full_13"]["mad"] for n in ("putwrite", "buywrite")},
-                     "mean_mad_full": (s["putwrite"]["full_13"]["mad"] + s["buywrite"]["full_13"]["mad"]) / 2,
-                     **{f"{n}_mad_14": s[n]["training_14"]["mad"] for n in ("putwrite", "buywrite")}})
-    return rows
 
 
 def year_rows(returns: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
@@ -103,14 +58,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    data = table_data()
+    data = cboe_data()
     out: dict[str, Any] = {"command": " ".join(["python", *sys.argv]), "data": "sp500"}
     if args.calibrate:
-        grid = calibrate(data)
-        best = min(grid, key=lambda r: r["mean_mad_full"])
+        grid = calibrate(data, FULL)
+        best = min(grid, key=lambda r: r["mean_mad"])
         print(format_records(grid, digits=2))
         print(f"best atm_per_iv on the full training years 2000-2012: {best['atm_per_iv']:.2f} "
-              f"(mean MAD {best['mean_mad_full']:.2f} points)\n")
+              f"(mean MAD {best['mean_mad']:.2f} points)\n")
         out |= {"calibration": grid, "best_atm_per_iv": best["atm_per_iv"]}
     atm = Config().market.atm_per_iv if args.atm_per_iv is None else args.atm_per_iv
     returns = annual_returns(data, "all", atm)

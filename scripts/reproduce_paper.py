@@ -1,19 +1,24 @@
-"""The CLSTM-PPO paper's comparison on our market, with seeds: does the cascaded LSTM earn its keep?
+"""The CLSTM-PPO paper's comparison on our market, with seeds and walk-forward folds: does the cascaded LSTM earn
+its keep, and does any agent beat owning the index?
 
-    python scripts/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--num-gpus N]
+    python scripts/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--folds F]
+        [--kinds clstm lstm mlp] [--rewards equity excess] [--windows 5 15 30 50] [--num-gpus N]
         [--out DIR] [--results docs/RESULTS.md] [--json] [--storage URL [--study NAME]]
 
-For each agent kind (clstm, lstm, mlp) and seed, trains on the training split, selects the run's
-best_composite.pt on the validation split (the trainer's own walks; the test split is never read),
-backtests it on the test split with evaluate's continuous walk, and reports mean +- std over seeds of
-cumulative return, annualised return, Sharpe, max drawdown and average profit per closed trade, beside
-buy-and-hold and the MACD rule on the same bars. Then the window ablation (TW = 5, 15, 30, 50) for clstm.
-With several underlyings (the Dow stocks) each is walked on its own and a run's number is their mean.
-The section of --results for this data source is replaced (other sources' sections stay); --steps scales
-it from a CPU run to a GPU run, and --num-gpus passes through to the trainer. With --storage URL (an Optuna
-storage: sqlite:///grid.db, postgresql://...) the (kind, window, seed) grid becomes the trials of a study:
-start the same command in several processes or machines, each runs the cells no other has claimed, and
-each gathers every cell's result from the storage.
+Each cell of the grid (agent kind x reward x window x seed x fold) trains on its fold's training years, saves
+its validation picks (best_composite.pt, the single best walk, and best_composite_smoothed.pt, the best mean of
+the last train.selection_window walks; the test split is never read), and walks both on the fold's test years
+with evaluate's continuous walk beside buy-and-hold and the MACD rule. ``--folds F`` makes F expanding
+walk-forward folds (clstm_ppo/data/folds.py; 0: the data's one default split), each with the market's fitted
+settings refitted on its own training years (clstm_ppo/backtest/calibration.py). Reported over seeds x folds:
+mean +- std and bootstrap 95% intervals of every metric, paired differences (kind against kind, excess reward
+against equity, each agent against buy-and-hold, the smoothed pick against the single best), each fold's mean,
+and the deflated Sharpe ratio of the best configuration given how many were tried. With several underlyings
+(the Dow stocks) each is walked on its own and a run's number is their mean. The window ablation (clstm,
+equity reward) runs every window of --windows other than the config's. The section of --results for this
+data source is replaced (other sources' sections stay). With --storage URL (an Optuna storage) the grid
+becomes the trials of a study: start the same command in several processes or machines, each runs the cells
+no other has claimed, and each gathers every cell's result from the storage.
 """
 from __future__ import annotations
 
@@ -29,105 +34,70 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
-from clstm_ppo.backtest.statistics import bootstrap_ci, paired_difference
+from clstm_ppo.backtest.across_runs import (
+    METRICS,
+    deflated_best,
+    display,
+    mean_over_underlyings,
+    paired_rows,
+    summary_rows,
+)
+from clstm_ppo.backtest.calibration import fold_market_settings
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, load_config
+from clstm_ppo.data import DataError, build_market_data
+from clstm_ppo.data.folds import Fold, walk_forward_folds
 from clstm_ppo.evaluate import main as evaluate_main
+from clstm_ppo.studies import train_run
 from clstm_ppo.tables import format_records, strict_json
-from clstm_ppo.train import main as train_main
 
 KINDS = ("clstm", "lstm", "mlp")
+REWARDS = ("equity", "excess")
 WINDOWS = (5, 15, 30, 50)
-METRICS = ("total_return", "annual_return", "sharpe", "max_drawdown", "profit_per_trade", "trades")
 BENCHMARKS = ("buy_and_hold", "macd_rule")
-CI_METRICS = ("sharpe", "total_return")  # bootstrap intervals and paired differences
+PICKS = {"agent": "best_composite.pt", "smoothed": "best_composite_smoothed.pt"}
 
 
-def train_and_backtest(args: argparse.Namespace, kind: str, window: int, seed: int) -> dict[str, dict[str, float]]:
-    """One run trained, selected on validation and walked on test: policy -> metric -> mean over underlyings."""
-    name = f"{kind}-tw{window}-seed{seed}"
-    folder = args.out / data_label(args.data)
-    sets = [x for s in (f"agent.kind={kind}", f"data.window={window}", *args.overrides) for x in ("--set", s)]
+def label(kind: str, reward: str) -> str:
+    return kind if reward == "equity" else f"{kind}+{reward}"
+
+
+def cell_settings(cell: dict[str, Any], fits: dict[str, dict[str, Any]]) -> list[str]:
+    """The cell's --set values: its kind, reward and window, and its fold's dates and refitted market."""
+    sets = [f"agent.kind={cell['kind']}", f"env.reward={cell['reward']}", f"data.window={cell['window']}"]
+    if cell["fold"] is not None:
+        fold, fit = Fold(**fits[str(cell["fold"])]["fold"]), fits[str(cell["fold"])]
+        sets += [*fold.settings(), f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",
+                 f"market.atm_per_iv={fit['atm_per_iv']}"]
+    return sets
+
+
+def train_and_backtest(args: argparse.Namespace, cell: dict[str, Any], fits: dict) -> dict[str, Any]:
+    """One cell trained, its two validation picks walked on the fold's test years: policy -> metrics (the mean
+    over underlyings), and each pick's daily returns (mean over underlyings)."""
+    name = f"{label(cell['kind'], cell['reward'])}-tw{cell['window']}-seed{cell['seed']}"
+    folder = args.out / data_label(args.data) / ("split" if cell["fold"] is None else f"fold{cell['fold']}")
     run = folder / name
-    if not (run / "best_composite.pt").exists():  # a finished run is reused: the script can be resumed
-        code = run_cli(train_main, ["--config", args.config, "--data", args.data, "--seed", str(seed),
-                                    "--total-steps", str(args.steps), "--checkpoint-dir", str(folder),
-                                    "--run-name", name, "--num-gpus", str(args.num_gpus), "--fresh-start",
-                                    *sets])
-        if code != 0:
-            raise SystemExit(f"error: training {name} failed (exit {code})")
-    report = run / "test_report.json"
-    code = run_cli(evaluate_main, ["--checkpoint", str(run / "best_composite.pt"), "--split", "test",
-                                   "--json", str(report)])
+    train_run(args.config, args.data, cell["seed"], args.steps, folder, name,
+              [*args.overrides, *cell_settings(cell, fits)], ("--num-gpus", str(args.num_gpus)))
+    picks = {pick: run / file for pick, file in PICKS.items() if (run / file).exists()}
+    report, returns = run / "test_report.json", run / "test_returns.csv"
+    code = run_cli(evaluate_main, ["--checkpoint", *map(str, picks.values()), "--split", "test", "--json",
+                                   str(report), "--returns", str(returns)])
     if code != 0:
         raise SystemExit(f"error: evaluating {name} failed (exit {code})")
     policies = json.loads(report.read_text())["policies"]
-    return {policy: mean_over_underlyings(policies[policy]) for policy in ("agent", *BENCHMARKS)}
-
-
-def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """The paper's metrics of one policy, averaged over the underlyings walked (one copy each). Profit per trade
-    is the closed options' own P&L per trade, every cost in (evaluate's report; null without trades)."""
-    rows = []
-    for m in by_symbol.values():
-        per_trade = m.get("profit_per_trade")
-        rows.append({"total_return": m["total_return"], "annual_return": m["annual_return"], "sharpe": m["sharpe"],
-                     "max_drawdown": m["max_drawdown"], "trades": float(m["trades"]),
-                     "profit_per_trade": math.nan if per_trade is None else float(per_trade)})
-    return {k: float(np.nanmean([r[k] for r in rows])) if any(np.isfinite(r[k]) for r in rows) else math.nan
-            for k in METRICS}
-
-
-def summary_rows(runs: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
-    """One row per label: mean +- std over its seeds (std with ddof 1) of every metric, and a bootstrap 95%
-    interval of the mean for the headline metrics."""
-    rows = []
-    for label, seeds in runs.items():
-        row: dict[str, Any] = {"policy": label, "seeds": len(seeds)}
-        for key in METRICS:
-            values = np.array([s[key] for s in seeds], dtype=float)
-            finite = values[np.isfinite(values)]
-            mean = float(finite.mean()) if finite.size else math.nan
-            std = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
-            row[key] = mean
-            row[f"{key}_std"] = std
-            if key in CI_METRICS:
-                row[f"{key}_ci"] = list(bootstrap_ci(values))
-        rows.append(row)
-    return rows
-
-
-def paired_rows(runs: dict[str, list[dict[str, float]]], kinds: list[str]) -> list[dict[str, Any]]:
-    """Paired differences over seeds (the same seed's runs): each agent kind against the others and against
-    buy-and-hold, for each headline metric."""
-    pairs = [(a, b) for i, a in enumerate(kinds) for b in kinds[i + 1:]] + [(k, "buy_and_hold") for k in kinds]
-    rows = []
-    for a, b in pairs:
-        for key in CI_METRICS:
-            d = paired_difference(np.array([r[key] for r in runs[a]]), np.array([r[key] for r in runs[b]]))
-            rows.append({"pair": f"{a} - {b}", "metric": key, "mean": d["mean"], "ci_low": d["ci_low"],
-                         "ci_high": d["ci_high"], "wins": d["wins"], "pairs": int(d["pairs"])})
-    return rows
-
-
-def display(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows as text: percentages for returns and drawdowns, dollars per trade, mean +- std in one cell."""
-    out = []
-    for row in rows:
-        cells: dict[str, Any] = {"policy": row["policy"], "seeds": row["seeds"]}
-        for key in METRICS:
-            mean, std = row[key], row[f"{key}_std"]
-            if not math.isfinite(mean):
-                cells[key] = "n/a"
-            elif key in ("total_return", "annual_return", "max_drawdown"):
-                cells[key] = f"{100 * mean:.2f}% +- {100 * std:.2f}"
-            elif key == "profit_per_trade":
-                cells[key] = f"${mean:,.0f} +- {std:,.0f}"
-            else:
-                cells[key] = f"{mean:.3f} +- {std:.3f}" if key == "sharpe" else f"{mean:.1f} +- {std:.1f}"
-        out.append(cells)
+    daily = pd.read_csv(returns, index_col="date")
+    names = ["agent"] if len(picks) == 1 else [f"agent_{i + 1}" for i in range(len(picks))]
+    out: dict[str, Any] = {b: mean_over_underlyings(policies[b]) for b in BENCHMARKS}
+    for pick, column in zip(picks, names, strict=True):
+        out[pick] = mean_over_underlyings(policies[column])
+        mine = [c for c in daily.columns if c == column or c.startswith(f"{column}:")]
+        out[f"{pick}_returns"] = daily[mine].mean(axis=1).tolist()
+    out.setdefault("smoothed", None)  # too few validation walks for a smoothed pick
     return out
 
 
@@ -149,21 +119,33 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {where}, torch {torch.__version__}"
 
 
-def markdown_section(args: argparse.Namespace, main: list[dict], ablation: list[dict], paired: list[dict],
-                     per_seed: list[dict[str, Any]], seconds: float) -> str:
-    label = data_label(args.data)
+def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: float) -> str:
+    name = data_label(args.data)
     command = " ".join(["python", "scripts/reproduce_paper.py", *sys.argv[1:]])
-    lines = [f"<!-- begin {label} -->", f"## {label}", "",
+    folds = tables["folds"]
+    tests = ", ".join(f"{int(f['fold']['val_end'][:4]) + 1}..{f['fold']['test_end']}" for f in folds)
+    where = f"{len(folds)} walk-forward folds (test {tests})" if folds else "the data's default split"
+    dsr = tables["deflated"]
+    block = lambda rows, digits=3: ["```", format_records(rows, digits=digits), "```", ""]  # noqa: E731
+    lines = [f"<!-- begin {name} -->", f"## {name}", "",
              f"`{command}` at commit `{commit()}`, {datetime.date.today().isoformat()}; {machine()}; "
-             f"{args.steps:,} env steps per run ({args.config} config otherwise), {args.seeds} seeds, "
-             f"{seconds / 60:.0f} min in all. Each run's checkpoint is its best validation composite; every "
-             "number below is on the test split. Mean +- std over seeds; with several underlyings, a run's "
-             "number is the mean over them. Profit per trade: the walk's P&L over its closed option trades.",
-             "", "### Agents against the benchmarks", "", "```", format_records(display(main)), "```", "",
-             "### Paired differences over seeds (bootstrap 95% interval of the mean; wins: share of seeds)", "",
-             "```", format_records(paired, digits=3), "```", "",
-             "### Window ablation (clstm)", "", "```", format_records(display(ablation)), "```", "",
-             "### Each seed", "", "```", format_records(per_seed, digits=4), "```", f"<!-- end {label} -->"]
+             f"{args.steps:,} env steps per run ({args.config} config otherwise), {args.seeds} seeds, {where}, "
+             f"{seconds / 60:.0f} min in all. Every number is on test years no run of that fold saw; a run is one "
+             "(seed, fold); mean +- std and bootstrap 95% intervals are over runs. Each run's checkpoint is its "
+             "single best validation composite unless marked [smoothed]. With several underlyings a run's number "
+             "is the mean over them. Profit per trade: closed option trades' own P&L, every cost in.", "",
+             "### Agents against the benchmarks", "", *block(display(tables["main"]), 1),
+             "### Paired differences (the same seed and fold; bootstrap 95% interval of the mean; wins: share of "
+             "runs)", "", *block(tables["paired"]),
+             "### Each fold (mean over seeds)", "", *block(tables["per_fold"]),
+             f"### Deflated Sharpe ratio of the best of {dsr['trials']} configurations", "",
+             f"`{dsr['best']}`: annualised Sharpe {dsr['sharpe_annual']:.3f} over {dsr['days']} test days (its "
+             f"runs' mean daily return, folds end to end), against {dsr['benchmark_sharpe_annual']:.3f} expected "
+             f"of the best of {dsr['trials']} skill-less configurations: deflated Sharpe ratio (the probability "
+             f"its true Sharpe is above that) {dsr['deflated_sharpe']:.3f}.", ""]
+    if tables["ablation"]:
+        lines += ["### Window ablation (clstm, equity reward)", "", *block(display(tables["ablation"]), 1)]
+    lines += ["### Each run", "", *block(tables["per_run"], 4)[:-1], f"<!-- end {name} -->"]
     return "\n".join(lines)
 
 
@@ -179,17 +161,19 @@ def write_results(path: Path, label: str, section: str) -> None:
     path.write_text(text)
 
 
-def run_cells(args: argparse.Namespace, cells: list[dict[str, Any]]) -> list[dict[str, dict[str, float]]]:
+def run_cells(args: argparse.Namespace, cells: list[dict[str, Any]], fits: dict) -> list[dict[str, Any]]:
     """Every cell's result: here, one after another, or with --storage shared with the study's other workers."""
-    def one(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
-        print(f"== {cell['kind']}, TW {cell['window']}, seed {cell['seed']}", flush=True)
-        return train_and_backtest(args, cell["kind"], cell["window"], cell["seed"])
+    def one(cell: dict[str, Any]) -> dict[str, Any]:
+        fold = "split" if cell["fold"] is None else f"fold {cell['fold']}"
+        print(f"== {label(cell['kind'], cell['reward'])}, TW {cell['window']}, seed {cell['seed']}, {fold}",
+              flush=True)
+        return train_and_backtest(args, cell, fits)
 
     if not args.storage:
         return [one(cell) for cell in cells]
     from clstm_ppo.tuning.grid import run_grid
 
-    def valued(cell: dict[str, Any]) -> tuple[float, dict[str, dict[str, float]]]:
+    def valued(cell: dict[str, Any]) -> tuple[float, dict[str, Any]]:
         # a trial's value: the agent's test return (a grid to share, not a search: nothing is selected on it)
         result = one(cell)
         value = result["agent"]["total_return"]
@@ -202,14 +186,88 @@ def run_cells(args: argparse.Namespace, cells: list[dict[str, Any]]) -> list[dic
         raise SystemExit(f"error: {err}") from None
 
 
+def fold_fits(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each fold's dates and market settings refitted on its training years, kept in the run folder's
+    folds.json (the same folds on a second launch, and a record of what each fold's runs were given)."""
+    if not args.folds:
+        return {}
+    path = args.out / data_label(args.data) / "folds.json"
+    if path.exists():
+        fits = json.loads(path.read_text())
+        if len(fits) == args.folds:
+            return fits
+    cfg = load_config(args.config, [*args.overrides, f"data.source={args.data}"])
+    try:
+        folds = walk_forward_folds(build_market_data(cfg.data).dates, args.folds)
+        fits = {str(f.index): {"fold": vars(f), **fold_market_settings(f, cfg.data, cfg.market)} for f in folds}
+    except DataError as err:
+        raise SystemExit(f"error: {err}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(strict_json(fits, indent=2))
+    return fits
+
+
+def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: list[str], rewards: list[str],
+           default_window: int, folds: list[Any]) -> dict[str, Any]:
+    """Every table of the report from the cells' results."""
+    at_default = [(c, r) for c, r in zip(cells, results, strict=True) if c["window"] == default_window]
+    labels = [label(k, w) for w in rewards for k in kinds]
+    by_label = {lab: [(c, r) for c, r in at_default if label(c["kind"], c["reward"]) == lab] for lab in labels}
+    main_runs = {lab: [r["agent"] for _, r in pairs] for lab, pairs in by_label.items()}
+    first = by_label[labels[0]]
+    main_runs |= {bench: [r[bench] for _, r in first] for bench in BENCHMARKS}  # deterministic: one walk a fold
+    smoothed = {f"{lab} [smoothed]": [r["smoothed"] or _missing() for _, r in pairs] for lab, pairs in by_label.items()
+                if any(r["smoothed"] for _, r in pairs)}  # none where no run had enough validation walks
+    pairs = [(label(a, w), label(b, w)) for w in rewards for i, a in enumerate(kinds) for b in kinds[i + 1:]]
+    pairs += [(label(k, "excess"), label(k, "equity")) for k in kinds if len(rewards) == 2]
+    pairs += [(lab, "buy_and_hold") for lab in labels] + [(f"{lab} [smoothed]", lab) for lab in labels
+                                                            if f"{lab} [smoothed]" in smoothed]
+    per_fold = []
+    for fold in folds:
+        row: dict[str, Any] = {"fold": "split" if fold is None else fold}
+        for lab, runs in main_runs.items():
+            mine = [m for (c, _), m in zip(first if lab in BENCHMARKS else by_label[lab], runs, strict=True)
+                    if c["fold"] == fold]
+            row[f"{lab} sharpe"] = float(np.nanmean([m["sharpe"] for m in mine]))
+        per_fold.append(row)
+    daily = {lab: _ensemble_returns(pairs_, folds) for lab, pairs_ in by_label.items()}
+    ablation = {f"clstm TW {c['window']}": [] for c in cells if c["kind"] == "clstm" and c["reward"] == "equity"}
+    for c, r in zip(cells, results, strict=True):
+        if c["kind"] == "clstm" and c["reward"] == "equity":
+            ablation[f"clstm TW {c['window']}"].append(r["agent"])
+    per_run = [{"config": label(c["kind"], c["reward"]), "window": c["window"], "seed": c["seed"],
+                "fold": "split" if c["fold"] is None else c["fold"], **{k: r["agent"][k] for k in METRICS},
+                "smoothed_sharpe": (r["smoothed"] or _missing())["sharpe"]}
+               for c, r in zip(cells, results, strict=True)]
+    return {"main": summary_rows(main_runs | smoothed), "paired": paired_rows(main_runs | smoothed, pairs),
+            "per_fold": per_fold, "deflated": deflated_best(daily),
+            "ablation": summary_rows(dict(sorted(ablation.items(), key=lambda kv: int(kv[0].split()[-1]))))
+            if len(ablation) > 1 else [], "per_run": per_run}
+
+
+def _missing() -> dict[str, float]:
+    return dict.fromkeys(METRICS, math.nan)
+
+
+def _ensemble_returns(pairs: list[tuple[dict, dict]], folds: list[Any]) -> np.ndarray:
+    """A configuration's daily test returns: each day the mean over its seeds, the folds end to end."""
+    parts = []
+    for fold in folds:
+        runs = [r["agent_returns"] for c, r in pairs if c["fold"] == fold]
+        parts.append(np.mean(np.array(runs, dtype=float), axis=0))
+    return np.concatenate(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="sp500", help="a built-in name (sp500, dow, synthetic) or a file")
     parser.add_argument("--config", default="default", help="named config or YAML file every run starts from")
     parser.add_argument("--steps", type=int, default=300_000, help="env steps per training run")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (at least 3 for the report)")
+    parser.add_argument("--folds", type=int, default=0, help="walk-forward folds (0: the data's default split)")
     parser.add_argument("--num-gpus", type=int, default=1, help="passed through to the trainer")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--rewards", nargs="+", default=list(REWARDS), choices=REWARDS, help="env.reward values")
     parser.add_argument("--windows", nargs="+", type=int, default=list(WINDOWS), help="TW values of the ablation")
     parser.add_argument("--out", type=Path, default=Path("checkpoints/reproduce_paper"), help="run folders")
     parser.add_argument("--results", type=Path, default=Path("docs/RESULTS.md"), help="markdown to update")
@@ -219,39 +277,28 @@ def main() -> None:
     parser.add_argument("--storage", default=None, help="share the grid through this Optuna storage URL")
     parser.add_argument("--study", default=None, help="the grid's study name (default: reproduce-<data>)")
     args = parser.parse_args()
-    if args.seeds < 1 or args.steps < 1:
-        raise SystemExit("error: --seeds and --steps must be at least 1")
+    if args.seeds < 1 or args.steps < 1 or args.folds < 0:
+        raise SystemExit("error: --seeds and --steps must be at least 1, --folds at least 0")
     started = datetime.datetime.now()
     default_window = load_config(args.config, args.overrides).data.window
-    runs: dict[tuple[str, int], list[dict[str, dict[str, float]]]] = {}
-    cells = [{"kind": kind, "window": window, "seed": seed}
-             for kind, window in [(k, default_window) for k in args.kinds] + [("clstm", w) for w in args.windows
-                                                                              if w != default_window]
-             for seed in range(args.seeds)]
-    for cell, result in zip(cells, run_cells(args, cells), strict=True):
-        runs.setdefault((cell["kind"], cell["window"]), []).append(result)
-    main_runs = {kind: [r["agent"] for r in runs[(kind, default_window)]] for kind in args.kinds}
-    first = runs[(args.kinds[0], default_window)]
-    # The benchmarks are deterministic on the same bars (random aside): each seed's copy is the same walk.
-    main_runs |= {bench: [r[bench] for r in first] for bench in BENCHMARKS}
-    ablation_runs = {f"clstm TW {w}": [r["agent"] for r in runs[("clstm", w)]]
-                     for w in sorted({*args.windows, default_window}) if ("clstm", w) in runs}
-    main_table, ablation_table = summary_rows(main_runs), summary_rows(ablation_runs)
-    paired = paired_rows(main_runs, list(args.kinds))
-    per_seed = [{"kind": kind, "window": window, "seed": seed, **{k: r["agent"][k] for k in METRICS}}
-                for (kind, window), seeds in runs.items() for seed, r in enumerate(seeds)]
-    print(format_records(display(main_table)))
+    fits = fold_fits(args)
+    folds: list[Any] = [int(k) for k in fits] or [None]
+    configs = [(k, w, default_window) for w in args.rewards for k in args.kinds]
+    configs += [("clstm", "equity", t) for t in args.windows if t != default_window]
+    cells = [{"kind": k, "reward": w, "window": t, "seed": seed, "fold": fold}
+             for fold in folds for k, w, t in configs for seed in range(args.seeds)]
+    results = run_cells(args, cells, fits)
+    tables = gather(cells, results, list(args.kinds), list(args.rewards), default_window, folds)
+    tables["folds"] = list(fits.values())
+    print(format_records(display(tables["main"])))
     print()
-    print(format_records(display(ablation_table)))
-    print()
-    print(format_records(paired, digits=3))
+    print(format_records(tables["paired"], digits=3))
+    print(f"deflated Sharpe: {tables['deflated']}")
     seconds = (datetime.datetime.now() - started).total_seconds()
-    write_results(args.results, data_label(args.data),
-                  markdown_section(args, main_table, ablation_table, paired, per_seed, seconds))
+    write_results(args.results, data_label(args.data), markdown_section(args, tables, seconds))
     print(f"results written to {args.results}")
     if args.json:
-        print(strict_json({"data": args.data, "steps": args.steps, "seeds": args.seeds, "main": main_table,
-                           "ablation": ablation_table, "paired": paired, "per_seed": per_seed}))
+        print(strict_json({"data": args.data, "steps": args.steps, "seeds": args.seeds, **tables}))
 
 
 if __name__ == "__main__":

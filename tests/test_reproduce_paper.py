@@ -20,38 +20,45 @@ ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("total_return", "annual_return", "sharpe", "max_drawdown", "profit_per_trade", "trades")
 
 
-def test_the_script_reports_every_variant_the_benchmarks_and_the_ablation(tmp_path):
+def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_json(tmp_path):
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\n<!-- begin other -->\nkept\n<!-- end other -->\n")
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_paper.py"), "--config", "smoke",
-                           "--data", "synthetic", "--steps", "256", "--seeds", "2", "--windows", "5", "10",
-                           "--out", str(tmp_path / "runs"), "--results", str(results), "--json",
-                           "--set", "train.num_envs=8", "--set", "train.eval_every=1"],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+                           "--data", "synthetic", "--steps", "256", "--seeds", "2", "--folds", "2",
+                           "--kinds", "clstm", "mlp", "--windows", "5", "10", "--out", str(tmp_path / "runs"),
+                           "--results", str(results), "--json", "--set", "train.num_envs=8",
+                           "--set", "train.eval_every=1"],
+                          capture_output=True, text=True, timeout=1200, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1], parse_constant=refuse)  # strict JSON: no NaN
+    folds = [f["fold"] for f in out["folds"]]
+    assert [f["index"] for f in folds] == [0, 1] and folds[0]["test_end"] < folds[1]["test_end"]
+    assert all(f["train_end"] < f["val_end"] < f["test_end"] for f in folds)
     main = {row["policy"]: row for row in out["main"]}
-    assert list(main) == ["clstm", "lstm", "mlp", "buy_and_hold", "macd_rule"]
+    assert list(main)[:6] == ["clstm", "mlp", "clstm+excess", "mlp+excess", "buy_and_hold", "macd_rule"]
     assert [row["policy"] for row in out["ablation"]] == ["clstm TW 5", "clstm TW 10"]  # smoke's TW is 10
-    assert len(out["per_seed"]) == 2 * (3 + 1)  # three kinds at TW 10, then TW 5 for clstm; two seeds each
-    for row in out["main"] + out["ablation"]:
-        assert row["seeds"] == 2
+    assert len(out["per_run"]) == 2 * 2 * (4 + 1)  # folds x seeds x (two kinds x two rewards, then TW 5)
+    for row in out["main"][:6] + out["ablation"]:
+        assert row["runs"] == 4  # seeds x folds
         for key in METRICS:
             finite = row[key] is not None and math.isfinite(row[key]) and math.isfinite(row[f"{key}_std"])
             # profit per trade has no value only when no run of that row closed a trade
             assert finite or (key == "profit_per_trade" and row["trades"] == 0), (row["policy"], key)
-    assert main["buy_and_hold"]["sharpe_std"] == 0.0  # the same bars for every seed: one deterministic walk
-    low, high = main["clstm"]["sharpe_ci"]
-    assert low <= main["clstm"]["sharpe"] <= high
+        low, high = row["sharpe_ci"]
+        assert low <= row["sharpe"] <= high
+    bh = [r for r in out["per_run"] if r["config"] == "clstm" and r["window"] == 10]
+    assert {r["fold"] for r in bh} == {0, 1}
     pairs = {(row["pair"], row["metric"]): row for row in out["paired"]}
-    assert {p for p, _ in pairs} == {"clstm - lstm", "clstm - mlp", "lstm - mlp", "clstm - buy_and_hold",
-                                     "lstm - buy_and_hold", "mlp - buy_and_hold"}
-    per_seed = {(r["kind"], r["seed"]): r for r in out["per_seed"] if r["window"] == 10}
-    clstm_minus_lstm = np.mean([per_seed[("clstm", s)]["sharpe"] - per_seed[("lstm", s)]["sharpe"] for s in (0, 1)])
-    assert pairs[("clstm - lstm", "sharpe")]["mean"] == pytest.approx(clstm_minus_lstm)
+    assert {"clstm - mlp", "clstm+excess - clstm", "mlp+excess - buy_and_hold"} <= {p for p, _ in pairs}
+    runs = {(r["config"], r["seed"], r["fold"]): r for r in out["per_run"] if r["window"] == 10}
+    diffs = [runs[("clstm", s, f)]["sharpe"] - runs[("mlp", s, f)]["sharpe"] for s in (0, 1) for f in (0, 1)]
+    assert pairs[("clstm - mlp", "sharpe")]["mean"] == pytest.approx(np.mean(diffs))
+    assert pairs[("clstm - mlp", "sharpe")]["pairs"] == 4
+    dsr = out["deflated"]
+    assert dsr["trials"] == 4 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
     text = results.read_text()
-    assert "kept" in text and "<!-- begin synthetic -->" in text and "### Window ablation (clstm)" in text
-    assert "### Paired differences over seeds" in text
+    assert "kept" in text and "<!-- begin synthetic -->" in text and "### Window ablation" in text
+    assert "### Paired differences" in text and "### Each fold" in text and "### Deflated Sharpe" in text
     assert "reproduce_paper.py --config smoke" in text
 
 

@@ -90,8 +90,9 @@ def test_two_processes_join_one_postgres_study_and_record_each_trial_once(tmp_pa
 def test_reproduce_paper_shares_its_grid_through_a_storage(tmp_path):
     url = f"sqlite:///{tmp_path / 'grid.db'}"
     command = [sys.executable, str(ROOT / "scripts" / "reproduce_paper.py"), "--config", "smoke", "--data",
-               "synthetic", "--steps", "512", "--seeds", "1", "--kinds", "clstm", "mlp", "--windows", "10",
-               "--storage", url, "--json", "--set", "train.num_envs=8", "--set", "train.eval_every=1"]
+               "synthetic", "--steps", "512", "--seeds", "1", "--kinds", "clstm", "mlp", "--rewards", "equity",
+               "--windows", "10", "--storage", url, "--json", "--set", "train.num_envs=8",
+               "--set", "train.eval_every=1"]
     workers = [subprocess.Popen([*command, "--out", str(tmp_path / f"runs{i}"), "--results",
                                  str(tmp_path / f"R{i}.md")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, cwd=tmp_path) for i in range(2)]
@@ -99,10 +100,10 @@ def test_reproduce_paper_shares_its_grid_through_a_storage(tmp_path):
     for w, (out, err) in zip(workers, outputs, strict=True):
         assert w.returncode == 0, out[-2000:] + err[-3000:]
     results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
-    assert results[0]["per_seed"] == results[1]["per_seed"] and len(results[0]["per_seed"]) == 2
+    assert results[0]["per_run"] == results[1]["per_run"] and len(results[0]["per_run"]) == 2
     trials = optuna.load_study(study_name="reproduce-synthetic", storage=url).get_trials()
     cells = [t.user_attrs["cell"] for t in trials]
-    assert len(cells) == 2 and len(set(cells)) == 2  # each (kind, window, seed) ran once, in one process
+    assert len(cells) == 2 and len(set(cells)) == 2  # each (kind, reward, window, seed, fold) ran once, in one process
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     mine = [sum(1 for line in out.splitlines() if line.startswith("== grid")) for out, _ in outputs]
     assert sum(mine) == 2 and min(mine) >= 1  # each process ran one cell and gathered both

@@ -44,6 +44,8 @@ class DataConfig(Section):
     train_end: str | None = setting(None, "last date of the training split; None: the built-in's default, "
                                           "else train_frac")
     val_end: str | None = setting(None, "last date of the validation split; the test split is what follows")
+    test_end: str | None = setting(None, "last date of the test split (a walk-forward fold); no later bar is "
+                                         "loaded; None: the data's last date")
     train_frac: float = setting(0.70, "used only when no split dates are known", limits="(0, 1)")
     val_frac: float = setting(0.15, "used only when no split dates are known", limits="(0, 1)")
     periods_per_year: int = setting(252, "bars per year, for annualising volatility (daily: 252)", limits=">= 1")

@@ -57,6 +57,23 @@ def _align(frames: dict[str, pd.DataFrame], source: str) -> tuple[pd.DatetimeInd
     return common, {s: f.set_index("date").loc[common] for s, f in frames.items()}
 
 
+def _cut_after(dates: pd.DatetimeIndex, frames: dict[str, pd.DataFrame],
+               test_end: str | None) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
+    """Drop every bar after ``data.test_end``: a walk-forward fold never holds a bar after its test split, so
+    nothing computed from it (features, fits, the walk) can read one."""
+    if test_end is None:
+        return dates, frames
+    keep = int(dates.searchsorted(_end_date("data.test_end", test_end) + pd.Timedelta(days=1), side="left"))
+    return dates[:keep], {s: f.iloc[:keep] for s, f in frames.items()}
+
+
+def _end_date(key: str, text: str) -> pd.Timestamp:
+    try:
+        return pd.Timestamp(text)
+    except ValueError:
+        raise DataError(f"{key} {text!r} is not a date; write YYYY-MM-DD") from None
+
+
 def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[int, int]]:
     builtin = BUILTIN_SOURCES.get(cfg.source)
     train_end = cfg.train_end or (builtin.train_end if builtin else None)
@@ -67,13 +84,11 @@ def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[i
         cut1 = int(round(len(dates) * cfg.train_frac))
         cut2 = int(round(len(dates) * (cfg.train_frac + cfg.val_frac)))
     else:
-        try:
-            t_end, v_end = pd.Timestamp(train_end), pd.Timestamp(val_end)
-        except ValueError:
-            raise DataError(f"data.train_end {train_end!r} or data.val_end {val_end!r} is not a date; "
-                            "write YYYY-MM-DD") from None
+        t_end, v_end = _end_date("data.train_end", train_end), _end_date("data.val_end", val_end)
         if t_end >= v_end:
             raise DataError(f"data.train_end ({t_end.date()}) must come before data.val_end ({v_end.date()})")
+        if cfg.test_end is not None and v_end >= _end_date("data.test_end", cfg.test_end):
+            raise DataError(f"data.val_end ({v_end.date()}) must come before data.test_end ({cfg.test_end})")
         # An end date includes its whole day, also for intraday bars.
         cut1 = int(dates.searchsorted(t_end + pd.Timedelta(days=1), side="left"))
         cut2 = int(dates.searchsorted(v_end + pd.Timedelta(days=1), side="left"))
@@ -89,6 +104,7 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic)
     adjusted = np.array([bool(f.attrs.get("dividend_adjusted", False)) for f in frames.values()])
     dates, frames = _align(frames, cfg.source)
+    dates, frames = _cut_after(dates, frames, cfg.test_end)
     symbols = list(frames)
     returns = np.stack([log_returns(frames[s]["close"]).to_numpy() for s in symbols], axis=1)
     turb = turbulence(returns, cfg.turbulence_lookback)

@@ -1,0 +1,96 @@
+"""Many runs' test walks summarised (issue 24, item 2): mean +- std and a bootstrap 95% interval over seeds x
+folds, paired differences over the same (seed, fold), and the deflated Sharpe ratio of the best configuration
+given how many were tried. A run is one dict of metrics (``METRICS``); a missing number is NaN here and null in
+every JSON written from it."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from clstm_ppo.backtest.statistics import bootstrap_ci, deflated_sharpe, paired_difference
+
+METRICS = ("total_return", "annual_return", "sharpe", "max_drawdown", "profit_per_trade", "trades")
+CI_METRICS = ("sharpe", "total_return")  # bootstrap intervals and paired differences
+Runs = dict[str, list[dict[str, float]]]  # label -> one metrics dict per (seed, fold), in one shared order
+
+
+def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """One policy's metrics in evaluate's JSON averaged over the underlyings walked (one copy each). Profit per
+    trade is the closed options' own P&L per trade, every cost in (null without trades)."""
+    rows = [{k: math.nan if m.get(k) is None else float(m[k]) for k in METRICS} for m in by_symbol.values()]
+    return {k: float(np.nanmean([r[k] for r in rows])) if any(np.isfinite(r[k]) for r in rows) else math.nan
+            for k in METRICS}
+
+
+def summary_rows(runs: Runs) -> list[dict[str, Any]]:
+    """One row per label: mean +- std (ddof 1) of every metric over its runs, and a bootstrap 95% interval of
+    the mean for the headline metrics."""
+    rows = []
+    for label, samples in runs.items():
+        row: dict[str, Any] = {"policy": label, "runs": len(samples)}
+        for key in METRICS:
+            values = np.array([s[key] for s in samples], dtype=float)
+            finite = values[np.isfinite(values)]
+            row[key] = float(finite.mean()) if finite.size else math.nan
+            row[f"{key}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+            if key in CI_METRICS:
+                row[f"{key}_ci"] = list(bootstrap_ci(values))
+        rows.append(row)
+    return rows
+
+
+def paired_rows(runs: Runs, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``a - b`` for each pair, run by run (the same seed and fold), for each headline metric."""
+    rows = []
+    for a, b in pairs:
+        for key in CI_METRICS:
+            d = paired_difference(np.array([r[key] for r in runs[a]]), np.array([r[key] for r in runs[b]]))
+            rows.append({"pair": f"{a} - {b}", "metric": key, "mean": d["mean"], "ci_low": d["ci_low"],
+                         "ci_high": d["ci_high"], "wins": d["wins"], "pairs": int(d["pairs"])})
+    return rows
+
+
+def deflated_best(returns: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The deflated Sharpe ratio of the configuration whose daily test returns (``returns[label]``: its runs'
+    mean return each day, the folds end to end) have the highest Sharpe, given that all of them were tried;
+    the variance of the trials' Sharpe ratios is taken across these configurations."""
+    sharpes = {label: _sharpe(r) for label, r in returns.items()}
+    best = max(sharpes, key=lambda label: sharpes[label])
+    variance = float(np.var(list(sharpes.values()), ddof=1)) if len(sharpes) > 1 else 0.0
+    out = deflated_sharpe(returns[best], len(sharpes), variance)
+    root = math.sqrt(252.0)
+    return {"best": best, "trials": len(sharpes), "days": int(np.isfinite(returns[best]).sum()),
+            "sharpe_annual": out["sharpe"] * root, "benchmark_sharpe_annual": out["benchmark_sharpe"] * root,
+            "deflated_sharpe": out["deflated_sharpe"], "sharpe_variance": variance}
+
+
+def _sharpe(r: np.ndarray) -> float:
+    r = r[np.isfinite(r)]
+    sd = r.std(ddof=1) if len(r) > 1 else 0.0
+    return float(r.mean() / sd) if sd > 0 else 0.0
+
+
+def display(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as text: percentages for returns and drawdowns, dollars per trade, mean +- std in one cell."""
+    out = []
+    for row in rows:
+        cells: dict[str, Any] = {"policy": row["policy"], "runs": row["runs"]}
+        for key in METRICS:
+            mean, std = row[key], row[f"{key}_std"]
+            if not math.isfinite(mean):
+                cells[key] = "n/a"
+            elif key in ("total_return", "annual_return", "max_drawdown"):
+                cells[key] = f"{100 * mean:.2f}% +- {100 * std:.2f}"
+            elif key == "profit_per_trade":
+                cells[key] = f"${mean:,.0f} +- {std:,.0f}"
+            else:
+                cells[key] = f"{mean:.3f} +- {std:.3f}" if key == "sharpe" else f"{mean:.1f} +- {std:.1f}"
+            if key in CI_METRICS:
+                low, high = row[f"{key}_ci"]
+                scale, unit = (100, "%") if key == "total_return" else (1, "")
+                cells[f"{key}_ci95"] = (f"[{scale * low:.2f}{unit},{scale * high:.2f}{unit}]"
+                                        if math.isfinite(low) and math.isfinite(high) else "n/a")
+        out.append(cells)
+    return out
