@@ -28,7 +28,7 @@ from clstm_ppo.scenarios.judge import (
     strict_discriminative_score,
 )
 from clstm_ppo.scenarios.metrics import excess_kurtosis, skew, stylised_facts
-from clstm_ppo.scenarios.regimes import REGIMES
+from clstm_ppo.scenarios.recognise import format_regimes, regime_report
 from clstm_ppo.training.checkpoint import CheckpointError
 
 MODEL_KEYS = ("model", "garch_t", "bootstrap")
@@ -62,29 +62,6 @@ def judge_scores(model: Any, ts: TrainingSet, held: np.ndarray, seq_len: int, ru
     }
 
 
-def regime_summary(gen: FittedGenerator, paths: int, length: int, seed: int) -> dict[str, dict[str, float]]:
-    """Per regime of a conditional model: annualised vol, mean daily return, skew and excess kurtosis of r."""
-    out = {}
-    ret_col = gen.feature_names.index("ret")
-    for i, name in enumerate(REGIMES):
-        r = gen.sample_features(paths, length, name, seed + 10 + i)[..., ret_col]
-        out[name] = {"annual_vol": float(r.std() * np.sqrt(252)), "mean_return": float(r.mean()),
-                     "skew": skew(r), "kurtosis": excess_kurtosis(r)}
-    return out
-
-
-def real_regime_summary(ts: TrainingSet) -> dict[str, dict[str, float]]:
-    """The same statistics of the real training bars that carry each label."""
-    r = ts.raw[..., ts.names.index("ret")]
-    out = {}
-    for i, name in enumerate(REGIMES):
-        pick = r[ts.labels == i]
-        out[name] = {"annual_vol": float(pick.std() * np.sqrt(252)) if pick.size else float("nan"),
-                     "mean_return": float(pick.mean()) if pick.size else float("nan"),
-                     "share_of_bars": float(pick.size / r.size)}
-    return out
-
-
 def build_report(gen: FittedGenerator, data: MarketData, paths: int = 1000, length: int = 252, runs: int = 10,
                  iters: int = 2000, seed: int = 0, plot_dir: Path | None = None,
                  progress: bool = True) -> dict[str, Any]:
@@ -114,8 +91,8 @@ def build_report(gen: FittedGenerator, data: MarketData, paths: int = 1000, leng
                                                        overlapping(ts.scaler.apply(held), gen.seq_len),
                                                        ret_col, iters, seed)
     if gen.regimes is not None:
-        report["regimes"] = {"generated": regime_summary(gen, min(paths, 200), length, seed),
-                             "real_train": real_regime_summary(ts)}
+        # per regime: the classifier goal, and vol and skew of generated and real bars (recognise.py)
+        report["regimes"] = regime_report(gen, ts, real_ret, min(paths, 200), length, seed)
     if plot_dir is not None:
         from clstm_ppo.scenarios.plots import write_plots  # matplotlib only when plots are asked for
 
@@ -146,9 +123,5 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("disc: |accuracy - 0.5| (0 is best); strict: non-overlapping windows, judged after the training "
                  "split's end; real_train: the training bars' own returns against the held-out ones")
     if "regimes" in report:
-        for name, row in report["regimes"]["generated"].items():
-            real_row = report["regimes"]["real_train"][name]
-            lines.append(f"regime {name:<9} generated: vol {row['annual_vol']:.1%}, mean {row['mean_return']:+.5f}, "
-                         f"skew {row['skew']:+.2f}  |  real: vol {real_row['annual_vol']:.1%}, "
-                         f"mean {real_row['mean_return']:+.5f}, {real_row['share_of_bars']:.1%} of bars")
+        lines.extend(format_regimes(report["regimes"]))
     return "\n".join(lines)
