@@ -17,7 +17,7 @@ from clstm_ppo.train import main as train_main
 from clstm_ppo.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-METRICS = ("total_return", "annual_return", "sharpe", "max_drawdown", "profit_per_trade", "trades")
+METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "profit_per_trade", "trades")
 
 
 def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_json(tmp_path):
@@ -44,16 +44,17 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
             finite = row[key] is not None and math.isfinite(row[key]) and math.isfinite(row[f"{key}_std"])
             # profit per trade has no value only when no run of that row closed a trade
             assert finite or (key == "profit_per_trade" and row["trades"] == 0), (row["policy"], key)
-        low, high = row["sharpe_ci"]
-        assert low <= row["sharpe"] <= high
+        low, high = row["sharpe_excess_ci"]
+        assert low <= row["sharpe_excess"] <= high
     bh = [r for r in out["per_run"] if r["config"] == "clstm" and r["window"] == 10]
     assert {r["fold"] for r in bh} == {0, 1}
     pairs = {(row["pair"], row["metric"]): row for row in out["paired"]}
     assert {"clstm - mlp", "clstm+excess - clstm", "mlp+excess - buy_and_hold"} <= {p for p, _ in pairs}
     runs = {(r["config"], r["seed"], r["fold"]): r for r in out["per_run"] if r["window"] == 10}
-    diffs = [runs[("clstm", s, f)]["sharpe"] - runs[("mlp", s, f)]["sharpe"] for s in (0, 1) for f in (0, 1)]
-    assert pairs[("clstm - mlp", "sharpe")]["mean"] == pytest.approx(np.mean(diffs))
-    assert pairs[("clstm - mlp", "sharpe")]["pairs"] == 4
+    diffs = [runs[("clstm", s, f)]["sharpe_excess"] - runs[("mlp", s, f)]["sharpe_excess"] for s in (0, 1)
+             for f in (0, 1)]
+    assert pairs[("clstm - mlp", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
+    assert pairs[("clstm - mlp", "sharpe_excess")]["pairs"] == 4
     dsr = out["deflated"]
     assert dsr["trials"] == 4 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
     text = results.read_text()
