@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
+from clstm_ppo.backtest.across_runs import mean_over_underlyings
 from clstm_ppo.cli import run_cli
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.train import main as train_main
@@ -45,7 +44,5 @@ def test_split_metrics(run: Path) -> dict[str, float]:
         code = run_cli(evaluate_main, ["--checkpoint", str(best), "--split", "test", "--json", str(report)])
         if code != 0:
             raise SystemExit(f"error: evaluating {run.name} failed (exit {code})")
-    agent = json.loads(report.read_text())["policies"]["agent"].values()
-    values = lambda key: [np.nan if m[key] is None else m[key] for m in agent]  # noqa: E731  (null: no number)
-    return {"test_sharpe": float(np.nanmean(values("sharpe"))),
-            "test_total_return": float(np.nanmean(values("total_return")))}
+    agent = mean_over_underlyings(json.loads(report.read_text())["policies"]["agent"])
+    return {"test_sharpe": agent["sharpe"], "test_total_return": agent["total_return"]}

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.backtest.statistics import bootstrap_ci
 from clstm_ppo.config import load_config
 from clstm_ppo.studies import test_split_metrics, train_run
 from clstm_ppo.tables import format_records
 from clstm_ppo.training.checkpoint import load_checkpoint
 
 ARMS = ("real", "augmented")
-DRAWS = 10_000
 
 
 def train(args: argparse.Namespace, arm: str, seed: int, folder: Path, name: str) -> None:
@@ -52,20 +52,13 @@ def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     return {"arm": arm, "seed": seed, "val_composite": float(best), **test_split_metrics(run)}
 
 
-def bootstrap_ci(diffs: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap 95% CI of the mean of ``diffs`` (resampling its entries with replacement)."""
-    rng = np.random.default_rng(seed)
-    means = diffs[rng.integers(0, len(diffs), size=(DRAWS, len(diffs)))].mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
 def compare(records: list[dict[str, Any]]) -> dict[str, Any]:
     by = {(r["arm"], r["seed"]): r for r in records}
     seeds = sorted(s for (arm, s) in by if arm == "real" and ("augmented", s) in by)
     out: dict[str, Any] = {"paired_seeds": seeds}
     for key in ("test_sharpe", "test_total_return", "val_composite"):
         diffs = np.array([by[("augmented", s)][key] - by[("real", s)][key] for s in seeds])
-        lo, hi = bootstrap_ci(diffs) if len(diffs) > 1 else (float("nan"), float("nan"))
+        lo, hi = bootstrap_ci(diffs)  # (nan, nan) below two seeds
         out[key] = {"diffs": diffs.tolist(), "mean_diff": float(diffs.mean()) if len(diffs) else float("nan"),
                     "ci95": [lo, hi], "real_mean": float(np.mean([by[("real", s)][key] for s in seeds])),
                     "augmented_mean": float(np.mean([by[("augmented", s)][key] for s in seeds]))}

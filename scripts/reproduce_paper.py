@@ -93,11 +93,11 @@ def train_and_backtest(args: argparse.Namespace, cell: dict[str, Any], fits: dic
     daily = pd.read_csv(returns, index_col="date")
     names = ["agent"] if len(picks) == 1 else [f"agent_{i + 1}" for i in range(len(picks))]
     out: dict[str, Any] = {b: mean_over_underlyings(policies[b]) for b in BENCHMARKS}
+    # a policy's column per underlying ("agent_1:AAPL") or one column ("agent"): its mean day by day
+    mean_of = lambda policy: daily.filter(regex=f"^{policy}(:|$)").mean(axis=1)  # noqa: E731
     for pick, column in zip(picks, names, strict=True):
         out[pick] = mean_over_underlyings(policies[column])
-        mine = [c for c in daily.columns if c == column or c.startswith(f"{column}:")]
-        cash = [c for c in daily.columns if c == "cash" or c.startswith("cash:")]  # the rate, earned day by day
-        out[f"{pick}_returns"] = (daily[mine].mean(axis=1) - daily[cash].mean(axis=1)).tolist()
+        out[f"{pick}_returns"] = (mean_of(column) - mean_of("cash")).tolist()  # over cash: the rate, day by day
     out.setdefault("smoothed", None)  # too few validation walks for a smoothed pick
     return out
 
@@ -235,10 +235,10 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
             row[lab] = float(np.nanmean([m["sharpe_excess"] for m in mine]))
         per_fold.append(row)
     daily = {lab: _ensemble_returns(pairs_, folds) for lab, pairs_ in by_label.items()}
-    ablation = {f"clstm TW {c['window']}": [] for c in cells if c["kind"] == "clstm" and c["reward"] == "equity"}
+    ablation: dict[str, list[dict[str, float]]] = {}
     for c, r in zip(cells, results, strict=True):
         if c["kind"] == "clstm" and c["reward"] == "equity":
-            ablation[f"clstm TW {c['window']}"].append(r["agent"])
+            ablation.setdefault(f"clstm TW {c['window']}", []).append(r["agent"])
     per_run = [{"config": label(c["kind"], c["reward"]), "window": c["window"], "seed": c["seed"],
                 "fold": "split" if c["fold"] is None else c["fold"], **{k: r["agent"][k] for k in METRICS},
                 "smoothed_sharpe_excess": (r["smoothed"] or _missing())["sharpe_excess"]}
