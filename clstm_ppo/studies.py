@@ -1,12 +1,18 @@
 """Seeded studies built from the public commands (scripts/precision_equivalence.py, scripts/augment_study.py,
-scripts/reproduce_paper.py): train a run to its budget, resumably, read its best checkpoint's walk over the test
-split, and the statistics over seeds x folds that separate skill from luck (SPEC section 10)."""
+scripts/tune_vs_default.py, scripts/reproduce_paper.py): train a run to its budget, resumably, read its best
+checkpoint's walk over the test split, and the statistics over seeds (x folds) that separate skill from luck
+(SPEC section 10)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from clstm_ppo.backtest.across_runs import mean_over_underlyings
+from clstm_ppo.backtest.statistics import bootstrap_ci
 from clstm_ppo.cli import run_cli
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.train import main as train_main
@@ -46,3 +52,62 @@ def test_split_metrics(run: Path) -> dict[str, float]:
             raise SystemExit(f"error: evaluating {run.name} failed (exit {code})")
     agent = mean_over_underlyings(json.loads(report.read_text())["policies"]["agent"])
     return {"test_sharpe": agent["sharpe"], "test_total_return": agent["total_return"]}
+
+
+def train_minutes(run: Path) -> float:
+    """Wall minutes of training, summed over launches (each launch's metrics.jsonl clock starts at 0)."""
+    path, total, last = run / "metrics.jsonl", 0.0, 0.0
+    if not path.exists():
+        return math.nan
+    for line in path.read_text().splitlines():
+        t = json.loads(line).get("time", 0.0)
+        if t < last:
+            total += last
+        last = t
+    return (total + last) / 60
+
+
+def run_record(run: Path) -> dict[str, float]:
+    """A finished run's numbers: the trainer's own best validation composite (what tuning scores), the update
+    that set it, the test walk of best_composite.pt, and the training minutes."""
+    # latest.pt's selection state holds the run's final best composite; best_composite.pt says when it was set.
+    best = load_checkpoint(run / "latest.pt")["best"]["composite"]
+    best_update = load_checkpoint(run / "best_composite.pt")["update"]
+    return {"val_composite": float(best), "best_update": int(best_update), **test_split_metrics(run),
+            "train_min": train_minutes(run)}
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof 1; nan for one value)."""
+    a = np.asarray(values, dtype=float)
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
+
+
+def arm_rows(records: list[dict[str, Any]], arm_key: str, arms: list[str], metrics: list[str]) -> list[dict]:
+    """One row per arm: its seeds, and per metric the mean, the std over seeds and each seed's value."""
+    rows = []
+    for arm in arms:
+        mine = [r for r in records if r[arm_key] == arm]
+        row: dict[str, Any] = {arm_key: arm, "seeds": len(mine)}
+        for key in metrics:
+            row[key], row[f"{key}_std"] = mean_std([r[key] for r in mine])
+            row[f"{key}_per_seed"] = [r[key] for r in mine]
+        rows.append(row)
+    return rows
+
+
+def paired_differences(records: list[dict[str, Any]], arm_key: str, base: str, other: str,
+                       metrics: list[str]) -> dict[str, Any]:
+    """``other`` - ``base`` seed by seed (the seeds both arms ran): per metric the differences, their mean and a
+    percentile bootstrap 95% CI over seeds (nan below two seeds)."""
+    by = {(r[arm_key], r["seed"]): r for r in records}
+    seeds = sorted(s for (arm, s) in by if arm == base and (other, s) in by)
+    out: dict[str, Any] = {"paired_seeds": seeds}
+    for key in metrics:
+        diffs = np.array([by[(other, s)][key] - by[(base, s)][key] for s in seeds])
+        lo, hi = bootstrap_ci(diffs)
+        means = {f"{arm}_mean": float(np.mean([by[(arm, s)][key] for s in seeds])) if seeds else math.nan
+                 for arm in (base, other)}
+        out[key] = {"diffs": diffs.tolist(), "mean_diff": float(diffs.mean()) if seeds else math.nan,
+                    "ci95": [lo, hi], **means}
+    return out

@@ -20,14 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from clstm_ppo.backtest.statistics import bootstrap_ci
 from clstm_ppo.config import load_config
-from clstm_ppo.studies import test_split_metrics, train_run
+from clstm_ppo.studies import paired_differences, run_record, train_run
 from clstm_ppo.tables import format_records
-from clstm_ppo.training.checkpoint import load_checkpoint
 
 ARMS = ("real", "augmented")
 
@@ -47,22 +44,7 @@ def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     folder = args.out / Path(args.data).name.split(".")[0]
     name = f"{arm}-seed{seed}"
     train(args, arm, seed, folder, name)
-    run = folder / name
-    best = load_checkpoint(run / "latest.pt")["best"]["composite"]
-    return {"arm": arm, "seed": seed, "val_composite": float(best), **test_split_metrics(run)}
-
-
-def compare(records: list[dict[str, Any]]) -> dict[str, Any]:
-    by = {(r["arm"], r["seed"]): r for r in records}
-    seeds = sorted(s for (arm, s) in by if arm == "real" and ("augmented", s) in by)
-    out: dict[str, Any] = {"paired_seeds": seeds}
-    for key in ("test_sharpe", "test_total_return", "val_composite"):
-        diffs = np.array([by[("augmented", s)][key] - by[("real", s)][key] for s in seeds])
-        lo, hi = bootstrap_ci(diffs)  # (nan, nan) below two seeds
-        out[key] = {"diffs": diffs.tolist(), "mean_diff": float(diffs.mean()) if len(diffs) else float("nan"),
-                    "ci95": [lo, hi], "real_mean": float(np.mean([by[("real", s)][key] for s in seeds])),
-                    "augmented_mean": float(np.mean([by[("augmented", s)][key] for s in seeds]))}
-    return out
+    return {"arm": arm, "seed": seed, **run_record(folder / name)}
 
 
 def verdict(result: dict[str, Any], share: float) -> str:
@@ -112,7 +94,9 @@ def main() -> None:
               "test Sharpe": f"{r['test_sharpe']:.4f}", "test return": f"{100 * r['test_total_return']:.2f}%"}
              for r in records]
     print(format_records(table))
-    result = compare(records) if len(args.arms) == 2 else {"paired_seeds": []}
+    result = (paired_differences(records, "arm", "real", "augmented", ["test_sharpe", "test_total_return",
+                                                                          "val_composite"])
+              if len(args.arms) == 2 else {"paired_seeds": []})
     if result["paired_seeds"]:
         s = result["test_sharpe"]
         print(f"test Sharpe: real {s['real_mean']:.4f}, augmented {s['augmented_mean']:.4f}, paired difference "

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from clstm_ppo.config import load_config
-from clstm_ppo.studies import test_split_metrics, train_run
+from clstm_ppo.studies import arm_rows, run_record, train_run
 from clstm_ppo.tables import format_records
-from clstm_ppo.training.checkpoint import load_checkpoint
 
 # What is compared, with the key each seed's record holds it under.
 METRICS = {"val_composite": "validation composite", "test_sharpe": "test Sharpe",
@@ -44,46 +41,16 @@ def train(args: argparse.Namespace, precision: str, seed: int, folder: Path, nam
     train_run(args.config, args.data, seed, args.steps, folder, name, sets)
 
 
-def train_minutes(run: Path) -> float:
-    """Wall minutes of training, summed over launches (each launch's metrics.jsonl clock starts at 0)."""
-    path, total, last = run / "metrics.jsonl", 0.0, 0.0
-    if not path.exists():
-        return math.nan
-    for line in path.read_text().splitlines():
-        t = json.loads(line).get("time", 0.0)
-        if t < last:
-            total += last
-        last = t
-    return (total + last) / 60
-
-
 def one_run(args: argparse.Namespace, precision: str, seed: int) -> dict[str, Any]:
     folder = args.out / Path(args.data).name.split(".")[0]
     name = f"{precision}-seed{seed}"
     train(args, precision, seed, folder, name)
-    run = folder / name
-    # latest.pt's selection state holds the run's final best composite; best_composite.pt says when it was set.
-    best = load_checkpoint(run / "latest.pt")["best"]["composite"]
-    best_update = load_checkpoint(run / "best_composite.pt")["update"]
-    return {"precision": precision, "seed": seed, "val_composite": float(best), "best_update": int(best_update),
-            **test_split_metrics(run), "train_min": train_minutes(run)}
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    a = np.asarray(values, dtype=float)
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
+    return {"precision": precision, "seed": seed, **run_record(folder / name)}
 
 
 def summarise(records: list[dict[str, Any]], precisions: list[str]) -> tuple[list[dict], list[dict]]:
     """One row per precision (mean, std, per-seed values) and one comparison per metric and other precision."""
-    rows = []
-    for p in precisions:
-        mine = [r for r in records if r["precision"] == p]
-        row: dict[str, Any] = {"precision": p, "seeds": len(mine)}
-        for key in METRICS:
-            row[key], row[f"{key}_std"] = mean_std([r[key] for r in mine])
-            row[f"{key}_per_seed"] = [r[key] for r in mine]
-        rows.append(row)
+    rows = arm_rows(records, "precision", precisions, list(METRICS))
     ref, comparisons = rows[0], []
     for other in rows[1:]:
         for key, label in METRICS.items():

@@ -56,15 +56,17 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(driver_url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S,
                                                   grace_period=GRACE_S)
-        except (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.IntegrityError) as err:
-            # Workers started together on a new database race to create its tables: the loser's CREATE fails
-            # ("already exists"), and a second look finds them made.
-            if attempt == 4:
-                raise ConfigError(f"--storage {masked(url)}: cannot open it ({first_line(err)})") from None
-            time.sleep(0.5 + random.random())
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as err:
-            raise ConfigError(f"--storage {masked(url)}: cannot open it ({first_line(err)}); check the URL, that the "
-                              "server runs and accepts this user, and that its driver is installed") from None
+            # Workers started together on a new database race to create its tables: the loser's CREATE fails
+            # ("already exists": ProgrammingError or IntegrityError on a server; OperationalError on SQLite, which
+            # may also say "database is locked" while the winner writes), and a second look finds them made.
+            racing = isinstance(err, (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.IntegrityError)) or (
+                isinstance(err, sqlalchemy.exc.OperationalError)
+                and any(words in str(err) for words in ("already exists", "database is locked")))
+            if not racing or attempt == 4:
+                raise ConfigError(f"--storage {masked(url)}: cannot open it ({first_line(err)}); check the URL, that "
+                                  "the server runs and accepts this user, and that its driver is installed") from None
+            time.sleep(0.5 + random.random())
     raise AssertionError("unreachable")
 
 
