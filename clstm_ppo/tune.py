@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-jobs", "--n_jobs", type=int, default=1, help="trials at once in this process")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per training run (train.threads_per_worker)")
     p.add_argument("--pruner", choices=("median", "hyperband", "none"), default="median")
-    p.add_argument("--sampler-seed", type=int, default=None, help="seeds TPE (one worker: reproducible draws)")
+    p.add_argument("--sampler-seed", type=int, default=None, help="seeds TPE (one worker: reproducible draws; "
+                   "workers sharing a study need a seed each, or none: one seed draws the same first points twice)")
     p.add_argument("--out", type=Path, default=None, help="run folders and the report (default: "
                    "checkpoints/tune/<study>)")
     return p

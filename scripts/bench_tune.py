@@ -3,8 +3,8 @@ study (the issue's goal: two take <= 0.6x the time of one, from parallelism plus
 
     python scripts/bench_tune.py [--config smoke] [--trials 8] [--steps 5120] [--pruner median] [--repeats 3] [--json]
 
-Each configuration runs the same study (same --config, --space, --steps, --trials, --sampler-seed) from an
-empty SQLite file in a temporary folder: `clstm-ppo-tune` processes, one thread per training run. The
+Each configuration runs the same study (same --config, --space, --steps, --trials; worker i has --sampler-seed i)
+from an empty SQLite file in a temporary folder: `clstm-ppo-tune` processes, one thread per training run. The
 table gives the wall time, the trials that completed and were pruned, and the ratio to one worker. With
 --repeats R the two configurations alternate R times (this machine's speed drifts), each pair's ratio is kept,
 and the last row gives the medians.
@@ -28,11 +28,13 @@ def run_study(workers: int, args: argparse.Namespace, folder: Path, repeat: int)
     url = f"sqlite:///{folder / f'r{repeat}-w{workers}.db'}"
     command = [sys.executable, "-m", "clstm_ppo.tune", "--config", args.config, "--trials", str(args.trials),
                "--steps", str(args.steps), "--storage", url, "--study", "bench", "--pruner", args.pruner,
-               "--sampler-seed", "0", *(["--space", args.space] if args.space else []),
+               *(["--space", args.space] if args.space else []),
                *[x for s in args.overrides for x in ("--set", s)]]
     started = time.perf_counter()
-    procs = [subprocess.Popen([*command, "--out", str(folder / f"r{repeat}-w{workers}-{i}")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for i in range(workers)]
+    # each worker its own sampler seed: workers given one seed would draw the same first points (TPE's random
+    # start-up trials come from the seeded generator), and the study would train each of them twice
+    procs = [subprocess.Popen([*command, "--sampler-seed", str(i), "--out", str(folder / f"r{repeat}-w{workers}-{i}")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(workers)]
     for p in procs:
         _, err = p.communicate()
         if p.returncode != 0:
