@@ -23,7 +23,8 @@ def refuse(token: str) -> None:
 def test_both_arms_train_on_fresh_seeds_and_the_paired_statistics_hold(tmp_path):
     tuned = tmp_path / "study" / "best.yaml"  # what clstm-ppo-tune writes: every setting of the best trial
     tuned.parent.mkdir()
-    tuned.write_text(yaml.safe_dump(to_dict(load_config("smoke", ["ppo.learning_rate=0.002", "train.total_steps=256"]))))
+    settings = load_config("smoke", ["ppo.learning_rate=0.002", "train.total_steps=256"])
+    tuned.write_text(yaml.safe_dump(to_dict(settings)))
     (tuned.parent / "summary.json").write_text(json.dumps(
         {"trials": 4, "best": {"trial": 2, "value": 0.91, "seed_values": [0.91]}}))
     done = subprocess.run([sys.executable, SCRIPT, "--tuned", str(tuned), "--default", "smoke", "--data", "synthetic",
