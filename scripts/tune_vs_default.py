@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ def verdict(rows: list[dict], paired: dict[str, Any]) -> str:
     default, tuned = rows
     diff = tuned["val_composite"] - default["val_composite"]
     spread = max(default["val_composite_std"], tuned["val_composite_std"])
-    if not spread == spread:  # nan: one seed
+    if math.isnan(spread):  # one seed in an arm: no spread
         return "too few seeds to judge (at least 2 per arm)"
     lo, hi = paired["val_composite"]["ci95"]
     test = paired["test_sharpe"]
