@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from clstm_ppo.backtest.across_runs import mean_over_underlyings
-from clstm_ppo.backtest.statistics import bootstrap_ci
+from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.cli import run_cli
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.train import main as train_main
@@ -104,10 +104,9 @@ def paired_differences(records: list[dict[str, Any]], arm_key: str, base: str, o
     seeds = sorted(s for (arm, s) in by if arm == base and (other, s) in by)
     out: dict[str, Any] = {"paired_seeds": seeds}
     for key in metrics:
-        diffs = np.array([by[(other, s)][key] - by[(base, s)][key] for s in seeds])
-        lo, hi = bootstrap_ci(diffs)
-        means = {f"{arm}_mean": float(np.mean([by[(arm, s)][key] for s in seeds])) if seeds else math.nan
-                 for arm in (base, other)}
-        out[key] = {"diffs": diffs.tolist(), "mean_diff": float(diffs.mean()) if seeds else math.nan,
-                    "ci95": [lo, hi], **means}
+        a, b = (np.array([by[(arm, s)][key] for s in seeds], dtype=float) for arm in (other, base))
+        d = paired_difference(a, b)
+        out[key] = {"diffs": (a - b).tolist(), "mean_diff": d["mean"], "ci95": [d["ci_low"], d["ci_high"]],
+                    f"{base}_mean": float(b.mean()) if seeds else math.nan,
+                    f"{other}_mean": float(a.mean()) if seeds else math.nan}
     return out
