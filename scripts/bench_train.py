@@ -16,8 +16,10 @@ dense float32 matmul's FLOP/s measured here. "update_encodes" is LSTM 1 window e
 update, beside "update_decisions", the decisions it trains on (what per-window encoding ran).
 "ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
-``--compiled`` compiles the env step (``env.compile: on``) and the encoder (``train.compile``); ``--cuda-graphs``
-also replays the env step as a CUDA graph (``train.cuda_graphs: on``). On a GPU sb3-contrib runs on the same GPU
+``--compiled`` compiles the env step (``env.compile: on``), and with it each rollout decision, and the encoder
+(``train.compile``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``).
+"rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "rollout_share" the
+share of the timed updates' seconds spent in rollouts. On a GPU sb3-contrib runs on the same GPU
 (its policy there; its envs step on the host, as they always do).
 """
 from __future__ import annotations
@@ -61,13 +63,14 @@ def forward_flops(cfg: Config, n_features: int, n_actions: int) -> tuple[float, 
 def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -> dict[str, float]:
     """Env steps/s, model FLOP/s and LSTM 1 encodings per update of our trainer, over ``updates`` updates
     after one warm-up update."""
-    encodes = []
+    encodes, rollout_s, update_s = [], 0.0, 0.0
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp), device)
         trainer.train_step()
         start = time.perf_counter()
         for _ in range(updates):
             stats, _ = trainer.train_step()
+            rollout_s, update_s = rollout_s + stats["rollout_s"], update_s + stats["update_s"]
             minibatches = cfg.ppo.update_epochs * cfg.ppo.num_minibatches
             # A trainer without the per-bar update encodes every decision's window (how older commits count).
             encodes.append(stats.get("lstm1_encodes_per_minibatch", stats.get("decisions_per_minibatch", float(
@@ -82,8 +85,11 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
     rollout = updates * (cached_bars * encoder + trainer.batch_size * rest)
     update = sum(encodes) * encoder + updates * decisions * rest
     flops = rollout + 3 * update  # backward ~ 2x forward
+    # The rollout's decisions: one CUDA graph replay, one compiled graph or op by op (agent/fused_rollout.py).
+    path = trainer.fused.path if trainer.fused is not None and cached else "eager"
     return {"rate": steps / elapsed, "flops": flops / elapsed, "encodes": sum(encodes) / updates,
-            "decisions": float(decisions), "rollout_encodes": float(cached_bars)}
+            "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": path,
+            "rollout_share": rollout_s / max(rollout_s + update_s, 1e-12)}
 
 
 def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -> float:
@@ -146,7 +152,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, help="env copies for every setting instead of its own (a GPU's 4,096)")
     parser.add_argument("--skip-sb3", action="store_true", help="time ours only")
     parser.add_argument("--compiled", action="store_true", help="ours with the env step and the encoder compiled")
-    parser.add_argument("--cuda-graphs", action="store_true", help="ours with the env step replayed as a CUDA graph")
+    parser.add_argument("--cuda-graphs", action="store_true", help="ours with each decision replayed as a CUDA graph")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                         help="ours' train.precision (sb3-contrib always runs fp32)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
@@ -171,6 +177,7 @@ def main() -> None:
         sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates, device)
         rows.append({"setting": setting, "num_envs": num_envs, "precision": args.precision,
                      "step": "graphs" if args.cuda_graphs else "compiled" if args.compiled else "eager",
+                     "rollout": run["rollout_path"], "rollout_share": round(run["rollout_share"], 3),
                      "ours_steps_per_s": round(run["rate"], 1),
                      "sb3_steps_per_s": round(sb3_rate, 1), "ratio": round(run["rate"] / sb3_rate, 2),
                      "update_encodes": round(run["encodes"]), "update_decisions": round(run["decisions"]),

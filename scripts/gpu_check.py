@@ -1,15 +1,17 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
 env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3] [--parts checks speed scale sb3]
+    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3] [--parts checks speed rollout scale sb3]
 
 Parts (each fits one 10-minute call; all by default): "checks" (every precision, the compiled trainer, a GPU run
 resumed on the CPU, evaluate, host syncs); "speed" (kernels per env step eager and compiled, env steps/s at 32,768
 copies eager / compiled / graphed, the trainer at 4,096 copies eager and compiled+graphed at default and paper
-sizes with model FLOP utilisation); "scale" (65,536 copies train one update and checkpoint); "sb3" (sb3-contrib's
-RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the public commands
-in a subprocess (as a user would) on the smoke config in a temporary folder, and the table says pass or fail,
-env steps/s and the GPU's peak memory (from the run's NVML records).
+sizes with model FLOP utilisation, how its rollout ran and the rollout's share of the time); "rollout" (policy +
+env per decision: eager, compiled, and captured as one CUDA graph, at 4,096 and 32,768 copies; the captured
+rollout must equal the compiled one bit for bit); "scale" (65,536 copies train one update and checkpoint); "sb3"
+(sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the
+public commands in a subprocess (as a user would) on the smoke config in a temporary folder, and the table says
+pass or fail, env steps/s and the GPU's peak memory (from the run's NVML records).
 Without CUDA it says so and exits 0: nothing here can run on a CPU-only machine.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from clstm_ppo.tables import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
-PARTS = ("checks", "speed", "scale", "sb3")
+PARTS = ("checks", "speed", "rollout", "scale", "sb3")
 
 
 def run(args: list[str], timeout: float = 900) -> tuple[bool, float, str]:
@@ -76,9 +78,12 @@ def bench(script: str, extra: list[str], label: str, timeout: float = 900) -> li
     out = []
     for row in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
         rate = row.get("env_steps_per_s", row.get("ours_steps_per_s", ""))
-        notes = {k: row[k] for k in ("setting", "num_envs", "kernels_per_step", "mfu", "sb3_steps_per_s", "ratio")
-                 if k in row}
-        out.append({"check": label, "passed": True, "seconds": "", "env_steps_per_s": rate, "gpu_mem_gb": "",
+        notes = {k: row[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "rollout_share",
+                                     "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled")
+                 if row.get(k, "") != ""}
+        # A captured rollout must replay what the compiled one computed, bit for bit.
+        passed = row.get("equals_compiled", True) is not False
+        out.append({"check": label, "passed": passed, "seconds": "", "env_steps_per_s": rate, "gpu_mem_gb": "",
                     "note": ", ".join(f"{k} {v}" for k, v in notes.items())})
     return out
 
@@ -120,6 +125,12 @@ def speed(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def rollout_rows(args: argparse.Namespace) -> list[dict]:
+    """The rollout alone (policy + env) by how each decision runs, captured checked against compiled."""
+    return bench("bench_rollout.py", ["--num-envs", "4096", "32768", "--paths", "eager", "compiled", "captured",
+                                      "--seconds", str(args.seconds)], "bench_rollout")
+
+
 def scale(folder: Path) -> list[dict]:
     """65,536 copies on one GPU: one update with its checkpoints (the smoke config's sizes)."""
     return [train_check("65536 copies", folder, ["--set", "train.num_envs=65536", "--total-steps", "1",
@@ -150,6 +161,8 @@ def main() -> None:
             rows += checks(folder, args)
         if "speed" in args.parts:
             rows += speed(args)
+        if "rollout" in args.parts:
+            rows += rollout_rows(args)
         if "scale" in args.parts:
             rows += scale(folder)
         if "sb3" in args.parts:

@@ -85,8 +85,8 @@ def collect_rollout(num_envs: int = 4, steps: int = 12, episode_length: int = 25
             dist = torch.distributions.Categorical(logits=logits[0])
             action = dist.sample()
             result = env.step(action)
-            storage.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
-                        result.terminated | result.truncated)
+            storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, dist.log_prob(action), value[0],
+                        result.reward, result.terminated | result.truncated)
             obs = result.obs
         _, last, _ = model(obs.market[None], obs.portfolio[None], obs.mask[None], obs.start[None], state)
     storage.finish(last[0], 0.99, 0.95)

@@ -21,6 +21,7 @@ from clstm_ppo.config import (
     check_values,
     load_config,
     named_configs,
+    parse_override,
     to_dict,
     walk_rules,
 )
@@ -150,6 +151,11 @@ def test_a_config_built_in_code_is_typed_and_its_settings_checked_together():
         Config(env=EnvConfig(compile="off"), train=TrainConfig(cuda_graphs="on"))
     with pytest.raises(ConfigError, match="env.compile"):
         EnvConfig(compile="yes")
+    # YAML reads --set env.compile=off as False: an on/off setting takes it as the word it was
+    assert (parse_override("env.compile=off")["env"]["compile"], EnvConfig(compile=False).compile) == (False, "off")
+    assert TrainConfig(cuda_graphs=True).cuda_graphs == "on"
+    with pytest.raises(ConfigError, match="train.run_name must be str, got True"):
+        TrainConfig(run_name=True)  # free text is not guessed
     cfg = Config()
     cfg.market.moneyness.append(-1.0)  # a list changed in place escapes the assignment check ...
     with pytest.raises(ConfigError, match="market.moneyness must be > 0"):

@@ -76,9 +76,11 @@ def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(run_dir / "latest.pt")["model"]
 
 
-@pytest.mark.parametrize("num_envs", [8, 32])  # 32: the rollout uses cached bar codes
-def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs):
-    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}"]
+# 32: the rollout uses cached bar codes; compiled: and then one compiled decision per step (agent/fused_rollout.py)
+@pytest.mark.parametrize(("num_envs", "compile"), [(8, "off"), (32, "off"), (32, "on")])
+def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile):
+    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
+              "--set", f"env.compile={compile}"]
     batch = num_envs * 32
     assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0

@@ -16,11 +16,13 @@ the trainer, the PPO update, the per-bar code cache, evaluate and predict never 
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from clstm_ppo.config import AgentConfig
 
@@ -37,6 +39,21 @@ def run_lstm(lstm: nn.LSTM, x: Tensor, state: State | None, float32: bool) -> tu
     with torch.autocast(device_type=x.device.type, enabled=False):
         state = None if state is None else (state[0].float(), state[1].float())
         return lstm(x.float(), state)
+
+
+def lstm_cell(lstm: nn.LSTM, x: Tensor, state: State, float32: bool) -> State:
+    """One step of ``lstm``'s single layer on (N, in) ``x`` from its (1, N, H) ``state``, with its own weights: the
+    same arithmetic as ``lstm(x[None], state)`` in plain ops, which a compiled graph keeps whole (dynamo breaks the
+    graph at an ``nn.LSTM``). ``float32`` as in ``run_lstm``. PyTorch's gate order: input, forget, cell, output."""
+    h, c = state[0][0], state[1][0]
+    with torch.autocast(device_type=x.device.type, enabled=False) if float32 else contextlib.nullcontext():
+        if float32:
+            x, h, c = x.float(), h.float(), c.float()
+        gates = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0) + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)
+        i, f, g, o = gates.chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+    return h[None], c[None]
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -154,6 +171,18 @@ class CascadedActorCritic(nn.Module):
             outputs.append(out)
         out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
         return (*self.heads(out, mask), (h, c))
+
+    def decide_one(self, code: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor,
+                   state: State) -> tuple[Tensor, Tensor, State]:
+        """``decide`` for one step of N copies ((N, ...) inputs, (N, A) logits and (N,) values) with no host sync
+        and no ``nn.LSTM`` call: LSTM 2 runs as a cell on its own weights (``lstm_cell``), so a rollout's decision
+        compiles into one graph with the env step (``agent/fused_rollout.py``)."""
+        x = torch.cat([code, portfolio], dim=-1)
+        if self.lstm2 is None:
+            return (*self.heads(self.core(x), mask), state)
+        keep = (~start).to(state[0].dtype).view(1, -1, 1)  # LSTM 2 starts an episode from zeros
+        h, c = lstm_cell(self.lstm2, x, (state[0] * keep, state[1] * keep), self.lstm_float32)
+        return (*self.heads(h[0], mask), (h, c))
 
     def heads(self, out: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Masked logits and values from LSTM 2's (or the MLP core's) output, in float32 whatever autocast

@@ -36,6 +36,20 @@ def bar_codes(model: nn.Module, windows: MarketWindows, decisions: int, precisio
     return codes
 
 
+def sample_actions(logits: Tensor, uniform: Tensor) -> Tensor:
+    """Draw one action per row of (N, A) ``logits`` by inverting its categorical CDF at the row's ``uniform`` in
+    [0, 1): the same law as ``Categorical.sample`` from random numbers drawn beforehand, so a rollout draws all of
+    its numbers in one call and a compiled or captured step holds no generator.
+
+    The action is the first whose CDF exceeds the target. A masked action has zero mass, so the CDF does not rise
+    there and no target picks it, u = 0 included; the target is kept strictly below the total, which a u next to
+    1 times the total can round up to, so the last valid action always exceeds it."""
+    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
+    total = cdf[:, -1:]
+    target = torch.minimum(uniform.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
+    return (cdf <= target).sum(dim=-1)
+
+
 def policy_step(model: nn.Module, obs: Observation, lstm_state: State,
                 codes: Tensor | None) -> tuple[Tensor, Tensor, State]:
     """The rollout's forward for one step of every copy, from cached bar codes when there are some."""
@@ -52,15 +66,16 @@ def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, o
     """Fill ``storage`` with one rollout from ``obs``; returns the next observation and the carried LSTM state.
     The episodes that ended are summed in the env (``env.take_episode_sums``)."""
     storage.initial_state = tuple(x.clone() for x in lstm_state)
+    uniforms = torch.rand(cfg.num_steps, env.num_envs, device=obs.row.device)  # the rollout's draws, in one call
     for step in range(cfg.num_steps):
         with precision.autocast():
             logits, value, state = policy_step(model, obs, lstm_state, codes)
         lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
         dist = torch.distributions.Categorical(logits=logits[0], validate_args=False)  # checks sync the host
-        action = dist.sample()
+        action = sample_actions(logits[0], uniforms[step])
         result = env.step(action)
-        storage.add(step, obs, action, dist.log_prob(action), value[0], result.reward,
-                    result.terminated | result.truncated)
+        storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, dist.log_prob(action), value[0],
+                    result.reward, result.terminated | result.truncated)
         obs = result.obs
     # Bootstrap from the next observation without advancing the carried state.
     with precision.autocast():

@@ -9,7 +9,6 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.agent.model import State
-from clstm_ppo.env import Observation
 
 
 def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor,
@@ -46,12 +45,18 @@ class RolloutStorage:
         self.initial_state: State | None = None  # LSTM 2's state before step 0: minibatches replay from it
         self.num_steps, self.num_envs = num_steps, num_envs
 
-    def add(self, step: int, obs: Observation, action: Tensor, logprob: Tensor, value: Tensor,
-            reward: Tensor, done: Tensor) -> None:
-        self.rows[step], self.portfolio[step] = obs.row, obs.portfolio
-        self.mask[step], self.starts[step] = obs.mask, obs.start
-        self.actions[step], self.logprobs[step], self.values[step] = action, logprob, value
-        self.rewards[step], self.dones[step] = reward.float(), done
+    def add(self, step: int | Tensor, row: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor, action: Tensor,
+            logprob: Tensor, value: Tensor, reward: Tensor, done: Tensor) -> None:
+        """Write one decision of every copy at row ``step``: an int, or a (1,) long tensor on the device (a compiled
+        or captured rollout's index, read without a host sync)."""
+        values = (row, portfolio, mask, start, action, logprob, value, reward, done)
+        buffers = (self.rows, self.portfolio, self.mask, self.starts, self.actions, self.logprobs, self.values,
+                   self.rewards, self.dones)
+        for buffer, value in zip(buffers, values, strict=True):
+            if isinstance(step, Tensor):
+                buffer.index_copy_(0, step, value.unsqueeze(0).to(buffer.dtype))
+            else:
+                buffer[step] = value
 
     def finish(self, last_value: Tensor, gamma: float, lam: float) -> None:
         self.advantages, self.returns = compute_gae(self.rewards, self.values, self.dones, last_value, gamma, lam)

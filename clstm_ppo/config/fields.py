@@ -93,8 +93,10 @@ class Section:
         if name not in types_:
             valid = ", ".join(f.name for f in dataclasses.fields(self))
             raise ConfigError(f"config: unknown key '{key}'; valid keys here: {valid}")
-        value = coerce(value, types_[name], key)
         rule = rule_of(type(self), name)
+        if isinstance(value, bool) and rule is not None and rule.choices and {"on", "off"} <= set(rule.choices):
+            value = "on" if value else "off"  # YAML 1.1 reads on/off (and yes/no) as booleans
+        value = coerce(value, types_[name], key)
         if rule is not None:
             rule.check(key, value)
         object.__setattr__(self, name, value)

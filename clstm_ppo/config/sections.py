@@ -189,7 +189,8 @@ class EnvConfig(Section):
                                          "episodes run full length")
     # On a GPU the eager step is ~850 kernel launches; compiled it is a few fused kernels. On a CPU the eager step
     # is faster than inductor's code (docs/BENCHMARKS.md), so auto compiles on CUDA only.
-    compile: str = setting("auto", "torch.compile the training env's step as one graph: auto (on CUDA), on, off",
+    compile: str = setting("auto", "torch.compile the training env's step, and with it each rollout decision, as one "
+                                   "graph: auto (on CUDA), on, off",
                            choices=("auto", "on", "off"))
 
 
@@ -252,9 +253,10 @@ class TrainConfig(Section):
     precision: str = setting("fp32", "fp32, bf16 (autocast) or fp16 (autocast + GradScaler)",
                              choices=("fp32", "bf16", "fp16"))
     compile: bool = setting(False, "torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs are")
-    # A CUDA graph replays the compiled env step's kernels in one launch; on a CPU there is nothing to replay.
-    cuda_graphs: str = setting("auto", "replay the compiled env step as a CUDA graph: auto (on CUDA when env.compile "
-                                       "compiles), on, off; no effect on a CPU", choices=("auto", "on", "off"))
+    # A CUDA graph replays a compiled decision's kernels in one launch; on a CPU there is nothing to replay.
+    cuda_graphs: str = setting("auto", "replay each compiled rollout decision (policy, draw, env step, storage "
+                                       "write) as one CUDA graph: auto (on CUDA when env.compile compiles), on, off; "
+                                       "no effect on a CPU", choices=("auto", "on", "off"))
     eval_every: int = setting(10, "updates between evaluations: one continuous walk over the whole validation "
                                   "split", limits=">= 1", flag="--eval-every")
     checkpoint_dir: str = setting("checkpoints", "folder of run folders", flag="--checkpoint-dir")

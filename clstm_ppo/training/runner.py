@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
+from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.model import State
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
@@ -89,6 +90,10 @@ class Trainer:
         self.precision = Precision(device, t.precision)
         self.model.run_lstms_in_float32(self.precision.lstms_in_float32)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
+        # With the env step compiled, the whole decision (policy, draw, env, storage write) compiles as one graph,
+        # captured in a CUDA graph with train.cuda_graphs on CUDA.
+        self.fused = FusedRollout(self.model, self.env, self.storage, self.precision, t.cuda_graphs != "off") \
+            if self.env.compiled else None
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
@@ -196,8 +201,12 @@ class Trainer:
     def collect(self) -> np.ndarray:
         """One rollout into the storage, carrying the observation and LSTM state on; the sums of the full-length
         episodes that ended (``env.state.EPISODE_SUMS``)."""
-        self.obs, self.lstm_state = rollout.collect(self.model, self.env, self.storage, self.obs, self.lstm_state,
-                                                    self.precision, self.cfg.ppo, self.bar_codes())
+        codes, p = self.bar_codes(), self.cfg.ppo
+        if self.fused is not None and codes is not None:
+            self.obs, self.lstm_state = self.fused.collect(self.obs, self.lstm_state, codes, p.gamma, p.gae_lambda)
+        else:
+            self.obs, self.lstm_state = rollout.collect(self.model, self.env, self.storage, self.obs, self.lstm_state,
+                                                        self.precision, p, codes)
         return self.env.take_episode_sums()
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
