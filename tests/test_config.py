@@ -147,7 +147,7 @@ def test_a_config_built_in_code_is_typed_and_its_settings_checked_together():
     assert CostConfig(spread_base=0).spread_base == 0.0 and isinstance(CostConfig(spread_base=0).spread_base, float)
     with pytest.raises(ConfigError, match=r"train.num_envs \(6\) must be a multiple of ppo.num_minibatches"):
         Config(train=TrainConfig(num_envs=6))
-    with pytest.raises(ConfigError, match="train.cuda_graphs: on replays the compiled env step; set env.compile"):
+    with pytest.raises(ConfigError, match="train.cuda_graphs: on replays the compiled rollout decision; set env"):
         Config(env=EnvConfig(compile="off"), train=TrainConfig(cuda_graphs="on"))
     with pytest.raises(ConfigError, match="env.compile"):
         EnvConfig(compile="yes")

@@ -39,7 +39,8 @@ def check_values(cfg: Any) -> None:
          f"ppo.grad_accumulation ({p.grad_accumulation}) must divide ppo.num_minibatches ({p.num_minibatches})"),
         (t.total_steps < 1 and t.num_episodes < 1, "train.total_steps must be at least 1 (or set train.num_episodes)"),
         (t.cuda_graphs == "on" and cfg.env.compile == "off",
-         "train.cuda_graphs: on replays the compiled env step; set env.compile to auto or on (or cuda_graphs off)"),
+         "train.cuda_graphs: on replays the compiled rollout decision; set env.compile to auto or on "
+         "(or cuda_graphs off)"),
     ]
     for broken, message in pairs:
         if broken:
