@@ -57,21 +57,19 @@ class Collector:
             self.obs, self.state = self.fused.collect(self.obs, self.state, codes, self.ppo.gamma, self.ppo.gae_lambda)
 
 
-def compare(one: RolloutStorage, eager: RolloutStorage) -> dict[str, float]:
-    same = one.actions == eager.actions
+def compare(one: dict[str, torch.Tensor], eager: dict[str, torch.Tensor]) -> dict[str, float]:
+    same = one["actions"] == eager["actions"]
     flipped = (~same).any(dim=1)
-    first = int(flipped.nonzero()[0]) if flipped.any() else one.num_steps  # steps before any copy parted
-    diff = (one.rewards[:first] - eager.rewards[:first]).abs().max().item() if first else float("nan")
+    first = int(flipped.nonzero()[0]) if flipped.any() else len(same)  # steps before any copy parted
+    diff = (one["rewards"][:first] - eager["rewards"][:first]).abs().max().item() if first else float("nan")
     return {"same_actions": round(same.float().mean().item(), 4), "max_reward_diff": diff}
 
 
 def measure(data, cfg: Config, path: str, num_envs: int, seconds: float, device: torch.device,
-            reference: dict[str, RolloutStorage]) -> dict:
+            reference: dict[str, dict[str, torch.Tensor]]) -> dict:
     run = Collector(data, cfg, path, num_envs, device)
     run.collect()  # compiles (and captures) on the first rollout: untimed, and the one compared
-    first = {k: v.clone() for k, v in vars(run.storage).items() if isinstance(v, torch.Tensor)}
-    snapshot = RolloutStorage.__new__(RolloutStorage)
-    snapshot.__dict__.update(first, num_steps=run.storage.num_steps)
+    snapshot = {k: v.clone() for k, v in vars(run.storage).items() if isinstance(v, torch.Tensor)}
     reference.setdefault(path, snapshot)
     rollouts, elapsed = 0, 0.0
     while elapsed < seconds or rollouts == 0:
@@ -88,7 +86,7 @@ def measure(data, cfg: Config, path: str, num_envs: int, seconds: float, device:
     if "eager" in reference and path != "eager":
         row.update(compare(snapshot, reference["eager"]))
     if path == "captured" and "compiled" in reference:
-        row["equals_compiled"] = all(torch.equal(getattr(snapshot, k), getattr(reference["compiled"], k))
+        row["equals_compiled"] = all(torch.equal(snapshot[k], reference["compiled"][k])
                                      for k in ("actions", "rewards", "logprobs", "values", "portfolio"))
     return row
 
@@ -112,7 +110,7 @@ def main() -> None:
     data = build_market_data(cfg.data)
     rows = []
     for num_envs in args.num_envs:
-        reference: dict[str, RolloutStorage] = {}
+        reference: dict[str, dict[str, torch.Tensor]] = {}
         for path in sorted(args.paths, key=PATHS.index):  # eager first: the others compare with it
             rows.append(measure(data, cfg, path, num_envs, args.seconds, device, reference))
     print_table(rows, args.json, {"device": str(device), "sizes": args.sizes, "num_steps": cfg.ppo.num_steps})

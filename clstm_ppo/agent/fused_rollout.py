@@ -11,7 +11,6 @@ more bars than the rollout has decisions, so never at GPU sizes) takes the eager
 """
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,11 +18,11 @@ from functools import partial
 
 import torch
 from torch import Tensor, nn
-from torch.utils._pytree import register_dataclass, tree_flatten
+from torch.utils._pytree import register_dataclass, tree_flatten, tree_map
 
 from clstm_ppo.agent.model import State
 from clstm_ppo.agent.precision import Precision
-from clstm_ppo.agent.rollout import sample_actions
+from clstm_ppo.agent.rollout import action_logprob, sample_actions
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import first_line
 from clstm_ppo.env import BatchedOptionsEnv, Observation
@@ -57,11 +56,9 @@ def decision(model: nn.Module, spec: EnvSpec, precision: Precision, storage: Rol
         logits, value, (h, c) = model.decide_one(codes.index_select(0, carry.row), carry.portfolio, carry.env.mask,
                                                  carry.start, (carry.h, carry.c))
     action = sample_actions(logits, uniforms.index_select(0, carry.step)[0])
-    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)  # as Categorical(logits).log_prob reads them
-    logprob = normalised.gather(1, action.unsqueeze(-1)).squeeze(-1)
     out = pure.step(spec, carry.env, action)
-    storage.add(carry.step, carry.row, carry.portfolio, carry.env.mask, carry.start, action, logprob, value,
-                out.reward, out.terminated | out.truncated)
+    storage.add(carry.step, carry.row, carry.portfolio, carry.env.mask, carry.start, action,
+                action_logprob(logits, action), value, out.reward, out.terminated | out.truncated)
     return Carry(out.state, h.float(), c.float(), out.portfolio, out.row, out.start, carry.step + 1)
 
 
@@ -157,9 +154,7 @@ class FusedRollout:
 
 def _clone(carry: Carry) -> Carry:
     """A carry of fresh tensors with ``carry``'s values."""
-    return Carry(env=EnvState(**{k: ({n: t.clone() for n, t in v.items()} if isinstance(v, dict) else v.clone())
-                                 for k, v in carry.env.to_dict().items()}),
-                 **{f.name: getattr(carry, f.name).clone() for f in dataclasses.fields(carry) if f.name != "env"})
+    return tree_map(Tensor.clone, carry)
 
 
 def _copy_into(target: Carry, source: Carry) -> None:

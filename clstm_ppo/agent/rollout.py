@@ -50,6 +50,13 @@ def sample_actions(logits: Tensor, uniform: Tensor) -> Tensor:
     return (cdf <= target).sum(dim=-1)
 
 
+def action_logprob(logits: Tensor, action: Tensor) -> Tensor:
+    """(N,) log-probability of each row's ``action`` under its (N, A) ``logits``: ``Categorical.log_prob``'s
+    arithmetic, without the distribution object (whose argument checks would sync the host)."""
+    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
+    return normalised.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+
 def policy_step(model: nn.Module, obs: Observation, lstm_state: State,
                 codes: Tensor | None) -> tuple[Tensor, Tensor, State]:
     """The rollout's forward for one step of every copy, from cached bar codes when there are some."""
@@ -71,11 +78,10 @@ def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, o
         with precision.autocast():
             logits, value, state = policy_step(model, obs, lstm_state, codes)
         lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
-        dist = torch.distributions.Categorical(logits=logits[0], validate_args=False)  # checks sync the host
         action = sample_actions(logits[0], uniforms[step])
         result = env.step(action)
-        storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, dist.log_prob(action), value[0],
-                    result.reward, result.terminated | result.truncated)
+        storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, action_logprob(logits[0], action),
+                    value[0], result.reward, result.terminated | result.truncated)
         obs = result.obs
     # Bootstrap from the next observation without advancing the carried state.
     with precision.autocast():

@@ -52,11 +52,12 @@ class RolloutStorage:
         values = (row, portfolio, mask, start, action, logprob, value, reward, done)
         buffers = (self.rows, self.portfolio, self.mask, self.starts, self.actions, self.logprobs, self.values,
                    self.rewards, self.dones)
-        for buffer, value in zip(buffers, values, strict=True):
-            if isinstance(step, Tensor):
-                buffer.index_copy_(0, step, value.unsqueeze(0).to(buffer.dtype))
-            else:
+        if not isinstance(step, Tensor):
+            for buffer, value in zip(buffers, values, strict=True):
                 buffer[step] = value
+            return
+        for buffer, value in zip(buffers, values, strict=True):
+            buffer.index_copy_(0, step, value.unsqueeze(0).to(buffer.dtype))
 
     def finish(self, last_value: Tensor, gamma: float, lam: float) -> None:
         self.advantages, self.returns = compute_gae(self.rewards, self.values, self.dones, last_value, gamma, lam)

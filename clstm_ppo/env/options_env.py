@@ -15,6 +15,7 @@ from functools import partial
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_map
 
 from clstm_ppo.config import EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData
@@ -170,7 +171,7 @@ class BatchedOptionsEnv:
     def step(self, action: Tensor) -> StepResult:
         if self.cuda_graphs:  # a replay overwrites the last one's outputs: keep what callers hold past it
             torch.compiler.cudagraph_mark_step_begin()
-            self.state = EnvState(**{k: _clone(v) for k, v in self.state.to_dict().items()})
+            self.state = tree_map(Tensor.clone, self.state)
         out = self._step(self.state, action.to(self.device).long())
         self.state = out.state
         episodes = self._record(out) if self.records else None
@@ -213,10 +214,6 @@ class BatchedOptionsEnv:
 
     def action_mask(self) -> Tensor:
         return self.state.mask.clone()
-
-
-def _clone(x: Tensor | dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
-    return {k: v.clone() for k, v in x.items()} if isinstance(x, dict) else x.clone()
 
 
 def _eager_step(spec: EnvSpec, autoreset: bool, keep_ended: bool) -> Callable[[EnvState, Tensor], pure.StepOutput]:
