@@ -41,6 +41,16 @@ class DistContext:
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.all_reduce_sum(tensor) / self.world_size if self.enabled else tensor
 
+    def average_gradients(self, module: torch.nn.Module) -> None:
+        """Every rank's gradients replaced by their mean over the ranks, in one all-reduce: what DDP does during the
+        backward, for an update that does not run through DDP's forward (``agent/static_update.py``)."""
+        if not self.enabled:
+            return
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        mean = self.all_reduce_mean(torch.cat([g.reshape(-1) for g in grads]))
+        torch._foreach_copy_(grads, [part.view_as(g) for part, g in zip(mean.split([g.numel() for g in grads]),
+                                                                          grads, strict=True)])
+
     def gather_to_main(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (picklable, on the CPU) in rank order on rank 0; an empty list elsewhere."""
         if not self.enabled:

@@ -1,14 +1,16 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
 env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3] [--parts checks speed rollout scale sb3]
+    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3] [--parts checks speed rollout update scale sb3]
 
 Parts (each fits one 10-minute call; all by default): "checks" (every precision, the compiled trainer, a GPU run
 resumed on the CPU, evaluate, host syncs); "speed" (kernels per env step eager and compiled, env steps/s at 32,768
 copies eager / compiled / graphed, the trainer at 4,096 copies eager and compiled+graphed at default and paper
 sizes with model FLOP utilisation, how its rollout ran and the rollout's share of the time); "rollout" (policy +
 env per decision: eager, compiled, and captured as one CUDA graph, at 4,096 and 32,768 copies; the captured
-rollout must equal the compiled one bit for bit); "scale" (65,536 copies train one update and checkpoint); "sb3"
+rollout must equal the compiled one bit for bit); "update" (the PPO update alone at 4,096 copies: eager, static,
+compiled, and compiled with CUDA graphs, each within half an Adam step of the eager update's weights); "scale"
+(65,536 copies train one update and checkpoint); "sb3"
 (sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the
 public commands in a subprocess (as a user would) on the smoke config in a temporary folder, and the table says
 pass or fail, env steps/s and the GPU's peak memory (from the run's NVML records).
@@ -30,7 +32,7 @@ from clstm_ppo.tables import print_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
-PARTS = ("checks", "speed", "rollout", "scale", "sb3")
+PARTS = ("checks", "speed", "rollout", "update", "scale", "sb3")
 
 
 def run(args: list[str], timeout: float = 900) -> tuple[bool, float, str]:
@@ -79,10 +81,13 @@ def bench(script: str, extra: list[str], label: str, timeout: float = 900) -> li
     for row in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
         rate = row.get("env_steps_per_s", row.get("ours_steps_per_s", ""))
         notes = {k: row[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "rollout_share",
-                                     "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled")
+                                     "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled",
+                                     "first_update_s", "ms_per_update", "decisions_per_s", "diff_per_step")
                  if row.get(k, "") != ""}
-        # A captured rollout must replay what the compiled one computed, bit for bit.
-        passed = row.get("equals_compiled", True) is not False
+        # A captured rollout must replay what the compiled one computed, bit for bit; an update path must land
+        # within half an Adam step of the eager update's weights.
+        diff = row.get("diff_per_step", "")
+        passed = row.get("equals_compiled", True) is not False and not (isinstance(diff, float) and diff > 0.5)
         out.append({"check": label, "passed": passed, "seconds": "", "env_steps_per_s": rate, "gpu_mem_gb": "",
                     "note": ", ".join(f"{k} {v}" for k, v in notes.items())})
     return out
@@ -131,6 +136,15 @@ def rollout_rows(args: argparse.Namespace) -> list[dict]:
                                       "--seconds", str(args.seconds)], "bench_rollout")
 
 
+def update_rows() -> list[dict]:
+    """The PPO update alone by how its minibatch loss runs, each path checked against the eager update."""
+    rows = []
+    for sizes in ("default", "paper"):
+        rows += bench("bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--paths", "eager", "static",
+                                          "compiled", "graphs"], f"bench_update {sizes}")
+    return rows
+
+
 def scale(folder: Path) -> list[dict]:
     """65,536 copies on one GPU: one update with its checkpoints (the smoke config's sizes)."""
     return [train_check("65536 copies", folder, ["--set", "train.num_envs=65536", "--total-steps", "1",
@@ -163,6 +177,8 @@ def main() -> None:
             rows += speed(args)
         if "rollout" in args.parts:
             rows += rollout_rows(args)
+        if "update" in args.parts:
+            rows += update_rows()
         if "scale" in args.parts:
             rows += scale(folder)
         if "sb3" in args.parts:

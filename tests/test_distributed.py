@@ -78,6 +78,22 @@ def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, mon
 
 
 @pytest.mark.slow
+def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, monkeypatch):
+    """env.compile on: the static, compiled update does not run through DDP's forward; one all-reduce of the
+    gradients per optimizer step must keep the ranks' weights identical while each rank trains on its own episodes
+    (without it they part after the first step)."""
+    monkeypatch.setenv("RECORD_DIR", str(tmp_path))
+    cfg = smoke_config(3 * 2 * 8 * 8, "ppo.num_steps=8", "env.compile=on", "ppo.grad_accumulation=2")
+    assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert not torch.equal(r0["starts"], r1["starts"]), "each rank should draw its own episodes"
+    for name in r0["final"]:
+        assert torch.equal(r0["final"][name], r1["final"][name]), f"{name} differs across ranks"
+        assert not torch.equal(r0["final"][name], r0["initial"][name]), f"{name} never moved"
+    assert load_checkpoint(tmp_path / "run" / "latest.pt")["update"] == 3
+
+
+@pytest.mark.slow
 def test_an_exception_in_rank_1_ends_both_workers_quickly(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
     monkeypatch.setenv("FAIL_RANK", "1")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -44,16 +45,38 @@ def run_lstm(lstm: nn.LSTM, x: Tensor, state: State | None, float32: bool) -> tu
 def lstm_cell(lstm: nn.LSTM, x: Tensor, state: State, float32: bool) -> State:
     """One step of ``lstm``'s single layer on (N, in) ``x`` from its (1, N, H) ``state``, with its own weights: the
     same arithmetic as ``lstm(x[None], state)`` in plain ops, which a compiled graph keeps whole (dynamo breaks the
-    graph at an ``nn.LSTM``). ``float32`` as in ``run_lstm``. PyTorch's gate order: input, forget, cell, output."""
+    graph at an ``nn.LSTM``). ``float32`` as in ``run_lstm``."""
     h, c = state[0][0], state[1][0]
     with torch.autocast(device_type=x.device.type, enabled=False) if float32 else contextlib.nullcontext():
         if float32:
             x, h, c = x.float(), h.float(), c.float()
-        gates = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0) + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)
-        i, f, g, o = gates.chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
+        h, c = gate_step(F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0), h, c, lstm.weight_hh_l0, lstm.bias_hh_l0)
     return h[None], c[None]
+
+
+def gate_step(gates_x: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> tuple[Tensor, Tensor]:
+    """One LSTM step from its input's gates (N, 4H) and (N, H) ``h`` and ``c``. PyTorch's gate order: input, forget,
+    cell, output."""
+    i, f, g, o = (gates_x + F.linear(h, weight_hh, bias_hh)).chunk(4, dim=-1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def recurrence(gates_x: Tensor, starts: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor,
+               bias_hh: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """LSTM steps over L steps of input gates ``gates_x`` (L, N, 4H) already computed, from (N, H) ``h`` and ``c``;
+    the state is zeroed before each step where ``starts`` (L, N) says an episode begins. Returns the outputs
+    (L, N, H) and the last h and c. A pure function of tensors with a fixed-length loop: no host sync, no
+    data-dependent shape, no module, so it compiles as one graph (``agent/static_update.py``)."""
+    outputs = []
+    for step in range(gates_x.shape[0]):
+        keep = (~starts[step]).to(h.dtype).unsqueeze(-1)
+        h, c = gate_step(gates_x[step], h * keep, c * keep, weight_hh, bias_hh)
+        outputs.append(h)
+    return torch.stack(outputs), h, c
+
+
+Recurrence = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -183,6 +206,31 @@ class CascadedActorCritic(nn.Module):
         keep = (~start).to(state[0].dtype).view(1, -1, 1)  # LSTM 2 starts an episode from zeros
         h, c = lstm_cell(self.lstm2, x, (state[0] * keep, state[1] * keep), self.lstm_float32)
         return (*self.heads(h[0], mask), (h, c))
+
+    def decide_static(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State,
+                      block: int | None = None, steps: Recurrence = recurrence) -> tuple[Tensor, Tensor, State]:
+        """``decide`` with fixed shapes and no host sync, for a compiled or captured update: LSTM 2's input
+        gates for all L steps in one matmul, then its recurrence (``steps``, by default ``recurrence``; a compiled
+        twin from the caller) over blocks of ``block`` steps (all L by default) with the state zeroed at episode
+        starts. The same arithmetic as ``decide``'s fused LSTM chunks, in another order."""
+        x = torch.cat([code, portfolio], dim=-1)
+        if self.lstm2 is None:
+            return (*self.heads(self.core(x), mask), state)
+        lstm, length = self.lstm2, x.shape[0]
+        block = block or length
+        with torch.autocast(device_type=x.device.type, enabled=False) if self.lstm_float32 \
+                else contextlib.nullcontext():
+            h, c = state[0][0], state[1][0]
+            if self.lstm_float32:
+                x, h, c = x.float(), h.float(), c.float()
+            gates_x = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0)
+            outputs = []
+            for begin in range(0, length, block):
+                out, h, c = steps(gates_x[begin:begin + block], starts[begin:begin + block], h, c,
+                                  lstm.weight_hh_l0, lstm.bias_hh_l0)
+                outputs.append(out)
+        out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+        return (*self.heads(out, mask), (h[None], c[None]))
 
     def heads(self, out: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Masked logits and values from LSTM 2's (or the MLP core's) output, in float32 whatever autocast

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
 from clstm_ppo.agent.precision import Precision
+from clstm_ppo.agent.rollout import action_logprob
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
 from clstm_ppo.data.windows import MarketWindows
@@ -37,20 +39,77 @@ def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor],
     return (advantages - mean) / (std + 1e-8)
 
 
+def ppo_losses(logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Tensor, advantages: Tensor,
+               returns: Tensor, old_values: Tensor, cfg: PPOConfig) -> tuple[Tensor, Tensor]:
+    """One minibatch's PPO loss and its statistics (policy loss, value loss, entropy, approx KL, clip fraction),
+    in float32 under any precision. A pure function of tensors: the static update compiles it as it stands."""
+    logits, values = logits.float(), values.float()
+    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)  # Categorical's normalised logits
+    log_ratio = action_logprob(logits, actions) - old_logprobs
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman, 2020)
+        clip_fraction = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+    policy_loss = torch.max(-advantages * ratio,
+                            -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+    if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL's option)
+        clipped = old_values + (values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
+        value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
+    else:
+        value_loss = 0.5 * ((values - returns) ** 2).mean()
+    entropy = -(normalised.exp() * normalised).sum(-1).mean()  # a masked action adds 0 * -1e9 = 0
+    loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+    return loss, torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_fraction]).detach()
+
+
+class MinibatchLoss(Protocol):
+    """What ``ppo_update`` asks of a minibatch: its loss and statistics (``ppo_losses``) for the env copies ``idx``
+    of the stored rollout, with the rollout's normalised ``advantages``; ``encoded`` counts its LSTM 1 windows."""
+
+    encoded: int
+
+    def __call__(self, idx: Tensor, advantages: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+class DistinctBarsLoss:
+    """The eager minibatch loss: LSTM 1 once per distinct bar of the minibatch (copies on one underlying share
+    bars, so at many copies a minibatch repeats each bar many times), LSTM 2 in fused runs cut at episode starts.
+    Both shapes depend on the data: fast eager, but neither compiles nor captures (``static_update`` does)."""
+
+    def __init__(self, model: nn.Module, windows: MarketWindows, storage: RolloutStorage, cfg: PPOConfig,
+                 precision: Precision):
+        self.model, self.windows, self.storage, self.cfg, self.precision = model, windows, storage, cfg, precision
+        self.encoded = 0
+
+    def __call__(self, idx: Tensor, advantages: Tensor) -> tuple[Tensor, Tensor]:
+        s = self.storage
+        h0, c0 = s.initial_state
+        bars, bar_index = torch.unique(s.rows[:, idx], return_inverse=True)
+        self.encoded = bars.numel()
+        with self.precision.autocast():
+            logits, values, _ = self.model(self.windows.gather(bars), s.portfolio[:, idx], s.mask[:, idx],
+                                           s.starts[:, idx], (h0[:, idx], c0[:, idx]), bar_index)
+        return ppo_losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
+                          s.returns[:, idx], s.values[:, idx], self.cfg)
+
+
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: RolloutStorage,
                windows: MarketWindows, cfg: PPOConfig, generator: torch.Generator,
                all_reduce_mean: Callable[[Tensor], Tensor] | None = None, precision: Precision | None = None,
+               minibatch_loss: MinibatchLoss | None = None, average_gradients: Callable[[], None] | None = None,
                ) -> dict[str, float]:
     """One PPO update over ``storage``; ``model`` may be DDP-wrapped (its forward syncs gradients).
 
     ``windows`` (the env's ``market_windows``) turns the stored flat rows back into market windows. With
     ``cfg.grad_accumulation = k``, gradients of k minibatches are summed before one optimizer
-    step (under DDP only the k-th backward all-reduces).
+    step (under DDP only the k-th backward all-reduces). ``minibatch_loss`` replaces the eager
+    ``DistinctBarsLoss`` (the static, compiled one of ``static_update``); a loss that does not run through DDP's
+    forward brings ``average_gradients``, called before each optimizer step.
     """
     s = storage
     precision = precision or Precision(s.rows.device, "fp32")
+    minibatch_loss = minibatch_loss or DistinctBarsLoss(model, windows, s, cfg, precision)
     advantages = normalise_advantages(s.advantages, all_reduce_mean) if cfg.norm_adv else s.advantages
-    h0, c0 = s.initial_state
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
     totals = torch.zeros(5, device=s.rows.device)  # policy, value loss, entropy, approx KL, clip fraction
@@ -64,40 +123,18 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
             stepping = (k + 1) % accumulate == 0
             sync = contextlib.nullcontext() if stepping or not hasattr(model, "no_sync") else model.no_sync()
             with sync:
-                # A window depends only on its bar: encode each distinct bar of the minibatch once (copies on one
-                # underlying share bars, so at many copies the minibatch repeats each bar's LSTM 1 work).
-                bars, bar_index = torch.unique(s.rows[:, idx], return_inverse=True)
-                encoded += bars.numel()
-                with precision.autocast():
-                    logits, values, _ = model(windows.gather(bars), s.portfolio[:, idx], s.mask[:, idx],
-                                              s.starts[:, idx], (h0[:, idx], c0[:, idx]), bar_index)
-                logits, values = logits.float(), values.float()  # losses in float32 under any precision
-                dist = torch.distributions.Categorical(logits=logits, validate_args=False)  # no host syncs
-                logprob = dist.log_prob(s.actions[:, idx])
-                log_ratio = logprob - s.logprobs[:, idx]
-                ratio = log_ratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman, 2020)
-                    clip_fraction = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
-                adv = advantages[:, idx]
-                policy_loss = torch.max(-adv * ratio,
-                                        -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-                returns, old_values = s.returns[:, idx], s.values[:, idx]
-                if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL's option)
-                    clipped = old_values + (values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
-                    value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
-                else:
-                    value_loss = 0.5 * ((values - returns) ** 2).mean()
-                entropy = dist.entropy().mean()
-                loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+                loss, stats = minibatch_loss(idx, advantages)
                 precision.backward(loss / accumulate)  # the mean over the k minibatches' sequences
+            encoded += minibatch_loss.encoded
             if stepping:
+                if average_gradients is not None:
+                    average_gradients()
                 if not precision.step(model, optimizer, cfg.max_grad_norm):
                     # Gradients are all-reduced, so every rank sees the same non-finite norm and stops here too.
                     return {"nonfinite": 1.0}
                 optimizer.zero_grad(set_to_none=True)
-            totals += torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_fraction]).detach()
-            kl_this_epoch.append(approx_kl)
+            totals += stats
+            kl_this_epoch.append(stats[3])
             batches += 1
         if cfg.target_kl is not None:
             mean_kl = torch.stack(kl_this_epoch).mean()
@@ -111,6 +148,6 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     values = torch.cat([totals / max(batches, 1), explained.view(1).to(totals.dtype)]).tolist()  # one host sync
     stats = dict(zip(names, values, strict=True))
     stats["nonfinite"] = 0.0
-    stats["lstm1_encodes_per_minibatch"] = encoded / max(batches, 1)  # distinct bars, against ...
+    stats["lstm1_encodes_per_minibatch"] = encoded / max(batches, 1)  # windows LSTM 1 encoded, against ...
     stats["decisions_per_minibatch"] = float(s.rows.shape[0] * envs_per_batch)  # ... what per-window encoding ran
     return stats

@@ -190,7 +190,7 @@ class EnvConfig(Section):
     # On a GPU the eager step is ~850 kernel launches; compiled it is a few fused kernels. On a CPU the eager step
     # is faster than inductor's code (docs/BENCHMARKS.md), so auto compiles on CUDA only.
     compile: str = setting("auto", "torch.compile the training env's step, and with it each rollout decision, as one "
-                                   "graph: auto (on CUDA), on, off",
+                                   "graph, and the PPO update's loss in fixed shapes: auto (on CUDA), on, off",
                            choices=("auto", "on", "off"))
 
 

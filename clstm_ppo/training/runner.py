@@ -10,6 +10,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from clstm_ppo.agent.model import State
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
+from clstm_ppo.agent.static_update import StaticMinibatchLoss
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk
 from clstm_ppo.config import Config, check_values, first_line, save_config, to_dict
@@ -93,6 +95,9 @@ class Trainer:
         # With the env step compiled, the whole decision (policy, draw, env, storage write) compiles as one graph,
         # captured in a CUDA graph with train.cuda_graphs on CUDA.
         self.fused = FusedRollout(self.model, self.env, self.storage, self.precision, t.cuda_graphs != "off") \
+            if self.env.compiled else None
+        # And the update's minibatch loss in fixed shapes, compiled; its gradients are averaged without DDP's forward.
+        self.static_loss = StaticMinibatchLoss(self.model, self.env.market_windows, self.storage, p, self.precision) \
             if self.env.compiled else None
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
         random.seed(seeds.numpy)
@@ -235,8 +240,13 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
-        stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
-                           self.minibatch_generator, mean, self.precision)
+        if self.static_loss is None:
+            stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
+                               self.minibatch_generator, mean, self.precision)
+        else:
+            stats = ppo_update(self.model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
+                               self.minibatch_generator, mean, self.precision, self.static_loss,
+                               partial(self.ctx.average_gradients, self.model))
         return {**stats, "learning_rate": lr}
 
     # ------------------------------------------------------------------ evaluation

@@ -1,0 +1,82 @@
+"""The PPO update's minibatch loss with fixed shapes and no host sync, compiled (SPEC section 13).
+
+The eager loss (``ppo.DistinctBarsLoss``) encodes the minibatch's distinct bars (``torch.unique``: a shape set by the
+data) and cuts LSTM 2 into fused runs at episode starts (read on the host). Neither compiles, and at GPU sizes,
+where some copy of a minibatch starts an episode at almost every step, the runs are one step each anyway. Here:
+
+- LSTM 1 encodes a fixed set of windows, whichever is fewer: every observable bar of the split (the bar codes the
+  rollout reads, by a position table) or every decision of the minibatch. LSTM 1 stays an ``nn.LSTM`` outside the
+  compiled code (one cuDNN or oneDNN call; dynamo would break the graph there).
+- LSTM 2's input gates come from one matmul over the whole sequence, then its recurrence runs with resets as
+  ``model.recurrence`` over blocks of at most ``MAX_BLOCK`` steps, compiled once as one graph: compile time grows
+  with the block, not with ``ppo.num_steps``, and every block has one shape, so nothing recompiles.
+- The loss arithmetic (``ppo.ppo_losses``) is compiled as a second graph.
+
+The update does not run through DDP's forward, so under DDP its gradients are averaged by one all-reduce before each
+optimizer step (``ppo_update``'s ``average_gradients``), the mean DDP would take.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+
+from clstm_ppo.agent.model import Recurrence, recurrence
+from clstm_ppo.agent.ppo import ppo_losses
+from clstm_ppo.agent.precision import Precision
+from clstm_ppo.agent.storage import RolloutStorage
+from clstm_ppo.config import PPOConfig
+from clstm_ppo.data.windows import MarketWindows
+
+MAX_BLOCK = 16  # LSTM 2 steps per compiled recurrence call: ~1 s of compile per step on a CPU (docs/BENCHMARKS.md)
+
+
+def recurrence_block(num_steps: int) -> int:
+    """The largest divisor of ``num_steps`` up to ``MAX_BLOCK``: every block has one shape, so one graph."""
+    return max(d for d in range(1, min(num_steps, MAX_BLOCK) + 1) if num_steps % d == 0)
+
+
+class StaticMinibatchLoss:
+    """``ppo.MinibatchLoss`` with fixed shapes: the same loss as the eager one (the tests compare them), in pieces
+    that compile (``compile``) into two graphs. ``by_bar``: LSTM 1 encodes every observable bar (True) or every
+    decision of the minibatch (False); by default whichever is fewer windows. ``cuda_graphs``: compiled in inductor's
+    "reduce-overhead" mode, which replays each compiled call as a CUDA graph on CUDA (untried on a GPU so far: only
+    ``scripts/bench_update.py`` asks for it, not the trainer)."""
+
+    def __init__(self, model: nn.Module, windows: MarketWindows, storage: RolloutStorage, cfg: PPOConfig,
+                 precision: Precision, compile: bool = True, by_bar: bool | None = None, cuda_graphs: bool = False):
+        self.model, self.windows, self.storage, self.precision = model, windows, storage, precision
+        decisions = storage.num_steps * (storage.num_envs // cfg.num_minibatches)
+        bars = windows.observable_rows()
+        self.bars: Tensor | None = None
+        if len(bars) <= decisions if by_bar is None else by_bar:  # each observable bar once, looked up by flat row
+            self.bars = bars
+            self.position = torch.zeros(windows.n_symbols * windows.n_bars, dtype=torch.long, device=bars.device)
+            self.position[bars] = torch.arange(len(bars), device=bars.device)
+        self.encoded = len(bars) if self.bars is not None else decisions
+        self.block = recurrence_block(storage.num_steps)
+        losses = partial(ppo_losses, cfg=cfg)
+        self.cuda_graphs = compile and cuda_graphs
+        options = {"fullgraph": True, "dynamic": False, "mode": "reduce-overhead" if self.cuda_graphs else None}
+        self.steps: Recurrence = torch.compile(recurrence, **options) if compile else recurrence
+        self.losses = torch.compile(losses, **options) if compile else losses
+
+    def __call__(self, idx: Tensor, advantages: Tensor) -> tuple[Tensor, Tensor]:
+        s, model = self.storage, self.model
+        rows = s.rows[:, idx]
+        h0, c0 = s.initial_state
+        # A leaf that asks for its gradient, as the state between blocks does: one graph serves every block.
+        state = (h0[:, idx].requires_grad_(), c0[:, idx].requires_grad_())
+        with self.precision.autocast():
+            if self.bars is not None:
+                codes = model.encoder(self.windows.gather(self.bars))
+                code = codes.index_select(0, self.position[rows].reshape(-1)).view(*rows.shape, -1)
+            else:
+                code = model.encoder(self.windows.gather(rows.reshape(-1))).view(*rows.shape, -1)
+            logits, values, _ = model.decide_static(code, s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
+                                                    state, self.block, self.steps)
+        loss, stats = self.losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
+                                  s.returns[:, idx], s.values[:, idx])
+        # A CUDA graph's outputs are overwritten by its next replay; the update keeps the statistics longer.
+        return loss, stats.clone() if self.cuda_graphs else stats

@@ -1,0 +1,118 @@
+"""The PPO update alone, by how its minibatch loss runs, on one stored rollout.
+
+    python scripts/bench_update.py [--json] [--device cpu|cuda] [--num-envs 32 256] [--sizes default|paper]
+        [--paths eager static compiled graphs] [--precision fp32|bf16|fp16] [--updates 2]
+
+Paths: "eager" is ``ppo.DistinctBarsLoss``: LSTM 1 once per distinct bar of the minibatch, LSTM 2 in fused runs cut
+at episode starts (the trainer's update without ``env.compile``). "static" is ``static_update.StaticMinibatchLoss``
+op by op: fixed shapes, LSTM 2 as a loop with resets. "compiled" is the same compiled (the trainer's update with
+``env.compile`` on). "graphs" compiles it in reduce-overhead mode, each compiled call replayed as a CUDA graph
+(CUDA only; the trainer does not use it yet). All paths update the untrained default agent from the same weights
+on the same eager rollout of the embedded S&P 500's training split (128 steps per copy, 4 epochs of 4 minibatches).
+"first_update_s" is the first update, compiling included; its weights are compared with the eager path's:
+"diff_per_step" is the largest weight difference over the largest weight change of the eager update (Adam moves a
+weight ~lr per step, so a gradient of ~0 that rounds to another sign differs by up to one step). Then ``--updates``
+timed updates: "ms_per_update" and "decisions_per_s" (decisions trained on, epochs counted, per second).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+
+from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
+from clstm_ppo.agent.precision import Precision
+from clstm_ppo.agent.static_update import StaticMinibatchLoss
+from clstm_ppo.config import AgentConfig, Config
+from clstm_ppo.data import build_market_data
+from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
+from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
+from clstm_ppo.tables import print_table
+
+SIZES = {"default": AgentConfig(64, 64, 128), "paper": AgentConfig(128, 128, 512)}
+PATHS = ("eager", "static", "compiled", "graphs")
+
+
+def stored_rollout(data, cfg: Config, num_envs: int, precision: Precision, device: torch.device):
+    """The untrained agent and one eager rollout of it, stored as the trainer stores it."""
+    env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs, device=device, seed=0, records=False,
+                            compile="off")
+    torch.manual_seed(0)
+    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
+                                cfg.agent).to(device)
+    model.run_lstms_in_float32(precision.lstms_in_float32)
+    storage = RolloutStorage(cfg.ppo.num_steps, num_envs, len(PORTFOLIO_FEATURES), env.actions.n, device)
+    codes = rollout.bar_codes(model, env.market_windows, 1 << 62, precision)
+    rollout.collect(model, env, storage, env.reset(), model.initial_state(num_envs, device), precision, cfg.ppo, codes)
+    return model, storage, env.market_windows
+
+
+def flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().float() for p in model.parameters()])
+
+
+def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Config, path: str, precision: Precision,
+            updates: int, device: torch.device, reference: dict[str, torch.Tensor]) -> dict:
+    model = copy.deepcopy(start)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.ppo.learning_rate)
+    loss = None if path == "eager" else StaticMinibatchLoss(model, windows, storage, cfg.ppo, precision,
+                                                            compile=path != "static", cuda_graphs=path == "graphs")
+
+    def update() -> dict[str, float]:
+        return ppo_update(model, optimizer, storage, windows, cfg.ppo, torch.Generator().manual_seed(0),
+                          precision=precision, minibatch_loss=loss)
+
+    wait_for(device)
+    began = time.perf_counter()
+    stats = update()
+    wait_for(device)
+    first = time.perf_counter() - began
+    weights = flat(model)
+    reference.setdefault(path, weights)
+    eager_step = (reference["eager"] - flat(start)).abs().max() if "eager" in reference else torch.tensor(float("nan"))
+    began = time.perf_counter()
+    for _ in range(updates):
+        update()
+    wait_for(device)
+    elapsed = (time.perf_counter() - began) / updates
+    decisions = storage.num_steps * storage.num_envs * cfg.ppo.update_epochs
+    return {"path": path, "num_envs": storage.num_envs, "first_update_s": round(first, 2),
+            "ms_per_update": round(1e3 * elapsed, 1), "decisions_per_s": round(decisions / elapsed, 1),
+            "encodes_per_minibatch": round(stats["lstm1_encodes_per_minibatch"]),
+            "diff_per_step": "" if path == "eager" else
+            round(float((weights - reference["eager"]).abs().max() / eager_step), 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES)
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[32])
+    parser.add_argument("--sizes", default="default", choices=list(SIZES))
+    parser.add_argument("--paths", nargs="+", default=["eager", "static", "compiled"], choices=PATHS)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
+    parser.add_argument("--updates", type=int, default=2, help="timed updates per path (after the first)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    device = pick_device(args.device)
+    configure_backends(device)
+    if "graphs" in args.paths and device.type != "cuda":
+        parser.error("the graphs path replays CUDA graphs: it needs --device cuda")
+    cfg = Config()
+    cfg.agent = SIZES[args.sizes]
+    data = build_market_data(cfg.data)
+    precision = Precision(device, args.precision)
+    rows = []
+    for num_envs in args.num_envs:
+        model, storage, windows = stored_rollout(data, cfg, num_envs, precision, device)
+        reference: dict[str, torch.Tensor] = {}
+        for path in sorted(args.paths, key=PATHS.index):  # eager first: the others compare with it
+            rows.append(measure(model, storage, windows, cfg, path, precision, args.updates, device, reference))
+    print_table(rows, args.json, {"device": str(device), "sizes": args.sizes, "precision": args.precision,
+                                  "num_steps": cfg.ppo.num_steps})
+
+
+if __name__ == "__main__":
+    main()

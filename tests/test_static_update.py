@@ -1,0 +1,145 @@
+"""The PPO update's minibatch loss in fixed shapes (SPEC section 13, ``agent/static_update.py``): LSTM 2 as a fixed
+loop with resets is the fused runs of ``decide``; the static loss and its gradients equal the eager loss's for every
+agent kind, both ways of encoding, fp32 and bf16; compiled, it is a fixed set of graphs that later updates never
+recompile; two DDP workers on it keep identical weights (tests/test_distributed.py)."""
+import copy
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from test_agent import collect_rollout
+
+from clstm_ppo.agent.model import KINDS, CascadedActorCritic
+from clstm_ppo.agent.ppo import DistinctBarsLoss, normalise_advantages, ppo_update
+from clstm_ppo.agent.precision import Precision
+from clstm_ppo.agent.static_update import StaticMinibatchLoss, recurrence_block
+from clstm_ppo.config import AgentConfig, PPOConfig, load_config
+from clstm_ppo.training.runner import Trainer
+
+CPU = torch.device("cpu")
+
+
+def test_recurrence_blocks_divide_the_rollout():
+    assert [recurrence_block(n) for n in (1, 8, 12, 16, 40, 128, 17, 96)] == [1, 8, 12, 16, 10, 16, 1, 16]
+
+
+@pytest.mark.parametrize("kind", ["clstm", "lstm"])
+def test_the_fixed_loop_with_resets_is_the_fused_runs_of_decide(kind):
+    """float64, so only the order of operations differs: the carried state, zeroed at every episode start
+    (including step 0 of one sequence), and every block length."""
+    torch.manual_seed(0)
+    model = CascadedActorCritic(5, 7, 9, AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
+    model = model.double()
+    steps, envs = 12, 6
+    code, portfolio = torch.randn(steps, envs, 8).double(), torch.randn(steps, envs, 7).double()
+    mask = torch.rand(steps, envs, 9) < 0.8
+    mask[..., 0] = True
+    starts = torch.rand(steps, envs) < 0.2
+    starts[0, 1] = starts[5, 2] = True
+    state = tuple(torch.randn(1, envs, 12).double() for _ in range(2))
+    want_logits, want_values, want_state = model.decide(code, portfolio, mask, starts, state)
+    for block in (None, 1, 4, 5):
+        logits, values, got_state = model.decide_static(code, portfolio, mask, starts, state, block)
+        torch.testing.assert_close(logits, want_logits, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(values, want_values, rtol=1e-12, atol=1e-12)
+        for got, want in zip(got_state, want_state, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def rollout_with_resets():
+    """A rollout with several episode starts inside it, begun mid-episode from a non-zero LSTM state."""
+    model, storage, env = collect_rollout(num_envs=6, steps=40, episode_length=9, warmup_steps=3)
+    assert storage.starts[1:].any(dim=1).sum() >= 3
+    return model, storage, env
+
+
+def loss_and_gradients(model, loss, idx, advantages):
+    model.zero_grad()
+    value, stats = loss(idx, advantages)
+    value.backward()
+    return value.detach(), stats, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("by_bar", [True, False])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_static_loss_and_its_gradients_equal_the_eager_losses(rollout_with_resets, kind, by_bar, precision):
+    """by_bar: LSTM 1 encodes every observable bar once and the minibatch looks its codes up; otherwise every decision
+    of the minibatch. Eager (uncompiled) here; the compiled twin is compared below."""
+    trained, storage, env = rollout_with_resets
+    torch.manual_seed(1)
+    model = CascadedActorCritic(trained.encoder.lstm.input_size, storage.portfolio.shape[-1], storage.mask.shape[-1],
+                                AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
+    cfg, prec = PPOConfig(num_minibatches=2), Precision(CPU, precision)
+    advantages = normalise_advantages(storage.advantages)
+    idx = torch.tensor([4, 1, 3])
+    eager = loss_and_gradients(model, DistinctBarsLoss(model, env.market_windows, storage, cfg, prec), idx, advantages)
+    static_loss = StaticMinibatchLoss(model, env.market_windows, storage, cfg, prec, compile=False, by_bar=by_bar)
+    assert static_loss.encoded == (len(env.market_windows.observable_rows()) if by_bar else 40 * 3)
+    static = loss_and_gradients(model, static_loss, idx, advantages)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if precision == "fp32" else {"rtol": 0.02, "atol": 0.02}
+    torch.testing.assert_close(static[0], eager[0], **tol)
+    torch.testing.assert_close(static[1], eager[1], **tol)
+    assert static[2].keys() == eager[2].keys() == {n for n, _ in model.named_parameters()}
+    for name, grad in eager[2].items():
+        if precision == "fp32":
+            torch.testing.assert_close(static[2][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+        else:  # bf16 rounds each path differently: the gradients point the same way
+            cosine = torch.nn.functional.cosine_similarity(static[2][name].flatten(), grad.flatten(), dim=0)
+            assert cosine > 0.95, (name, float(cosine))
+
+
+def test_the_compiled_loss_equals_the_eager_static_loss_and_a_whole_update_with_it(rollout_with_resets):
+    trained, storage, env = rollout_with_resets
+    cfg, prec = PPOConfig(num_minibatches=2, update_epochs=2), Precision(CPU, "fp32")
+    advantages, idx = normalise_advantages(storage.advantages), torch.tensor([4, 1, 3])
+    eager = StaticMinibatchLoss(trained, env.market_windows, storage, cfg, prec, compile=False)
+    compiled = StaticMinibatchLoss(trained, env.market_windows, storage, cfg, prec, compile=True)
+    want, got = (loss_and_gradients(trained, loss, idx, advantages) for loss in (eager, compiled))
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-6, atol=1e-7)
+    for name, grad in want[2].items():
+        torch.testing.assert_close(got[2][name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    # A whole update (4 minibatches, 2 optimizer steps of accumulated gradients) on each loss: the same weights.
+    weights = []
+    for loss_kind in ("distinct", "compiled"):
+        model = copy.deepcopy(trained)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        loss = None if loss_kind == "distinct" else StaticMinibatchLoss(model, env.market_windows, storage,
+                                                                         cfg, prec, compile=True)
+        stats = ppo_update(model, optimizer, storage, env.market_windows,
+                           PPOConfig(num_minibatches=2, update_epochs=2, grad_accumulation=2),
+                           torch.Generator().manual_seed(0), precision=prec, minibatch_loss=loss)
+        assert stats["nonfinite"] == 0.0
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    start = torch.cat([p.detach().flatten() for p in trained.parameters()])
+    assert (weights[0] - start).abs().max() > 1e-5, "the update should move the weights"
+    # Adam's steps are ~lr wherever a gradient is not ~0: equal to a small part of one step.
+    torch.testing.assert_close(weights[1], weights[0], rtol=0, atol=2e-5)
+
+
+def test_the_trainers_compiled_update_is_a_fixed_set_of_graphs_that_later_updates_never_recompile():
+    """env.compile on: the rollout decision, LSTM 2's recurrence block and the losses compile in the first update;
+    two more updates (new weights, new rollouts, new minibatch orders) add no graph, recompile nothing, break none."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    cfg = load_config("smoke", ["env.compile=on", "train.num_envs=8", "ppo.num_steps=8", "ppo.num_minibatches=2",
+                                "ppo.update_epochs=2"])
+    trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
+    assert trainer.static_loss is not None and trainer.fused is not None
+    stats, _ = trainer.train_step()
+    assert stats["nonfinite"] == 0.0
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 3
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    for _ in range(2):
+        stats, _ = trainer.train_step()
+        assert stats["nonfinite"] == 0.0
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert not counters["recompiles"], dict(counters["recompiles"])
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert all(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters()), "every weight trains"
