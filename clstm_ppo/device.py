@@ -5,6 +5,8 @@ import ctypes
 import os
 import shutil
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -79,3 +81,30 @@ def check_compile_toolchain(device_kind: str) -> None:
     if device_kind == "cpu" and not any(shutil.which(n) for n in names if n):
         raise ConfigError("train.compile on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
                           "install one or leave train.compile=false")
+
+
+# Graphs one compiled function may hold in a process. A study trains runs of several agent kinds, rewards and folds
+# in one process (clstm_ppo/studies.py), each a new graph; at dynamo's default of 8 the rest would run eagerly.
+RECOMPILE_LIMIT = 64
+
+
+def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
+                  allow_rnn: bool = False) -> Callable[..., Any]:
+    """``fn`` compiled as one graph per input shape (``fullgraph=True, dynamic=False``), in inductor's
+    "reduce-overhead" mode with ``cuda_graphs`` (each call replayed as a CUDA graph on CUDA). Each call runs under
+    dynamo settings for this function alone: room for ``RECOMPILE_LIMIT`` graphs, and beyond them an error naming
+    ``name`` instead of dynamo's silent fall-back to eager code. ``allow_rnn`` lets dynamo read an ``nn.LSTM``'s
+    weights (it refuses by default)."""
+    compiled = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
+    settings = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True,
+                **({"allow_rnn": True} if allow_rnn else {})}
+
+    def run(*args: Any) -> Any:
+        try:
+            with torch._dynamo.config.patch(**settings):
+                return compiled(*args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            raise RuntimeError(f"the compiled {name} met its limit of {RECOMPILE_LIMIT} graphs in this process (one "
+                               "per shape: agent kind, env copies, data); run fewer kinds of run per process or set "
+                               "env.compile off") from None
+    return run

@@ -143,3 +143,25 @@ def test_the_trainers_compiled_update_is_a_fixed_set_of_graphs_that_later_update
     assert not counters["recompiles"], dict(counters["recompiles"])
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert all(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters()), "every weight trains"
+
+
+def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(monkeypatch):
+    """A study trains runs of several kinds and folds in one process, each a new graph: more than dynamo's default
+    8 must still run compiled, and past the limit the run stops with a line naming the function, never silently
+    eager."""
+    from torch._dynamo.utils import counters
+
+    import clstm_ppo.device as device
+
+    def double_sine(x):
+        return (2 * x).sin()
+
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(device, "RECOMPILE_LIMIT", 12)
+    compiled = device.compile_graph(double_sine, "test function")
+    for n in range(1, 13):
+        torch.testing.assert_close(compiled(torch.ones(n)), torch.full((n,), 2.0).sin())
+    assert counters["stats"]["unique_graphs"] == 12
+    with pytest.raises(RuntimeError, match="the compiled test function met its limit of 12 graphs in this process"):
+        compiled(torch.ones(13))

@@ -25,6 +25,7 @@ from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.rollout import action_logprob, sample_actions
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import first_line
+from clstm_ppo.device import compile_graph
 from clstm_ppo.env import BatchedOptionsEnv, Observation
 from clstm_ppo.env import step as pure
 from clstm_ppo.env.state import EnvSpec, EnvState
@@ -66,12 +67,7 @@ def compiled_decision(bound: Decision) -> Decision:
     """``bound`` (``decision`` with its model, spec, precision and storage) compiled as one graph. dynamo refuses
     to look at an ``nn.LSTM`` unless ``allow_rnn`` is set; the decision only reads LSTM 2's weights (as a cell), so
     the flag is set for this function's tracing alone."""
-    compiled = torch.compile(bound, fullgraph=True, dynamic=False)
-
-    def run(carry: Carry, codes: Tensor, uniforms: Tensor) -> Carry:
-        with torch._dynamo.config.patch(allow_rnn=True):
-            return compiled(carry, codes, uniforms)
-    return run
+    return compile_graph(bound, "rollout decision", allow_rnn=True)
 
 
 class CapturedDecision:

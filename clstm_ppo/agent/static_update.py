@@ -28,6 +28,7 @@ from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
 from clstm_ppo.data.windows import MarketWindows
+from clstm_ppo.device import compile_graph
 
 MAX_BLOCK = 16  # LSTM 2 steps per compiled recurrence call: ~1 s of compile per step on a CPU (docs/BENCHMARKS.md)
 
@@ -58,9 +59,9 @@ class StaticMinibatchLoss:
         self.block = recurrence_block(storage.num_steps)
         losses = partial(ppo_losses, cfg=cfg)
         self.cuda_graphs = compile and cuda_graphs
-        options = {"fullgraph": True, "dynamic": False, "mode": "reduce-overhead" if self.cuda_graphs else None}
-        self.steps: Recurrence = torch.compile(recurrence, **options) if compile else recurrence
-        self.losses = torch.compile(losses, **options) if compile else losses
+        self.steps: Recurrence = compile_graph(recurrence, "LSTM 2 recurrence", self.cuda_graphs) if compile \
+            else recurrence
+        self.losses = compile_graph(losses, "PPO loss", self.cuda_graphs) if compile else losses
 
     def __call__(self, idx: Tensor, advantages: Tensor) -> tuple[Tensor, Tensor]:
         s, model = self.storage, self.model

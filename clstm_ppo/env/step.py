@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from clstm_ppo.device import compile_graph
 from clstm_ppo.env.accounting import accrue_carry, mark_to_market, settle_expiries
 from clstm_ppo.env.draws import integers, uniform
 from clstm_ppo.env.episodes import add_finished
@@ -66,7 +67,7 @@ def compiled_step(spec: EnvSpec, autoreset: bool = True, keep_ended: bool = Fals
 
     def bound(state: EnvState, action: Tensor) -> StepOutput:
         return step(dense, state, action, autoreset, keep_ended)
-    return torch.compile(bound, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
+    return compile_graph(bound, "env step", cuda_graphs)
 
 
 def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
