@@ -35,10 +35,11 @@ def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str
 
 
 def format_records(rows: list[dict[str, Any]], digits: int = 1, thousands: bool = False) -> str:
-    """Dict rows (one key per column) as a right-aligned table, floats to ``digits`` places, None as blank."""
+    """Dict rows (one key per column) as a right-aligned table, floats to ``digits`` places; None and NaN (a number
+    that does not exist, e.g. profit per trade without trades) as blank."""
     spec = f"{',' if thousands else ''}.{digits}f"
-    cells = [["" if v is None else format(v, spec) if isinstance(v, float) else str(v) for v in r.values()]
-             for r in rows]
+    cells = [["" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+              if isinstance(v, float) else str(v) for v in r.values()] for r in rows]
     return format_table(list(rows[0]), cells, left=0)
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import torch
 from conftest import strict_loads
 
-from clstm_ppo.tables import strict_json
+from clstm_ppo.tables import format_records, strict_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,6 +19,15 @@ def test_missing_numbers_become_null_and_everything_else_survives():
     out = strict_loads(strict_json(obj, indent=2, default=str))
     assert out == {"a": None, "b": [1.5, None, {"c": None}], "d": 2.5, "e": 3, "f": "2020-01-02 00:00:00",
                    "g": "x/y.pt", "h": True, "i": None, "j": "text"}
+
+
+def test_a_printed_table_leaves_a_number_that_does_not_exist_blank():
+    """Profit per trade of a run without trades: blank in the table, as None is, never 'nan'."""
+    table = format_records([{"run": "a", "profit_per_trade": math.nan, "trades": 0.0, "note": None},
+                            {"run": "b", "profit_per_trade": -12.5, "trades": 3.0, "note": "x"}], digits=2)
+    assert "nan" not in table
+    header, first, second = table.splitlines()
+    assert first.split() == ["a", "0.00"] and second.split() == ["b", "-12.50", "3.00", "x"]
 
 
 def test_no_command_writes_json_but_through_strict_json():
