@@ -159,8 +159,9 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
         if ctx.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            # Only the update's forward goes through DDP (its backward all-reduces gradients);
-            # rollouts and checkpoints use the raw module, so DDP never enters a state_dict.
+            # Only the eager update's forward goes through DDP (its backward all-reduces gradients; the
+            # static update of env.compile averages them itself); rollouts and checkpoints use the raw module,
+            # so DDP never enters a state_dict.
             t = cfg.train
             wrap = functools.partial(DDP, device_ids=[device.index] if device.type == "cuda" else None,
                                      bucket_cap_mb=t.ddp_bucket_cap_mb, static_graph=t.ddp_static_graph,

@@ -8,8 +8,9 @@ resumed on the CPU, evaluate, host syncs); "speed" (kernels per env step eager a
 copies eager / compiled / graphed, the trainer at 4,096 copies eager and compiled+graphed at default and paper
 sizes with model FLOP utilisation, how its rollout ran and the rollout's share of the time); "rollout" (policy +
 env per decision: eager, compiled, and captured as one CUDA graph, at 4,096 and 32,768 copies; the captured
-rollout must equal the compiled one bit for bit); "update" (the PPO update alone at 4,096 copies: eager, static,
-compiled, and compiled with CUDA graphs, each within half an Adam step of the eager update's weights); "scale"
+rollout must equal the compiled one bit for bit); "update" (the PPO update alone at 4,096 copies, default and paper
+sizes in fp32 and default in bf16: eager, static, compiled, and compiled with CUDA graphs, each within half an Adam
+step of the eager update's weights); "scale"
 (65,536 copies train one update and checkpoint); "sb3"
 (sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the
 public commands in a subprocess (as a user would) on the smoke config in a temporary folder, and the table says
@@ -139,9 +140,10 @@ def rollout_rows(args: argparse.Namespace) -> list[dict]:
 def update_rows() -> list[dict]:
     """The PPO update alone by how its minibatch loss runs, each path checked against the eager update."""
     rows = []
-    for sizes in ("default", "paper"):
-        rows += bench("bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--paths", "eager", "static",
-                                          "compiled", "graphs"], f"bench_update {sizes}")
+    for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16")):  # bf16: LSTMs in fp32
+        rows += bench("bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--precision", precision,
+                                          "--paths", "eager", "static", "compiled", "graphs"],
+                      f"bench_update {sizes} {precision}")
     return rows
 
 

@@ -77,6 +77,31 @@ def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, mon
     assert not any(k.startswith("module.") for k in state["model"]), "DDP must not enter the state_dict"
 
 
+def average_known_gradients(rank: int, port: int, out: str) -> None:
+    """One of two gloo ranks: gradients of rank + 1 times a known tensor, averaged, saved for the test."""
+    import torch.distributed as dist
+
+    from clstm_ppo.distributed import DistContext
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    module = torch.nn.Linear(3, 2)
+    module.weight.grad = torch.full((2, 3), rank + 1.0)
+    module.bias.grad = torch.arange(2.0) * (rank + 1)
+    DistContext(rank=rank, world_size=2).average_gradients(module)
+    torch.save({"weight": module.weight.grad, "bias": module.bias.grad}, Path(out) / f"grads{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_averaged_gradients_are_the_mean_over_ranks(tmp_path):
+    """The static update's replacement for DDP's all-reduce: the mean, not the sum (Adam would hardly notice a
+    gradient scaled by the world size, so identical weights across ranks cannot show it)."""
+    torch.multiprocessing.spawn(average_known_gradients, args=(find_free_port(), str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        grads = torch.load(tmp_path / f"grads{rank}.pt")
+        assert torch.equal(grads["weight"], torch.full((2, 3), 1.5))
+        assert torch.equal(grads["bias"], torch.tensor([0.0, 1.5]))
+
+
 @pytest.mark.slow
 def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, monkeypatch):
     """env.compile on: the static, compiled update does not run through DDP's forward; one all-reduce of the
@@ -87,6 +112,7 @@ def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, mo
     assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert not torch.equal(r0["starts"], r1["starts"]), "each rank should draw its own episodes"
+    assert r0["ddp"] == r1["ddp"] == "CascadedActorCritic", "the static update needs no DDP wrapper"
     for name in r0["final"]:
         assert torch.equal(r0["final"][name], r1["final"][name]), f"{name} differs across ranks"
         assert not torch.equal(r0["final"][name], r0["initial"][name]), f"{name} never moved"

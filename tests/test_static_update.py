@@ -21,7 +21,9 @@ CPU = torch.device("cpu")
 
 
 def test_recurrence_blocks_divide_the_rollout():
-    assert [recurrence_block(n) for n in (1, 8, 12, 16, 40, 128, 17, 96)] == [1, 8, 12, 16, 10, 16, 1, 16]
+    assert [recurrence_block(n) for n in (1, 8, 12, 16, 40, 128, 96)] == [1, 8, 12, 16, 10, 16, 16]
+    # No divisor of at least half a block: full blocks and a shorter last one, not one-step calls.
+    assert [recurrence_block(n) for n in (17, 127, 18)] == [16, 16, 9]
 
 
 @pytest.mark.parametrize("kind", ["clstm", "lstm"])
@@ -64,15 +66,17 @@ def loss_and_gradients(model, loss, idx, advantages):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("by_bar", [True, False])
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16, LSTMs in fp32"])
 def test_the_static_loss_and_its_gradients_equal_the_eager_losses(rollout_with_resets, kind, by_bar, precision):
     """by_bar: LSTM 1 encodes every observable bar once and the minibatch looks its codes up; otherwise every decision
-    of the minibatch. Eager (uncompiled) here; the compiled twin is compared below."""
+    of the minibatch. "LSTMs in fp32": what bf16 does on CUDA (``Precision.lstms_in_float32``), the LSTMs outside
+    autocast. Eager (uncompiled) here; the compiled twin is compared below."""
     trained, storage, env = rollout_with_resets
     torch.manual_seed(1)
     model = CascadedActorCritic(trained.encoder.lstm.input_size, storage.portfolio.shape[-1], storage.mask.shape[-1],
                                 AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
-    cfg, prec = PPOConfig(num_minibatches=2), Precision(CPU, precision)
+    model.run_lstms_in_float32(precision.endswith("fp32"))
+    cfg, prec = PPOConfig(num_minibatches=2), Precision(CPU, precision.split(",")[0])
     advantages = normalise_advantages(storage.advantages)
     idx = torch.tensor([4, 1, 3])
     eager = loss_and_gradients(model, DistinctBarsLoss(model, env.market_windows, storage, cfg, prec), idx, advantages)
@@ -92,6 +96,11 @@ def test_the_static_loss_and_its_gradients_equal_the_eager_losses(rollout_with_r
 
 
 def test_the_compiled_loss_equals_the_eager_static_loss_and_a_whole_update_with_it(rollout_with_resets):
+    """40 steps: 4 blocks of LSTM 2's recurrence through one graph, and no recompile in a whole update."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
     trained, storage, env = rollout_with_resets
     cfg, prec = PPOConfig(num_minibatches=2, update_epochs=2), Precision(CPU, "fp32")
     advantages, idx = normalise_advantages(storage.advantages), torch.tensor([4, 1, 3])
@@ -118,6 +127,8 @@ def test_the_compiled_loss_equals_the_eager_static_loss_and_a_whole_update_with_
     assert (weights[0] - start).abs().max() > 1e-5, "the update should move the weights"
     # Adam's steps are ~lr wherever a gradient is not ~0: equal to a small part of one step.
     torch.testing.assert_close(weights[1], weights[0], rtol=0, atol=2e-5)
+    assert not counters["recompiles"], dict(counters["recompiles"])
+    assert not counters["graph_break"], dict(counters["graph_break"])
 
 
 def test_the_trainers_compiled_update_is_a_fixed_set_of_graphs_that_later_updates_never_recompile():
@@ -131,6 +142,7 @@ def test_the_trainers_compiled_update_is_a_fixed_set_of_graphs_that_later_update
                                 "ppo.update_epochs=2"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
     assert trainer.static_loss is not None and trainer.fused is not None
+    assert trainer.train_model is trainer.model, "the static update trains the raw module"
     stats, _ = trainer.train_step()
     assert stats["nonfinite"] == 0.0
     graphs = counters["stats"]["unique_graphs"]

@@ -34,8 +34,11 @@ MAX_BLOCK = 16  # LSTM 2 steps per compiled recurrence call: ~1 s of compile per
 
 
 def recurrence_block(num_steps: int) -> int:
-    """The largest divisor of ``num_steps`` up to ``MAX_BLOCK``: every block has one shape, so one graph."""
-    return max(d for d in range(1, min(num_steps, MAX_BLOCK) + 1) if num_steps % d == 0)
+    """Steps per compiled recurrence call: the largest divisor of ``num_steps`` up to ``MAX_BLOCK`` (every block one
+    shape, so one graph), unless that is under half of ``MAX_BLOCK`` (127 steps would be 127 calls of one step);
+    then ``MAX_BLOCK``, and the last, shorter block is a second graph."""
+    divisor = max(d for d in range(1, min(num_steps, MAX_BLOCK) + 1) if num_steps % d == 0)
+    return divisor if divisor == num_steps or 2 * divisor >= MAX_BLOCK else MAX_BLOCK
 
 
 class StaticMinibatchLoss:
@@ -59,20 +62,27 @@ class StaticMinibatchLoss:
         self.block = recurrence_block(storage.num_steps)
         losses = partial(ppo_losses, cfg=cfg)
         self.cuda_graphs = compile and cuda_graphs
+        if self.cuda_graphs and cfg.grad_accumulation > 1:
+            # A gradient that a captured backward allocated is overwritten by the next minibatch's replay.
+            raise ValueError("the update's CUDA graphs need ppo.grad_accumulation 1 (the next replay overwrites the "
+                             "gradients being accumulated)")
         self.steps: Recurrence = compile_graph(recurrence, "LSTM 2 recurrence", self.cuda_graphs) if compile \
             else recurrence
         self.losses = compile_graph(losses, "PPO loss", self.cuda_graphs) if compile else losses
 
     def __call__(self, idx: Tensor, advantages: Tensor) -> tuple[Tensor, Tensor]:
         s, model = self.storage, self.model
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # a new minibatch: the last one's graph outputs are spent
         rows = s.rows[:, idx]
         h0, c0 = s.initial_state
-        # A leaf that asks for its gradient, as the state between blocks does: one graph serves every block.
-        state = (h0[:, idx].requires_grad_(), c0[:, idx].requires_grad_())
+        # float32 leaves that ask for their gradient, as the state between blocks is: one graph serves every block.
+        state = (h0[:, idx].float().requires_grad_(), c0[:, idx].float().requires_grad_())
         with self.precision.autocast():
             if self.bars is not None:
-                codes = model.encoder(self.windows.gather(self.bars))
-                code = codes.index_select(0, self.position[rows].reshape(-1)).view(*rows.shape, -1)
+                # Indexing, as the eager loss's codes are read: on CUDA its backward sums each bar's gradient in a
+                # fixed order (index_select's adds atomically, in any order).
+                code = model.encoder(self.windows.gather(self.bars))[self.position[rows]]
             else:
                 code = model.encoder(self.windows.gather(rows.reshape(-1))).view(*rows.shape, -1)
             logits, values, _ = model.decide_static(code, s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],

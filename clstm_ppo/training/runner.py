@@ -52,8 +52,9 @@ def compile_encoder(model: CascadedActorCritic) -> None:
 
 
 class Trainer:
-    """One worker's run. ``wrap`` (the DDP wrapper, given by the launcher) is what the update trains
-    through; rollouts and checkpoints use the raw module, so DDP never enters a state_dict."""
+    """One worker's run. ``wrap`` (the DDP wrapper, given by the launcher) is what the eager update trains
+    through (the static update, with ``env.compile``, averages its gradients itself and needs no wrapper);
+    rollouts and checkpoints use the raw module, so DDP never enters a state_dict."""
 
     def __init__(self, cfg: Config, run_dir: Path, device: torch.device, ctx: DistContext = DistContext(),
                  resume: dict[str, Any] | None = None, wrap: Callable[[nn.Module], nn.Module] | None = None):
@@ -81,7 +82,6 @@ class Trainer:
         if t.compile:
             compile_encoder(self.model)
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
-        self.train_model = wrap(self.model) if wrap is not None else self.model
         # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
         self.base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.base_lr, betas=tuple(p.adam_betas),
@@ -99,6 +99,9 @@ class Trainer:
         # And the update's minibatch loss in fixed shapes, compiled; its gradients are averaged without DDP's forward.
         self.static_loss = StaticMinibatchLoss(self.model, self.env.market_windows, self.storage, p, self.precision) \
             if self.env.compiled else None
+        self.train_model = wrap(self.model) if wrap is not None and self.static_loss is None else self.model
+        if wrap is not None and self.static_loss is not None:
+            ctx.broadcast_parameters(self.model)  # as DDP's wrapping would: every rank starts from rank 0's weights
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
