@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# One lent GPU session's calls, prepared on the CPU machine (issue 21's checks, then issue 24's at-scale grid).
+#
+# Here, once per session (the network reaches the package registries from this machine, never from the GPU one):
+#     bash scripts/gpu_session.sh download
+# fills .whl/ (git-ignored through .git/info/exclude) with what the GPU image lacks: ta, gymnasium, stable-baselines3,
+# sb3-contrib, optuna and its storage's packages, at the versions this project's .venv tests with.
+#
+# On the GPU machine, one device call each, with carry [".whl"] (and ".gpu_state" for the grid):
+#     bash scripts/gpu_session.sh check rollout            # then: update, checks, speed, scale, sb3 (gpu_check parts)
+#     bash scripts/gpu_session.sh grid sp500 3 8 --steps 5000000 --seeds 10 --set train.num_envs=1024
+# "check" runs scripts/gpu_check.py on the named parts and leaves its log and JSON under $OUT. "grid DATA FOLDS
+# MINUTES [reproduce_paper options]" runs reproduce_paper.py's grid for MINUTES through the SQLite study in
+# .gpu_state/DATA.db, with WORKERS processes (default 4) sharing the GPU; then it kills the workers and copies the
+# study to $OUT (the next call queues the cells they were cut off in again). Copy it back into .gpu_state/ before
+# the next call. The call in which the grid finishes also leaves RESULTS.md (docs/RESULTS.md with DATA's section
+# rewritten on the GPU machine, whose header then names it) under $OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Pure Python, any interpreter (ta is published as a source archive only, so pip builds its wheel here) ...
+WHEELS=(ta==0.11.0 gymnasium==1.4.0 farama-notifications==0.0.4 stable-baselines3==2.9.2 sb3-contrib==2.9.2
+        optuna==5.0.0 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3)
+# ... and built for the GPU image's CPython 3.12 on x86-64.
+BINARY_WHEELS=(sqlalchemy==2.1.9)
+
+download() {
+  mkdir -p .git/info
+  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+  grep -qx '/.gpu_state/' .git/info/exclude || echo '/.gpu_state/' >> .git/info/exclude
+  mkdir -p .whl .gpu_state
+  python3 -m pip wheel --quiet --no-deps -w .whl "${WHEELS[@]}"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl "${BINARY_WHEELS[@]}"
+  ls .whl
+}
+
+prepare() {  # the device machine: carried wheels into /tmp/site, the source tree on the path, what is there
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 WANDB_MODE=disabled
+  nvidia-smi -L || true
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
+  git log --oneline -1 2>/dev/null || true
+}
+
+case "${1:-}" in
+  download)
+    download ;;
+  check)
+    shift
+    prepare
+    name="gpu_check-$(IFS=-; echo "$*")"
+    set -o pipefail
+    python3 scripts/gpu_check.py --json --parts "$@" 2>&1 | tee "$OUT/$name.log"
+    tail -n 1 "$OUT/$name.log" > "$OUT/$name.json" ;;
+  grid)
+    data=$2 folds=$3 minutes=$4
+    shift 4
+    prepare
+    mkdir -p .gpu_state
+    storage="sqlite:///$PWD/.gpu_state/$data.db"
+    # The last call's workers were killed with their machine: fail their cells now (the grid queues them again)
+    # instead of waiting out the heartbeats' grace period.
+    python3 - "$storage" "$data-at-scale" <<'PY'
+import sys
+
+import optuna
+from optuna.trial import TrialState
+
+url, name = sys.argv[1:]
+storage = optuna.storages.RDBStorage(url)
+try:
+    study = optuna.load_study(storage=storage, study_name=name)
+except KeyError:
+    sys.exit(0)  # a new grid
+study_id = storage.get_study_id_from_name(name)
+for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    storage.set_trial_state_values(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number),
+                                   TrialState.FAIL)
+    print(f"cell of trial {trial.number} was cut off by the last call: queued again")
+PY
+    pids=()
+    for w in $(seq 1 "${WORKERS:-4}"); do
+      cp docs/RESULTS.md "/tmp/results-$w.md"  # each worker's own copy: the finished grid's section replaces its own
+      python3 scripts/reproduce_paper.py --data "$data" --folds "$folds" --out "/tmp/runs-$w" \
+        --results "/tmp/results-$w.md" --storage "$storage" --study "$data-at-scale" "$@" \
+        > "/tmp/worker-$w.log" 2>&1 &
+      pids+=($!)
+    done
+    end=$((SECONDS + minutes * 60))  # until the time is up or every worker has ended (the grid is done)
+    while [ $SECONDS -lt $end ] && pgrep -f scripts/reproduce_paper.py > /dev/null; do sleep 5; done
+    # SIGKILL, not SIGTERM: a trainer stopped gracefully would hand its short run on to be walked as if finished.
+    pkill -KILL -f scripts/reproduce_paper.py || true
+    wait || true
+    # Opening the study rolls back a transaction a killed worker left half-written (SQLite's journal), then copy.
+    python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone())" \
+      ".gpu_state/$data.db"
+    cp ".gpu_state/$data.db" "$OUT/"
+    # Written once the grid is done, on this machine (its header names the GPU): docs/RESULTS.md with DATA's section.
+    if grep -q "^results written to" /tmp/worker-1.log; then cp /tmp/results-1.md "$OUT/RESULTS.md"; fi
+    tail -n 20 /tmp/worker-1.log | tee "$OUT/worker-1.log" ;;
+  *)
+    echo "usage: bash scripts/gpu_session.sh download | check PART... | grid DATA FOLDS MINUTES [options]" >&2
+    exit 2 ;;
+esac
