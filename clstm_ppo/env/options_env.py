@@ -96,7 +96,7 @@ class BatchedOptionsEnv:
         if self.equity_curve is not None:
             self.equity_curve.zero_()
             self.equity_curve[:, 0] = self.cfg.initial_cash
-        return self._observation()
+        return self.observation()
 
     def book(self, positions: list[BookedPosition]) -> Observation:
         """Put ``positions`` into copy 0's empty book at its current bar, as bought before it for ``paid`` out of
@@ -124,7 +124,7 @@ class BatchedOptionsEnv:
         mark_to_market(self.spec, s, at_rows(self.quotes.close_px, row), row)
         s.peak = torch.maximum(s.peak, s.equity)
         self.state = pure.observe(self.spec, s)
-        return self._observation()
+        return self.observation()
 
     def expiry_of(self, expiry: np.datetime64, t: int) -> tuple[int, float]:
         """(bar, time in days) at which an option listed to expire on calendar day ``expiry`` settles, seen
@@ -194,15 +194,18 @@ class BatchedOptionsEnv:
 
     # ------------------------------------------------------------------ observation
 
-    def _observation(self) -> Observation:
+    def observation(self, portfolio: Tensor | None = None) -> Observation:
+        """The copies' observation from their state as it stands (the mask their last step judged). ``portfolio``:
+        the features that step returned, e.g. a checkpoint's; computed here otherwise. A trainer resuming a
+        compiled env passes them, since this eager code sums in another order than the compiled step did."""
         s = self.state
-        return Observation(portfolio_features(self.spec, s), s.mask, flat_row(self.spec, s), s.t == s.t_start,
-                           self.market_windows)
+        return Observation(portfolio_features(self.spec, s) if portfolio is None else portfolio.to(self.device),
+                           s.mask, flat_row(self.spec, s), s.t == s.t_start, self.market_windows)
 
     def observe(self) -> Observation:
         """The copies' observation at their current bar (t's close), the mask judged afresh."""
         self.state = pure.observe(self.spec, self.state.working_copy())
-        return self._observation()
+        return self.observation()
 
     def cash_room(self) -> Tensor:
         """(N,) cash a new order may spend (``accounting.cash_room``)."""

@@ -17,14 +17,17 @@ from clstm_ppo.env import BatchedOptionsEnv
 State = tuple[torch.Tensor, torch.Tensor]
 
 
-def capture(env: BatchedOptionsEnv, lstm_state: State, minibatches: torch.Generator,
+def capture(env: BatchedOptionsEnv, lstm_state: State, portfolio: torch.Tensor, minibatches: torch.Generator,
             device: torch.device) -> dict[str, Any]:
-    """This rank's random streams, env copies and carried LSTM state, on the CPU."""
+    """This rank's random streams, env copies, carried LSTM state and the portfolio features its next decision
+    reads, on the CPU. The features are saved, not recomputed on a resume: a compiled env step computes them in
+    another operation order than the eager code would, and a last-bit difference would part the runs."""
     rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
            "minibatches": minibatches.get_state()}
     if device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(device)
-    return {"rng": rng, "env": env.state_dict(), "lstm_state": tuple(s.cpu() for s in lstm_state)}
+    return {"rng": rng, "env": env.state_dict(), "lstm_state": tuple(s.cpu() for s in lstm_state),
+            "portfolio": portfolio.cpu()}
 
 
 def saved_for_this_rank(state: dict[str, Any], ctx: DistContext, num_envs: int) -> dict[str, Any] | None:

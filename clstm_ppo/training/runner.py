@@ -109,6 +109,7 @@ class Trainer:
         self.selection = Selection(window=t.selection_window)
         self.lstm_state = self.model.initial_state(t.num_envs, device)
         self.env_restored = False
+        self.saved_portfolio: torch.Tensor | None = None  # the restored copies' observed portfolio features
         self.other_ranks: list[dict[str, Any]] = []  # ranks 1.. of the last update boundary, on rank 0
         self.with_rank_states = True  # whether the checkpoints of this update boundary carry the ranks' states
         self.resume_note = ""
@@ -120,7 +121,9 @@ class Trainer:
                    else "the saved env state has another layout")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
                                 else f"env copies start fresh episodes ({why})")
-        self.obs = self.env.observe() if self.env_restored else self.env.reset()
+        # Continuing copies observe what their last step returned (a checkpoint before it was saved: judged afresh).
+        self.obs = self.env.reset() if not self.env_restored else self.env.observe() if self.saved_portfolio is None \
+            else self.env.observation(self.saved_portfolio)
         self.stop = StopRequest(announce=ctx.is_main)
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)
         self.resources = ResourceMonitor(device)  # every rank reads its own GPU; rank 0 logs them all
@@ -153,7 +156,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
 
     def rank_state(self) -> dict[str, Any]:
-        return ranks.capture(self.env, self.lstm_state, self.minibatch_generator, self.device)
+        return ranks.capture(self.env, self.lstm_state, self.obs.portfolio, self.minibatch_generator, self.device)
 
     def gather_rank_states(self, force: bool = False) -> None:
         """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes,
@@ -195,7 +198,7 @@ class Trainer:
         mine = ranks.saved_for_this_rank(state, self.ctx, self.cfg.train.num_envs)
         carried = ranks.restore(mine, self.env, self.minibatch_generator, self.device) if mine else None
         if carried is not None:
-            self.lstm_state, self.env_restored = carried, True
+            self.lstm_state, self.env_restored, self.saved_portfolio = carried, True, mine.get("portfolio")
 
     # ------------------------------------------------------------------ one update
 
