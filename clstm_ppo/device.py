@@ -107,4 +107,11 @@ def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
             raise RuntimeError(f"the compiled {name} met its limit of {RECOMPILE_LIMIT} graphs in this process (one "
                                "per shape: agent kind, env copies, data); run fewer kinds of run per process or set "
                                "env.compile off") from None
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            cause = err.__cause__ or getattr(err, "inner_exception", None)
+            if not isinstance(cause, OSError):
+                raise
+            # A full disk or a file-size limit meets the compiler first, writing its code: one line, as checkpoints do.
+            raise ConfigError(f"could not write the compiled {name}'s code ({cause.strerror or cause}); free disk "
+                              "space where inductor caches (TORCHINDUCTOR_CACHE_DIR) or set env.compile off") from None
     return run

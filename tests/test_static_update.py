@@ -177,3 +177,31 @@ def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(m
     assert counters["stats"]["unique_graphs"] == 12
     with pytest.raises(RuntimeError, match="the compiled test function met its limit of 12 graphs in this process"):
         compiled(torch.ones(13))
+
+
+def test_a_compile_that_cannot_write_its_code_is_one_line(tmp_path):
+    """A full disk meets inductor first, writing the compiled code: the run must end in one line as a checkpoint
+    write does, not in dynamo's traceback (scripts/chaos.py's write-fails fault with env.compile on)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, resource, signal
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = {str(tmp_path / "cache")!r}
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+import torch
+from clstm_ppo.cli import run_cli
+from clstm_ppo.device import compile_graph
+
+def main(argv):
+    compile_graph(lambda x: (2 * x).sin().cumsum(0), "test step")(torch.ones(100))
+    return 0
+
+raise SystemExit(run_cli(main, []))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: could not write the compiled test step's code (File too large); free disk space where inductor "
+        "caches (TORCHINDUCTOR_CACHE_DIR) or set env.compile off")
