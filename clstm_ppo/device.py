@@ -108,10 +108,20 @@ def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
                                "per shape: agent kind, env copies, data); run fewer kinds of run per process or set "
                                "env.compile off") from None
         except torch._dynamo.exc.BackendCompilerFailed as err:
-            cause = err.__cause__ or getattr(err, "inner_exception", None)
-            if not isinstance(cause, OSError):
+            reason = _write_failure(getattr(err, "inner_exception", None) or err.__cause__)
+            if reason is None:
                 raise
             # A full disk or a file-size limit meets the compiler first, writing its code: one line, as checkpoints do.
-            raise ConfigError(f"could not write the compiled {name}'s code ({cause.strerror or cause}); free disk "
-                              "space where inductor caches (TORCHINDUCTOR_CACHE_DIR) or set env.compile off") from None
+            raise ConfigError(f"could not write the compiled {name}'s code ({reason}); free disk space where "
+                              "inductor caches (TORCHINDUCTOR_CACHE_DIR) or set env.compile off") from None
     return run
+
+
+WRITE_FAILURES = ("No space left on device", "File size limit exceeded", "Disk quota exceeded")  # as OSes word them
+
+
+def _write_failure(cause: BaseException | None) -> str | None:
+    """Why a compile could not write its code (inductor's own write, or the C++ compiler's), else None."""
+    if isinstance(cause, OSError):
+        return cause.strerror or str(cause)
+    return next((words for words in WRITE_FAILURES if words in str(cause)), None)
