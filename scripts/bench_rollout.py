@@ -22,13 +22,13 @@ import torch
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.precision import Precision
-from clstm_ppo.config import AgentConfig, Config
+from clstm_ppo.config import Config, load_config
 from clstm_ppo.data import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.tables import print_table
 
-SIZES = {"default": AgentConfig(64, 64, 128), "paper": AgentConfig(128, 128, 512)}
+SIZES = ("default", "paper")  # the agent sizes of these named configs (configs/*.yaml)
 PATHS = ("eager", "compiled", "captured")
 
 
@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES)
     parser.add_argument("--num-envs", type=int, nargs="+", default=[256])
-    parser.add_argument("--sizes", default="default", choices=list(SIZES))
+    parser.add_argument("--sizes", default="default", choices=SIZES)
     parser.add_argument("--paths", nargs="+", default=["eager", "compiled"], choices=PATHS)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per row (at least one rollout)")
     args = parser.parse_args()
@@ -106,7 +106,7 @@ def main() -> None:
     if "captured" in args.paths and device.type != "cuda":
         parser.error("the captured path replays CUDA graphs: it needs --device cuda")
     cfg = Config()
-    cfg.agent = SIZES[args.sizes]
+    cfg.agent = load_config(args.sizes).agent
     data = build_market_data(cfg.data)
     rows = []
     for num_envs in args.num_envs:

@@ -25,13 +25,13 @@ import torch
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
-from clstm_ppo.config import AgentConfig, Config
+from clstm_ppo.config import Config, load_config
 from clstm_ppo.data import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.tables import print_table
 
-SIZES = {"default": AgentConfig(64, 64, 128), "paper": AgentConfig(128, 128, 512)}
+SIZES = ("default", "paper")  # the agent sizes of these named configs (configs/*.yaml)
 PATHS = ("eager", "static", "compiled", "graphs")
 
 
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES)
     parser.add_argument("--num-envs", type=int, nargs="+", default=[32])
-    parser.add_argument("--sizes", default="default", choices=list(SIZES))
+    parser.add_argument("--sizes", default="default", choices=SIZES)
     parser.add_argument("--paths", nargs="+", default=["eager", "static", "compiled"], choices=PATHS)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
     parser.add_argument("--updates", type=int, default=2, help="timed updates per path (after the first)")
@@ -101,7 +101,7 @@ def main() -> None:
     if "graphs" in args.paths and device.type != "cuda":
         parser.error("the graphs path replays CUDA graphs: it needs --device cuda")
     cfg = Config()
-    cfg.agent = SIZES[args.sizes]
+    cfg.agent = load_config(args.sizes).agent
     data = build_market_data(cfg.data)
     precision = Precision(device, args.precision)
     rows = []

@@ -63,13 +63,6 @@ def decision(model: nn.Module, spec: EnvSpec, precision: Precision, storage: Rol
     return Carry(out.state, h.float(), c.float(), out.portfolio, out.row, out.start, carry.step + 1)
 
 
-def compiled_decision(bound: Decision) -> Decision:
-    """``bound`` (``decision`` with its model, spec, precision and storage) compiled as one graph. dynamo refuses
-    to look at an ``nn.LSTM`` unless ``allow_rnn`` is set; the decision only reads LSTM 2's weights (as a cell), so
-    the flag is set for this function's tracing alone."""
-    return compile_graph(bound, "rollout decision", allow_rnn=True)
-
-
 class CapturedDecision:
     """``step`` captured in one CUDA graph over static buffers: each ``__call__`` copies the rollout's carry, codes
     and draws in, replays the graph ``n`` times (each replay writes its next carry over its input) and returns a
@@ -107,7 +100,9 @@ class FusedRollout:
     def __init__(self, model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, precision: Precision,
                  cuda_graphs: bool, compile: bool = True):
         self.bound = partial(decision, model, env.spec, precision, storage)
-        self.step = compiled_decision(self.bound) if compile else self.bound  # eager: the tests' op-by-op twin
+        # dynamo refuses to look at an nn.LSTM unless allow_rnn is set; the decision only reads LSTM 2's weights.
+        self.step = compile_graph(self.bound, "rollout decision", allow_rnn=True) if compile \
+            else self.bound  # eager: the tests' op-by-op twin
         self.capture = cuda_graphs and compile and env.device.type == "cuda"
         self.captured: CapturedDecision | None = None
         self.model, self.env, self.storage, self.precision = model, env, storage, precision

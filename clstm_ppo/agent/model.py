@@ -42,18 +42,6 @@ def run_lstm(lstm: nn.LSTM, x: Tensor, state: State | None, float32: bool) -> tu
         return lstm(x.float(), state)
 
 
-def lstm_cell(lstm: nn.LSTM, x: Tensor, state: State, float32: bool) -> State:
-    """One step of ``lstm``'s single layer on (N, in) ``x`` from its (1, N, H) ``state``, with its own weights: the
-    same arithmetic as ``lstm(x[None], state)`` in plain ops, which a compiled graph keeps whole (dynamo breaks the
-    graph at an ``nn.LSTM``). ``float32`` as in ``run_lstm``."""
-    h, c = state[0][0], state[1][0]
-    with torch.autocast(device_type=x.device.type, enabled=False) if float32 else contextlib.nullcontext():
-        if float32:
-            x, h, c = x.float(), h.float(), c.float()
-        h, c = gate_step(F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0), h, c, lstm.weight_hh_l0, lstm.bias_hh_l0)
-    return h[None], c[None]
-
-
 def gate_step(gates_x: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> tuple[Tensor, Tensor]:
     """One LSTM step from its input's gates (N, 4H) and (N, H) ``h`` and ``c``. PyTorch's gate order: input, forget,
     cell, output."""
@@ -197,15 +185,11 @@ class CascadedActorCritic(nn.Module):
 
     def decide_one(self, code: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor,
                    state: State) -> tuple[Tensor, Tensor, State]:
-        """``decide`` for one step of N copies ((N, ...) inputs, (N, A) logits and (N,) values) with no host sync
-        and no ``nn.LSTM`` call: LSTM 2 runs as a cell on its own weights (``lstm_cell``), so a rollout's decision
-        compiles into one graph with the env step (``agent/fused_rollout.py``)."""
-        x = torch.cat([code, portfolio], dim=-1)
-        if self.lstm2 is None:
-            return (*self.heads(self.core(x), mask), state)
-        keep = (~start).to(state[0].dtype).view(1, -1, 1)  # LSTM 2 starts an episode from zeros
-        h, c = lstm_cell(self.lstm2, x, (state[0] * keep, state[1] * keep), self.lstm_float32)
-        return (*self.heads(h[0], mask), (h, c))
+        """``decide`` for one step of N copies ((N, ...) inputs, (N, A) logits and (N,) values): ``decide_static``
+        over one step, with no host sync and no ``nn.LSTM`` call, so a rollout's decision compiles into one graph
+        with the env step (``agent/fused_rollout.py``)."""
+        logits, values, state = self.decide_static(code[None], portfolio[None], mask[None], start[None], state)
+        return logits[0], values[0], state
 
     def decide_static(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State,
                       block: int | None = None, steps: Recurrence = recurrence) -> tuple[Tensor, Tensor, State]:
