@@ -108,7 +108,10 @@ def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, mo
     gradients per optimizer step must keep the ranks' weights identical while each rank trains on its own episodes
     (without it they part after the first step)."""
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
-    cfg = smoke_config(3 * 2 * 8 * 8, "ppo.num_steps=8", "env.compile=on", "ppo.grad_accumulation=2")
+    # minibatches of 8 copies x 32 steps: the compiled update of tests/test_train.py's and test_static_update.py's
+    # runs, so a cold CI machine compiles those graphs once (here, the first of them to run)
+    cfg = smoke_config(3 * 2 * 16 * 32, "train.num_envs=16", "env.compile=on", "ppo.num_minibatches=2",
+                       "ppo.grad_accumulation=2")
     assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert not torch.equal(r0["starts"], r1["starts"]), "each rank should draw its own episodes"

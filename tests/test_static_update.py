@@ -138,8 +138,8 @@ def test_the_trainers_compiled_update_is_a_fixed_set_of_graphs_that_later_update
 
     torch._dynamo.reset()
     counters.clear()
-    cfg = load_config("smoke", ["env.compile=on", "train.num_envs=8", "ppo.num_steps=8", "ppo.num_minibatches=2",
-                                "ppo.update_epochs=2"])
+    # minibatches of 8 copies x 32 steps, as in tests/test_train.py's compiled resume: one compile on a cold machine
+    cfg = load_config("smoke", ["env.compile=on", "train.num_envs=16", "ppo.num_minibatches=2", "ppo.update_epochs=2"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
     assert trainer.static_loss is not None and trainer.fused is not None
     assert trainer.train_model is trainer.model, "the static update trains the raw module"

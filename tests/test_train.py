@@ -79,10 +79,12 @@ def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
 # 32: the rollout uses cached bar codes; compiled: and then one compiled decision per step (agent/fused_rollout.py)
 # and the static update; 16 compiled: the eager rollout over the compiled env step. A resume must not recompute the
 # observation eagerly: the compiled step summed it in another order, and its last bits parted the runs.
+# Minibatches of 8 copies: the compiled update has the shapes of tests/test_static_update.py's and
+# tests/test_distributed.py's, so a cold CI machine compiles its graphs once for all of them.
 @pytest.mark.parametrize(("num_envs", "compile"), [(8, "off"), (32, "off"), (32, "on"), (16, "on")])
 def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile):
     common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
-              "--set", f"env.compile={compile}"]
+              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"env.compile={compile}"]
     batch = num_envs * 32
     assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0
