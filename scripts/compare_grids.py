@@ -1,0 +1,100 @@
+"""Two runs of the paper comparison side by side, run by run: what changed when one thing changed between them.
+
+    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--json]
+
+A and B are what ``scripts/reproduce_paper.py --json`` printed (its log will do: the JSON is its last line), e.g.
+the same grid at two training budgets, or before and after a change to the market. Runs are paired by
+configuration, window, seed and fold: a pair differs only in what differs between the two grids. For each
+configuration both grids share, and for each headline metric: A's and B's mean +- std over the shared runs, and
+B - A paired run by run with its bootstrap 95% interval and the share of runs where B is higher (statistics as in
+the comparison itself, ``clstm_ppo/backtest/statistics.py``). Runs that only one grid has are counted and left out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clstm_ppo.backtest.statistics import paired_difference
+from clstm_ppo.tables import format_records, strict_json
+
+METRICS = ("sharpe_excess", "total_return", "max_drawdown")  # the headline and what it costs
+KEY = ("config", "window", "seed", "fold")  # what makes two runs twins
+
+
+def read_grid(path: Path) -> list[dict[str, Any]]:
+    """The per-run rows of one reproduce_paper JSON: the file's last non-empty line."""
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: give the file reproduce_paper.py --json printed to")
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        grid = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        grid = None
+    if not isinstance(grid, dict) or not isinstance(grid.get("per_run"), list):
+        raise SystemExit(f"error: {path}'s last line is not reproduce_paper.py's --json output (no per_run list): "
+                         "run it with --json and keep its output")
+    return grid["per_run"]
+
+
+def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One row per (configuration, metric) over the runs both grids have, and how many runs were left out."""
+    by_key_a = {tuple(r[k] for k in KEY): r for r in a}
+    by_key_b = {tuple(r[k] for k in KEY): r for r in b}
+    shared = [k for k in by_key_a if k in by_key_b]
+    if not shared:
+        raise SystemExit("error: the two grids share no run (configuration, window, seed and fold): compare grids "
+                         "of the same data, folds and seeds")
+    rows = []
+    for config in dict.fromkeys(k[0] for k in shared):
+        keys = [k for k in shared if k[0] == config]
+        for metric in METRICS:
+            x = np.array([_number(by_key_a[k][metric]) for k in keys])
+            y = np.array([_number(by_key_b[k][metric]) for k in keys])
+            d = paired_difference(y, x)
+            rows.append({"config": config, "metric": metric, "runs": len(keys), "a_mean": _mean(x), "a_std": _std(x),
+                         "b_mean": _mean(y), "b_std": _std(y), "b_minus_a": d["mean"], "ci_low": d["ci_low"],
+                         "ci_high": d["ci_high"], "b_higher": d["wins"]})
+    left_out = {"only_a": len(by_key_a) - len(shared), "only_b": len(by_key_b) - len(shared)}
+    return rows, left_out
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)  # null in the JSON: a number that does not exist
+
+
+def _mean(x: np.ndarray) -> float:
+    finite = x[np.isfinite(x)]
+    return float(finite.mean()) if finite.size else math.nan
+
+
+def _std(x: np.ndarray) -> float:
+    finite = x[np.isfinite(x)]
+    return float(finite.std(ddof=1)) if finite.size > 1 else math.nan
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", type=Path, help="reproduce_paper.py --json output of the first grid")
+    parser.add_argument("b", type=Path, help="the same of the second grid")
+    parser.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="what to call them")
+    parser.add_argument("--json", action="store_true", help="print every number as one JSON object last")
+    args = parser.parse_args()
+    rows, left_out = compare(read_grid(args.a), read_grid(args.b))
+    a, b = args.names
+    print(f"{b} - {a}, paired by configuration, window, seed and fold; runs in one grid only: "
+          f"{left_out['only_a']} of {a}, {left_out['only_b']} of {b}")
+    shown = [{"config": r["config"], "metric": r["metric"], "runs": r["runs"], f"{a} mean": r["a_mean"],
+              f"{a} std": r["a_std"], f"{b} mean": r["b_mean"], f"{b} std": r["b_std"], f"{b} - {a}": r["b_minus_a"],
+              "ci_low": r["ci_low"], "ci_high": r["ci_high"], f"{b} higher": r["b_higher"]} for r in rows]
+    print(format_records(shown, digits=3))
+    if args.json:
+        print(strict_json({"names": [a, b], "rows": rows, **left_out}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""scripts/compare_grids.py: two paper-comparison grids paired run by run (configuration, window, seed, fold)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import strict_loads
+
+from clstm_ppo.backtest.statistics import bootstrap_ci
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_grids.py"
+
+
+def grid_runs(shift: float, seed: int, seeds: int = 4) -> list[dict]:
+    """reproduce_paper's per_run rows: 2 configurations x 2 folds x ``seeds`` seeds of made-up metrics."""
+    rng = np.random.default_rng(seed)
+    return [{"config": config, "window": 30, "seed": s, "fold": fold, "sharpe_excess": float(rng.normal()) + shift,
+             "total_return": float(rng.normal(0.1, 0.2)), "max_drawdown": float(rng.uniform(0.1, 0.5)),
+             "trades": 10.0} for config in ("clstm", "mlp") for fold in (0, 1) for s in range(seeds)]
+
+
+def write(path: Path, runs: list[dict]) -> Path:
+    """As reproduce_paper.py --json leaves its log: tables first, the JSON last."""
+    path.write_text("== clstm, TW 30, seed 0, fold 0\nsome table\n\n" + json.dumps({"per_run": runs}) + "\n")
+    return path
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_runs_are_paired_by_configuration_window_seed_and_fold(tmp_path):
+    a, b = grid_runs(0.0, 1), grid_runs(0.5, 2, seeds=5)  # b has a seed a lacks, and lists its runs in another order
+    b = b[::-1]
+    b[0]["sharpe_excess"] = None  # a number that does not exist leaves its pair out
+    done = run(write(tmp_path / "a.log", a), write(tmp_path / "b.log", b), "--names", "50k", "500k", "--json")
+    assert done.returncode == 0, done.stderr
+    out = strict_loads(done.stdout.splitlines()[-1])
+    assert (out["only_a"], out["only_b"]) == (0, 4)
+    assert "500k - 50k" in done.stdout
+    twin = {(r["config"], r["window"], r["seed"], r["fold"]): r for r in b}
+    for config in ("clstm", "mlp"):
+        for metric in ("sharpe_excess", "total_return", "max_drawdown"):
+            row = next(r for r in out["rows"] if r["config"] == config and r["metric"] == metric)
+            pairs = [(r[metric], twin[(r["config"], 30, r["seed"], r["fold"])][metric]) for r in a
+                     if r["config"] == config]
+            diffs = np.array([y - x for x, y in pairs if y is not None])
+            assert row["runs"] == 8
+            assert row["b_minus_a"] == pytest.approx(diffs.mean(), abs=1e-12)
+            assert row["b_higher"] == pytest.approx((diffs > 0).mean())
+            assert (row["ci_low"], row["ci_high"]) == pytest.approx(bootstrap_ci(diffs))
+            assert row["a_mean"] == pytest.approx(np.mean([x for x, _ in pairs]))
+
+
+def test_a_known_shift_is_found_and_a_grid_against_itself_differs_by_nothing(tmp_path):
+    a = grid_runs(0.0, 1)
+    b = [dict(r, sharpe_excess=r["sharpe_excess"] + 0.25) for r in a]
+    out = strict_loads(run(write(tmp_path / "a.log", a), write(tmp_path / "b.log", b), "--json").stdout
+                       .splitlines()[-1])
+    sharpe = [r for r in out["rows"] if r["metric"] == "sharpe_excess"]
+    assert all(r["b_minus_a"] == pytest.approx(0.25) and r["b_higher"] == 1.0 for r in sharpe)
+    same = strict_loads(run(tmp_path / "a.log", tmp_path / "a.log", "--json").stdout.splitlines()[-1])
+    assert all(r["b_minus_a"] == 0.0 and r["ci_low"] == r["ci_high"] == 0.0 for r in same["rows"])
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "not found: give the file reproduce_paper.py --json printed to"),
+    ("a log that never printed its JSON\n", "is not reproduce_paper.py's --json output"),
+    ('{"data": "sp500"}\n', "is not reproduce_paper.py's --json output"),
+    (json.dumps({"per_run": [dict(grid_runs(0.0, 1)[0], fold=7)]}),  # a fold the other grid does not have
+     "the two grids share no run"),
+])
+def test_bad_input_is_one_line(tmp_path, content, message):
+    good = write(tmp_path / "good.log", grid_runs(0.0, 1))
+    bad = tmp_path / "bad.log"
+    if content is not None:
+        bad.write_text(content)
+    done = run(good, bad)
+    assert done.returncode != 0
+    assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
