@@ -32,14 +32,14 @@ from pathlib import Path
 import torch
 
 from clstm_ppo.agent.model import MarketEncoder
-from clstm_ppo.config import AgentConfig, Config
+from clstm_ppo.config import AgentConfig, Config, load_config
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
 from clstm_ppo.env import PORTFOLIO_FEATURES
 from clstm_ppo.tables import print_table
 from clstm_ppo.training.runner import Trainer
 
-DEFAULT_SIZES, PAPER_SIZES = AgentConfig(64, 64, 128), AgentConfig(128, 128, 512)
-SETTINGS = {"default": (DEFAULT_SIZES, 32), "paper": (PAPER_SIZES, 32), "paper-256": (PAPER_SIZES, 256)}
+# setting -> (the named config whose agent sizes it trains, env copies)
+SETTINGS = {"default": ("default", 32), "paper": ("paper", 32), "paper-256": ("paper", 256)}
 
 
 def bench_config(agent: AgentConfig, num_envs: int) -> Config:
@@ -167,7 +167,7 @@ def main() -> None:
     for setting in args.settings:
         sizes, num_envs = SETTINGS[setting]
         num_envs = args.num_envs or num_envs
-        cfg = bench_config(sizes, num_envs)
+        cfg = bench_config(load_config(sizes).agent, num_envs)
         cfg.train.device = device.type
         cfg.train.precision = args.precision
         cfg.env.compile = "on" if args.compiled or args.cuda_graphs else "off"
