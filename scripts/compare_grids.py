@@ -1,6 +1,6 @@
 """Two runs of the paper comparison side by side, run by run: what changed when one thing changed between them.
 
-    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--json]
+    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--json]
 
 A and B are what ``scripts/reproduce_paper.py --json`` printed (its log will do: the JSON is its last line), e.g.
 the same grid at two training budgets, or before and after a change to the market. Runs are paired by
@@ -8,6 +8,12 @@ configuration, window, seed and fold: a pair differs only in what differs betwee
 configuration both grids share, and for each headline metric: A's and B's mean +- std over the shared runs, and
 B - A paired run by run with its bootstrap 95% interval and the share of runs where B is higher (statistics as in
 the comparison itself, ``clstm_ppo/backtest/statistics.py``). Runs that only one grid has are counted and left out.
+
+``--runs`` (each grid's run folders for its data: reproduce_paper's ``--out`` / the data's name) adds what each run
+learnt where it trained and validated, read from its metrics.jsonl: the mean return of the training episodes that
+ended in the last tenth of its env steps (``train_return_end``, % of the account per episode) and the Sharpe of
+its last validation walk (``val_sharpe_last``). A run that earns more on its training years but no more on
+validation or test years has fitted its training years, not learnt a lasting edge.
 """
 from __future__ import annotations
 
@@ -23,7 +29,9 @@ from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.tables import format_records, strict_json
 
 METRICS = ("sharpe_excess", "total_return", "max_drawdown")  # the headline and what it costs
+LEARNING = ("train_return_end", "val_sharpe_last")  # read from each run's metrics.jsonl with --runs
 KEY = ("config", "window", "seed", "fold")  # what makes two runs twins
+LAST_SHARE = 0.1  # train_return_end: the training episodes that ended in this last share of a run's env steps
 
 
 def read_grid(path: Path) -> list[dict[str, Any]]:
@@ -41,6 +49,26 @@ def read_grid(path: Path) -> list[dict[str, Any]]:
     return grid["per_run"]
 
 
+def with_learning(runs: list[dict[str, Any]], folder: Path) -> list[dict[str, Any]]:
+    """``runs`` with ``LEARNING``'s numbers from each run's metrics.jsonl under ``folder`` (reproduce_paper's
+    layout: fold<k>/<config>-tw<window>-seed<seed>)."""
+    out = []
+    for run in runs:
+        fold = "split" if run["fold"] == "split" else f"fold{run['fold']}"
+        path = folder / fold / f"{run['config']}-tw{run['window']}-seed{run['seed']}" / "metrics.jsonl"
+        if not path.is_file():
+            raise SystemExit(f"error: {path} not found: --runs takes the folder reproduce_paper.py wrote this grid's "
+                             "runs to (its --out, then the data's name)")
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        train = [r for r in records if r["kind"] == "train_episodes"]
+        evals = [r for r in records if r["kind"] == "eval"]
+        last = [r for r in train if r["step"] >= (1.0 - LAST_SHARE) * max(r["step"] for r in train)] if train else []
+        episodes = sum(r["episodes"] for r in last)
+        out.append({**run, "train_return_end": sum(r["return_pct"] * r["episodes"] for r in last) / episodes
+                    if episodes else math.nan, "val_sharpe_last": evals[-1]["sharpe"] if evals else math.nan})
+    return out
+
+
 def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """One row per (configuration, metric) over the runs both grids have, and how many runs were left out."""
     by_key_a = {tuple(r[k] for k in KEY): r for r in a}
@@ -52,7 +80,7 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[dict
     rows = []
     for config in dict.fromkeys(k[0] for k in shared):
         keys = [k for k in shared if k[0] == config]
-        for metric in METRICS:
+        for metric in [m for m in (*METRICS, *LEARNING) if m in by_key_a[keys[0]] and m in by_key_b[keys[0]]]:
             x = np.array([_number(by_key_a[k][metric]) for k in keys])
             y = np.array([_number(by_key_b[k][metric]) for k in keys])
             d = paired_difference(y, x)
@@ -82,9 +110,14 @@ def main() -> None:
     parser.add_argument("a", type=Path, help="reproduce_paper.py --json output of the first grid")
     parser.add_argument("b", type=Path, help="the same of the second grid")
     parser.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="what to call them")
+    parser.add_argument("--runs", nargs=2, type=Path, metavar=("A_DIR", "B_DIR"),
+                        help="each grid's run folders for its data, to compare what the runs learnt")
     parser.add_argument("--json", action="store_true", help="print every number as one JSON object last")
     args = parser.parse_args()
-    rows, left_out = compare(read_grid(args.a), read_grid(args.b))
+    a_runs, b_runs = read_grid(args.a), read_grid(args.b)
+    if args.runs:
+        a_runs, b_runs = with_learning(a_runs, args.runs[0]), with_learning(b_runs, args.runs[1])
+    rows, left_out = compare(a_runs, b_runs)
     a, b = args.names
     print(f"{b} - {a}, paired by configuration, window, seed and fold; runs in one grid only: "
           f"{left_out['only_a']} of {a}, {left_out['only_b']} of {b}")

@@ -65,6 +65,42 @@ def test_a_known_shift_is_found_and_a_grid_against_itself_differs_by_nothing(tmp
     assert all(r["b_minus_a"] == 0.0 and r["ci_low"] == r["ci_high"] == 0.0 for r in same["rows"])
 
 
+def write_run_folders(root: Path, runs: list[dict], rng: np.random.Generator) -> dict:
+    """Each run's metrics.jsonl as the trainer writes it: training episodes every 100 steps to 1,000, 3 walks; and
+    what --runs should read from it, computed here from the records."""
+    want = {}
+    for r in runs:
+        folder = root / f"fold{r['fold']}" / f"{r['config']}-tw{r['window']}-seed{r['seed']}"
+        folder.mkdir(parents=True)
+        train = [{"kind": "train_episodes", "step": step, "episodes": float(rng.integers(1, 5)),
+                  "return_pct": float(rng.normal(0, 10))} for step in range(100, 1001, 100)]
+        evals = [{"kind": "eval", "step": step, "sharpe": float(rng.normal())} for step in (300, 600, 900)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [*train, *evals]))
+        last = [x for x in train if x["step"] >= 900]  # the last tenth of 1,000 steps
+        want[(r["config"], r["seed"], r["fold"])] = (
+            np.average([x["return_pct"] for x in last], weights=[x["episodes"] for x in last]), evals[-1]["sharpe"])
+    return want
+
+
+def test_runs_folders_add_what_each_run_learnt_on_its_training_and_validation_years(tmp_path):
+    a, b = grid_runs(0.0, 1, seeds=2), grid_runs(0.0, 2, seeds=2)
+    rng = np.random.default_rng(3)
+    want_a, want_b = (write_run_folders(tmp_path / name, runs, rng) for name, runs in (("a", a), ("b", b)))
+    done = run(write(tmp_path / "a.log", a), write(tmp_path / "b.log", b), "--runs", tmp_path / "a", tmp_path / "b",
+               "--json")
+    assert done.returncode == 0, done.stderr
+    rows = strict_loads(done.stdout.splitlines()[-1])["rows"]
+    for metric, column in (("train_return_end", 0), ("val_sharpe_last", 1)):
+        for config in ("clstm", "mlp"):
+            row = next(r for r in rows if r["config"] == config and r["metric"] == metric)
+            keys = [k for k in want_a if k[0] == config]
+            assert row["a_mean"] == pytest.approx(np.mean([want_a[k][column] for k in keys]))
+            assert row["b_minus_a"] == pytest.approx(np.mean([want_b[k][column] - want_a[k][column] for k in keys]))
+    missing = run(tmp_path / "a.log", tmp_path / "b.log", "--runs", tmp_path / "a", tmp_path / "nowhere")
+    assert missing.returncode != 0 and missing.stderr.strip().count("\n") == 0
+    assert "--runs takes the folder reproduce_paper.py wrote this grid's runs to" in missing.stderr
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (None, "not found: give the file reproduce_paper.py --json printed to"),
     ("a log that never printed its JSON\n", "is not reproduce_paper.py's --json output"),
