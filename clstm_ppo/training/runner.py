@@ -121,9 +121,12 @@ class Trainer:
                    else "the saved env state has another layout")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
                                 else f"env copies start fresh episodes ({why})")
-        # Continuing copies observe what their last step returned (a checkpoint before it was saved: judged afresh).
-        self.obs = self.env.reset() if not self.env_restored else self.env.observe() if self.saved_portfolio is None \
-            else self.env.observation(self.saved_portfolio)
+        if not self.env_restored:
+            self.obs = self.env.reset()
+        elif self.saved_portfolio is not None:  # continuing copies observe what their last step returned
+            self.obs = self.env.observation(self.saved_portfolio)
+        else:  # a checkpoint from before the features were saved: observed afresh
+            self.obs = self.env.observe()
         self.stop = StopRequest(announce=ctx.is_main)
         self.checkpoints = CheckpointManager(run_dir, t.keep_last)
         self.resources = ResourceMonitor(device)  # every rank reads its own GPU; rank 0 logs them all
@@ -246,13 +249,10 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
-        if self.static_loss is None:
-            stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
-                               self.minibatch_generator, mean, self.precision)
-        else:
-            stats = ppo_update(self.model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
-                               self.minibatch_generator, mean, self.precision, self.static_loss,
-                               partial(self.ctx.average_gradients, self.model))
+        # The static loss trains the raw module (train_model is it), so its gradients are averaged here, not by DDP.
+        average = None if self.static_loss is None else partial(self.ctx.average_gradients, self.model)
+        stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
+                           self.minibatch_generator, mean, self.precision, self.static_loss, average)
         return {**stats, "learning_rate": lr}
 
     # ------------------------------------------------------------------ evaluation
