@@ -10,11 +10,10 @@ sizes with model FLOP utilisation, how its rollout ran and the rollout's share o
 env per decision: eager, compiled, and captured as one CUDA graph, at 4,096 and 32,768 copies; the captured
 rollout must equal the compiled one bit for bit); "update" (the PPO update alone at 4,096 copies, default and paper
 sizes in fp32 and default in bf16: eager, static, compiled, and compiled with CUDA graphs, each within half an Adam
-step of the eager update's weights); "scale"
-(65,536 copies train one update and checkpoint); "sb3"
-(sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the
-public commands in a subprocess (as a user would) on the smoke config in a temporary folder, and the table says
-pass or fail, env steps/s and the GPU's peak memory (from the run's NVML records).
+step of the eager update's weights); "scale" (65,536 copies train one update and checkpoint); "sb3" (sb3-contrib's
+RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the public commands in a
+subprocess (as a user would) on the smoke config in a temporary folder, and the table says pass or fail, env
+steps/s and the GPU's peak memory (from the run's NVML records).
 Without CUDA it says so and exits 0: nothing here can run on a CPU-only machine.
 """
 from __future__ import annotations
