@@ -93,6 +93,30 @@ def collect_rollout(num_envs: int = 4, steps: int = 12, episode_length: int = 25
     return model, storage, env
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_non_finite_gradient_is_reported_once_the_update_is_over(precision):
+    """The finite check is a device flag read with the statistics (no sync per minibatch): an infinite return
+    makes the value gradient non-finite, and the update says so; the same rollout without it does not."""
+    import copy
+
+    from clstm_ppo.agent import ppo_update
+    from clstm_ppo.agent.precision import Precision
+    from clstm_ppo.config import PPOConfig
+
+    model, storage, env = collect_rollout()
+    cfg = PPOConfig(update_epochs=2, num_minibatches=2)
+    for poisoned in (False, True):
+        s = copy.deepcopy(storage)
+        if poisoned:
+            s.returns[3, 1] = float("inf")  # one minibatch's value loss, in the first epoch
+        m = copy.deepcopy(model)
+        stats = ppo_update(m, torch.optim.Adam(m.parameters(), lr=1e-3), s, env.market_windows, cfg,
+                           torch.Generator().manual_seed(0), precision=Precision(torch.device("cpu"), precision))
+        assert stats["nonfinite"] == float(poisoned)
+        weights_finite = all(bool(p.isfinite().all()) for p in m.parameters())
+        assert weights_finite != poisoned, "a non-finite step leaves NaN weights, which the trainer never saves"
+
+
 def test_gradient_accumulation_equals_one_large_minibatch():
     import copy
 

@@ -113,6 +113,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
     totals = torch.zeros(5, device=s.rows.device)  # policy, value loss, entropy, approx KL, clip fraction
+    finite = torch.ones((), dtype=torch.bool, device=s.rows.device)  # every step's gradients, read at the end
     batches, encoded = 0, 0
     for _ in range(cfg.update_epochs):
         order = torch.randperm(s.num_envs, generator=generator, device="cpu").to(s.rows.device)
@@ -129,9 +130,10 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
             if stepping:
                 if average_gradients is not None:
                     average_gradients()
-                if not precision.step(model, optimizer, cfg.max_grad_norm):
-                    # Gradients are all-reduced, so every rank sees the same non-finite norm and stops here too.
-                    return {"nonfinite": 1.0}
+                # A device flag, not a host check: a minibatch makes no sync of its own (a non-finite gradient
+                # poisons the weights, and the caller stops without saving them). Gradients are all-reduced, so
+                # every rank sees the same flag.
+                finite &= precision.step(model, optimizer, cfg.max_grad_norm)
                 optimizer.zero_grad(set_to_none=True)
             totals += stats
             kl_this_epoch.append(stats[3])
@@ -145,9 +147,10 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     variance = s.returns.var()
     explained = torch.where(variance > 0, 1 - (s.returns - s.values).var() / variance, float("nan"))
     names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance")
-    values = torch.cat([totals / max(batches, 1), explained.view(1).to(totals.dtype)]).tolist()  # one host sync
+    names += ("nonfinite",)
+    values = torch.cat([totals / max(batches, 1), explained.view(1).to(totals.dtype),
+                        (~finite).view(1).to(totals.dtype)]).tolist()  # one host sync
     stats = dict(zip(names, values, strict=True))
-    stats["nonfinite"] = 0.0
     stats["lstm1_encodes_per_minibatch"] = encoded / max(batches, 1)  # windows LSTM 1 encoded, against ...
     stats["decisions_per_minibatch"] = float(s.rows.shape[0] * envs_per_batch)  # ... what per-window encoding ran
     return stats

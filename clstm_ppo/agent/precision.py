@@ -39,19 +39,18 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> bool:
-        """Clip and step; False when the gradients are not finite (without a scaler, a failure)."""
+    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+        """Clip and step; a device bool, False when the gradients were not finite (without a scaler, a failure the
+        caller reads once the update is over: the step is taken anyway, so nothing here waits for the device)."""
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         if self.scaler is not None:
             self.scaler.step(optimizer)  # skips the step on inf/NaN and lowers the scale: fp16's normal overflow
             self.scaler.update()
-            return True
-        if not torch.isfinite(norm):
-            return False
-        optimizer.step()
-        return True
+            return torch.ones((), dtype=torch.bool, device=norm.device)
+        optimizer.step()  # with a non-finite norm this makes the weights NaN too: the run stops without saving them
+        return torch.isfinite(norm)
 
     def state_dict(self) -> dict | None:
         return self.scaler.state_dict() if self.scaler else None
