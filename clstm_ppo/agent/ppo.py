@@ -104,7 +104,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     ``cfg.grad_accumulation = k``, gradients of k minibatches are summed before one optimizer
     step (under DDP only the k-th backward all-reduces). ``minibatch_loss`` replaces the eager
     ``DistinctBarsLoss`` (the static, compiled one of ``static_update``); a loss that does not run through DDP's
-    forward brings ``average_gradients``, called before each optimizer step.
+    forward brings ``average_gradients``, called before each optimizer step. The statistics' ``nonfinite`` is 1
+    when some step's gradients or the weights it left were not finite: the weights are then unsound, not to be saved.
     """
     s = storage
     precision = precision or Precision(s.rows.device, "fp32")
@@ -146,8 +147,9 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                 break
     variance = s.returns.var()
     explained = torch.where(variance > 0, 1 - (s.returns - s.values).var() / variance, float("nan"))
-    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance")
-    names += ("nonfinite",)
+    # A step can also overflow the weights themselves; either way this update is unsound and the caller stops.
+    finite &= torch.stack([p.isfinite().all() for p in model.parameters()]).all()
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "nonfinite")
     values = torch.cat([totals / max(batches, 1), explained.view(1).to(totals.dtype),
                         (~finite).view(1).to(totals.dtype)]).tolist()  # one host sync
     stats = dict(zip(names, values, strict=True))

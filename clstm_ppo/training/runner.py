@@ -232,10 +232,8 @@ class Trainer:
         stats = self.optimise()
         # The update's time includes waiting at its gradient all-reduces for the slowest rank.
         stats.update(rollout_s=collected - started, update_s=time.perf_counter() - collected)
-        # A step can also overflow the weights themselves; then this update is unsound and not saved.
-        weights_ok = bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all())
-        if stats["nonfinite"] or not weights_ok:
-            return {**stats, "nonfinite": 1.0}, np.zeros(0)
+        if stats["nonfinite"]:  # non-finite gradients or weights: this update is unsound and not saved
+            return stats, np.zeros(0)
         self.update += 1
         self.global_step += self.batch_size
         sums = torch.as_tensor(finished, device=self.device)
