@@ -17,19 +17,13 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(PY) -m clstm_ppo.train --config default $(RUN_ARGS)
 
-# Test processes (pytest-xdist): one per core of CI's 2-core machine; `make test TEST_WORKERS=auto` uses every
-# core of a bigger one. An idle worker takes half of the busiest one's queue (worksteal), so a long module does
-# not leave the other core waiting at the end.
-TEST_WORKERS ?= 2
-PYTEST := WANDB_MODE=offline $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
-
 # CI's command: lint, then every test.
 test: lint
-	$(PYTEST)
+	WANDB_MODE=offline $(PY) -m pytest -q
 
 # Minutes less: skips the tests marked slow (several processes, torchrun, long training).
 test-fast: $(VENV)/.installed
-	$(PYTEST) -m "not slow"
+	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
