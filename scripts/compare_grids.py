@@ -62,7 +62,8 @@ def with_learning(runs: list[dict[str, Any]], folder: Path) -> list[dict[str, An
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         train = [r for r in records if r["kind"] == "train_episodes"]
         evals = [r for r in records if r["kind"] == "eval"]
-        last = [r for r in train if r["step"] >= (1.0 - LAST_SHARE) * max(r["step"] for r in train)] if train else []
+        end = max((r["step"] for r in train), default=0)
+        last = [r for r in train if r["step"] >= (1.0 - LAST_SHARE) * end]
         episodes = sum(r["episodes"] for r in last)
         out.append({**run, "train_return_end": sum(r["return_pct"] * r["episodes"] for r in last) / episodes
                     if episodes else math.nan, "val_sharpe_last": evals[-1]["sharpe"] if evals else math.nan})

@@ -114,7 +114,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
     totals = torch.zeros(5, device=s.rows.device)  # policy, value loss, entropy, approx KL, clip fraction
-    finite = torch.ones((), dtype=torch.bool, device=s.rows.device)  # every step's gradients, read at the end
+    finite = torch.ones((), dtype=torch.bool, device=s.rows.device)  # gradients and weights finite: read at the end
     batches, encoded = 0, 0
     for _ in range(cfg.update_epochs):
         order = torch.randperm(s.num_envs, generator=generator, device="cpu").to(s.rows.device)
