@@ -44,7 +44,7 @@ from clstm_ppo.backtest.report import (
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.stitch import stitch
 from clstm_ppo.backtest.stress import format_stress, plot_fan, stress_dict, walk_paths
-from clstm_ppo.backtest.walk import buy_and_hold, walk
+from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_together
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, first_line, load_config, to_dict
 from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data
@@ -109,9 +109,7 @@ def benchmarks(data: MarketData, split: str, cfg: Config, device: torch.device, 
              "long_straddle": long_straddle(actions, slots)}
     out = {"buy_and_hold": buy_and_hold(data, split, cfg), "putwrite": putwrite(data, split, cfg),
            "buywrite": buywrite(data, split, cfg)}
-    for name, (policy, state) in rules.items():
-        out[name] = walk(name, policy, state, data, split, cfg, device)
-    return out
+    return out | walk_together(rules, data, split, cfg, device)
 
 
 def check_output_path(flag: str, path: Path | None, suffixes: tuple[str, ...] | None = None) -> None:

@@ -135,3 +135,37 @@ def test_an_account_ruined_by_short_puts_stops_and_the_walk_still_covers_every_b
     ruined = int(np.argmax(result.equity[0] < 0))
     assert ruined > 0, "the crash takes the account below zero"
     assert (result.equity[0, ruined:] == result.equity[0, ruined]).all(), "a ruined account stops trading"
+
+
+
+@pytest.mark.parametrize("market", ["two underlyings", "a crash"])
+def test_policies_walked_together_each_get_the_walk_they_get_alone(two_underlyings, market):
+    """evaluate walks its rule benchmarks in one env (copies p*S..p*S+S-1 for the p-th); every number of each
+    must equal its own walk's bit for bit, a ruined account's included: no copy may see another's actions."""
+    from clstm_ppo.backtest.walk import walk_together
+
+    crash = np.concatenate([np.full(60, 100.0), np.full(40, 20.0)])  # an 80% fall at bar 60
+    data = two_underlyings if market == "two underlyings" else handmade_market(crash)
+    cfg = Config(env=EnvConfig(initial_cash=20_000.0, position_frac=1.0))  # small accounts: short puts can ruin
+    actions = ActionSpace.from_config(cfg.market)
+    put = actions.sell(False, actions.moneyness.index(1.0), actions.expiries_days.index(30))
+
+    def sell_puts(obs, state):
+        return torch.where(obs.mask[:, put], put, actions.hold), state
+
+    def rules():  # fresh carried states each time: a rule's state is its own walk's
+        return {"cash": cash_policy(), "random": random_policy(7), "short_puts": (sell_puts, None),
+                "macd_rule": macd_rule(data, actions, cfg.env.max_positions),
+                "long_straddle": long_straddle(actions, cfg.env.max_positions)}
+    together = walk_together(rules(), data, "test", cfg, "cpu")
+    assert list(together) == list(rules())
+    for name, (policy, state) in rules().items():
+        alone = walk(name, policy, state, data, "test", cfg, "cpu")
+        for field in dataclasses.fields(alone):
+            a, b = getattr(alone, field.name), getattr(together[name], field.name)
+            same = a == b if not isinstance(a, np.ndarray) else np.array_equal(a, b)
+            assert same if isinstance(same, bool) else same.all(), (name, field.name)
+    assert together["random"].closed.sum() > 0 and together["long_straddle"].closed.sum() > 0
+    assert not np.array_equal(together["random"].equity, together["cash"].equity)
+    if market == "a crash":
+        assert together["short_puts"].equity.min() < 0 < together["cash"].equity.min(), "one account ruined"

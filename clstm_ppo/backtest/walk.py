@@ -24,12 +24,13 @@ from clstm_ppo.metrics import composite_score, max_drawdown, sharpe, sortino
 Policy = Callable[[Observation, object], tuple[torch.Tensor, object]]
 
 
-def walk_env(data: MarketData, split: str, cfg: Config, device: torch.device | str) -> BatchedOptionsEnv:
-    """The env of a walk: one copy per underlying, to the split's end, no ruin, no auto-reset, in float64 (a few
-    copies cost nothing to keep exact, and float32 cents on $1M would blur a day's interest)."""
+def walk_env(data: MarketData, split: str, cfg: Config, device: torch.device | str,
+             walks: int = 1) -> BatchedOptionsEnv:
+    """The env of ``walks`` walks: one copy per underlying each, to the split's end, no ruin, no auto-reset, in
+    float64 (a few copies cost nothing to keep exact, and float32 cents on $1M would blur a day's interest)."""
     env_cfg = dataclasses.replace(cfg.env, episode_length=0, ruin_fraction=0.0, dtype="float64")
-    return BatchedOptionsEnv(data, split, cfg.market, env_cfg, len(data.symbols), device=device, seed=cfg.seed,
-                             autoreset=False)
+    return BatchedOptionsEnv(data, split, cfg.market, env_cfg, walks * len(data.symbols), device=device,
+                             seed=cfg.seed, autoreset=False)
 
 
 @torch.no_grad()
@@ -40,25 +41,47 @@ def walk(name: str, policy: Policy, state: object, data: MarketData, split: str,
     Every copy ends at the split's last bar, unless its equity falls below zero (possible with shorts): that
     account stops there, and its equity stays at its last value for the rest of the walk.
     """
-    env = walk_env(data, split, cfg, device)
+    return walk_together({name: (policy, state)}, data, split, cfg, device)[name]
+
+
+@torch.no_grad()
+def walk_together(policies: dict[str, tuple[Policy, object]], data: MarketData, split: str, cfg: Config,
+                  device: torch.device | str) -> dict[str, WalkResult]:
+    """Walk several policies over ``split`` in one env, each as ``walk`` walks it alone: the p-th policy trades
+    copies p*S..p*S+S-1 (copy i on underlying i mod S). A walk's env draws nothing (its starts are given) and
+    no copy reads another, so each result is the one a walk alone gives (a test checks it bit for bit), at one
+    env step per bar for all of them: a batch-of-S eager step costs its launches, not its arithmetic."""
+    names, n_symbols = list(policies), len(data.symbols)
+    env = walk_env(data, split, cfg, device, walks=len(names))
     obs = env.reset(starts=torch.full((env.num_envs,), env.first_bar, dtype=torch.long))
+    states = {name: state for name, (_, state) in policies.items()}
     ends: dict[int, tuple[dict, int]] = {}  # copy -> (its episode statistics, their row)
     while len(ends) < env.num_envs:
-        action, state = policy(obs, state)
-        result = env.step(action)
+        actions = []
+        for p, (name, (policy, _)) in enumerate(policies.items()):
+            action, states[name] = policy(obs.copies(p * n_symbols, (p + 1) * n_symbols), states[name])
+            actions.append(action)
+        result = env.step(torch.cat(actions))
         obs = result.obs
         if result.episodes is not None:
             for k, copy in enumerate(result.episodes["env"]):
                 ends.setdefault(int(copy), (result.episodes, k))
     first, last = env.first_bar, env.split_end - 1
-    column = lambda key: np.array([ends[s][0][key][ends[s][1]] for s in range(env.num_envs)])  # noqa: E731
-    curves = [np.asarray(ep["equity_curve"][k], dtype=np.float64) for ep, k in (ends[s] for s in range(env.num_envs))]
+    return {name: _result(name, [ends[p * n_symbols + s] for s in range(n_symbols)], data, env, first, last)
+            for p, name in enumerate(names)}
+
+
+def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: BatchedOptionsEnv, first: int,
+            last: int) -> WalkResult:
+    """One policy's walk from its copies' episode records, in underlying order."""
+    column = lambda key: np.array([episode[key][k] for episode, k in ends])  # noqa: E731
+    curves = [np.asarray(episode["equity_curve"][k], dtype=np.float64) for episode, k in ends]
     equity = np.stack([np.pad(c, (0, last - first + 1 - len(c)), mode="edge") for c in curves])
     return WalkResult(
         policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
-        rate=env.quotes.inputs.rate[:, first:last + 1], closed=column("closed"), wins=column("wins"),
-        open_at_end=column("open"), traded=column("traded"), costs=column("costs").astype(np.float64),
-        option_pnl=column("option_pnl"),
+        rate=env.quotes.inputs.rate[:, first:last + 1], closed=column("closed"),
+        wins=column("wins"), open_at_end=column("open"), traded=column("traded"),
+        costs=column("costs").astype(np.float64), option_pnl=column("option_pnl"),
     )
 
 

@@ -45,6 +45,13 @@ class Observation:
             self._market = self.windows.gather(self.row)
         return self._market
 
+    def copies(self, first: int, stop: int) -> Observation:
+        """What copies ``first``..``stop - 1`` observe (views, not copies of the tensors)."""
+        part = Observation(self.portfolio[first:stop], self.mask[first:stop], self.row[first:stop],
+                           self.start[first:stop], self.windows)
+        part._market = None if self._market is None else self._market[first:stop]
+        return part
+
 
 class BookedPosition(NamedTuple):
     """An option a user already holds (``BatchedOptionsEnv.book``)."""
