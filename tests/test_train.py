@@ -10,7 +10,7 @@ import torch
 from conftest import strict_loads
 
 from clstm_ppo.backtest.policies import agent_policy, random_policy
-from clstm_ppo.backtest.walk import selection_metrics, walk
+from clstm_ppo.backtest.walk import selection_metrics, walk, walk_together
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data import Normalizer, build_market_data
@@ -40,8 +40,8 @@ def test_trained_agent_beats_a_random_policy_on_validation(smoke_run):
     model = model_from_checkpoint(state, data, cfg, torch.device("cpu")).eval()
     cpu = torch.device("cpu")
     agent = selection_metrics(walk("agent", *agent_policy(model, 1, cpu), data, "validation", cfg, cpu))
-    randoms = [selection_metrics(walk("random", *random_policy(seed), data, "validation", cfg, cpu))
-               for seed in range(8)]
+    walks = walk_together({f"random {seed}": random_policy(seed) for seed in range(8)}, data, "validation", cfg, cpu)
+    randoms = [selection_metrics(result) for result in walks.values()]
     # Seeded: the agent's validation walk returned +74,076% (Sharpe 5.7) against +36% to +493% (Sharpe 1.4 to
     # 3.9) for eight random seeds. The smoke market's options are priced at the regime's vol x a premium, blind
     # to the planted trend, so even random buying often wins there: the agent's edge is in how much it makes.
