@@ -8,7 +8,8 @@
 #
 # On the GPU machine, one device call each, with carry [".whl"] (and ".gpu_state" for the grid):
 #     bash scripts/gpu_session.sh check rollout            # then: update, checks, speed, scale, sb3 (gpu_check parts)
-#     bash scripts/gpu_session.sh grid sp500 3 8 --steps 5000000 --seeds 10 --set train.num_envs=1024
+#     bash scripts/gpu_session.sh grid sp500 3 8 --steps 5000000 --seeds 10 --set train.num_envs=512 \
+#         --set ppo.update_epochs=1 --set train.eval_every=6   # fewer gradient steps: docs/RESULTS.md
 # "check" runs scripts/gpu_check.py on the named parts and leaves its log and JSON under $OUT. "grid DATA FOLDS
 # MINUTES [reproduce_paper options]" runs reproduce_paper.py's grid for MINUTES through the SQLite study in
 # .gpu_state/DATA.db, with WORKERS processes (default 4) sharing the GPU; then it kills the workers and copies the
