@@ -66,14 +66,13 @@ def walk_together(policies: dict[str, tuple[Policy, object]], data: MarketData, 
         if result.episodes is not None:
             for k, copy in enumerate(result.episodes["env"]):
                 ends.setdefault(int(copy), (result.episodes, k))
-    first, last = env.first_bar, env.split_end - 1
-    return {name: _result(name, [ends[p * n_symbols + s] for s in range(n_symbols)], data, env, first, last)
+    return {name: _result(name, [ends[p * n_symbols + s] for s in range(n_symbols)], data, env)
             for p, name in enumerate(names)}
 
 
-def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: BatchedOptionsEnv, first: int,
-            last: int) -> WalkResult:
+def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: BatchedOptionsEnv) -> WalkResult:
     """One policy's walk from its copies' episode records, in underlying order."""
+    first, last = env.first_bar, env.split_end - 1
     column = lambda key: np.array([episode[key][k] for episode, k in ends])  # noqa: E731
     curves = [np.asarray(episode["equity_curve"][k], dtype=np.float64) for episode, k in ends]
     equity = np.stack([np.pad(c, (0, last - first + 1 - len(c)), mode="edge") for c in curves])
