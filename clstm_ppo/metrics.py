@@ -31,6 +31,12 @@ def max_drawdown(equity: np.ndarray) -> float:
     return float(((peak - equity) / peak).max()) if len(equity) else 0.0
 
 
+def is_ruined(lowest_equity: np.ndarray | float, initial_cash: float, ruin_fraction: float) -> np.ndarray | bool:
+    """Whether an account whose lowest close was ``lowest_equity`` was ruined by the env's rule: below
+    ``ruin_fraction`` of the initial cash (where a training episode ends), or at or below 0 for a fraction 0."""
+    return lowest_equity < ruin_fraction * initial_cash if ruin_fraction > 0 else lowest_equity <= 0
+
+
 def composite_score(win_rate: float, profit_rate: float, return_pct: float) -> float:
     """The seed system's score: mean of win rate, profit rate and clip((return% + 20) / 40, 0, 1)."""
     return (win_rate + profit_rate + float(np.clip((return_pct + 20.0) / 40.0, 0.0, 1.0))) / 3.0

@@ -28,7 +28,7 @@ import numpy as np
 from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.tables import format_records, strict_json
 
-METRICS = ("sharpe_excess", "total_return", "max_drawdown")  # the headline and what it costs
+METRICS = ("sharpe_excess", "total_return", "max_drawdown", "ruined")  # the headline and what it costs
 LEARNING = ("train_return_end", "val_sharpe_last")  # read from each run's metrics.jsonl with --runs
 KEY = ("config", "window", "seed", "fold")  # what makes two runs twins
 LAST_SHARE = 0.1  # train_return_end: the training episodes that ended in this last share of a run's env steps

@@ -127,6 +127,7 @@ def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: 
     tests = ", ".join(f"{int(f['fold']['val_end'][:4]) + 1}..{f['fold']['test_end']}" for f in folds)
     where = f"{len(folds)} walk-forward folds (test {tests})" if folds else "the data's default split"
     dsr = tables["deflated"]
+    ruin = load_config(args.config, args.overrides).env.ruin_fraction
     block = lambda rows, digits=3: ["```", format_records(rows, digits=digits), "```", ""]  # noqa: E731
     lines = [f"<!-- begin {name} -->", f"## {name}", "",
              f"`{command}` at commit `{commit()}`, {datetime.date.today().isoformat()}; {machine()}; "
@@ -136,7 +137,9 @@ def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: 
              "single best validation composite unless marked [smoothed]. With several underlyings a run's number "
              "is the mean over them. Sharpe ratios are annualised; `sharpe_excess` is over the T-bill (the headline), "
              "`sharpe` over 0 as the paper quotes it. Profit per trade: closed option trades' own P&L, every cost "
-             "in.", "",
+             "in. `min_equity`: the walk's lowest close over its initial cash; `ruined`: the share of runs (of "
+             f"accounts, with several underlyings) whose equity fell below env.ruin_fraction ({ruin:g}) of the "
+             "initial cash at some close, where a training episode would have ended.", "",
              "### Agents against the benchmarks", "", *block(display(tables["main"]), 1),
              "### Paired differences (the same seed and fold; bootstrap 95% interval of the mean; wins: share of "
              "runs)", "", *block(tables["paired"]),

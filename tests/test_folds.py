@@ -115,6 +115,7 @@ def walk_of(dates: list[str], equity: list[float], closed: int) -> WalkResult:
     return WalkResult(policy="agent", symbols=["X"], dates=pd.DatetimeIndex(dates), equity=np.array([equity]),
                       rate=np.full((1, n), 0.01), closed=np.array([closed]), wins=np.array([1]),
                       open_at_end=np.array([0]), traded=np.array([10.0]), costs=np.ones((1, 3)),
+                      ruin_fraction=0.5,
                       option_pnl=np.array([5.0]))
 
 

@@ -2,6 +2,7 @@
 returns CSV the report writes, so the CSV, the metrics and the tables have to agree with each other."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socket
@@ -28,14 +29,14 @@ def trading_days(start: str, end: str) -> pd.DatetimeIndex:
 
 
 def walk(policy: str, returns: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray, seed: int = 0,
-         symbols: list[str] = SYMBOLS, cash: float = 10_000.0) -> WalkResult:
+         symbols: list[str] = SYMBOLS, cash: float = 10_000.0, ruin_fraction: float = 0.5) -> WalkResult:
     """A WalkResult whose equity compounds the given (S, n) daily returns from ``cash``."""
     rng = np.random.default_rng(seed)
     equity = cash * np.concatenate([np.ones((len(symbols), 1)), np.cumprod(1 + returns, axis=1)], axis=1)
     return WalkResult(policy=policy, symbols=list(symbols), dates=dates, equity=equity, rate=rate,
                       closed=rng.integers(0, 30, len(symbols)), wins=rng.integers(0, 10, len(symbols)),
                       open_at_end=rng.integers(0, 3, len(symbols)), traded=rng.uniform(1e5, 1e6, len(symbols)),
-                      costs=rng.uniform(0, 500, (len(symbols), len(COST_KINDS))))
+                      costs=rng.uniform(0, 500, (len(symbols), len(COST_KINDS))), ruin_fraction=ruin_fraction)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def reference(r: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> dict:
             "sharpe_excess": np.mean(excess) / np.std(excess, ddof=1) * root,
             "sortino": np.mean(r) / down * root, "max_drawdown": worst, "calmar": annual / worst,
             "max_drawdown_peak": dates[peak_i].date().isoformat(),
-            "max_drawdown_trough": dates[trough_i].date().isoformat()}
+            "max_drawdown_trough": dates[trough_i].date().isoformat(), "min_equity": wealth.min()}
 
 
 def assert_matches(got: dict, want: dict) -> None:
@@ -137,6 +138,25 @@ def test_trade_turnover_and_cost_metrics(walks):
         for k, kind in enumerate(COST_KINDS):
             assert got[f"cost_{kind}"] == pytest.approx(res.costs[s, k])
     assert report.underlying_metrics(res, 1)["win_rate"] == 0.0  # no closed trade
+
+
+@pytest.mark.parametrize("fraction, path, ruined", [
+    (0.5, [1.0, 0.7, 0.51, 0.9, 1.3], False),  # lost 49% at worst, then recovered: not ruined
+    (0.5, [1.0, 0.7, 0.49, 0.9, 1.3], True),  # below half the account once: ruined, recovery or not
+    (0.0, [1.0, 0.3, 0.01, 0.2, 0.4], False),  # with no fraction only an account at or below 0 is ruined
+    (0.0, [1.0, 0.3, 0.0, 0.0, 0.0], True),
+    (0.0, [1.0, 0.3, -0.2, -0.2, -0.2], True),
+])
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")  # returns from a 0 close
+def test_an_account_is_ruined_below_the_ruin_fraction_of_its_initial_cash(fraction, path, ruined):
+    """The env's rule (where a training episode ends), applied to the walk's lowest close, which the walk itself
+    does not stop at; min_equity reports that close as a share of the first."""
+    dates = trading_days("2017-01-03", "2017-01-09")
+    res = dataclasses.replace(walk("agent", np.zeros((1, 4)), dates, np.full((1, 5), 0.01), symbols=["X"],
+                                   ruin_fraction=fraction), equity=50_000.0 * np.array([path]))
+    got = report.underlying_metrics(res, 0)
+    assert got["ruined"] is ruined
+    assert got["min_equity"] == pytest.approx(min(path))
 
 
 def test_yearly_metrics_equal_numpy_on_that_years_rows(walks, csv):

@@ -17,7 +17,8 @@ from clstm_ppo.train import main as train_main
 from clstm_ppo.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "profit_per_trade", "trades")
+METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "min_equity", "ruined",
+           "profit_per_trade", "trades")
 
 
 def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_json(tmp_path):
@@ -44,6 +45,7 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
             finite = row[key] is not None and math.isfinite(row[key]) and math.isfinite(row[f"{key}_std"])
             # profit per trade has no value only when no run of that row closed a trade
             assert finite or (key == "profit_per_trade" and row["trades"] == 0), (row["policy"], key)
+        assert 0.0 <= row["ruined"] <= 1.0 and row["min_equity"] <= 1.0  # a share of runs; below the start
         low, high = row["sharpe_excess_ci"]
         assert low <= row["sharpe_excess"] <= high
     bh = [r for r in out["per_run"] if r["config"] == "clstm" and r["window"] == 10]

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from clstm_ppo.backtest.across_runs import display, mean_over_underlyings, summary_rows
 from clstm_ppo.backtest.statistics import (
     bootstrap_ci,
     deflated_sharpe,
@@ -50,3 +51,20 @@ def test_deflated_sharpe_from_returns_falls_as_more_trials_were_tried():
     few, many = deflated_sharpe(returns, 2, 0.001), deflated_sharpe(returns, 1000, 0.001)
     assert few["sharpe"] == pytest.approx(returns.mean() / returns.std(ddof=1))
     assert many["benchmark_sharpe"] > few["benchmark_sharpe"] and many["deflated_sharpe"] < few["deflated_sharpe"]
+
+
+def test_ruin_is_counted_per_account_and_shown_as_a_share_of_runs():
+    """A mean Sharpe hides a lost account: each run's ruined flag is the share of its underlyings' accounts
+    ruined (evaluate's JSON per underlying), and over runs the share of all accounts; a missing number is NaN."""
+    metrics = {"total_return": 0.1, "annual_return": 0.05, "sharpe_excess": 0.4, "sharpe": 0.5,
+               "max_drawdown": 0.2, "profit_per_trade": None, "trades": 0}
+    one = mean_over_underlyings({"A": {**metrics, "min_equity": 0.9, "ruined": False},
+                                 "B": {**metrics, "min_equity": 0.3, "ruined": True}})
+    assert one["ruined"] == 0.5 and one["min_equity"] == pytest.approx(0.6)
+    assert math.isnan(one["profit_per_trade"])  # no underlying closed a trade
+    old = mean_over_underlyings({"A": metrics})  # a report from before ruin was recorded
+    assert math.isnan(old["ruined"]) and math.isnan(old["min_equity"])
+    runs = [one, {**one, "ruined": 0.0}, {**one, "ruined": 1.0}, {**one, "ruined": 0.0}]
+    row = summary_rows({"agent": runs})[0]
+    assert row["ruined"] == pytest.approx(np.mean([0.5, 0.0, 1.0, 0.0]))
+    assert display([row])[0]["ruined"] == "37.5%" and display([row])[0]["min_equity"] == "60.00% +- 0.00"

@@ -11,7 +11,10 @@ import numpy as np
 
 from clstm_ppo.backtest.statistics import bootstrap_ci, deflated_sharpe, paired_difference
 
-METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "profit_per_trade", "trades")
+# ruined: 1 where the walk's equity fell below env.ruin_fraction of the initial cash at some close (its mean over
+# runs is the share of accounts lost: a Sharpe averaged over runs hides a ruin); min_equity: that lowest close.
+METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "min_equity", "ruined",
+           "profit_per_trade", "trades")
 # Bootstrap intervals and paired differences. The headline Sharpe is over the T-bill (sharpe_excess): the rf-0
 # Sharpe ("sharpe", as the paper quotes it) of a policy that sits in cash is its interest over almost no
 # volatility, tens, which one such run lets dominate a mean.
@@ -84,7 +87,9 @@ def display(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             mean, std = row[key], row[f"{key}_std"]
             if not math.isfinite(mean):
                 cells[key] = "n/a"
-            elif key in ("total_return", "annual_return", "max_drawdown"):
+            elif key == "ruined":  # a share of runs: its std says nothing more
+                cells[key] = f"{100 * mean:.1f}%"
+            elif key in ("total_return", "annual_return", "max_drawdown", "min_equity"):
                 cells[key] = f"{100 * mean:.2f}% +- {100 * std:.2f}"
             elif key == "profit_per_trade":
                 cells[key] = f"${mean:,.0f} +- {std:,.0f}"

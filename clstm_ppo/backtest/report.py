@@ -16,6 +16,7 @@ import pandas as pd
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.config import ConfigError, first_line
 from clstm_ppo.market import COST_KINDS
+from clstm_ppo.metrics import is_ruined
 from clstm_ppo.tables import format_table
 
 TRADING_DAYS = 252
@@ -64,6 +65,7 @@ def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray)
         "max_drawdown_peak": dates[top].date().isoformat() if max_dd > 0 else "",
         "max_drawdown_trough": dates[trough].date().isoformat() if max_dd > 0 else "",
         "calmar": float(annual / max_dd) if max_dd > 0 else 0.0,
+        "min_equity": float(equity.min() / equity[0]),  # the lowest close, as a share of the first
     }
 
 
@@ -83,6 +85,7 @@ def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
         "open_at_end": int(result.open_at_end[s]),
         "turnover": float(result.traded[s]) / mean_equity / years if years and mean_equity > 0 else 0.0,
         "costs": float(result.costs[s].sum()),
+        "ruined": bool(is_ruined(equity.min(), equity[0], result.ruin_fraction)),
     }
     return out | {f"cost_{kind}": float(result.costs[s, k]) for k, kind in enumerate(COST_KINDS)}
 

@@ -25,6 +25,7 @@ class WalkResult:
     open_at_end: np.ndarray  # (S,) positions still open at the last bar (marked to market)
     traded: np.ndarray  # (S,) dollars of premium bought and sold (notional of every fill)
     costs: np.ndarray  # (S, K) dollars paid per cost kind (clstm_ppo.market.COST_KINDS)
+    ruin_fraction: float  # the walk's env.ruin_fraction: the level reports call ruin (the walk itself never stops)
     option_pnl: np.ndarray | None = None  # (S,) closed options' own P&L, every cost in; None: not recorded
 
     @property

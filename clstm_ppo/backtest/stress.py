@@ -25,6 +25,7 @@ import numpy as np
 
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.metrics import is_ruined
 
 QUANTILES = (0.05, 0.25, 0.50, 0.75, 0.95)
 TAIL = 0.05
@@ -76,9 +77,7 @@ def drawdowns(equity: np.ndarray) -> np.ndarray:
 
 def ruined(equity: np.ndarray, initial_cash: float, ruin_fraction: float) -> np.ndarray:
     """(N,) bool: equity fell below ``ruin_fraction`` of the initial cash at some close (<= 0 for a fraction 0)."""
-    if ruin_fraction > 0:
-        return (equity < ruin_fraction * initial_cash).any(axis=1)
-    return (equity <= 0).any(axis=1)
+    return is_ruined(equity.min(axis=1), initial_cash, ruin_fraction)
 
 
 def quantiles(x: np.ndarray) -> dict[str, float]:

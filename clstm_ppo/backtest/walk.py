@@ -66,11 +66,12 @@ def walk_together(policies: dict[str, tuple[Policy, object]], data: MarketData, 
         if result.episodes is not None:
             for k, copy in enumerate(result.episodes["env"]):
                 ends.setdefault(int(copy), (result.episodes, k))
-    return {name: _result(name, [ends[p * n_symbols + s] for s in range(n_symbols)], data, env)
-            for p, name in enumerate(names)}
+    return {name: _result(name, [ends[p * n_symbols + s] for s in range(n_symbols)], data, env,
+                          cfg.env.ruin_fraction) for p, name in enumerate(names)}
 
 
-def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: BatchedOptionsEnv) -> WalkResult:
+def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: BatchedOptionsEnv,
+            ruin_fraction: float) -> WalkResult:
     """One policy's walk from its copies' episode records, in underlying order."""
     first, last = env.first_bar, env.split_end - 1
     column = lambda key: np.array([episode[key][k] for episode, k in ends])  # noqa: E731
@@ -80,7 +81,7 @@ def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: Batc
         policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
         rate=env.quotes.inputs.rate[:, first:last + 1], closed=column("closed"),
         wins=column("wins"), open_at_end=column("open"), traded=column("traded"),
-        costs=column("costs").astype(np.float64), option_pnl=column("option_pnl"),
+        costs=column("costs").astype(np.float64), ruin_fraction=ruin_fraction, option_pnl=column("option_pnl"),
     )
 
 
@@ -113,7 +114,7 @@ def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
     zeros = np.zeros(len(data.symbols))
     return WalkResult(policy="buy_and_hold", symbols=list(data.symbols), dates=data.dates[first:last + 1],
                       equity=equity, rate=rate, closed=zeros, wins=zeros, open_at_end=np.ones(len(data.symbols)),
-                      traded=np.full(len(data.symbols), cash0), costs=costs)
+                      traded=np.full(len(data.symbols), cash0), costs=costs, ruin_fraction=cfg.env.ruin_fraction)
 
 
 def selection_metrics(result: WalkResult) -> dict[str, float]:
