@@ -120,14 +120,14 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {where}, torch {torch.__version__}"
 
 
-def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: float) -> str:
+def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: float, ruin: float) -> str:
+    """The data set's RESULTS.md section; ``ruin``: the runs' env.ruin_fraction, which its ``ruined`` column counts."""
     name = data_label(args.data)
     command = " ".join(["python", "scripts/reproduce_paper.py", *sys.argv[1:]])
     folds = tables["folds"]
     tests = ", ".join(f"{int(f['fold']['val_end'][:4]) + 1}..{f['fold']['test_end']}" for f in folds)
     where = f"{len(folds)} walk-forward folds (test {tests})" if folds else "the data's default split"
     dsr = tables["deflated"]
-    ruin = load_config(args.config, args.overrides).env.ruin_fraction
     block = lambda rows, digits=3: ["```", format_records(rows, digits=digits), "```", ""]  # noqa: E731
     lines = [f"<!-- begin {name} -->", f"## {name}", "",
              f"`{command}` at commit `{commit()}`, {datetime.date.today().isoformat()}; {machine()}; "
@@ -287,7 +287,8 @@ def main() -> None:
     if args.seeds < 1 or args.steps < 1 or args.folds < 0:
         raise SystemExit("error: --seeds and --steps must be at least 1, --folds at least 0")
     started = datetime.datetime.now()
-    default_window = load_config(args.config, args.overrides).data.window
+    base = load_config(args.config, args.overrides)  # every cell's settings before its own --set values
+    default_window = base.data.window
     fits = fold_fits(args)
     folds: list[Any] = [int(k) for k in fits] or [None]
     configs = [(k, w, default_window) for w in args.rewards for k in args.kinds]
@@ -302,7 +303,8 @@ def main() -> None:
     print(format_records(tables["paired"], digits=3))
     print(f"deflated Sharpe: {tables['deflated']}")
     seconds = (datetime.datetime.now() - started).total_seconds()
-    write_results(args.results, data_label(args.data), markdown_section(args, tables, seconds))
+    section = markdown_section(args, tables, seconds, base.env.ruin_fraction)
+    write_results(args.results, data_label(args.data), section)
     print(f"results written to {args.results}")
     if args.json:
         print(strict_json({"data": args.data, "steps": args.steps, "seeds": args.seeds, **tables}))
