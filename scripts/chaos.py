@@ -6,7 +6,8 @@ and the faults a run must survive with one line and nothing damaged.
 For each worker count the smoke config trains once uninterrupted, then again with a SIGKILL of a random rank
 (the launcher or one of its workers) at a random moment, K times, each followed by ``--resume-from latest``.
 The final weights, optimizer state, step count and best scores must be bit-identical to the clean run's.
-Faults, once: a SIGKILL during a checkpoint write (the process is frozen while its temporary file exists, then
+Worker counts run side by side, each with its own random stream (from --seed and the count). Faults, once, two
+at a time: a SIGKILL during a checkpoint write (the process is frozen while its temporary file exists, then
 killed: the previous latest.pt must load, and the resume removes the leftover); a write that fails (the
 file-size limit RLIMIT_FSIZE below a checkpoint's size: one line, latest.pt intact); a torn last line in
 metrics.jsonl (the resume drops it with one line, every line is JSON after); two resumes of one run started at
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -233,13 +235,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="where and when the kills land")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as tmp:
+    # Two at a time: each run is mostly a new interpreter importing torch, one core's work. Every run keeps its
+    # own folder and its own random stream, so what one checks does not depend on what runs beside it.
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=2) as pool:
         root = Path(tmp)
-        rows = [chaos_run(root, w, args.kills, rng) for w in args.workers]
+        rows = list(pool.map(lambda w: chaos_run(root, w, args.kills, random.Random(f"{args.seed}-{w}")),
+                             args.workers))
         clean = root / f"clean-{args.workers[0]}"
-        faults = {"kill_during_write": fault_kill_during_write(root), "write_fails": fault_write_fails(root, clean),
-                  "torn_metrics_line": fault_torn_metrics(root, clean), "two_resumes": fault_two_resumes(root, clean)}
+        checks = {"kill_during_write": lambda: fault_kill_during_write(root),
+                  "write_fails": lambda: fault_write_fails(root, clean),
+                  "torn_metrics_line": lambda: fault_torn_metrics(root, clean),
+                  "two_resumes": lambda: fault_two_resumes(root, clean)}
+        faults = dict(zip(checks, pool.map(lambda check: check(), checks.values()), strict=True))
     print_table([{k: v for k, v in r.items() if k != "error"} for r in rows], False)
     for r in rows:
         if r["error"]:
