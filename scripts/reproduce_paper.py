@@ -139,7 +139,8 @@ def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: 
              "`sharpe` over 0 as the paper quotes it. Profit per trade: closed option trades' own P&L, every cost "
              "in. `min_equity`: the walk's lowest close over its initial cash; `ruined`: the share of runs (of "
              f"accounts, with several underlyings) whose equity fell below env.ruin_fraction ({ruin:g}) of the "
-             "initial cash at some close, where a training episode would have ended.", "",
+             "initial cash at some close, where a training episode would have ended. `costs`: fees, spreads and "
+             "slippage paid over the walk, in dollars.", "",
              "### Agents against the benchmarks", "", *block(display(tables["main"]), 1),
              "### Paired differences (the same seed and fold; bootstrap 95% interval of the mean; wins: share of "
              "runs)", "", *block(tables["paired"]),

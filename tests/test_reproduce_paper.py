@@ -18,7 +18,7 @@ from clstm_ppo.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "min_equity", "ruined",
-           "profit_per_trade", "trades")
+           "profit_per_trade", "trades", "costs")
 
 
 def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_json(tmp_path):

@@ -58,9 +58,9 @@ def test_ruin_is_counted_per_account_and_shown_as_a_share_of_runs():
     ruined (evaluate's JSON per underlying), and over runs the share of all accounts; a missing number is NaN."""
     metrics = {"total_return": 0.1, "annual_return": 0.05, "sharpe_excess": 0.4, "sharpe": 0.5,
                "max_drawdown": 0.2, "profit_per_trade": None, "trades": 0}
-    one = mean_over_underlyings({"A": {**metrics, "min_equity": 0.9, "ruined": False},
-                                 "B": {**metrics, "min_equity": 0.3, "ruined": True}})
-    assert one["ruined"] == 0.5 and one["min_equity"] == pytest.approx(0.6)
+    one = mean_over_underlyings({"A": {**metrics, "min_equity": 0.9, "ruined": False, "costs": 1500.0},
+                                 "B": {**metrics, "min_equity": 0.3, "ruined": True, "costs": 2500.0}})
+    assert one["ruined"] == 0.5 and one["min_equity"] == pytest.approx(0.6) and one["costs"] == 2000.0
     assert math.isnan(one["profit_per_trade"])  # no underlying closed a trade
     old = mean_over_underlyings({"A": metrics})  # a report from before ruin was recorded
     assert math.isnan(old["ruined"]) and math.isnan(old["min_equity"])
@@ -68,3 +68,4 @@ def test_ruin_is_counted_per_account_and_shown_as_a_share_of_runs():
     row = summary_rows({"agent": runs})[0]
     assert row["ruined"] == pytest.approx(np.mean([0.5, 0.0, 1.0, 0.0]))
     assert display([row])[0]["ruined"] == "37.5%" and display([row])[0]["min_equity"] == "60.00% +- 0.00"
+    assert display([row])[0]["costs"] == "$2,000 +- 0"  # dollars paid in fees, spreads and slippage

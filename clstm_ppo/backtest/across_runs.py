@@ -13,8 +13,9 @@ from clstm_ppo.backtest.statistics import bootstrap_ci, deflated_sharpe, paired_
 
 # ruined: 1 where the walk's equity fell below env.ruin_fraction of the initial cash at some close (its mean over
 # runs is the share of accounts lost: a Sharpe averaged over runs hides a ruin); min_equity: that lowest close.
+# costs: every fee, spread and slippage paid over the walk, in dollars (what a policy's trading gave away).
 METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "min_equity", "ruined",
-           "profit_per_trade", "trades")
+           "profit_per_trade", "trades", "costs")
 # Bootstrap intervals and paired differences. The headline Sharpe is over the T-bill (sharpe_excess): the rf-0
 # Sharpe ("sharpe", as the paper quotes it) of a policy that sits in cash is its interest over almost no
 # volatility, tens, which one such run lets dominate a mean.
@@ -79,7 +80,8 @@ def _sharpe(r: np.ndarray) -> float:
 
 
 def display(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows as text: percentages for returns and drawdowns, dollars per trade, mean +- std in one cell."""
+    """Rows as text: percentages for returns and drawdowns, dollars per trade and of costs, mean +- std in one
+    cell."""
     out = []
     for row in rows:
         cells: dict[str, Any] = {"policy": row["policy"], "runs": row["runs"]}
@@ -91,7 +93,7 @@ def display(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 cells[key] = f"{100 * mean:.1f}%"
             elif key in ("total_return", "annual_return", "max_drawdown", "min_equity"):
                 cells[key] = f"{100 * mean:.2f}% +- {100 * std:.2f}"
-            elif key == "profit_per_trade":
+            elif key in ("profit_per_trade", "costs"):
                 cells[key] = f"${mean:,.0f} +- {std:,.0f}"
             else:
                 cells[key] = f"{mean:.3f} +- {std:.3f}" if "sharpe" in key else f"{mean:.1f} +- {std:.1f}"
