@@ -242,11 +242,11 @@ def main() -> None:
         rows = list(pool.map(lambda w: chaos_run(root, w, args.kills, random.Random(f"{args.seed}-{w}")),
                              args.workers))
         clean = root / f"clean-{args.workers[0]}"
-        checks = {"kill_during_write": lambda: fault_kill_during_write(root),
-                  "write_fails": lambda: fault_write_fails(root, clean),
-                  "torn_metrics_line": lambda: fault_torn_metrics(root, clean),
-                  "two_resumes": lambda: fault_two_resumes(root, clean)}
-        faults = dict(zip(checks, pool.map(lambda check: check(), checks.values()), strict=True))
+        running = {"kill_during_write": pool.submit(fault_kill_during_write, root),
+                   "write_fails": pool.submit(fault_write_fails, root, clean),
+                   "torn_metrics_line": pool.submit(fault_torn_metrics, root, clean),
+                   "two_resumes": pool.submit(fault_two_resumes, root, clean)}
+        faults = {name: future.result() for name, future in running.items()}
     print_table([{k: v for k, v in r.items() if k != "error"} for r in rows], False)
     for r in rows:
         if r["error"]:
