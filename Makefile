@@ -19,7 +19,7 @@ run: $(VENV)/.installed
 
 # CI's command: lint, then every test.
 test: lint
-	WANDB_MODE=offline $(PY) -m pytest -q
+	WANDB_MODE=offline $(PY) -m pytest -q --durations=25  # the slowest tests, where CI time goes
 
 # Minutes less: skips the tests marked slow (several processes, torchrun, long training).
 test-fast: $(VENV)/.installed

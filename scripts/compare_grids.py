@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from clstm_ppo.backtest.across_runs import read_grid, run_folder
 from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.tables import format_records, strict_json
 
@@ -34,28 +35,12 @@ KEY = ("config", "window", "seed", "fold")  # what makes two runs twins
 LAST_SHARE = 0.1  # train_return_end: the training episodes that ended in this last share of a run's env steps
 
 
-def read_grid(path: Path) -> list[dict[str, Any]]:
-    """The per-run rows of one reproduce_paper JSON: the file's last non-empty line."""
-    if not path.is_file():
-        raise SystemExit(f"error: {path} not found: give the file reproduce_paper.py --json printed to")
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    try:
-        grid = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        grid = None
-    if not isinstance(grid, dict) or not isinstance(grid.get("per_run"), list):
-        raise SystemExit(f"error: {path}'s last line is not reproduce_paper.py's --json output (no per_run list): "
-                         "run it with --json and keep its output")
-    return grid["per_run"]
-
-
 def with_learning(runs: list[dict[str, Any]], folder: Path) -> list[dict[str, Any]]:
     """``runs`` with ``LEARNING``'s numbers from each run's metrics.jsonl under ``folder`` (reproduce_paper's
     layout: fold<k>/<config>-tw<window>-seed<seed>)."""
     out = []
     for run in runs:
-        fold = "split" if run["fold"] == "split" else f"fold{run['fold']}"
-        path = folder / fold / f"{run['config']}-tw{run['window']}-seed{run['seed']}" / "metrics.jsonl"
+        path = run_folder(folder, run) / "metrics.jsonl"
         if not path.is_file():
             raise SystemExit(f"error: {path} not found: --runs takes the folder reproduce_paper.py wrote this grid's "
                              "runs to (its --out, then the data's name)")

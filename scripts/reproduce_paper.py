@@ -43,6 +43,7 @@ from clstm_ppo.backtest.across_runs import (
     display,
     mean_over_underlyings,
     paired_rows,
+    run_name,
     summary_rows,
 )
 from clstm_ppo.backtest.calibration import fold_market_settings
@@ -78,7 +79,7 @@ def cell_settings(cell: dict[str, Any], fits: dict[str, dict[str, Any]]) -> list
 def train_and_backtest(args: argparse.Namespace, cell: dict[str, Any], fits: dict) -> dict[str, Any]:
     """One cell trained, its two validation picks walked on the fold's test years: policy -> metrics (the mean
     over underlyings), and each pick's daily returns over cash (mean over underlyings)."""
-    name = f"{label(cell['kind'], cell['reward'])}-tw{cell['window']}-seed{cell['seed']}"
+    name = run_name(label(cell["kind"], cell["reward"]), cell["window"], cell["seed"])
     folder = args.out / data_label(args.data) / ("split" if cell["fold"] is None else f"fold{cell['fold']}")
     run = folder / name
     train_run(args.config, args.data, cell["seed"], args.steps, folder, name,

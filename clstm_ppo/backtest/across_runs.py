@@ -4,7 +4,9 @@ given how many were tried. A run is one dict of metrics (``METRICS``); a missing
 every JSON written from it."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,33 @@ METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_draw
 # volatility, tens, which one such run lets dominate a mean.
 CI_METRICS = ("sharpe_excess", "total_return")
 Runs = dict[str, list[dict[str, float]]]  # label -> one metrics dict per (seed, fold), in one shared order
+
+
+def run_name(config: str, window: int, seed: int) -> str:
+    """A grid run's folder name: reproduce_paper.py trains it in <--out>/<data>/<fold<k> or split>/<this>."""
+    return f"{config}-tw{window}-seed{seed}"
+
+
+def run_folder(runs: Path, run: dict[str, Any]) -> Path:
+    """The folder of one per-run row of a grid's JSON, under ``runs`` (reproduce_paper's --out / the data's name)."""
+    fold = "split" if run["fold"] in (None, "split") else f"fold{run['fold']}"
+    return runs / fold / run_name(run["config"], run["window"], run["seed"])
+
+
+def read_grid(path: Path) -> list[dict[str, Any]]:
+    """The per-run rows of what ``reproduce_paper.py --json`` printed (its log will do: the file's last non-empty
+    line); a clear SystemExit for anything else."""
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: give the file reproduce_paper.py --json printed to")
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        grid = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        grid = None
+    if not isinstance(grid, dict) or not isinstance(grid.get("per_run"), list):
+        raise SystemExit(f"error: {path}'s last line is not reproduce_paper.py's --json output (no per_run list): "
+                         "run it with --json and keep its output")
+    return grid["per_run"]
 
 
 def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]]) -> dict[str, float]:
