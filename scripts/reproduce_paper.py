@@ -153,7 +153,8 @@ def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: 
              "configurations: deflated Sharpe ratio (the probability its true Sharpe is above that)"
              f" {dsr['deflated_sharpe']:.3f}.", ""]
     if tables["ablation"]:
-        lines += ["### Window ablation (clstm, equity reward)", "", *block(display(tables["ablation"]), 1)]
+        lines += ["### Window ablation (clstm, equity reward)", "", *block(display(tables["ablation"]), 1),
+                  "Paired, run by run (the same seed and fold):", "", *block(tables["ablation_paired"])]
     lines += ["### Each run", "", *block(tables["per_run"], 4)[:-1], f"<!-- end {name} -->"]
     return "\n".join(lines)
 
@@ -244,14 +245,19 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
     for c, r in zip(cells, results, strict=True):
         if c["kind"] == "clstm" and c["reward"] == "equity":
             ablation.setdefault(f"clstm TW {c['window']}", []).append(r["agent"])
+    ablation = dict(sorted(ablation.items(), key=lambda kv: int(kv[0].split()[-1]))) if len(ablation) > 1 else {}
+    # each window against the default one and against owning the index, run by run (the same seed and fold)
+    ablation_pairs = [(lab, f"clstm TW {default_window}") for lab in ablation if lab != f"clstm TW {default_window}"]
+    ablation_pairs += [(lab, "buy_and_hold") for lab in ablation]
     per_run = [{"config": label(c["kind"], c["reward"]), "window": c["window"], "seed": c["seed"],
                 "fold": "split" if c["fold"] is None else c["fold"], **{k: r["agent"][k] for k in METRICS},
                 "smoothed_sharpe_excess": (r["smoothed"] or _missing())["sharpe_excess"]}
                for c, r in zip(cells, results, strict=True)]
     return {"main": summary_rows(main_runs | smoothed), "paired": paired_rows(main_runs | smoothed, pairs),
             "per_fold": per_fold, "deflated": deflated_best(daily),
-            "ablation": summary_rows(dict(sorted(ablation.items(), key=lambda kv: int(kv[0].split()[-1]))))
-            if len(ablation) > 1 else [], "per_run": per_run}
+            "ablation": summary_rows(ablation),
+            "ablation_paired": paired_rows(ablation | {"buy_and_hold": main_runs["buy_and_hold"]}, ablation_pairs),
+            "per_run": per_run}
 
 
 def _missing() -> dict[str, float]:

@@ -57,10 +57,20 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
              for f in (0, 1)]
     assert pairs[("clstm - mlp", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
     assert pairs[("clstm - mlp", "sharpe_excess")]["pairs"] == 4
+    ablation = {(row["pair"], row["metric"]): row for row in out["ablation_paired"]}
+    assert {p for p, _ in ablation} == {"clstm TW 5 - clstm TW 10", "clstm TW 5 - buy_and_hold",
+                                        "clstm TW 10 - buy_and_hold"}
+    tw = {(r["window"], r["seed"], r["fold"]): r["sharpe_excess"] for r in out["per_run"] if r["config"] == "clstm"}
+    diffs = [tw[(5, s, f)] - tw[(10, s, f)] for s in (0, 1) for f in (0, 1)]
+    assert ablation[("clstm TW 5 - clstm TW 10", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
+    bh_fold = {row["fold"]: row["buy_and_hold"] for row in out["per_fold"]}
+    diffs = [tw[(5, s, f)] - bh_fold[f] for s in (0, 1) for f in (0, 1)]
+    assert ablation[("clstm TW 5 - buy_and_hold", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
     dsr = out["deflated"]
     assert dsr["trials"] == 4 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
     text = results.read_text()
     assert "kept" in text and "<!-- begin synthetic -->" in text and "### Window ablation" in text
+    assert "clstm TW 5 - clstm TW 10" in text
     assert "### Paired differences" in text and "### Each fold" in text and "### Deflated Sharpe" in text
     assert "reproduce_paper.py --config smoke" in text
 
