@@ -1,191 +1,246 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
 env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--skip-compile] [--seconds 3] [--parts checks speed rollout update scale sb3]
+    python scripts/gpu_check.py [--json] [--parts env train rollout sb3 scale update checks] [--deadline 540]
+        [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
-Parts (each fits one 10-minute call; all by default): "checks" (every precision, the compiled trainer, a GPU run
-resumed on the CPU, evaluate, host syncs); "speed" (kernels per env step eager and compiled, env steps/s at 32,768
-copies eager / compiled / graphed, the trainer at 4,096 copies eager and compiled+graphed at default and paper
-sizes with model FLOP utilisation, how its rollout ran and the rollout's share of the time); "rollout" (policy +
-env per decision: eager, compiled, and captured as one CUDA graph, at 4,096 and 32,768 copies; the captured
-rollout must equal the compiled one bit for bit); "update" (the PPO update alone at 4,096 copies, default and paper
-sizes in fp32 and default in bf16: eager, static, compiled, and compiled with CUDA graphs, each within half an Adam
-step of the eager update's weights); "scale" (65,536 copies train one update and checkpoint); "sb3" (sb3-contrib's
-RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours). Each check runs the public commands in a
-subprocess (as a user would) on the smoke config in a temporary folder, and the table says pass or fail, env
-steps/s and the GPU's peak memory (from the run's NVML records).
-Without CUDA it says so and exits 0: nothing here can run on a CPU-only machine.
+Parts, run in the order given (by default the order below: what issue 21's goals need first, so that a lease that
+runs out still brings back the figures that matter most): "env" (kernels per env step eager and compiled at 4,096
+copies, env steps/s eager at 4,096 and 32,768 copies, compiled and graphed at 32,768); "train" (the trainer at
+4,096 copies at default and paper sizes, eager and compiled+graphed, with model FLOP utilisation, how its rollout
+ran and the rollout's share of the time); "rollout" (policy + env per decision: eager, compiled, and captured as one
+CUDA graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for bit); "sb3"
+(sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours compiled+graphed at the same
+sizes); "scale" (65,536 copies train one update and checkpoint); "update" (the PPO update alone at 4,096 copies,
+default and paper sizes in fp32 and default in bf16: eager, static, compiled, and compiled with CUDA graphs, each
+within half an Adam step of the eager update's weights); "checks" (every precision, the compiled trainer, a GPU
+run resumed on the CPU, evaluate, host syncs). Each step runs a public command in a subprocess (as a user would;
+the trainer's on the smoke config in a temporary folder), and the table says pass or fail, env steps/s and the
+GPU's peak memory (from the run's NVML records).
+
+A lent GPU machine gives a session minutes, not hours: ``--deadline S`` is the wall-clock budget of the whole
+check. A step starts only while at least MIN_START_S seconds are left, and is stopped when the budget runs out;
+steps that did not start are rows marked "not run", so the table says what is still to measure. ``--rows-out``
+appends each row to a JSON-lines file the moment its step ends, so a call killed from outside still leaves every
+row measured before it. ``--plan`` lists the steps' commands in order and runs nothing (on any machine).
+Without CUDA (and without --plan) it says so and exits 0: nothing here can run on a CPU-only machine.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from clstm_ppo.tables import print_table
+from clstm_ppo.tables import print_table, strict_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
-PARTS = ("checks", "speed", "rollout", "update", "scale", "sb3")
+PARTS = ("env", "train", "rollout", "sb3", "scale", "update", "checks")
+MIN_START_S = 20.0  # less than this left: a step would only be killed halfway (torch's import alone is ~5 s)
+
+# A step's outcome: its finished process, or None when it was stopped at its timeout, and its seconds.
+Reader = Callable[[subprocess.CompletedProcess | None, float], list[dict]]
 
 
-def run(args: list[str], timeout: float = 900) -> tuple[bool, float, str]:
-    """(passed, seconds, the last line of its error output) of one command."""
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    return done.returncode == 0, time.perf_counter() - start, last_error(done)
+@dataclass(frozen=True)
+class Step:
+    """One command of the check and how its outcome becomes table rows."""
+    part: str
+    label: str
+    argv: list[str]  # after the interpreter: "-m module ..." or a script's path and its arguments
+    read: Reader
+    timeout: float = 900.0
 
 
-def last_error(done: subprocess.CompletedProcess) -> str:
-    """The last line of a failed command's error output, or its exit status when it printed none (killed)."""
+class Budget:
+    """The check's wall-clock budget (None: no limit)."""
+
+    def __init__(self, seconds: float | None):
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def left(self) -> float:
+        return math.inf if self.end is None else self.end - time.monotonic()
+
+
+def row(check: str, passed: bool | None, seconds: float | str = "", rate: float | str = "",
+        memory: float | str = "", note: str = "") -> dict:
+    """A table row; ``passed`` None: the step did not run."""
+    return {"check": check, "passed": passed, "seconds": seconds, "env_steps_per_s": rate, "gpu_mem_gb": memory,
+            "note": note}
+
+
+def last_error(done: subprocess.CompletedProcess | None, seconds: float) -> str:
+    """Why a command failed: the last line of its error output, its exit status when it printed none (killed), or
+    that it was stopped at its timeout."""
+    if done is None:
+        return f"timed out after {seconds:.0f} s"
     lines = done.stderr.strip().splitlines()
     return lines[-1][:160] if lines else f"exit status {done.returncode}"
 
 
-def run_records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+def execute(step: Step, budget: Budget) -> list[dict]:
+    """Run one step within what is left of the budget; a "not run" row when too little is left to start it."""
+    left = budget.left()
+    if left < MIN_START_S:
+        return [row(step.label, None, note=f"not run: {max(left, 0.0):.0f} s of the budget left")]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, *step.argv], capture_output=True, text=True,
+                              timeout=min(step.timeout, left), cwd=ROOT)
+    except subprocess.TimeoutExpired:  # subprocess.run has killed it
+        done = None
+    return step.read(done, time.perf_counter() - start)
 
 
-def train_check(name: str, folder: Path, extra: list[str]) -> dict:
-    ok, seconds, tail = run(["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
-                             "--run-name", name, "--device", "cuda", *extra])
-    records = [r for r in run_records(folder / name) if r["kind"] == "update"]
-    steps = records[-1]["step"] if records else 0
-    memory = max((r.get("gpu0_mem_used_gb") or 0.0 for r in records), default=float("nan"))
-    return {"check": f"train {name}", "passed": ok, "seconds": round(seconds, 1),
-            "env_steps_per_s": round(steps / max(sum(r["rollout_s"] + r["update_s"] for r in records), 1e-9)),
-            "gpu_mem_gb": round(memory, 2), "note": "" if ok else tail}
+def script_step(part: str, label: str, argv: list[str]) -> Step:
+    def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
+        ok = done is not None and done.returncode == 0
+        return [row(label, ok, round(seconds, 1), note="" if ok else last_error(done, seconds))]
+    return Step(part, label, argv, read)
 
 
-def script_check(name: str, args: list[str]) -> dict:
-    ok, seconds, tail = run(args)
-    return {"check": name, "passed": ok, "seconds": round(seconds, 1), "env_steps_per_s": "", "gpu_mem_gb": "",
-            "note": "" if ok else tail}
+def train_step(part: str, name: str, folder: Path, extra: list[str], label: str = "") -> Step:
+    """The smoke config trained on CUDA as run ``name``; speed and peak GPU memory from its metrics.jsonl."""
+    label = label or f"train {name}"
+    def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
+        path = folder / name / "metrics.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+        updates = [r for r in records if r["kind"] == "update"]
+        steps = updates[-1]["step"] if updates else 0
+        memory = max((r.get("gpu0_mem_used_gb") or 0.0 for r in updates), default=float("nan"))
+        ok = done is not None and done.returncode == 0
+        rate = steps / max(sum(r["rollout_s"] + r["update_s"] for r in updates), 1e-9)
+        return [row(label, ok, round(seconds, 1), round(rate), round(memory, 2),
+                    "" if ok else last_error(done, seconds))]
+    return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
+                                        "--run-name", name, "--device", "cuda", *extra], read)
 
 
-def bench(script: str, extra: list[str], label: str, timeout: float = 900) -> list[dict]:
-    """Rows of one benchmark script's JSON (its first row's speed and MFU), or a failed row."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--device", "cuda", "--json", *extra],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    if done.returncode != 0:
-        return [{"check": label, "passed": False, "seconds": "", "env_steps_per_s": "", "gpu_mem_gb": "",
-                 "note": last_error(done)}]
-    out = []
-    for row in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
-        rate = row.get("env_steps_per_s", row.get("ours_steps_per_s", ""))
-        notes = {k: row[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "rollout_share",
-                                     "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled",
-                                     "first_update_s", "ms_per_update", "decisions_per_s", "diff_per_step")
-                 if row.get(k, "") != ""}
-        # A captured rollout must replay what the compiled one computed, bit for bit; an update path must land
-        # within half an Adam step of the eager update's weights.
-        diff = row.get("diff_per_step", "")
-        passed = row.get("equals_compiled", True) is not False and not (isinstance(diff, float) and diff > 0.5)
-        out.append({"check": label, "passed": passed, "seconds": "", "env_steps_per_s": rate, "gpu_mem_gb": "",
-                    "note": ", ".join(f"{k} {v}" for k, v in notes.items())})
-    return out
+def bench_step(part: str, script: str, extra: list[str], label: str, timeout: float = 900.0) -> Step:
+    """Rows of one benchmark script's JSON (each row's speed and what it measured), or a failed row."""
+    def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
+        if done is None or done.returncode != 0:
+            return [row(label, False, round(seconds, 1), note=last_error(done, seconds))]
+        out = []
+        for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
+            rate = r.get("env_steps_per_s", r.get("ours_steps_per_s", ""))
+            notes = {k: r[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "rollout_share",
+                                       "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled",
+                                       "first_update_s", "ms_per_update", "decisions_per_s", "diff_per_step")
+                     if r.get(k, "") != ""}
+            # A captured rollout must replay what the compiled one computed, bit for bit; an update path must land
+            # within half an Adam step of the eager update's weights.
+            diff = r.get("diff_per_step", "")
+            passed = r.get("equals_compiled", True) is not False and not (isinstance(diff, float) and diff > 0.5)
+            out.append(row(label, passed, round(seconds, 1), rate,
+                           note=", ".join(f"{k} {v}" for k, v in notes.items())))
+        return out
+    return Step(part, label, [str(Path("scripts") / script), "--device", "cuda", "--json", *extra], read, timeout)
 
 
-def checks(folder: Path, args: argparse.Namespace) -> list[dict]:
-    rows = []
-    for precision in ("fp32", "bf16", "fp16"):
-        rows.append(train_check(precision, folder, ["--set", f"train.precision={precision}"]))
+def syncs_step(part: str) -> Step:
+    """Host syncs as CUDA counts them (the numbers docs/BENCHMARKS.md derives from the code)."""
+    def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
+        ok = done is not None and done.returncode == 0
+        counts = json.loads(done.stdout.strip().splitlines()[-1])["rows"] if ok else []
+        return [row("host syncs (count_syncs.py)", ok, round(seconds, 1),
+                    note="; ".join(f"{c['where']}: {c['syncs']}" for c in counts) or last_error(done, seconds))]
+    return Step(part, "host syncs (count_syncs.py)", ["scripts/count_syncs.py", "--json"], read)
+
+
+def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:
+    """The commands of one part, in the order they run."""
+    timed = ["--seconds", str(args.seconds)]
+    if part == "env":  # the goal: >= 10M env steps/s at >= 32,768 copies, <= 40 kernels a step compiled
+        return [*(bench_step(part, "profile_env.py", ["--num-envs", "4096", *flags], f"profile_env {label} 4096")
+                  for flags, label in (([], "eager"), (["--compiled"], "compiled"))),
+                bench_step(part, "bench_env.py", ["--sizes", "4096", "32768", *timed], "bench_env eager"),
+                *(bench_step(part, "bench_env.py", ["--sizes", "32768", *timed, flag], f"bench_env {label}")
+                  for flag, label in (("--compiled", "compiled"), ("--cuda-graphs", "graphed")))]
+    if part == "train":  # the goal: >= 500k env steps/s at default sizes, >= 300k at paper sizes
+        return [bench_step(part, "bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default",
+                                                    "paper", "--skip-sb3", *flags], f"bench_train {label}")
+                for flags, label in (([], "eager"), (["--compiled", "--cuda-graphs"], "compiled+graphed"))]
+    if part == "rollout":
+        return [bench_step(part, "bench_rollout.py", ["--num-envs", "4096", "32768", "--paths", "eager", "compiled",
+                                                      "captured", *timed], "bench_rollout")]
+    if part == "sb3":  # the goal: >= 100x sb3-contrib on the same GPU at the same sizes
+        return [bench_step(part, "bench_train.py", ["--updates", "1", "--settings", "paper-256", "--compiled",
+                                                    "--cuda-graphs"], "bench_train vs sb3-contrib", timeout=1800)]
+    if part == "scale":  # 65,536 copies on one GPU: one update with its checkpoints
+        return [train_step(part, "scale", folder, ["--set", "train.num_envs=65536", "--total-steps", "1",
+                                                   "--set", "train.eval_every=1"], "train 65536 copies")]
+    if part == "update":  # bf16: the LSTMs stay fp32
+        return [bench_step(part, "bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--precision", precision,
+                                                     "--paths", "eager", "static", "compiled", "graphs"],
+                           f"bench_update {sizes} {precision}")
+                for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16"))]
+    steps = [train_step(part, precision, folder, ["--set", f"train.precision={precision}"])
+             for precision in ("fp32", "bf16", "fp16")]
     if not args.skip_compile:
-        rows.append(train_check("compiled", folder, ["--set", "train.compile=true", "--set", "env.compile=on",
-                                                     "--set", "train.cuda_graphs=on"]))
+        steps.append(train_step(part, "compiled", folder, ["--set", "train.compile=true", "--set", "env.compile=on",
+                                                           "--set", "train.cuda_graphs=on"]))
     # A GPU-written run continues on the CPU: the env's random streams are counters in its state, on any device.
-    rows.append(script_check("resume fp32 run on cpu", [
-        "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder), "--run-name", "fp32",
-        "--resume-from", "latest", "--device", "cpu", "--total-steps", "25600"]))
-    rows.append(script_check("evaluate bf16 on cuda", [
-        "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
-        "--plot", str(folder / "bf16.png")]))
-    # Host syncs as CUDA counts them (the numbers docs/BENCHMARKS.md derives from the code).
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "count_syncs.py"), "--json"],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
-    counts = json.loads(done.stdout.strip().splitlines()[-1])["rows"] if done.returncode == 0 else []
-    rows.append({"check": "host syncs (count_syncs.py)", "passed": done.returncode == 0, "seconds": "",
-                 "env_steps_per_s": "", "gpu_mem_gb": "",
-                 "note": "; ".join(f"{c['where']}: {c['syncs']}" for c in counts) or last_error(done)})
-    return rows
+    return [*steps,
+            script_step(part, "resume fp32 run on cpu", [
+                "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder), "--run-name", "fp32",
+                "--resume-from", "latest", "--device", "cpu", "--total-steps", "25600"]),
+            script_step(part, "evaluate bf16 on cuda", [
+                "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
+                "--plot", str(folder / "bf16.png")]),
+            syncs_step(part)]
 
 
-def speed(args: argparse.Namespace) -> list[dict]:
-    seconds = ["--seconds", str(args.seconds)]
-    rows = []
-    for flags, label in (([], "eager"), (["--compiled"], "compiled")):
-        rows += bench("profile_env.py", ["--num-envs", "4096", *flags], f"profile_env {label} 4096")
-    for flags, label in (([], "eager"), (["--compiled"], "compiled"), (["--cuda-graphs"], "graphed")):
-        rows += bench("bench_env.py", ["--sizes", "4096", "32768", *seconds, *flags], f"bench_env {label}")
-    for flags, label in (([], "eager"), (["--compiled", "--cuda-graphs"], "compiled+graphed")):
-        rows += bench("bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default", "paper",
-                                         "--skip-sb3", *flags], f"bench_train {label}")
-    return rows
-
-
-def rollout_rows(args: argparse.Namespace) -> list[dict]:
-    """The rollout alone (policy + env) by how each decision runs, captured checked against compiled."""
-    return bench("bench_rollout.py", ["--num-envs", "4096", "32768", "--paths", "eager", "compiled", "captured",
-                                      "--seconds", str(args.seconds)], "bench_rollout")
-
-
-def update_rows() -> list[dict]:
-    """The PPO update alone by how its minibatch loss runs, each path checked against the eager update."""
-    rows = []
-    for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16")):  # bf16: LSTMs in fp32
-        rows += bench("bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--precision", precision,
-                                          "--paths", "eager", "static", "compiled", "graphs"],
-                      f"bench_update {sizes} {precision}")
-    return rows
-
-
-def scale(folder: Path) -> list[dict]:
-    """65,536 copies on one GPU: one update with its checkpoints (the smoke config's sizes)."""
-    return [train_check("65536 copies", folder, ["--set", "train.num_envs=65536", "--total-steps", "1",
-                                                 "--set", "train.eval_every=1"])]
-
-
-def sb3_rows() -> list[dict]:
-    return bench("bench_train.py", ["--updates", "1", "--settings", "paper-256"], "bench_train vs sb3-contrib",
-                 timeout=1800)
+def run_steps(steps: list[Step], budget: Budget, rows_out: Path | None) -> Iterator[dict]:
+    """Every step's rows in order, each appended to ``rows_out`` (JSON lines) as soon as its step ends."""
+    for step in steps:
+        for r in execute(step, budget):
+            if rows_out is not None:
+                with rows_out.open("a") as f:
+                    f.write(strict_json({"part": step.part, **r}) + "\n")
+            yield r
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
-    parser.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile run")
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per bench_env row")
-    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="which checks to run")
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="which parts, in this order")
+    parser.add_argument("--deadline", type=float, help="wall-clock seconds for the whole check (default: no limit)")
+    parser.add_argument("--rows-out", type=Path, help="append each row to this JSON-lines file as its step ends")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per bench_env/rollout row")
+    parser.add_argument("--skip-compile", action="store_true", help="leave out the compiled trainer's smoke run")
+    parser.add_argument("--plan", action="store_true", help="list the steps' commands in order, run nothing")
     args = parser.parse_args()
+    if args.deadline is not None and args.deadline <= 0:
+        parser.error(f"--deadline must be a positive number of seconds, not {args.deadline:g}")
+    parts = list(dict.fromkeys(args.parts))  # each part once, in the order given
+    if args.plan:
+        for part in parts:
+            for step in part_steps(part, Path("<tmp>"), args):
+                print(f"{part:8} {step.label:32} python {shlex.join(step.argv)}")
+        return
     if not torch.cuda.is_available():
         print("no CUDA device is visible: nothing to check here (run this on a GPU machine)")
         if args.json:
             print(json.dumps({"cuda": False, "rows": []}))
         return
-    rows = []
+    budget = Budget(args.deadline)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        if "checks" in args.parts:
-            rows += checks(folder, args)
-        if "speed" in args.parts:
-            rows += speed(args)
-        if "rollout" in args.parts:
-            rows += rollout_rows(args)
-        if "update" in args.parts:
-            rows += update_rows()
-        if "scale" in args.parts:
-            rows += scale(folder)
-        if "sb3" in args.parts:
-            rows += sb3_rows()
-    print_table(rows, args.json, {"cuda": True, "device": torch.cuda.get_device_name(0),
-                                  "torch": torch.__version__, "all_passed": all(r["passed"] for r in rows)})
+        steps = [step for part in parts for step in part_steps(part, Path(tmp), args)]
+        rows = list(run_steps(steps, budget, args.rows_out))
+    print_table(rows, args.json, {"cuda": True, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                                  "all_passed": all(r["passed"] is True for r in rows),
+                                  "not_run": sum(r["passed"] is None for r in rows)})
 
 
 if __name__ == "__main__":

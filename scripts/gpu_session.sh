@@ -6,16 +6,24 @@
 # fills .whl/ (git-ignored through .git/info/exclude) with what the GPU image lacks: ta, gymnasium, stable-baselines3,
 # sb3-contrib, optuna and its storage's packages, at the versions this project's .venv tests with.
 #
-# On the GPU machine, one device call each, with carry [".whl"] (and ".gpu_state" for the grid):
-#     bash scripts/gpu_session.sh check rollout            # then: update, checks, speed, scale, sb3 (gpu_check parts)
+# A session is lent 15 minutes of device time, its machine's start (a minute or two) included, and one call runs at
+# most 10 minutes; so the checks are one call, and a second only on the still-warm machine (it is given back 30 s
+# after a call). On the GPU machine, with carry [".whl"] and timeout_s 600:
+#     bash scripts/gpu_session.sh check                     # every part of gpu_check.py, most needed first
+#     DEADLINE=150 bash scripts/gpu_session.sh check update checks   # then at once, what the first left "not run"
+# "check [PART...]" runs scripts/gpu_check.py (its docstring lists the parts and their order) within DEADLINE
+# seconds (default 530: with the install and the final table the call ends inside its 600 s), streaming each row to
+# $OUT/rows.jsonl as its step ends (a call killed from outside still brings back every row measured before), and
+# leaves the whole log and its JSON line under $OUT. Then give the machine back, and put the figures in
+# docs/BENCHMARKS.md with the device named.
 #     bash scripts/gpu_session.sh grid sp500 3 8 --steps 5000000 --seeds 10 --set train.num_envs=512 \
 #         --set ppo.update_epochs=1 --set train.eval_every=6   # fewer gradient steps: docs/RESULTS.md
-# "check" runs scripts/gpu_check.py on the named parts and leaves its log and JSON under $OUT. "grid DATA FOLDS
-# MINUTES [reproduce_paper options]" runs reproduce_paper.py's grid for MINUTES through the SQLite study in
-# .gpu_state/DATA.db, with WORKERS processes (default 4) sharing the GPU; then it kills the workers and copies the
-# study to $OUT (the next call queues the cells they were cut off in again). Copy it back into .gpu_state/ before
-# the next call. The call in which the grid finishes also leaves RESULTS.md (docs/RESULTS.md with DATA's section
-# rewritten on the GPU machine, whose header then names it) under $OUT.
+# (carry also ".gpu_state"). The grid is for a session lent more time than the checks need: 15 minutes hold a few
+# of its cells at most. "grid DATA FOLDS MINUTES [reproduce_paper options]" runs reproduce_paper.py's grid for
+# MINUTES through the SQLite study in .gpu_state/DATA.db, with WORKERS processes (default 4) sharing the GPU; then it
+# kills the workers and copies the study to $OUT (the next call queues the cells they were cut off in again). Copy
+# it back into .gpu_state/ before the next call. The call in which the grid finishes also leaves RESULTS.md
+# (docs/RESULTS.md with DATA's section rewritten on the GPU machine, whose header then names it) under $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Pure Python, any interpreter (ta is published as a source archive only, so pip builds its wheel here) ...
@@ -50,9 +58,10 @@ case "${1:-}" in
   check)
     shift
     prepare
-    name="gpu_check-$(IFS=-; echo "$*")"
+    name="gpu_check-$(IFS=-; echo "${*:-all}")"
     set -o pipefail
-    python3 scripts/gpu_check.py --json --parts "$@" 2>&1 | tee "$OUT/$name.log"
+    python3 scripts/gpu_check.py --json --deadline "${DEADLINE:-530}" --rows-out "$OUT/rows.jsonl" \
+      ${1:+--parts "$@"} 2>&1 | tee "$OUT/$name.log"
     tail -n 1 "$OUT/$name.log" > "$OUT/$name.json" ;;
   grid)
     data=$2 folds=$3 minutes=$4
@@ -101,6 +110,6 @@ PY
     if grep -q "^results written to" /tmp/worker-1.log; then cp /tmp/results-1.md "$OUT/RESULTS.md"; fi
     tail -n 20 /tmp/worker-1.log | tee "$OUT/worker-1.log" ;;
   *)
-    echo "usage: bash scripts/gpu_session.sh download | check PART... | grid DATA FOLDS MINUTES [options]" >&2
+    echo "usage: bash scripts/gpu_session.sh download | check [PART...] | grid DATA FOLDS MINUTES [options]" >&2
     exit 2 ;;
 esac

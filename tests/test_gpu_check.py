@@ -1,8 +1,12 @@
 """The GPU-only scripts on a machine without CUDA: each says so, prints its JSON line, and exits 0."""
+import argparse
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,3 +25,80 @@ def test_a_gpu_script_without_cuda_says_so_and_exits_0(script, first_line):
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith(first_line)
     assert json.loads(lines[-1]) == {"cuda": False, "rows": []}
+
+
+def load_script(path: Path):
+    """A script as a module; registered in sys.modules while it loads, as its dataclasses need."""
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def load_gpu_check():
+    return load_script(ROOT / "scripts" / "gpu_check.py")
+
+
+class Parsed(Exception):
+    """Raised once a command's parser has accepted its arguments, so nothing after the parse runs."""
+
+
+def test_every_command_the_gpu_check_plans_is_accepted_by_its_parser(monkeypatch):
+    """A lent GPU's minutes must not go on a misspelt flag: each planned command's own parser takes its argv."""
+    gpu_check = load_gpu_check()
+    args = argparse.Namespace(seconds=2.0, skip_compile=False)
+    steps = [s for part in gpu_check.PARTS for s in gpu_check.part_steps(part, Path("/tmp/x"), args)]
+    assert [s.part for s in steps] == sorted((s.part for s in steps), key=gpu_check.PARTS.index)  # parts in order
+    real_parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, argv=None, namespace=None):
+        real_parse(self, argv, namespace)  # exits 2 on an unknown flag or a bad value
+        raise Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    for step in steps:
+        if step.argv[0] == "-m":
+            main, argv = importlib.import_module(step.argv[1]).main, step.argv[2:]
+        else:
+            main, argv = load_script(ROOT / step.argv[0]).main, step.argv[1:]
+            monkeypatch.setattr(sys, "argv", [step.argv[0], *argv])
+        with pytest.raises(Parsed):
+            main(argv) if step.argv[0] == "-m" else main()
+
+
+def test_steps_past_the_deadline_are_stopped_or_not_run_and_rows_are_written_as_they_end(tmp_path, monkeypatch):
+    gpu_check = load_gpu_check()
+    monkeypatch.setattr(gpu_check, "MIN_START_S", 1.0)
+    rows_out = tmp_path / "rows.jsonl"
+
+    def step(label, code):
+        def read(done, seconds):
+            ok = done is not None and done.returncode == 0
+            return [gpu_check.row(label, ok, round(seconds, 1),
+                                  note=done.stdout.strip() if ok else gpu_check.last_error(done, seconds))]
+        return gpu_check.Step("p", label, ["-c", code], read)
+
+    count_rows = f"import pathlib; print(len(pathlib.Path({str(rows_out)!r}).read_text().splitlines()))"
+    steps = [step("first", "print('done')"), step("second", count_rows),
+             step("slow", "import time; time.sleep(60)"), step("after", "print('never')")]
+    start = time.monotonic()
+    rows = list(gpu_check.run_steps(steps, gpu_check.Budget(6.0), rows_out))
+    assert time.monotonic() - start < 20  # the slow step was stopped at the budget, not after its 60 s
+    assert [(r["check"], r["passed"]) for r in rows] == [("first", True), ("second", True), ("slow", False),
+                                                        ("after", None)]
+    assert rows[1]["note"] == "1"  # the first step's row was on file before the second step started
+    assert rows[2]["note"].startswith("timed out after")
+    assert rows[3]["note"].startswith("not run:")
+    written = [json.loads(line) for line in rows_out.read_text().splitlines()]
+    assert written == [{"part": "p", **r} for r in rows]
+
+
+def test_a_deadline_that_is_not_positive_is_refused_in_one_line():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--deadline", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("--deadline must be a positive number of seconds, not 0")
