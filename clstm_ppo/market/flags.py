@@ -11,7 +11,12 @@ from torch import Tensor
 
 
 def as_float(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """0/1 floats of a bool mask (through uint8: several times faster than ``mask.to(dtype)`` on CPU)."""
+    """0/1 floats of a bool mask (through uint8: several times faster than ``mask.to(dtype)`` on CPU, eager).
+
+    Compiled, a plain cast: inductor fuses it into its neighbours either way, and torch 2.11's inductor (the GPU
+    machines' version) cannot lower a bool tensor viewed as uint8. Both give the same exact 0/1 values."""
+    if torch.compiler.is_compiling():
+        return mask.to(dtype)
     return mask.view(torch.uint8).to(dtype)
 
 
