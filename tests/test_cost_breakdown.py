@@ -1,5 +1,4 @@
 """scripts/cost_breakdown.py: a grid's trading costs against its losses, from each run's test walk."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -7,18 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import strict_loads
+from conftest import load_script, strict_loads
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cost_breakdown.py"
 CASH = 250_000.0
 SYMBOLS = ("AAA", "BBB")
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location(SCRIPT.stem, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def account(rng: np.random.Generator) -> dict:
@@ -54,7 +46,7 @@ def make_grid(root: Path, seed: int = 0) -> tuple[Path, Path, list[dict]]:
 
 def run_main(monkeypatch, capsys, *args) -> str:
     monkeypatch.setattr(sys, "argv", ["cost_breakdown.py", *map(str, args)])
-    load_script().main()
+    load_script(SCRIPT).main()
     return capsys.readouterr().out
 
 

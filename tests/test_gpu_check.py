@@ -1,7 +1,6 @@
 """The GPU-only scripts on a machine without CUDA: each says so, prints its JSON line, and exits 0."""
 import argparse
 import importlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,18 +25,6 @@ def test_a_gpu_script_without_cuda_says_so_and_exits_0(script, first_line):
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith(first_line)
     assert json.loads(lines[-1]) == {"cuda": False, "rows": []}
-
-
-def load_script(path: Path):
-    """A script as a module; registered in sys.modules while it loads, as its dataclasses need."""
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
 
 
 def load_gpu_check():
