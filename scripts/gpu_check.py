@@ -1,7 +1,7 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
 env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--parts env train rollout sb3 scale update checks] [--deadline 540]
+    python scripts/gpu_check.py [--json] [--parts env train rollout sb3 scale update checks] [--deadline 530]
         [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
 Parts, run in the order given (by default the order below: what issue 21's goals need first, so that a lease that
@@ -79,6 +79,11 @@ def row(check: str, passed: bool | None, seconds: float | str = "", rate: float 
             "note": note}
 
 
+def succeeded(done: subprocess.CompletedProcess | None) -> bool:
+    """Whether a step's command finished (not stopped at its timeout) with exit status 0."""
+    return done is not None and done.returncode == 0
+
+
 def last_error(done: subprocess.CompletedProcess | None, seconds: float) -> str:
     """Why a command failed: the last line of its error output, its exit status when it printed none (killed), or
     that it was stopped at its timeout."""
@@ -104,7 +109,7 @@ def execute(step: Step, budget: Budget) -> list[dict]:
 
 def script_step(part: str, label: str, argv: list[str]) -> Step:
     def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
-        ok = done is not None and done.returncode == 0
+        ok = succeeded(done)
         return [row(label, ok, round(seconds, 1), note="" if ok else last_error(done, seconds))]
     return Step(part, label, argv, read)
 
@@ -112,24 +117,25 @@ def script_step(part: str, label: str, argv: list[str]) -> Step:
 def train_step(part: str, name: str, folder: Path, extra: list[str], label: str = "") -> Step:
     """The smoke config trained on CUDA as run ``name``; speed and peak GPU memory from its metrics.jsonl."""
     label = label or f"train {name}"
+
     def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
         path = folder / name / "metrics.jsonl"
         records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
         updates = [r for r in records if r["kind"] == "update"]
         steps = updates[-1]["step"] if updates else 0
         memory = max((r.get("gpu0_mem_used_gb") or 0.0 for r in updates), default=float("nan"))
-        ok = done is not None and done.returncode == 0
+        ok = succeeded(done)
         rate = steps / max(sum(r["rollout_s"] + r["update_s"] for r in updates), 1e-9)
         return [row(label, ok, round(seconds, 1), round(rate), round(memory, 2),
                     "" if ok else last_error(done, seconds))]
     return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
-                                        "--run-name", name, "--device", "cuda", *extra], read)
+                              "--run-name", name, "--device", "cuda", *extra], read)
 
 
 def bench_step(part: str, script: str, extra: list[str], label: str, timeout: float = 900.0) -> Step:
     """Rows of one benchmark script's JSON (each row's speed and what it measured), or a failed row."""
     def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
-        if done is None or done.returncode != 0:
+        if not succeeded(done):
             return [row(label, False, round(seconds, 1), note=last_error(done, seconds))]
         out = []
         for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
@@ -151,7 +157,7 @@ def bench_step(part: str, script: str, extra: list[str], label: str, timeout: fl
 def syncs_step(part: str) -> Step:
     """Host syncs as CUDA counts them (the numbers docs/BENCHMARKS.md derives from the code)."""
     def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
-        ok = done is not None and done.returncode == 0
+        ok = succeeded(done)
         counts = json.loads(done.stdout.strip().splitlines()[-1])["rows"] if ok else []
         return [row("host syncs (count_syncs.py)", ok, round(seconds, 1),
                     note="; ".join(f"{c['where']}: {c['syncs']}" for c in counts) or last_error(done, seconds))]
