@@ -80,6 +80,21 @@ def updates_logged(folder: Path) -> int:
     return sum('"kind": "update"' in line for line in path.read_text().splitlines())
 
 
+def freeze(pid: int, wait_s: float = 10.0) -> None:
+    """SIGSTOP the process and return once it is stopped: the signal is delivered asynchronously, and a file
+    looked at before then may still be renamed under our eyes (a write caught "in progress" that was not)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return  # gone: nothing more will be written
+        if state in ("T", "t"):
+            return
+        time.sleep(0.001)
+
+
 def kill_all(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the rest of the group: a surviving rank would wait at a collective
@@ -161,7 +176,7 @@ def fault_kill_during_write(root: Path) -> dict:
     while proc.poll() is None and caught is None:  # freeze it the moment a write's temporary file exists
         tmp = list(run.glob(".*.tmp-*")) if run.is_dir() else []
         if tmp and (run / "latest.pt").is_file():
-            os.kill(proc.pid, signal.SIGSTOP)
+            freeze(proc.pid)
             caught = [p for p in tmp if p.exists()]
             if not caught:
                 os.kill(proc.pid, signal.SIGCONT)
