@@ -39,16 +39,21 @@ def cboe_data(train_end: str | None = None, val_end: str | None = None) -> Marke
                                         train_end=train_end, val_end=val_end))
 
 
-def annual_returns(data: MarketData, split: str, atm_per_iv: float | None) -> dict[str, dict[int, float]]:
-    """Policy -> calendar year -> return (%) of one continuous walk over ``split`` ("all": the whole data)."""
+WALKS = {"putwrite": putwrite, "buywrite": buywrite, "buy_and_hold": buy_and_hold}
+
+
+def annual_returns(data: MarketData, split: str, atm_per_iv: float | None,
+                   policies: tuple[str, ...] = tuple(WALKS)) -> dict[str, dict[int, float]]:
+    """Policy -> calendar year -> return (%) of one continuous walk over ``split`` ("all": the whole data), for
+    each of ``policies``."""
     cfg = Config()
     if atm_per_iv is not None:
         cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, atm_per_iv=atm_per_iv))
     if split == "all":  # one walk from the first bar to the last; the market still fits on the training split
         data = dataclasses.replace(data, splits={**data.splits, "all": (0, len(data.dates))})
     out = {}
-    for name, run in (("putwrite", putwrite), ("buywrite", buywrite), ("buy_and_hold", buy_and_hold)):
-        years = yearly_metrics(run(data, split, cfg))
+    for name in policies:
+        years = yearly_metrics(WALKS[name](data, split, cfg))
         out[name] = {y: 100.0 * m[data.symbols[0]]["total_return"] for y, m in years.items()}
     return out
 
@@ -66,7 +71,7 @@ def calibrate(data: MarketData, years: list[int], grid: list[float] = GRID) -> l
     split (the market sees no later bar)."""
     rows = []
     for x in grid:
-        returns = annual_returns(data, "train", x)
+        returns = annual_returns(data, "train", x, ("putwrite", "buywrite"))  # buy-and-hold ignores atm_per_iv
         mads = {name: agreement(returns[name], real, years)["mad"] for name, real in PAIRS[:2]}
         rows.append({"atm_per_iv": x, **{f"{n}_mad": v for n, v in mads.items()},
                      "mean_mad": float(np.mean(list(mads.values())))})
