@@ -17,13 +17,18 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(PY) -m clstm_ppo.train --config default $(RUN_ARGS)
 
+# Two pytest-xdist workers, one per core of CI's machine; tests/conftest.py groups the tests that compile (one
+# worker, so inductor's cache serves them all) and those that start several processes (never two at once).
+TEST_WORKERS ?= 2
+PYTEST := WANDB_MODE=offline $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
 # CI's command: lint, then every test.
 test: lint
-	WANDB_MODE=offline $(PY) -m pytest -q --durations=25  # the slowest tests, where CI time goes
+	$(PYTEST) --durations=25  # the slowest tests, where CI time goes
 
 # Minutes less: skips the tests marked slow (several processes, torchrun, long training).
 test-fast: $(VENV)/.installed
-	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The suite under the torch of the lent GPU machines' image (2.11.0 there, 2.13.0 here), on this CPU, before a lease:
 # their torch.compile differs from ours. Pulls that torch's CUDA build from PyPI (~5 GB, a few minutes); not in CI.

@@ -54,6 +54,14 @@ KEEP_FREED_BYTES = 64 << 20  # at most this much freed memory stays at the heap'
 HEAP_UP_TO_BYTES = 32 << 20  # blocks up to this size come from the heap (glibc's upper limit)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, a container's cpuset, a pinned test worker), not every core of
+    the machine: threads beyond them only wait for each other, spinning at OpenMP's barriers."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def keep_freed_host_memory() -> bool:
     """Ask glibc to keep freed host memory for reuse instead of returning it to the OS at once.
 

@@ -19,7 +19,13 @@ import torch
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, load_config, named_configs, to_dict, walk_rules
 from clstm_ppo.data.dataset import build_market_data
-from clstm_ppo.device import check_compile_toolchain, configure_backends, cuda_device_count, pick_device
+from clstm_ppo.device import (
+    check_compile_toolchain,
+    configure_backends,
+    cuda_device_count,
+    pick_device,
+    usable_cores,
+)
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
 from clstm_ppo.training.checkpoint import (
     RESUME_CHOICES,
@@ -235,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     build_market_data(cfg.data)  # bad data fails here, in one line, before any worker starts
     if cfg.train.compile:
         check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731
     if group is None:
         workers, kind, notice = plan_workers(args, cfg)

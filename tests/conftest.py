@@ -60,3 +60,41 @@ def load_script(path: Path) -> ModuleType:
     finally:
         del sys.modules[spec.name]
     return module
+
+
+# Each pytest-xdist worker on a core of its own, and with it every process it starts (the trainer counts the cores
+# it may use): two workers each running a two-thread trainer oversubscribed the two cores, and OpenMP threads
+# spinning at their barriers made some tests ten times slower than in one process.
+def pin_xdist_worker() -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...
+    if worker is not None and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw")) % len(cores)]})
+
+
+pin_xdist_worker()
+
+# make test runs two pytest-xdist workers with --dist loadgroup. Each group below runs whole, in file order, on one
+# worker: "inductor" holds every test that compiles, so inductor's on-disk cache built by the first compile of a
+# graph serves the later ones (two workers compiling the same graphs cold compile them twice); "processes" holds the
+# tests that start two or more processes, one after another on the other worker's core. The other tests go to
+# whichever worker is free. A new test that compiles belongs in "inductor".
+INDUCTOR_MODULES = {"test_functional_step.py", "test_fused_rollout.py", "test_static_update.py", "test_train.py"}
+PROCESS_MODULES = {"test_distributed.py", "test_chaos.py", "test_tune.py", "test_tune_storage.py",
+                   "test_tune_vs_default.py", "test_reproduce_paper.py"}
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    module = item.path.name
+    if module in INDUCTOR_MODULES or (module == "test_distributed.py" and "compiled" in item.name):
+        return "inductor"
+    return "processes" if module in PROCESS_MODULES else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # Two ranks compiling the same graphs cold compile them twice: let them come last, when the cache has them.
+    items.sort(key=lambda item: item.path.name == "test_distributed.py" and xdist_group_of(item) == "inductor")

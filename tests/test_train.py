@@ -1,5 +1,6 @@
 """The trainer end to end on the smoke config: learning, best checkpoints, exact resume, bad input."""
 import itertools
+import os
 import shutil
 import subprocess
 import sys
@@ -464,6 +465,18 @@ def test_workers_keep_freed_host_memory_where_glibc_allows():
     # True exactly where the C library is glibc (mallopt took both settings); elsewhere a harmless no-op.
     on_glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert keep_freed_host_memory() is on_glibc
+
+
+def test_threads_follow_the_cores_this_process_may_use_not_the_machines(tmp_path, monkeypatch, capsys):
+    """Pinned to 3 cores of a 64-core machine (taskset, a cpuset), a worker runs 3 threads: more would only wait
+    for each other."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    try:
+        assert train(tmp_path, "--total-steps", "512") == 0
+    finally:
+        torch.set_num_threads(1)  # the suite's one thread (tests/conftest.py)
+    assert "1 worker(s) on cpu (3 thread(s) each)" in capsys.readouterr().out
 
 
 def test_tensorboard_gets_the_same_scalars_as_metrics_jsonl(tmp_path):
