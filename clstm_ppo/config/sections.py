@@ -283,8 +283,8 @@ class TrainConfig(Section):
                                     limits=">= 1")
     early_stopping_patience: int = setting(0, ">0: stop after this many evaluations without a new best "
                                               "composite", limits=">= 0", flag="--early-stopping-patience")
-    threads_per_worker: int = setting(0, "CPU threads per worker; 0: the machine's cores divided among its "
-                                         "workers", limits=">= 0")
+    threads_per_worker: int = setting(0, "CPU threads per worker; 0: the cores this process may use "
+                                         "(its CPU affinity) divided among its workers", limits=">= 0")
     # DistributedDataParallel's knobs (seed 002 names them): PyTorch's bucket size and dynamic graph; gradients
     # as views of the buckets save one copy of them. On 2 CPU workers the variants were within noise;
     # not yet measured on GPUs (docs/BENCHMARKS.md).
