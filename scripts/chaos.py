@@ -56,15 +56,20 @@ def start(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> subpr
                             start_new_session=True)
 
 
+def stat_fields(stat: Path) -> list[str] | None:
+    """A /proc/<pid>/stat's fields after the command name (state, ppid, ...), or None once the process is gone."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def ranks(proc: subprocess.Popen) -> list[int]:
     """The launcher's pid and its workers' (the children multiprocessing spawned), read from /proc."""
     children = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) != proc.pid:
+        fields = stat_fields(stat)
+        if fields is None or int(fields[1]) != proc.pid:
             continue
         with contextlib.suppress(OSError):
             cmdline = (stat.parent / "cmdline").read_bytes()
@@ -86,11 +91,8 @@ def freeze(pid: int, wait_s: float = 10.0) -> None:
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return  # gone: nothing more will be written
-        if state in ("T", "t"):
+        fields = stat_fields(Path(f"/proc/{pid}/stat"))
+        if fields is None or fields[0] in ("T", "t"):  # stopped, or gone: nothing more will be written
             return
         time.sleep(0.001)
 

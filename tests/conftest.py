@@ -72,7 +72,9 @@ def pin_xdist_worker() -> None:
         os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw")) % len(cores)]})
 
 
-pin_xdist_worker()
+
+def pytest_configure(config: pytest.Config) -> None:
+    pin_xdist_worker()
 
 # make test runs two pytest-xdist workers with --dist loadgroup. Each group below runs whole, in file order, on one
 # worker: "inductor" holds every test that compiles, so inductor's on-disk cache built by the first compile of a
@@ -92,9 +94,9 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups = {item.nodeid: xdist_group_of(item) for item in items}
     for item in items:
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if groups[item.nodeid] is not None:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     # Two ranks compiling the same graphs cold compile them twice: let them come last, when the cache has them.
-    items.sort(key=lambda item: item.path.name == "test_distributed.py" and xdist_group_of(item) == "inductor")
+    items.sort(key=lambda item: item.path.name == "test_distributed.py" and groups[item.nodeid] == "inductor")
