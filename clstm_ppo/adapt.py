@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.model import CascadedActorCritic
+from clstm_ppo.agent.optimizer_step import make_adam
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import format_report, underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
@@ -63,8 +64,7 @@ def fresh_start(cfg: Config, state: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     model = CascadedActorCritic(len(FEATURE_NAMES), len(PORTFOLIO_FEATURES), ActionSpace.from_config(cfg.market).n,
                                 cfg.agent)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.ppo.learning_rate, betas=tuple(cfg.ppo.adam_betas),
-                                 eps=cfg.ppo.adam_eps)
+    optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo)
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 
 

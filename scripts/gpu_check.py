@@ -12,7 +12,8 @@ ran and the rollout's share of the time); "rollout" (policy + env per decision: 
 CUDA graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for bit); "sb3"
 (sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours compiled+graphed at the same
 sizes); "scale" (65,536 copies train one update and checkpoint); "update" (the PPO update alone at 4,096 copies,
-default and paper sizes in fp32 and default in bf16: eager, static, compiled, and compiled with CUDA graphs, each
+default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with CUDA graphs, and that
+with the optimizer step captured too, each
 within half an Adam step of the eager update's weights); "checks" (every precision, the compiled trainer, a GPU
 run resumed on the CPU, evaluate, host syncs). Each step runs a public command in a subprocess (as a user would;
 the trainer's on the smoke config in a temporary folder), and the table says pass or fail, env steps/s and the
@@ -188,7 +189,8 @@ def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:
                                                    "--set", "train.eval_every=1"], "train 65536 copies")]
     if part == "update":  # bf16: the LSTMs stay fp32
         return [bench_step(part, "bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--precision", precision,
-                                                     "--paths", "eager", "static", "compiled", "graphs"],
+                                                     "--paths", "eager", "static", "compiled", "graphs",
+                                                     "captured"],
                            f"bench_update {sizes} {precision}")
                 for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16"))]
     steps = [train_step(part, precision, folder, ["--set", f"train.precision={precision}"])

@@ -243,3 +243,62 @@ def test_every_rank_and_seed_gets_its_own_streams():
     values = [v for s in streams for v in s]
     assert len(set(values)) == len(values), "no stream shared across ranks, seeds, restarts or purposes"
     assert rank_seeds(5, 2, 4) == rank_seeds(5, 2, 4), "reproducible"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_optimizer_step_object_updates_as_the_precisions_step_and_flags_nonfinite_gradients(precision):
+    """ppo_update with an ``OptimizerStep`` (what a captured step replays on CUDA; eager here) lands on the same
+    weights as the default clip-and-step, and still reports a non-finite update."""
+    import copy
+
+    from clstm_ppo.agent import ppo_update
+    from clstm_ppo.agent.optimizer_step import OptimizerStep, make_adam
+    from clstm_ppo.agent.precision import Precision
+    from clstm_ppo.config import PPOConfig
+
+    model, storage, env = collect_rollout()
+    cfg = PPOConfig(update_epochs=2, num_minibatches=2)
+    for poisoned in (False, True):
+        s = copy.deepcopy(storage)
+        if poisoned:
+            s.returns[3, 1] = float("inf")
+        weights, flags = [], []
+        for use_step in (False, True):
+            m = copy.deepcopy(model)
+            optimizer = make_adam(m.parameters(), 1e-3, cfg)
+            step = OptimizerStep(m.parameters(), optimizer, cfg.max_grad_norm, capture=True) if use_step else None
+            stats = ppo_update(m, optimizer, s, env.market_windows, cfg, torch.Generator().manual_seed(0),
+                               precision=Precision(torch.device("cpu"), precision), optimizer_step=step)
+            assert step is None or not step.capture, "nothing is captured off CUDA"
+            weights.append(m.state_dict())
+            flags.append(stats["nonfinite"])
+        assert flags == [float(poisoned)] * 2
+        for name, value in weights[0].items():
+            torch.testing.assert_close(weights[1][name], value, rtol=0, atol=0, equal_nan=True, msg=name)
+
+
+def test_a_learning_rate_tensor_filled_in_place_steps_as_the_same_rate_given_as_a_float():
+    """A captured step reads the learning rate from one tensor: ``set_lr`` must fill that very tensor, and Adam
+    must step by it as by the float (the CPU's Adam takes a tensor rate without foreach)."""
+    from clstm_ppo.agent.optimizer_step import OptimizerStep
+
+    torch.manual_seed(0)
+    nets = [torch.nn.Linear(5, 3) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    rate = torch.tensor(1e-2)
+    adams = [torch.optim.Adam(nets[0].parameters(), lr=1e-2), torch.optim.Adam(nets[1].parameters(), lr=rate,
+                                                                              foreach=False)]
+    steps = [OptimizerStep(n.parameters(), a, max_grad_norm=0.5, capture=False)
+             for n, a in zip(nets, adams, strict=True)]
+    gen = torch.Generator().manual_seed(1)
+    for lr in (1e-2, 3e-3, 5e-4):
+        x = torch.randn(7, 5, generator=gen)
+        for net, step in zip(nets, steps, strict=True):
+            step.set_lr(lr)
+            step.zero_grad()
+            net(x).square().sum().backward()
+            assert bool(step())
+    assert adams[1].param_groups[0]["lr"] is rate and float(rate) == pytest.approx(5e-4)
+    assert adams[0].param_groups[0]["lr"] == 5e-4
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

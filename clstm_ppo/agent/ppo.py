@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
+from clstm_ppo.agent.optimizer_step import OptimizerStep
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.rollout import action_logprob
 from clstm_ppo.agent.storage import RolloutStorage
@@ -97,7 +99,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                windows: MarketWindows, cfg: PPOConfig, generator: torch.Generator,
                all_reduce_mean: Callable[[Tensor], Tensor] | None = None, precision: Precision | None = None,
                minibatch_loss: MinibatchLoss | None = None, average_gradients: Callable[[], None] | None = None,
-               ) -> dict[str, float]:
+               optimizer_step: OptimizerStep | None = None) -> dict[str, float]:
     """One PPO update over ``storage``; ``model`` may be DDP-wrapped (its forward syncs gradients).
 
     ``windows`` (the env's ``market_windows``) turns the stored flat rows back into market windows. With
@@ -106,10 +108,14 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     ``DistinctBarsLoss`` (the static, compiled one of ``static_update``); a loss that does not run through DDP's
     forward brings ``average_gradients``, called before each optimizer step. The statistics' ``nonfinite`` is 1
     when some step's gradients or the weights it left were not finite: the weights are then unsound, not to be saved.
+    ``optimizer_step`` (over ``optimizer``) replaces ``precision``'s clip and step, e.g. replayed as a CUDA graph.
     """
     s = storage
     precision = precision or Precision(s.rows.device, "fp32")
     minibatch_loss = minibatch_loss or DistinctBarsLoss(model, windows, s, cfg, precision)
+    if optimizer_step is not None and precision.scaler is not None:
+        raise ValueError("an optimizer_step does not unscale fp16 gradients: use fp32 or bf16, or no optimizer_step")
+    zero_grad = optimizer_step.zero_grad if optimizer_step else partial(optimizer.zero_grad, set_to_none=True)
     advantages = normalise_advantages(s.advantages, all_reduce_mean) if cfg.norm_adv else s.advantages
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
@@ -119,7 +125,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     for _ in range(cfg.update_epochs):
         order = torch.randperm(s.num_envs, generator=generator, device="cpu").to(s.rows.device)
         kl_this_epoch = []
-        optimizer.zero_grad(set_to_none=True)
+        zero_grad()
         for k in range(cfg.num_minibatches):
             idx = order[k * envs_per_batch:(k + 1) * envs_per_batch]
             stepping = (k + 1) % accumulate == 0
@@ -134,8 +140,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
                 # A device flag, not a host check: a minibatch makes no sync of its own (a non-finite gradient
                 # poisons the weights, and the caller stops without saving them). Gradients are all-reduced, so
                 # every rank sees the same flag.
-                finite &= precision.step(model, optimizer, cfg.max_grad_norm)
-                optimizer.zero_grad(set_to_none=True)
+                finite &= optimizer_step() if optimizer_step else precision.step(model, optimizer, cfg.max_grad_norm)
+                zero_grad()
             totals += stats
             kl_this_epoch.append(stats[3])
             batches += 1

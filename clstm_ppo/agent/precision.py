@@ -6,6 +6,7 @@ import contextlib
 import torch
 from torch import nn
 
+from clstm_ppo.agent.optimizer_step import clipped_step
 from clstm_ppo.config import ConfigError
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -42,15 +43,13 @@ class Precision:
     def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
         """Clip and step; a device bool, False when the gradients were not finite (without a scaler, a failure the
         caller reads once the update is over: the step is taken anyway, so nothing here waits for the device)."""
-        if self.scaler is not None:
-            self.scaler.unscale_(optimizer)
+        if self.scaler is None:
+            return clipped_step(list(model.parameters()), optimizer, max_grad_norm)
+        self.scaler.unscale_(optimizer)
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        if self.scaler is not None:
-            self.scaler.step(optimizer)  # skips the step on inf/NaN and lowers the scale: fp16's normal overflow
-            self.scaler.update()
-            return torch.ones((), dtype=torch.bool, device=norm.device)
-        optimizer.step()  # with a non-finite norm this makes the weights NaN too: the run stops without saving them
-        return torch.isfinite(norm)
+        self.scaler.step(optimizer)  # skips the step on inf/NaN and lowers the scale: fp16's normal overflow
+        self.scaler.update()
+        return torch.ones((), dtype=torch.bool, device=norm.device)
 
     def state_dict(self) -> dict | None:
         return self.scaler.state_dict() if self.scaler else None

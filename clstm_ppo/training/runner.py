@@ -21,6 +21,7 @@ from torch import nn
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.model import State
+from clstm_ppo.agent.optimizer_step import make_adam
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
@@ -84,8 +85,7 @@ class Trainer:
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
         # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
         self.base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.base_lr, betas=tuple(p.adam_betas),
-                                          eps=p.adam_eps)
+        self.optimizer = make_adam(self.model.parameters(), self.base_lr, p)
         self.batch_size = t.num_envs * p.num_steps * ctx.world_size  # env steps per update, all ranks
         self.planned_steps = self._planned_steps()
         self.planned_updates = max(1, math.ceil(self.planned_steps / self.batch_size))
