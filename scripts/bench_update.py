@@ -62,7 +62,7 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
     model = copy.deepcopy(start)
     capture = path == "captured"
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo, device if capture else None)
-    step = OptimizerStep(model.parameters(), optimizer, cfg.ppo.max_grad_norm, capture=True) if capture else None
+    step = OptimizerStep(optimizer, cfg.ppo.max_grad_norm, capture=True) if capture else None
     loss = None if path == "eager" else StaticMinibatchLoss(model, windows, storage, cfg.ppo, precision,
                                                             compile=path != "static", cuda_graphs=path in CUDA_PATHS)
 

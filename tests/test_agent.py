@@ -266,7 +266,7 @@ def test_the_optimizer_step_object_updates_as_the_precisions_step_and_flags_nonf
         for use_step in (False, True):
             m = copy.deepcopy(model)
             optimizer = make_adam(m.parameters(), 1e-3, cfg)
-            step = OptimizerStep(m.parameters(), optimizer, cfg.max_grad_norm, capture=True) if use_step else None
+            step = OptimizerStep(optimizer, cfg.max_grad_norm, capture=True) if use_step else None
             stats = ppo_update(m, optimizer, s, env.market_windows, cfg, torch.Generator().manual_seed(0),
                                precision=Precision(torch.device("cpu"), precision), optimizer_step=step)
             assert step is None or not step.capture, "nothing is captured off CUDA"
@@ -288,8 +288,7 @@ def test_a_learning_rate_tensor_filled_in_place_steps_as_the_same_rate_given_as_
     rate = torch.tensor(1e-2)
     adams = [torch.optim.Adam(nets[0].parameters(), lr=1e-2), torch.optim.Adam(nets[1].parameters(), lr=rate,
                                                                               foreach=False)]
-    steps = [OptimizerStep(n.parameters(), a, max_grad_norm=0.5, capture=False)
-             for n, a in zip(nets, adams, strict=True)]
+    steps = [OptimizerStep(a, max_grad_norm=0.5, capture=False) for a in adams]
     gen = torch.Generator().manual_seed(1)
     for lr in (1e-2, 3e-3, 5e-4):
         x = torch.randn(7, 5, generator=gen)

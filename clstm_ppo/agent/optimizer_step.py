@@ -1,6 +1,6 @@
 """The optimizer step (gradient clipping, then Adam) replayed as one CUDA graph (SPEC section 13).
 
-Eager, a clipped Adam step on CUDA is some twenty kernel launches from Python over the parameter lists (the norms,
+Eager, a clipped Adam step on CUDA is nearly thirty kernel launches from Python over the parameter lists (the norms,
 the clip, Adam's two moments, its bias corrections and the update). Captured, it is one replay. Capture needs:
 
 - Adam's state on the device (``capturable=True``: its step counts are device tensors, the bias corrections are
@@ -10,16 +10,20 @@ the clip, Adam's two moments, its bias corrections and the update). Captured, it
   (``set_to_none=False``), so each backward accumulates into the tensors the graph reads (a backward that found no
   gradient would hand its own output over as one: under a compiled loss's CUDA graphs, memory its next replay
   overwrites);
-- Adam's state made before capture: the first call steps eagerly (Adam creates its moments), the second captures
-  and replays, every later call replays. Loading an optimizer state afterwards gives Adam new tensors, which the
-  graph does not read: load it first, then make the ``OptimizerStep``.
+- Adam's state made before capture: the first call steps eagerly (Adam creates its moments, CUDA loads the
+  kernels), the second captures and replays, every later call replays. Each replay first checks that the graph's
+  tensors are still the live ones: gradients set to None, a loaded optimizer state (which also brings back the
+  checkpoint's float rate and ``capturable`` flag) or a rate assigned as a float would leave it stepping stale ones.
 
-Off CUDA (or with ``capture`` off) every call is the eager step, so the CPU runs all of this but the capture. fp16's
-loss scaler checks gradients on the host and is not captured (``Precision.step`` stays its step). Only
+Off CUDA (or with ``capture`` off) a call is the eager clip-and-step that ``Precision.step`` takes: the CPU cannot
+run capturable Adam, so the tests here cover that path, the rate tensor and the checks, not the capture. The
+captured step computes Adam's bias corrections in float32 on the device (the eager one in Python doubles): close to
+the eager weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. Only
 ``scripts/bench_update.py`` uses the captured step so far (its "captured" path), not the trainer: untried on a GPU.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -48,23 +52,26 @@ def clipped_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, m
 
 
 class OptimizerStep:
-    """Clip the gradients' global norm to ``max_grad_norm``, then step ``optimizer``; a call returns a device bool,
-    False when the gradients were not finite (the caller reads it once the update is over). With ``capture`` and an
-    optimizer from ``make_adam(..., capture_on=device)`` on CUDA, the step is replayed as one CUDA graph."""
+    """Clip the gradients' global norm to ``max_grad_norm``, then step ``optimizer`` (over all its parameters); a call
+    returns a device bool, False when the gradients were not finite (the caller reads it once the update is over).
+    With ``capture`` and an optimizer from ``make_adam(..., capture_on=device)`` on CUDA, the step is replayed as one
+    CUDA graph."""
 
-    def __init__(self, params: Iterable[nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float,
-                 capture: bool):
-        self.params, self.optimizer, self.max_grad_norm = list(params), optimizer, max_grad_norm
-        group = optimizer.param_groups[0]
-        self.capture = capture and self.params[0].device.type == "cuda"
-        if self.capture and not (group.get("capturable") and isinstance(group["lr"], Tensor)):
+    def __init__(self, optimizer: torch.optim.Optimizer, max_grad_norm: float, capture: bool):
+        self.optimizer, self.max_grad_norm = optimizer, max_grad_norm
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.capture = capture and bool(self.params) and self.params[0].device.type == "cuda"
+        if self.capture and not all(g.get("capturable") and isinstance(g["lr"], Tensor)
+                                    for g in optimizer.param_groups):
             raise ValueError("a captured optimizer step needs Adam with capturable=True and a tensor learning rate "
                              "(make it with optimizer_step.make_adam(..., capture_on=device))")
-        if self.capture:
+        if self.capture:  # fresh zeros: a gradient already there may be memory a compiled backward's replay reuses
             for param in self.params:
-                if param.requires_grad and param.grad is None:
+                if param.requires_grad:
                     param.grad = torch.zeros_like(param)
+        self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.bound: list[Tensor] = []  # every tensor the graph reads or writes, as captured
         self.finite: Tensor | None = None  # the graph's output: overwritten in place by each replay
 
     def set_lr(self, lr: float) -> None:
@@ -79,15 +86,30 @@ class OptimizerStep:
         # Captured, the graph reads these very tensors: zero them in place instead of letting backward make new ones.
         self.optimizer.zero_grad(set_to_none=not self.capture)
 
+    def live(self) -> list[Tensor]:
+        """The tensors a captured step reads now: gradients, learning rates and Adam's state."""
+        state = [t for p in self.params for t in self.optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
+        return [*(p.grad for p in self.params if p.grad is not None),
+                *(g["lr"] for g in self.optimizer.param_groups), *state]
+
     def __call__(self) -> Tensor:
+        self.calls += 1
         if not self.capture:
             return clipped_step(self.params, self.optimizer, self.max_grad_norm)
-        if self.graph is None:
-            if not self.optimizer.state:  # Adam makes its moments at its first step: that step runs eagerly
+        if self.calls == 1:  # eager once: Adam makes its state, CUDA loads the kernels before a capture
+            with warnings.catch_warnings():  # Adam's "capturable, run without capture" notice: expected here
+                warnings.filterwarnings("ignore", message=".*capturable.*")
                 return clipped_step(self.params, self.optimizer, self.max_grad_norm)
-            self.graph = torch.cuda.CUDAGraph()
+        if self.graph is None:
+            self.graph, self.bound = torch.cuda.CUDAGraph(), self.live()
             with torch.cuda.graph(self.graph):  # records the step without running it ...
                 self.finite = clipped_step(self.params, self.optimizer, self.max_grad_norm)
+        live = self.live()
+        if len(live) != len(self.bound) or any(a is not b for a, b in zip(live, self.bound, strict=False)):
+            # A replay would step stale gradients or a stale rate (or write into freed memory).
+            raise RuntimeError("the captured optimizer step's tensors were replaced (gradients set to None, an "
+                               "optimizer state loaded, or the learning rate assigned instead of set_lr): make a "
+                               "new OptimizerStep after such a change")
         self.graph.replay()  # ... so the capturing call replays it too
         assert self.finite is not None
         return self.finite.clone()  # the next replay overwrites the graph's output
