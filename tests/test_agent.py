@@ -301,3 +301,28 @@ def test_a_learning_rate_tensor_filled_in_place_steps_as_the_same_rate_given_as_
     assert adams[0].param_groups[0]["lr"] == 5e-4
     for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+BREAKAGES = {"gradients set to None": lambda opt: opt.zero_grad(set_to_none=True),
+             "optimizer state loaded": lambda opt: opt.load_state_dict(opt.state_dict()),
+             "rate assigned as a float": lambda opt: opt.param_groups[0].__setitem__("lr", 1e-4)}
+
+
+@pytest.mark.parametrize("breaking", BREAKAGES.values(), ids=BREAKAGES.keys())
+def test_a_captured_step_refuses_to_replay_once_its_tensors_were_replaced(breaking):
+    """What a replay reads was fixed at capture: gradients dropped to None, a loaded optimizer state, or a rate
+    assigned as a float instead of filled must stop it with one line, not step stale tensors. (The capture itself
+    needs CUDA; the check is host code, run here on the tensors a capture would have bound.)"""
+    from clstm_ppo.agent.optimizer_step import OptimizerStep
+
+    net = torch.nn.Linear(4, 2)
+    step = OptimizerStep(torch.optim.Adam(net.parameters(), lr=torch.tensor(1e-3), foreach=False), 1.0, False)
+    net(torch.ones(3, 4)).sum().backward()
+    step()
+    step.bound = step.live()  # as a capture records them
+    step.set_lr(1e-4)
+    step.optimizer.zero_grad(set_to_none=False)
+    step.check_bound()  # filling the rate and zeroing in place keep every tensor
+    breaking(step.optimizer)
+    with pytest.raises(RuntimeError, match="tensors were replaced.*make a new OptimizerStep"):
+        step.check_bound()

@@ -16,7 +16,7 @@ the clip, Adam's two moments, its bias corrections and the update). Captured, it
   checkpoint's float rate and ``capturable`` flag) or a rate assigned as a float would leave it stepping stale ones.
 
 Off CUDA (or with ``capture`` off) a call is the eager clip-and-step that ``Precision.step`` takes: the CPU cannot
-run capturable Adam, so the tests here cover that path, the rate tensor and the checks, not the capture. The
+run capturable Adam, so the tests cover that path, the rate tensor and the replay's check, not the capture. The
 captured step computes Adam's bias corrections in float32 on the device (the eager one in Python doubles): close to
 the eager weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. Only
 ``scripts/bench_update.py`` uses the captured step so far (its "captured" path), not the trainer: untried on a GPU.
@@ -92,6 +92,15 @@ class OptimizerStep:
         return [*(p.grad for p in self.params if p.grad is not None),
                 *(g["lr"] for g in self.optimizer.param_groups), *state]
 
+    def check_bound(self) -> None:
+        """Raise unless the tensors the graph was captured with (``bound``) are still the live ones: else a replay
+        would step stale gradients or a stale rate, or write into freed memory."""
+        live = self.live()
+        if len(live) != len(self.bound) or any(a is not b for a, b in zip(live, self.bound, strict=False)):
+            raise RuntimeError("the captured optimizer step's tensors were replaced (gradients set to None, an "
+                               "optimizer state loaded, or the learning rate assigned instead of set_lr): make a "
+                               "new OptimizerStep after such a change")
+
     def __call__(self) -> Tensor:
         self.calls += 1
         if not self.capture:
@@ -104,12 +113,7 @@ class OptimizerStep:
             self.graph, self.bound = torch.cuda.CUDAGraph(), self.live()
             with torch.cuda.graph(self.graph):  # records the step without running it ...
                 self.finite = clipped_step(self.params, self.optimizer, self.max_grad_norm)
-        live = self.live()
-        if len(live) != len(self.bound) or any(a is not b for a, b in zip(live, self.bound, strict=False)):
-            # A replay would step stale gradients or a stale rate (or write into freed memory).
-            raise RuntimeError("the captured optimizer step's tensors were replaced (gradients set to None, an "
-                               "optimizer state loaded, or the learning rate assigned instead of set_lr): make a "
-                               "new OptimizerStep after such a change")
+        self.check_bound()
         self.graph.replay()  # ... so the capturing call replays it too
         assert self.finite is not None
         return self.finite.clone()  # the next replay overwrites the graph's output
