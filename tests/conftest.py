@@ -72,9 +72,9 @@ def pin_xdist_worker() -> None:
         os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw")) % len(cores)]})
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     pin_xdist_worker()
+
 
 # make test runs two pytest-xdist workers with --dist loadgroup. Each group below runs whole, in file order, on one
 # worker: "inductor" holds every test that compiles, so inductor's on-disk cache built by the first compile of a

@@ -69,11 +69,11 @@ def agreement(sim: dict[int, float], real: str, years: list[int]) -> dict[str, f
 def calibrate(data: MarketData, years: list[int], grid: list[float] = GRID) -> list[dict[str, Any]]:
     """MADs of PutWrite vs PUT and BuyWrite vs BXM at each grid value over ``years``, from walks of the training
     split (the market sees no later bar)."""
+    indices = PAIRS[:2]  # the two option indices only: buy-and-hold does not depend on atm_per_iv
     rows = []
     for x in grid:
-        # the two option indices only: buy-and-hold does not depend on atm_per_iv
-        returns = annual_returns(data, "train", x, tuple(name for name, _ in PAIRS[:2]))
-        mads = {name: agreement(returns[name], real, years)["mad"] for name, real in PAIRS[:2]}
+        returns = annual_returns(data, "train", x, tuple(name for name, _ in indices))
+        mads = {name: agreement(returns[name], real, years)["mad"] for name, real in indices}
         rows.append({"atm_per_iv": x, **{f"{n}_mad": v for n, v in mads.items()},
                      "mean_mad": float(np.mean(list(mads.values())))})
     return rows
