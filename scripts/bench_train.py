@@ -18,7 +18,8 @@ update, beside "update_decisions", the decisions it trains on (what per-window e
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
 ``--compiled`` compiles the env step (``env.compile: on``), and with it each rollout decision, and the encoder
 (``train.compile``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``).
-"rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "rollout_share" the
+"rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how
+the update's clip and Adam step ran (captured or eager: agent/optimizer_step.py), "rollout_share" the
 share of the timed updates' seconds spent in rollouts. On a GPU sb3-contrib runs on the same GPU
 (its policy there; its envs step on the host, as they always do).
 """
@@ -89,6 +90,7 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
     path = trainer.fused.path if trainer.fused is not None and cached else "eager"
     return {"rate": steps / elapsed, "flops": flops / elapsed, "encodes": sum(encodes) / updates,
             "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": path,
+            "optimizer_step": trainer.optimizer_step.path if trainer.optimizer_step is not None else "eager",
             "rollout_share": rollout_s / max(rollout_s + update_s, 1e-12)}
 
 
@@ -177,7 +179,8 @@ def main() -> None:
         sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates, device)
         rows.append({"setting": setting, "num_envs": num_envs, "precision": args.precision,
                      "step": "graphs" if args.cuda_graphs else "compiled" if args.compiled else "eager",
-                     "rollout": run["rollout_path"], "rollout_share": round(run["rollout_share"], 3),
+                     "rollout": run["rollout_path"], "optimizer_step": run["optimizer_step"],
+                     "rollout_share": round(run["rollout_share"], 3),
                      "ours_steps_per_s": round(run["rate"], 1),
                      "sb3_steps_per_s": round(sb3_rate, 1), "ratio": round(run["rate"] / sb3_rate, 2),
                      "update_encodes": round(run["encodes"]), "update_decisions": round(run["decisions"]),

@@ -1,14 +1,16 @@
 """The PPO update alone, by how its minibatch loss runs, on one stored rollout.
 
     python scripts/bench_update.py [--json] [--device cpu|cuda] [--num-envs 32 256] [--sizes default|paper]
-        [--paths eager static compiled graphs captured] [--precision fp32|bf16|fp16] [--updates 2]
+        [--paths eager static compiled step_captured graphs captured] [--precision fp32|bf16|fp16] [--updates 2]
 
 Paths: "eager" is ``ppo.DistinctBarsLoss``: LSTM 1 once per distinct bar of the minibatch, LSTM 2 in fused runs cut
 at episode starts (the trainer's update without ``env.compile``). "static" is ``static_update.StaticMinibatchLoss``
 op by op: fixed shapes, LSTM 2 as a loop with resets. "compiled" is the same compiled (the trainer's update with
-``env.compile`` on). "graphs" compiles it in reduce-overhead mode, each compiled call replayed as a CUDA graph
-(CUDA only; the trainer does not use it yet). "captured" is "graphs" with the optimizer step (clip and Adam) also
-replayed as one CUDA graph (``agent/optimizer_step.py``; CUDA only, fp32 or bf16). All paths update the untrained
+``env.compile`` on). "step_captured" is "compiled" with the optimizer step (clip and Adam) replayed as one CUDA
+graph (``agent/optimizer_step.py``): the trainer's update on CUDA under ``train.cuda_graphs``, fp32 or bf16.
+"graphs" compiles it in reduce-overhead mode, each compiled call replayed as a CUDA graph
+(CUDA only; the trainer does not use it yet). "captured" is "graphs" with the optimizer step also captured. The
+last three need CUDA; the two with a captured step fp32 or bf16. All paths update the untrained
 default agent from the same weights on the same eager rollout of the embedded S&P 500's training split (128 steps
 per copy, 4 epochs of 4 minibatches), with the trainer's Adam.
 "first_update_s" is the first update, compiling included; its weights are compared with the eager path's:
@@ -35,8 +37,9 @@ from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.tables import print_table
 
 SIZES = ("default", "paper")  # the agent sizes of these named configs (configs/*.yaml)
-PATHS = ("eager", "static", "compiled", "graphs", "captured")
-CUDA_PATHS = ("graphs", "captured")
+PATHS = ("eager", "static", "compiled", "step_captured", "graphs", "captured")
+CUDA_PATHS = ("step_captured", "graphs", "captured")
+STEP_CAPTURED = ("step_captured", "captured")  # the paths whose optimizer step is one CUDA graph
 
 
 def stored_rollout(data, cfg: Config, num_envs: int, precision: Precision, device: torch.device):
@@ -60,11 +63,12 @@ def flat(model: torch.nn.Module) -> torch.Tensor:
 def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Config, path: str, precision: Precision,
             updates: int, device: torch.device, reference: dict[str, torch.Tensor]) -> dict:
     model = copy.deepcopy(start)
-    capture = path == "captured"
+    capture = path in STEP_CAPTURED
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo, device if capture else None)
     step = OptimizerStep(optimizer, cfg.ppo.max_grad_norm, capture=True) if capture else None
+    graphs = path in ("graphs", "captured")  # the loss's compiled calls replayed as CUDA graphs
     loss = None if path == "eager" else StaticMinibatchLoss(model, windows, storage, cfg.ppo, precision,
-                                                            compile=path != "static", cuda_graphs=path in CUDA_PATHS)
+                                                            compile=path != "static", cuda_graphs=graphs)
 
     def update() -> dict[str, float]:
         return ppo_update(model, optimizer, storage, windows, cfg.ppo, torch.Generator().manual_seed(0),
@@ -105,9 +109,9 @@ def main() -> None:
     device = pick_device(args.device)
     configure_backends(device)
     if set(args.paths) & set(CUDA_PATHS) and device.type != "cuda":
-        parser.error("the graphs and captured paths replay CUDA graphs: they need --device cuda")
-    if "captured" in args.paths and args.precision == "fp16":
-        parser.error("the captured path does not unscale fp16 gradients: use --precision fp32 or bf16")
+        parser.error(f"the {', '.join(CUDA_PATHS)} paths replay CUDA graphs: they need --device cuda")
+    if set(args.paths) & set(STEP_CAPTURED) and args.precision == "fp16":
+        parser.error("a captured optimizer step does not unscale fp16 gradients: use --precision fp32 or bf16")
     cfg = Config()
     cfg.agent = load_config(args.sizes).agent
     data = build_market_data(cfg.data)

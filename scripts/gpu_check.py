@@ -6,18 +6,18 @@ env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
 Parts, run in the order given (by default the order below: what issue 21's goals need first, so that a lease that
 runs out still brings back the figures that matter most): "env" (kernels per env step eager and compiled at 4,096
-copies, env steps/s eager at 4,096 and 32,768 copies, compiled and graphed at 32,768); "train" (the trainer at
-4,096 copies at default and paper sizes, eager and compiled+graphed, with model FLOP utilisation, how its rollout
-ran and the rollout's share of the time); "rollout" (policy + env per decision: eager, compiled, and captured as one
-CUDA graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for bit); "sb3"
-(sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours compiled+graphed at the same
-sizes); "scale" (65,536 copies train one update and checkpoint); "update" (the PPO update alone at 4,096 copies,
-default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with CUDA graphs, and that
-with the optimizer step captured too, each
-within half an Adam step of the eager update's weights); "checks" (every precision, the compiled trainer, a GPU
-run resumed on the CPU, evaluate, host syncs). Each step runs a public command in a subprocess (as a user would;
-the trainer's on the smoke config in a temporary folder), and the table says pass or fail, env steps/s and the
-GPU's peak memory (from the run's NVML records).
+copies, env steps/s eager at 4,096 and 32,768 copies, compiled and graphed at 32,768); "train" (the trainer at 4,096
+copies at default and paper sizes, eager and compiled+graphed, with model FLOP utilisation, how its rollout and
+optimizer step ran and the rollout's share of the time); "rollout" (policy + env per decision: eager, compiled, and
+captured as one CUDA graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for
+bit); "sb3" (sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours compiled+graphed
+at the same sizes); "scale" (65,536 copies train one update and checkpoint); "update" (the PPO update alone at 4,096
+copies, default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with the optimizer
+step captured (the trainer's), compiled with CUDA graphs, and that with the optimizer step captured too, each within
+half an Adam step of the eager update's weights); "checks" (every precision, the compiled trainer, a GPU run resumed
+on the CPU, evaluate, host syncs). Each step runs a public command in a subprocess (as a user would; the trainer's
+on the smoke config in a temporary folder), and the table says pass or fail, env steps/s and the GPU's peak memory
+(from the run's NVML records).
 
 A lent GPU machine gives a session minutes, not hours: ``--deadline S`` is the wall-clock budget of the whole
 check. A step starts only while at least MIN_START_S seconds are left, and is stopped when the budget runs out;
@@ -141,7 +141,8 @@ def bench_step(part: str, script: str, extra: list[str], label: str, timeout: fl
         out = []
         for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
             rate = r.get("env_steps_per_s", r.get("ours_steps_per_s", ""))
-            notes = {k: r[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "rollout_share",
+            notes = {k: r[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "optimizer_step",
+                                       "rollout_share",
                                        "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled",
                                        "first_update_s", "ms_per_update", "decisions_per_s", "diff_per_step")
                      if r.get(k, "") != ""}
@@ -189,8 +190,8 @@ def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:
                                                    "--set", "train.eval_every=1"], "train 65536 copies")]
     if part == "update":  # bf16: the LSTMs stay fp32
         return [bench_step(part, "bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--precision", precision,
-                                                     "--paths", "eager", "static", "compiled", "graphs",
-                                                     "captured"],
+                                                     "--paths", "eager", "static", "compiled",
+                                                     "step_captured", "graphs", "captured"],
                            f"bench_update {sizes} {precision}")
                 for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16"))]
     steps = [train_step(part, precision, folder, ["--set", f"train.precision={precision}"])

@@ -326,3 +326,63 @@ def test_a_captured_step_refuses_to_replay_once_its_tensors_were_replaced(breaki
     breaking(step.optimizer)
     with pytest.raises(RuntimeError, match="tensors were replaced.*make a new OptimizerStep"):
         step.check_bound()
+
+
+def test_a_saved_adam_state_takes_the_loading_runs_device_settings_and_keeps_its_moments():
+    """A CPU run's checkpoint resumed where the step is captured (and the reverse, tests/test_train.py): the loading
+    optimizer keeps its own capturable flag, foreach and rate tensor; Adam's moments and step counts carry over, the
+    counts where capturable Adam keeps them (as device tensors, on the parameters' device)."""
+    from clstm_ppo.agent.optimizer_step import fit_saved_state
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    written = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for _ in range(3):
+        written.zero_grad()
+        net(torch.randn(5, 4)).square().sum().backward()
+        written.step()
+    saved = written.state_dict()
+    rate = torch.tensor(5e-4)
+    loading = torch.optim.Adam(net.parameters(), lr=rate, capturable=True, foreach=True)
+    loading.load_state_dict(fit_saved_state(saved, loading))
+    group = loading.param_groups[0]
+    assert group["capturable"] and group["foreach"] and isinstance(group["lr"], torch.Tensor)
+    assert float(group["lr"]) == pytest.approx(5e-4), "the loading run's rate, not the saved 1e-3"
+    for param in net.parameters():
+        state, before = loading.state[param], written.state[param]
+        assert state["step"].dtype == torch.float32 and float(state["step"]) == 3.0
+        for moment in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(state[moment], before[moment])
+    assert saved["param_groups"][0]["lr"] == 1e-3 and not saved["param_groups"][0]["capturable"], "saved left as is"
+
+
+def test_a_capture_cuda_refuses_leaves_the_step_eager_with_one_warning(monkeypatch):
+    """Should CUDA refuse to capture the optimizer step, training goes on with the eager step (the same weights)
+    and says why once. (Here the refusal is made: the capture itself needs CUDA.)"""
+    from clstm_ppo.agent.optimizer_step import OptimizerStep
+
+    def refuse():
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", refuse)
+    nets = [torch.nn.Linear(4, 2) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    steps = [OptimizerStep(torch.optim.Adam(net.parameters(), lr=1e-2), 1.0, capture=False) for net in nets]
+    steps[1].capture = True  # as on CUDA with a capturable Adam
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(2))
+    for call in range(3):
+        for net, step in zip(nets, steps, strict=True):
+            net.zero_grad(set_to_none=True)  # e.g. another optimizer's zero_grad: zero_grad makes them again
+            step.zero_grad()
+            if step.capture:  # a capture reads gradients at fixed addresses: they exist, zeroed
+                assert all(p.grad is not None and not p.grad.any() for p in net.parameters())
+            net(x).square().sum().backward()
+            if step is steps[1] and call == 1:
+                with pytest.warns(UserWarning, match=r"capture of the optimizer step failed \(operation not "
+                                                     r"permitted when stream is capturing\); it steps eagerly"):
+                    assert bool(step())
+            else:
+                assert bool(step())
+    assert not steps[1].capture and steps[1].path == "eager"
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        assert torch.equal(a, b)

@@ -420,18 +420,27 @@ def test_resume_from_a_checkpoint_whose_env_state_does_not_fit_restarts_the_copi
 
 
 def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys):
-    """Where a run executes is chosen per launch: a checkpoint's saved device and threads are not reused."""
+    """Where a run executes is chosen per launch: a checkpoint's saved device and threads are not reused, nor its
+    Adam's device settings (a run whose optimizer step was a CUDA graph saved a capturable Adam with a tensor rate,
+    which cannot step on a CPU): it continues as the same checkpoint written by a CPU run does."""
     from clstm_ppo.training.checkpoint import atomic_save
 
     args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
     assert train(tmp_path, "--total-steps", "512", *args) == 0
     latest = tmp_path / "synthetic-smoke" / "latest.pt"
+    shutil.copytree(tmp_path / "synthetic-smoke", tmp_path / "cpu" / "synthetic-smoke")
     state = load_checkpoint(latest)
     assert state["config"]["train"]["device"] == "auto", "the resolved device must not be written as the user's choice"
     state["config"]["train"].update(device="cuda", threads_per_worker=8)  # as written on a GPU machine
+    for group in state["optimizer"]["param_groups"]:  # by make_adam(..., capture_on=cuda), loaded to the CPU
+        group.update(capturable=True, foreach=True, lr=torch.tensor(group["lr"]))
     atomic_save(state, latest)
     assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
+    assert train(tmp_path / "cpu", "--total-steps", "1024", "--resume-from", "latest", *args) == 0
     assert load_checkpoint(latest)["update"] == 4
+    cpu_written = final_params(tmp_path / "cpu" / "synthetic-smoke")
+    for name, value in final_params(tmp_path / "synthetic-smoke").items():
+        assert torch.equal(value, cpu_written[name]), name
     assert train(tmp_path, "--total-steps", "1536", "--resume-from", "latest", "--device", "cuda", *args) == 2
     assert "--device cuda was asked for" in capsys.readouterr().err  # asked for in this command: still an error
 

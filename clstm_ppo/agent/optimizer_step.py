@@ -18,18 +18,26 @@ the clip, Adam's two moments, its bias corrections and the update). Captured, it
 Off CUDA (or with ``capture`` off) a call is the eager clip-and-step that ``Precision.step`` takes: the CPU cannot
 run capturable Adam, so the tests cover that path, the rate tensor and the replay's check, not the capture. The
 captured step computes Adam's bias corrections in float32 on the device (the eager one in Python doubles): close to
-the eager weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. Only
-``scripts/bench_update.py`` uses the captured step so far (its "captured" path), not the trainer: untried on a GPU.
+the eager weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. The trainer
+captures its step on CUDA under ``train.cuda_graphs`` when the update is the static, compiled one (``env.compile``)
+and the precision is fp32 or bf16; ``scripts/bench_update.py``'s "step_captured" path times that update alone
+("captured": over a loss whose compiled calls are CUDA graphs too). Should CUDA refuse the capture, the step says so
+once and runs eagerly on.
+
+A checkpoint keeps the optimizer's settings as they were: a captured run's Adam is ``capturable`` with a tensor rate,
+which the CPU cannot step. ``fit_saved_state`` gives a saved state this run's settings before it is loaded, so a run
+resumes on either device whichever wrote it.
 """
 from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.config import PPOConfig
+from clstm_ppo.config import PPOConfig, first_line
 
 
 def make_adam(params: Iterable[nn.Parameter], lr: float, cfg: PPOConfig, capture_on: torch.device | None = None
@@ -41,6 +49,35 @@ def make_adam(params: Iterable[nn.Parameter], lr: float, cfg: PPOConfig, capture
         return torch.optim.Adam(params, lr=torch.tensor(lr, device=capture_on), betas=betas, eps=eps,
                                 capturable=True, foreach=True)
     return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The learning rate of the next steps: filled into a group's rate tensor (the one a captured step reads), or set
+    as a float."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+# What make_adam decides for this run and a checkpoint must not carry over from the run that wrote it.
+RUN_SETTINGS = ("capturable", "foreach", "lr")
+
+
+def fit_saved_state(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``saved`` (an optimizer's ``state_dict``) with ``optimizer``'s own settings (``RUN_SETTINGS``), to load into
+    it: Adam's moments and step counts carry over, the device settings stay this run's. Step counts go where the
+    settings want them (``capturable``: on the parameters' device, as ``load_state_dict`` puts them; else on the
+    host). The rate is this run's too: the trainer sets it before every update anyway."""
+    groups = [{**old, **{key: new[key] for key in RUN_SETTINGS if key in new}}
+              for old, new in zip(saved["param_groups"], optimizer.param_groups, strict=False)]
+    on_host = not any(group.get("capturable") for group in optimizer.param_groups)
+    state = {key: {**value, "step": value["step"].cpu()}
+             if on_host and isinstance(value, dict) and isinstance(value.get("step"), Tensor) else value
+             for key, value in saved["state"].items()}
+    # A group count that differs is left for load_state_dict to refuse.
+    return {**saved, "state": state, "param_groups": groups + saved["param_groups"][len(groups):]}
 
 
 def clipped_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float) -> Tensor:
@@ -74,17 +111,26 @@ class OptimizerStep:
         self.bound: list[Tensor] = []  # every tensor the graph reads or writes, as captured
         self.finite: Tensor | None = None  # the graph's output: overwritten in place by each replay
 
+    @property
+    def path(self) -> str:
+        """How the steps ran: "captured" (replayed as one CUDA graph, from the second on) or "eager"."""
+        return "captured" if self.graph is not None else "eager"
+
     def set_lr(self, lr: float) -> None:
         """The learning rate of the next steps: filled into the tensor a graph reads, or set as a float."""
-        for group in self.optimizer.param_groups:
-            if isinstance(group["lr"], Tensor):
-                group["lr"].fill_(lr)
-            else:
-                group["lr"] = lr
+        set_lr(self.optimizer, lr)
 
     def zero_grad(self) -> None:
-        # Captured, the graph reads these very tensors: zero them in place instead of letting backward make new ones.
-        self.optimizer.zero_grad(set_to_none=not self.capture)
+        if not self.capture:
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        # Captured, the graph reads these very tensors: zero them in place instead of letting backward make new ones
+        # (and make any that something else set to None before the capture; after it, check_bound refuses those).
+        for param in self.params:
+            if param.grad is not None:
+                param.grad.zero_()
+            elif param.requires_grad:
+                param.grad = torch.zeros_like(param)
 
     def live(self) -> list[Tensor]:
         """The tensors a captured step reads now: gradients, learning rates and Adam's state."""
@@ -110,9 +156,15 @@ class OptimizerStep:
                 warnings.filterwarnings("ignore", message=".*capturable.*")
                 return clipped_step(self.params, self.optimizer, self.max_grad_norm)
         if self.graph is None:
-            self.graph, self.bound = torch.cuda.CUDAGraph(), self.live()
-            with torch.cuda.graph(self.graph):  # records the step without running it ...
-                self.finite = clipped_step(self.params, self.optimizer, self.max_grad_norm)
+            try:
+                self.graph, self.bound = torch.cuda.CUDAGraph(), self.live()
+                with torch.cuda.graph(self.graph):  # records the step without running it ...
+                    self.finite = clipped_step(self.params, self.optimizer, self.max_grad_norm)
+            except RuntimeError as err:  # a capture CUDA refuses: step on eagerly, and say why once
+                self.capture, self.graph, self.bound, self.finite = False, None, [], None
+                warnings.warn(f"CUDA graph capture of the optimizer step failed ({first_line(err)}); it steps "
+                              "eagerly (set train.cuda_graphs off to skip the attempt)", stacklevel=2)
+                return self()
         self.check_bound()
         self.graph.replay()  # ... so the capturing call replays it too
         assert self.finite is not None

@@ -255,8 +255,9 @@ class TrainConfig(Section):
     compile: bool = setting(False, "torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs are")
     # A CUDA graph replays a compiled decision's kernels in one launch; on a CPU there is nothing to replay.
     cuda_graphs: str = setting("auto", "replay each compiled rollout decision (policy, draw, env step, storage "
-                                       "write) as one CUDA graph: auto (on CUDA when env.compile compiles), on, off; "
-                                       "no effect on a CPU", choices=("auto", "on", "off"))
+                                       "write) and the update's optimizer step (fp32, bf16) each as one CUDA graph: "
+                                       "auto (on CUDA when env.compile compiles), on, off; no effect on a CPU",
+                               choices=("auto", "on", "off"))
     eval_every: int = setting(10, "updates between evaluations: one continuous walk over the whole validation "
                                   "split", limits=">= 1", flag="--eval-every")
     checkpoint_dir: str = setting("checkpoints", "folder of run folders", flag="--checkpoint-dir")

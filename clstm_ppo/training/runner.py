@@ -21,7 +21,7 @@ from torch import nn
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.model import State
-from clstm_ppo.agent.optimizer_step import make_adam
+from clstm_ppo.agent.optimizer_step import OptimizerStep, fit_saved_state, make_adam, set_lr
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.pretrain import pretrain_encoder
@@ -85,7 +85,10 @@ class Trainer:
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
         # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
         self.base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
-        self.optimizer = make_adam(self.model.parameters(), self.base_lr, p)
+        # The optimizer step is captured with the rollout's decision (train.cuda_graphs) where the update is the static,
+        # compiled one (env.compile) and no fp16 scaler reads the gradients on the host.
+        capture = t.cuda_graphs != "off" and self.env.compiled and device.type == "cuda" and t.precision != "fp16"
+        self.optimizer = make_adam(self.model.parameters(), self.base_lr, p, capture_on=device if capture else None)
         self.batch_size = t.num_envs * p.num_steps * ctx.world_size  # env steps per update, all ranks
         self.planned_steps = self._planned_steps()
         self.planned_updates = max(1, math.ceil(self.planned_steps / self.batch_size))
@@ -121,6 +124,9 @@ class Trainer:
                    else "the saved env state has another layout")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
                                 else f"env copies start fresh episodes ({why})")
+        # Made after a resume loaded the optimizer's state: a captured step binds the tensors it holds then.
+        self.optimizer_step = OptimizerStep(self.optimizer, p.max_grad_norm, capture) \
+            if self.precision.scaler is None else None
         if not self.env_restored:
             self.obs = self.env.reset()
         elif self.saved_portfolio is not None:  # continuing copies observe what their last step returned
@@ -192,7 +198,9 @@ class Trainer:
             raise CheckpointError("checkpoint model does not fit these agent sizes "
                                   f"({first_line(err, 100)}); resume with the run's own config, or retrain if an "
                                   "older version wrote it (its actions or observed portfolio differ)") from None
-        self.optimizer.load_state_dict(state["optimizer"])  # its saved rate is replaced at every update
+        # This run's device settings, whichever device wrote it (a captured run's Adam cannot step on a CPU); its
+        # saved rate is replaced at every update.
+        self.optimizer.load_state_dict(fit_saved_state(state["optimizer"], self.optimizer))
         self.precision.load_state_dict(state.get("scaler"))
         self.update, self.global_step, self.episodes = state["update"], state["global_step"], state["episodes"]
         self.selection.load_state_dict(state)
@@ -244,13 +252,13 @@ class Trainer:
     def optimise(self) -> dict[str, float]:
         """One PPO update on the stored rollout at this update's learning rate; the update's statistics."""
         lr = self.learning_rate()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)  # into the rate tensor a captured step reads, if it is one
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
         # The static loss trains the raw module (train_model is it), so its gradients are averaged here, not by DDP.
         average = None if self.static_loss is None else partial(self.ctx.average_gradients, self.model)
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
-                           self.minibatch_generator, mean, self.precision, self.static_loss, average)
+                           self.minibatch_generator, mean, self.precision, self.static_loss, average,
+                           self.optimizer_step)
         return {**stats, "learning_rate": lr}
 
     # ------------------------------------------------------------------ evaluation
