@@ -1,16 +1,17 @@
 """The one place that picks the device; everything else receives a torch.device."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from clstm_ppo.config import CHOICES, ConfigError
+from clstm_ppo.config import CHOICES, ConfigError, first_line
 
 DEVICE_CHOICES = CHOICES["train.device"]
 
@@ -123,6 +124,23 @@ def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
             raise ConfigError(f"could not write the compiled {name}'s code ({reason}); free disk space where "
                               "inductor caches (TORCHINDUCTOR_CACHE_DIR) or set env.compile off") from None
     return run
+
+
+@contextlib.contextmanager
+def cuda_graph_capture(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
+    """``torch.cuda.graph(graph)`` on a stream of its own, inside a stream context of its own: when CUDA refuses a
+    capture, ``torch.cuda.graph``'s exit fails in ``capture_end`` before it restores the caller's stream, and this
+    outer context restores it. The error raised then names the first failure (a refused operation inside the
+    capture), not ``capture_end``'s "previous error" that followed it."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            yield
+    except RuntimeError as err:
+        first = err.__context__ if isinstance(err.__context__, Exception) else err
+        raise RuntimeError(first_line(first)) from err
+    torch.cuda.current_stream().wait_stream(stream)
 
 
 WRITE_FAILURES = ("No space left on device", "File size limit exceeded", "Disk quota exceeded")  # as OSes word them

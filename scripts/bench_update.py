@@ -91,6 +91,7 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
     return {"path": path, "num_envs": storage.num_envs, "first_update_s": round(first, 2),
             "ms_per_update": round(1e3 * elapsed, 1), "decisions_per_s": round(decisions / elapsed, 1),
             "encodes_per_minibatch": round(stats["lstm1_encodes_per_minibatch"]),
+            "optimizer_step": step.path if step is not None else "eager",  # "eager" on a captured path: CUDA refused
             "diff_per_step": "" if path == "eager" else
             round(float((weights - reference["eager"]).abs().max() / eager_step), 4)}
 

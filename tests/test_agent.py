@@ -386,3 +386,68 @@ def test_a_capture_cuda_refuses_leaves_the_step_eager_with_one_warning(monkeypat
     assert not steps[1].capture and steps[1].path == "eager"
     for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_frozen_parameter_keeps_its_weights_under_a_captured_step():
+    """Captured, gradients are zeroed in place rather than dropped; a parameter frozen after the step object was
+    made (adapt's --part encoder) must still lose its gradient, else Adam steps its zero gradient by its moments."""
+    from clstm_ppo.agent.optimizer_step import OptimizerStep
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    adam = torch.optim.Adam(net.parameters(), lr=1e-2)
+    x = torch.randn(6, 4)
+    net(x).square().sum().backward()
+    adam.step()  # both layers now have Adam moments
+    step = OptimizerStep(adam, 1.0, capture=False)
+    step.capture = True  # as on CUDA: gradients at fixed addresses
+    net[1].requires_grad_(False)
+    frozen = [p.detach().clone() for p in net[1].parameters()]
+    step.zero_grad()
+    assert all(p.grad is None for p in net[1].parameters())
+    net(x).square().sum().backward()
+    assert bool(step())  # the first call steps eagerly
+    for before, after in zip(frozen, net[1].parameters(), strict=True):
+        assert torch.equal(before, after)
+
+
+def test_a_refused_capture_restores_the_callers_stream_and_names_the_first_failure(monkeypatch):
+    """torch.cuda.graph's exit fails in capture_end ("previous error") before restoring the stream when an operation
+    inside the capture was refused: the capture helper's own stream context restores it, and its error names the
+    refused operation. (CUDA's streams and graphs are stand-ins here that behave as torch's do on that path.)"""
+    import contextlib
+
+    from clstm_ppo.device import cuda_graph_capture
+
+    events = []
+
+    class Stream:
+        def wait_stream(self, other):
+            events.append("wait")
+
+    @contextlib.contextmanager
+    def stream(s):
+        events.append("stream in")
+        try:
+            yield
+        finally:
+            events.append("stream restored")
+
+    class Graph:
+        def __init__(self, graph, stream=None):
+            pass
+
+        def __enter__(self):
+            events.append("capture begin")
+
+        def __exit__(self, *exc):  # capture_end raises, the inner stream context is never left
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", stream)
+    monkeypatch.setattr(torch.cuda, "graph", Graph)
+    with pytest.raises(RuntimeError, match=r"^operation not permitted when stream is capturing$"):
+        with cuda_graph_capture(object()):
+            raise RuntimeError("operation not permitted when stream is capturing\nCUDA kernel errors ...")
+    assert events == ["wait", "stream in", "capture begin", "stream restored"]

@@ -90,3 +90,17 @@ def test_a_deadline_that_is_not_positive_is_refused_in_one_line():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith("--deadline must be a positive number of seconds, not 0")
+
+
+def test_a_bench_row_whose_captured_step_fell_back_to_eager_fails():
+    """A capture CUDA refuses only warns (training goes on eagerly): the check must not time that as captured."""
+    gpu_check = load_gpu_check()
+    step = gpu_check.bench_step("update", "bench_update.py", [], "bench_update")
+    rows = [{"path": "compiled", "optimizer_step": "eager", "diff_per_step": 0.01},
+            {"path": "step_captured", "optimizer_step": "captured", "diff_per_step": 0.02},
+            {"path": "step_captured", "optimizer_step": "eager", "diff_per_step": 0.0},
+            {"step": "graphs", "precision": "bf16", "optimizer_step": "eager"},
+            {"step": "graphs", "precision": "fp16", "optimizer_step": "eager"},  # fp16 steps eagerly by design
+            {"path": "captured", "equals_compiled": True}]  # bench_rollout's row: no optimizer step to speak of
+    done = subprocess.CompletedProcess([], 0, stdout=json.dumps({"rows": rows}) + "\n", stderr="")
+    assert [r["passed"] for r in step.read(done, 1.0)] == [True, True, False, False, True, True]

@@ -25,7 +25,7 @@ from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.rollout import action_logprob, sample_actions
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import first_line
-from clstm_ppo.device import compile_graph
+from clstm_ppo.device import compile_graph, cuda_graph_capture
 from clstm_ppo.env import BatchedOptionsEnv, Observation
 from clstm_ppo.env import step as pure
 from clstm_ppo.env.state import EnvSpec, EnvState
@@ -78,7 +78,7 @@ class CapturedDecision:
                 _copy_into(self.carry, step(_clone(carry), self.codes, self.uniforms))
         torch.cuda.current_stream().wait_stream(warm_up)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with cuda_graph_capture(self.graph):
             _copy_into(self.carry, step(self.carry, self.codes, self.uniforms))
 
     def fits(self, carry: Carry, codes: Tensor) -> bool:

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from clstm_ppo.config import PPOConfig, first_line
+from clstm_ppo.device import cuda_graph_capture
 
 
 def make_adam(params: Iterable[nn.Parameter], lr: float, cfg: PPOConfig, capture_on: torch.device | None = None
@@ -125,12 +126,17 @@ class OptimizerStep:
             self.optimizer.zero_grad(set_to_none=True)
             return
         # Captured, the graph reads these very tensors: zero them in place instead of letting backward make new ones
-        # (and make any that something else set to None before the capture; after it, check_bound refuses those).
+        # (and make any that something else set to None before the capture; after it, check_bound refuses those). A
+        # frozen parameter's gradient goes: Adam skips a parameter without one, but steps a zero gradient by its
+        # moments.
         for param in self.params:
-            if param.grad is not None:
-                param.grad.zero_()
-            elif param.requires_grad:
+            if not param.requires_grad:
+                param.grad = None
+            elif param.grad is None:
                 param.grad = torch.zeros_like(param)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if grads:
+            torch._foreach_zero_(grads)
 
     def live(self) -> list[Tensor]:
         """The tensors a captured step reads now: gradients, learning rates and Adam's state."""
@@ -158,7 +164,7 @@ class OptimizerStep:
         if self.graph is None:
             try:
                 self.graph, self.bound = torch.cuda.CUDAGraph(), self.live()
-                with torch.cuda.graph(self.graph):  # records the step without running it ...
+                with cuda_graph_capture(self.graph):  # records the step without running it ...
                     self.finite = clipped_step(self.params, self.optimizer, self.max_grad_norm)
             except RuntimeError as err:  # a capture CUDA refuses: step on eagerly, and say why once
                 self.capture, self.graph, self.bound, self.finite = False, None, [], None
