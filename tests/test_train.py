@@ -83,11 +83,15 @@ def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
 # Minibatches of 8 copies: the compiled update has the shapes of tests/test_static_update.py's and
 # tests/test_distributed.py's, so a cold CI machine compiles its graphs once for all of them.
 @pytest.mark.parametrize(("num_envs", "compile"), [(8, "off"), (32, "off"), (32, "on"), (16, "on")])
-def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile):
+def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, capsys):
     common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
               "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"env.compile={compile}"]
     batch = num_envs * 32
     assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
+    rollout = "compiled" if compile == "on" and num_envs == 32 else "eager"  # one line says how it ran, once
+    compiled = "compiled" if compile == "on" else "eager"
+    assert capsys.readouterr().out.count(f"ran as: rollout {rollout}, env step {compiled}, update {compiled}, "
+                                         "optimizer step eager\n") == 1
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common) == 0
     a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(tmp_path / "b" / "synthetic-smoke")

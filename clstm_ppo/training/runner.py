@@ -112,6 +112,7 @@ class Trainer:
         self.selection = Selection(window=t.selection_window)
         self.lstm_state = self.model.initial_state(t.num_envs, device)
         self.env_restored = False
+        self.rollout_path = "eager"  # how the last rollout's decisions ran (agent/fused_rollout.py's path, or eager)
         self.saved_portfolio: torch.Tensor | None = None  # the restored copies' observed portfolio features
         self.other_ranks: list[dict[str, Any]] = []  # ranks 1.. of the last update boundary, on rank 0
         self.with_rank_states = True  # whether the checkpoints of this update boundary carry the ranks' states
@@ -226,10 +227,17 @@ class Trainer:
         codes, p = self.bar_codes(), self.cfg.ppo
         if self.fused is not None and codes is not None:
             self.obs, self.lstm_state = self.fused.collect(self.obs, self.lstm_state, codes, p.gamma, p.gae_lambda)
+            self.rollout_path = self.fused.path
         else:
             self.obs, self.lstm_state = rollout.collect(self.model, self.env, self.storage, self.obs, self.lstm_state,
                                                         self.precision, p, codes)
         return self.env.take_episode_sums()
+
+    def paths(self) -> str:
+        """How the last update ran, in one line: what compiled, what replayed as CUDA graphs."""
+        step = self.optimizer_step.path if self.optimizer_step is not None else "eager (fp16 scaler)"
+        return (f"ran as: rollout {self.rollout_path}, env step {'compiled' if self.env.compiled else 'eager'}, "
+                f"update {'compiled' if self.static_loss is not None else 'eager'}, optimizer step {step}")
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
@@ -310,12 +318,16 @@ class Trainer:
         t, main = self.cfg.train, self.ctx.is_main
         if t.pretraining and self.update == 0:
             self._pretrain(reporter)
+        said_paths = False
         while not self.budget_reached():
             self.stop.next_update = self.update + 1
             stats, sums = self.train_step()
             failed = bool(stats["nonfinite"])
             early = False
             self.gather_rank_states()  # every rank, every update, before rank 0 writes any checkpoint
+            if main and not failed and not said_paths:  # once a process: captures happen in its first update
+                tracker.write(self.paths())
+                said_paths = True
             if main and not failed:
                 reporter.update(self.update, self.episodes, self.global_step, stats, sums, self.resources.host(),
                                 self.rank_gpus, self.gpu_notes)
