@@ -127,8 +127,10 @@ def train_step(part: str, name: str, folder: Path, extra: list[str], label: str 
         memory = max((r.get("gpu0_mem_used_gb") or 0.0 for r in updates), default=float("nan"))
         ok = succeeded(done)
         rate = steps / max(sum(r["rollout_s"] + r["update_s"] for r in updates), 1e-9)
+        # The trainer's "ran as: ..." line: whether the rollout and optimizer step were captured or fell back.
+        ran = [line.strip() for line in (done.stdout if done else "").splitlines() if line.startswith("ran as: ")]
         return [row(label, ok, round(seconds, 1), round(rate), round(memory, 2),
-                    "" if ok else last_error(done, seconds))]
+                    (ran[0] if ran else "") if ok else last_error(done, seconds))]
     return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
                               "--run-name", name, "--device", "cuda", *extra], read)
 
