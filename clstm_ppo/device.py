@@ -131,11 +131,13 @@ def cuda_graph_capture(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
     """``torch.cuda.graph(graph)`` on a stream of its own, inside a stream context of its own: when CUDA refuses a
     capture, ``torch.cuda.graph``'s exit fails in ``capture_end`` before it restores the caller's stream, and this
     outer context restores it. The error raised then names the first failure (a refused operation inside the
-    capture), not ``capture_end``'s "previous error" that followed it."""
+    capture), not ``capture_end``'s "previous error" that followed it. Only this thread's CUDA calls are held to the
+    capture's rules ("thread_local", as inductor's CUDA graphs are): under DDP, NCCL's watchdog thread polls its
+    events throughout."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     try:
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             yield
     except RuntimeError as err:
         first = err.__context__ if isinstance(err.__context__, Exception) else err

@@ -434,8 +434,8 @@ def test_a_refused_capture_restores_the_callers_stream_and_names_the_first_failu
             events.append("stream restored")
 
     class Graph:
-        def __init__(self, graph, stream=None):
-            pass
+        def __init__(self, graph, stream=None, capture_error_mode="global"):
+            assert capture_error_mode == "thread_local", "other threads (NCCL's watchdog) may call CUDA meanwhile"
 
         def __enter__(self):
             events.append("capture begin")
