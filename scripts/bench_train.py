@@ -87,10 +87,9 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
     update = sum(encodes) * encoder + updates * decisions * rest
     flops = rollout + 3 * update  # backward ~ 2x forward
     # The rollout's decisions: one CUDA graph replay, one compiled graph or op by op (agent/fused_rollout.py).
-    path = trainer.fused.path if trainer.fused is not None and cached else "eager"
     return {"rate": steps / elapsed, "flops": flops / elapsed, "encodes": sum(encodes) / updates,
-            "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": path,
-            "optimizer_step": trainer.optimizer_step.path if trainer.optimizer_step is not None else "eager",
+            "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": trainer.rollout_path,
+            "optimizer_step": trainer.optimizer_step_path,
             "rollout_share": rollout_s / max(rollout_s + update_s, 1e-12)}
 
 

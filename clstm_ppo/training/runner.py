@@ -233,9 +233,14 @@ class Trainer:
                                                         self.precision, p, codes)
         return self.env.take_episode_sums()
 
+    @property
+    def optimizer_step_path(self) -> str:
+        """How the update's clip and Adam step ran: "captured" or "eager" (always eager under fp16's scaler)."""
+        return self.optimizer_step.path if self.optimizer_step is not None else "eager"
+
     def paths(self) -> str:
         """How the last update ran, in one line: what compiled, what replayed as CUDA graphs."""
-        step = self.optimizer_step.path if self.optimizer_step is not None else "eager (fp16 scaler)"
+        step = self.optimizer_step_path + ("" if self.optimizer_step is not None else " (fp16 scaler)")
         return (f"ran as: rollout {self.rollout_path}, env step {'compiled' if self.env.compiled else 'eager'}, "
                 f"update {'compiled' if self.static_loss is not None else 'eager'}, optimizer step {step}")
 
