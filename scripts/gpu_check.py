@@ -1,26 +1,30 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
 env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--parts env train rollout sb3 scale update checks] [--deadline 530]
-        [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
+    python scripts/gpu_check.py [--json] [--parts checks scale update sb3 env train rollout] [--deadline 530]
+        [--step-cap 300] [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
-Parts, run in the order given (by default the order below: what issue 21's goals need first, so that a lease that
-runs out still brings back the figures that matter most): "env" (kernels per env step eager and compiled at 4,096
-copies, env steps/s eager at 4,096 and 32,768 copies, compiled and graphed at 32,768); "train" (the trainer at 4,096
-copies at default and paper sizes, eager and compiled+graphed, with model FLOP utilisation, how its rollout and
-optimizer step ran and the rollout's share of the time); "rollout" (policy + env per decision: eager, compiled, and
-captured as one CUDA graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for
-bit); "sb3" (sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies, beside ours compiled+graphed
-at the same sizes); "scale" (65,536 copies train one update and checkpoint); "update" (the PPO update alone at 4,096
-copies, default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with the optimizer
-step captured (the trainer's), compiled with CUDA graphs, and that with the optimizer step captured too, each within
-half an Adam step of the eager update's weights); "checks" (every precision, the compiled trainer, a GPU run resumed
-on the CPU and that resumed on the GPU again, evaluate, host syncs). Each step runs a public command in a subprocess
-(as a user would; the trainer's on the smoke config in a temporary folder), and the table says pass or fail, env
-steps/s and the GPU's peak memory (from the run's NVML records).
+Parts, run in the order given. By default, what no GPU has measured yet comes first (an H100 measured "env",
+"train" and "rollout" on 2026-11-26: docs/BENCHMARKS.md), so that a lease that runs out still brings back new
+figures: "checks" (every precision, the compiled trainer, a GPU run resumed on the CPU and that resumed on the GPU
+again, evaluate, host syncs); "scale" (65,536 copies train one update and checkpoint); "update" (the PPO update
+alone at 4,096 copies, default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with
+the optimizer step captured (the trainer's), compiled with CUDA graphs, and that with the optimizer step captured
+too, each within half an Adam step of the eager update's weights); "sb3" (sb3-contrib's RecurrentPPO on the same
+GPU at paper sizes with 256 copies, beside ours compiled+graphed at the same sizes: over 265 s on an H100, so give
+it a call of its own); "env" (kernels per env step eager and compiled at 4,096 copies, env steps/s eager at 4,096
+and 32,768 copies, compiled and graphed at 32,768); "train" (the trainer at 4,096 copies at default and paper
+sizes, eager and compiled+graphed, with model FLOP utilisation, how its rollout and optimizer step ran and the
+rollout's share of the time); "rollout" (policy + env per decision: eager, compiled, and captured as one CUDA
+graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for bit).
+
+Each step runs a public command in a subprocess (as a user would; the trainer's on the smoke config in a
+temporary folder), and the table says pass or fail, env steps/s and the GPU's peak memory (from the run's NVML
+records).
 
 A lent GPU machine gives a session minutes, not hours: ``--deadline S`` is the wall-clock budget of the whole
-check. A step starts only while at least MIN_START_S seconds are left, and is stopped when the budget runs out;
+check. A step starts only while at least MIN_START_S seconds are left, and is stopped when the budget runs out
+(or after ``--step-cap S`` seconds, so that a hung compile cannot eat the whole budget);
 steps that did not start are rows marked "not run", so the table says what is still to measure. ``--rows-out``
 appends each row to a JSON-lines file the moment its step ends, so a call killed from outside still leaves every
 row measured before it. ``--plan`` lists the steps' commands in order and runs nothing (on any machine).
@@ -46,7 +50,7 @@ from clstm_ppo.tables import print_table, strict_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
-PARTS = ("env", "train", "rollout", "sb3", "scale", "update", "checks")
+PARTS = ("checks", "scale", "update", "sb3", "env", "train", "rollout")
 MIN_START_S = 20.0  # less than this left: a step would only be killed halfway (torch's import alone is ~5 s)
 
 # A step's outcome: its finished process, or None when it was stopped at its timeout, and its seconds.
@@ -64,10 +68,11 @@ class Step:
 
 
 class Budget:
-    """The check's wall-clock budget (None: no limit)."""
+    """The check's wall-clock budget (None: no limit), and the most one step may take of it (None: what is left)."""
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None, step_cap: float | None = None):
         self.end = None if seconds is None else time.monotonic() + seconds
+        self.step_cap = math.inf if step_cap is None else step_cap
 
     def left(self) -> float:
         return math.inf if self.end is None else self.end - time.monotonic()
@@ -102,7 +107,7 @@ def execute(step: Step, budget: Budget) -> list[dict]:
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, *step.argv], capture_output=True, text=True,
-                              timeout=min(step.timeout, left), cwd=ROOT)
+                              timeout=min(step.timeout, left, budget.step_cap), cwd=ROOT)
     except subprocess.TimeoutExpired:  # subprocess.run has killed it
         done = None
     return step.read(done, time.perf_counter() - start)
@@ -242,6 +247,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="which parts, in this order")
     parser.add_argument("--deadline", type=float, help="wall-clock seconds for the whole check (default: no limit)")
+    parser.add_argument("--step-cap", type=float,
+                        help="stop any one step after this many seconds (a hung compile must not eat the budget)")
     parser.add_argument("--rows-out", type=Path, help="append each row to this JSON-lines file as its step ends")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per bench_env/rollout row")
     parser.add_argument("--skip-compile", action="store_true", help="leave out the compiled trainer's smoke run")
@@ -249,6 +256,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.deadline is not None and args.deadline <= 0:
         parser.error(f"--deadline must be a positive number of seconds, not {args.deadline:g}")
+    if args.step_cap is not None and args.step_cap <= 0:
+        parser.error(f"--step-cap must be a positive number of seconds, not {args.step_cap:g}")
     parts = list(dict.fromkeys(args.parts))  # each part once, in the order given
     if args.plan:
         for part in parts:
@@ -260,7 +269,7 @@ def main() -> None:
         if args.json:
             print(json.dumps({"cuda": False, "rows": []}))
         return
-    budget = Budget(args.deadline)
+    budget = Budget(args.deadline, args.step_cap)
     with tempfile.TemporaryDirectory() as tmp:
         steps = [step for part in parts for step in part_steps(part, Path(tmp), args)]
         rows = list(run_steps(steps, budget, args.rows_out))

@@ -7,10 +7,15 @@
 # sb3-contrib, optuna and its storage's packages, at the versions this project's .venv tests with.
 #
 # A session is lent 15 minutes of device time, its machine's start (a minute or two) included, and one call runs at
-# most 10 minutes; so the checks are one call, and a second only on the still-warm machine (it is given back 30 s
-# after a call). On the GPU machine, with carry [".whl"] and timeout_s 600:
-#     bash scripts/gpu_session.sh check                     # every part of gpu_check.py, most needed first
-#     DEADLINE=150 bash scripts/gpu_session.sh check update checks   # then at once, what the first left "not run"
+# most 10 minutes; a second call finds the machine warm only if made within 30 s of the first's end. So (as on
+# 2026-11-26, which brought back 17 rows this way: docs/BENCHMARKS.md), with carry [".whl"]:
+#     FOLLOW=575 bash scripts/gpu_session.sh start          # timeout_s 600
+#     FOLLOW=260 bash scripts/gpu_session.sh follow         # at once; timeout_s what the lease has left, less 20 s
+# "start [PART...]" runs the check in the background, in a process session of its own, for DEADLINE seconds
+# (default 760), each step at most STEP_CAP (default 300), and copies its rows and log to $OUT every 5 s for FOLLOW
+# seconds; "follow", made at once on the still-warm machine, brings back the rest (a machine given back meanwhile
+# has lost it). sb3-contrib's comparison needs more than 265 s on its own: give it a lease of its own,
+#     STEP_CAP=560 bash scripts/gpu_session.sh check sb3
 # "check [PART...]" runs scripts/gpu_check.py (its docstring lists the parts and their order) within DEADLINE
 # seconds (default 530: with the install and the final table the call ends inside its 600 s), streaming each row to
 # $OUT/rows.jsonl as its step ends (a call killed from outside still brings back every row measured before), and
@@ -52,6 +57,16 @@ prepare() {  # the device machine: carried wheels into /tmp/site, the source tre
   git log --oneline -1 2>/dev/null || true
 }
 
+follow() {  # copy the background check's rows and log to $OUT every 5 s, for FOLLOW seconds or until it ends
+  local end=$((SECONDS + ${FOLLOW:-575}))
+  while [ $SECONDS -lt $end ] && pgrep -f scripts/gpu_check.py > /dev/null; do
+    cp /tmp/gpu/* "$OUT"/ 2>/dev/null || true
+    sleep 5
+  done
+  cp /tmp/gpu/* "$OUT"/ 2>/dev/null || true
+  tail -n 60 /tmp/gpu/gpu_check.log 2>/dev/null || echo "no background check on this machine (it was given back?)"
+}
+
 case "${1:-}" in
   download)
     download ;;
@@ -60,9 +75,20 @@ case "${1:-}" in
     prepare
     name="gpu_check-$(IFS=-; echo "${*:-all}")"
     set -o pipefail
-    python3 scripts/gpu_check.py --json --deadline "${DEADLINE:-530}" --rows-out "$OUT/rows.jsonl" \
-      ${1:+--parts "$@"} 2>&1 | tee "$OUT/$name.log"
+    python3 scripts/gpu_check.py --json --deadline "${DEADLINE:-530}" --step-cap "${STEP_CAP:-300}" \
+      --rows-out "$OUT/rows.jsonl" ${1:+--parts "$@"} 2>&1 | tee "$OUT/$name.log"
     tail -n 1 "$OUT/$name.log" > "$OUT/$name.json" ;;
+  start)
+    # The same check in the background, in a process session of its own, so that it runs on after this call ends
+    # while the machine stays warm (30 s): "follow", called at once, brings back what it measures after that.
+    shift
+    prepare
+    mkdir -p /tmp/gpu
+    setsid nohup python3 scripts/gpu_check.py --json --deadline "${DEADLINE:-760}" --step-cap "${STEP_CAP:-300}" \
+      --rows-out /tmp/gpu/rows.jsonl ${1:+--parts "$@"} > /tmp/gpu/gpu_check.log 2>&1 < /dev/null &
+    follow ;;
+  follow)
+    follow ;;
   grid)
     data=$2 folds=$3 minutes=$4
     shift 4
@@ -110,6 +136,7 @@ PY
     if grep -q "^results written to" /tmp/worker-1.log; then cp /tmp/results-1.md "$OUT/RESULTS.md"; fi
     tail -n 20 /tmp/worker-1.log | tee "$OUT/worker-1.log" ;;
   *)
-    echo "usage: bash scripts/gpu_session.sh download | check [PART...] | grid DATA FOLDS MINUTES [options]" >&2
+    echo "usage: bash scripts/gpu_session.sh download | check|start [PART...] | follow" \
+      "| grid DATA FOLDS MINUTES [options]" >&2
     exit 2 ;;
 esac

@@ -85,11 +85,25 @@ def test_steps_past_the_deadline_are_stopped_or_not_run_and_rows_are_written_as_
     assert written == [{"part": "p", **r} for r in rows]
 
 
-def test_a_deadline_that_is_not_positive_is_refused_in_one_line():
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--deadline", "0"],
+def test_a_step_past_its_cap_is_stopped_and_the_next_step_still_runs(monkeypatch):
+    """A hung compile must not eat a lease: the step cap stops one step, and the budget goes on to the next."""
+    gpu_check = load_gpu_check()
+    monkeypatch.setattr(gpu_check, "MIN_START_S", 1.0)
+    steps = [gpu_check.script_step("p", "hung", ["-c", "import time; time.sleep(60)"]),
+             gpu_check.script_step("p", "next", ["-c", "pass"])]
+    start = time.monotonic()
+    rows = list(gpu_check.run_steps(steps, gpu_check.Budget(60.0, step_cap=2.0), None))
+    assert time.monotonic() - start < 30
+    assert [(r["check"], r["passed"]) for r in rows] == [("hung", False), ("next", True)]
+    assert rows[0]["note"].startswith("timed out after")
+
+
+@pytest.mark.parametrize("flag", ["--deadline", "--step-cap"])
+def test_a_deadline_or_step_cap_that_is_not_positive_is_refused_in_one_line(flag):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), flag, "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].endswith("--deadline must be a positive number of seconds, not 0")
+    assert done.stderr.strip().splitlines()[-1].endswith(f"{flag} must be a positive number of seconds, not 0")
 
 
 def test_a_bench_row_whose_captured_step_fell_back_to_eager_fails():
