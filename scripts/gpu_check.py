@@ -254,10 +254,9 @@ def main() -> None:
     parser.add_argument("--skip-compile", action="store_true", help="leave out the compiled trainer's smoke run")
     parser.add_argument("--plan", action="store_true", help="list the steps' commands in order, run nothing")
     args = parser.parse_args()
-    if args.deadline is not None and args.deadline <= 0:
-        parser.error(f"--deadline must be a positive number of seconds, not {args.deadline:g}")
-    if args.step_cap is not None and args.step_cap <= 0:
-        parser.error(f"--step-cap must be a positive number of seconds, not {args.step_cap:g}")
+    for flag, seconds in (("--deadline", args.deadline), ("--step-cap", args.step_cap)):
+        if seconds is not None and seconds <= 0:
+            parser.error(f"{flag} must be a positive number of seconds, not {seconds:g}")
     parts = list(dict.fromkeys(args.parts))  # each part once, in the order given
     if args.plan:
         for part in parts:

@@ -57,6 +57,9 @@ prepare() {  # the device machine: carried wheels into /tmp/site, the source tre
   git log --oneline -1 2>/dev/null || true
 }
 
+# The check as both "check" and "start" run it (each adds its deadline, rows file and parts).
+CHECK=(python3 scripts/gpu_check.py --json --step-cap "${STEP_CAP:-300}")
+
 follow() {  # copy the background check's rows and log to $OUT every 5 s, for FOLLOW seconds or until it ends
   local end=$((SECONDS + ${FOLLOW:-575}))
   while [ $SECONDS -lt $end ] && pgrep -f scripts/gpu_check.py > /dev/null; do
@@ -75,8 +78,8 @@ case "${1:-}" in
     prepare
     name="gpu_check-$(IFS=-; echo "${*:-all}")"
     set -o pipefail
-    python3 scripts/gpu_check.py --json --deadline "${DEADLINE:-530}" --step-cap "${STEP_CAP:-300}" \
-      --rows-out "$OUT/rows.jsonl" ${1:+--parts "$@"} 2>&1 | tee "$OUT/$name.log"
+    "${CHECK[@]}" --deadline "${DEADLINE:-530}" --rows-out "$OUT/rows.jsonl" ${1:+--parts "$@"} 2>&1 \
+      | tee "$OUT/$name.log"
     tail -n 1 "$OUT/$name.log" > "$OUT/$name.json" ;;
   start)
     # The same check in the background, in a process session of its own, so that it runs on after this call ends
@@ -84,8 +87,8 @@ case "${1:-}" in
     shift
     prepare
     mkdir -p /tmp/gpu
-    setsid nohup python3 scripts/gpu_check.py --json --deadline "${DEADLINE:-760}" --step-cap "${STEP_CAP:-300}" \
-      --rows-out /tmp/gpu/rows.jsonl ${1:+--parts "$@"} > /tmp/gpu/gpu_check.log 2>&1 < /dev/null &
+    setsid nohup "${CHECK[@]}" --deadline "${DEADLINE:-760}" --rows-out /tmp/gpu/rows.jsonl ${1:+--parts "$@"} \
+      > /tmp/gpu/gpu_check.log 2>&1 < /dev/null &
     follow ;;
   follow)
     follow ;;

@@ -240,7 +240,7 @@ class Trainer:
 
     def paths(self) -> str:
         """How the last update ran, in one line: what compiled, what replayed as CUDA graphs."""
-        step = self.optimizer_step_path + ("" if self.optimizer_step is not None else " (fp16 scaler)")
+        step = self.optimizer_step_path if self.optimizer_step is not None else "eager (fp16 scaler)"
         return (f"ran as: rollout {self.rollout_path}, env step {'compiled' if self.env.compiled else 'eager'}, "
                 f"update {'compiled' if self.static_loss is not None else 'eager'}, optimizer step {step}")
 
