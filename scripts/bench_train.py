@@ -2,6 +2,7 @@
 
     python scripts/bench_train.py [--json] [--updates 2] [--settings default paper paper-256] [--device cpu|cuda]
         [--compiled] [--cuda-graphs] [--precision fp32|bf16|fp16] [--num-envs N] [--skip-sb3]
+        [--sb3-warmup-steps N]
 
 Settings: "default" and "paper" network sizes with 32 env copies, and paper sizes with 256
 copies ("paper-256"), where copies on one underlying share bars and the update's encoding of
@@ -93,7 +94,10 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
             "rollout_share": rollout_s / max(rollout_s + update_s, 1e-12)}
 
 
-def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -> float:
+def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu"), warmup_steps: int = 0) -> float:
+    """sb3-contrib's env steps/s over ``updates`` updates, after a warm-up: one whole update of its own
+    (``warmup_steps`` 0), or one update of a throwaway model of ``warmup_steps`` steps a copy on the same envs,
+    which readies the same libraries and device kernels in a fraction of the time (a GPU lease's few minutes)."""
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -115,19 +119,27 @@ def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) -
 
     envs = DummyVecEnv([lambda: OptionsTradingEnv(data, split="train")] * cfg.train.num_envs)
     p = cfg.ppo
-    model = RecurrentPPO(
-        "MultiInputLstmPolicy", envs, n_steps=p.num_steps,
-        batch_size=cfg.train.num_envs * p.num_steps // p.num_minibatches,
-        n_epochs=p.update_epochs, learning_rate=p.learning_rate, gamma=p.gamma, gae_lambda=p.gae_lambda,
-        clip_range=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm,
-        device=device.type,
-        policy_kwargs=dict(features_extractor_class=WindowExtractor, lstm_hidden_size=cfg.agent.lstm2_hidden,
-                           n_lstm_layers=1, shared_lstm=True, enable_critic_lstm=False, net_arch=dict(pi=[], vf=[])),
-    )
+
+    def model(num_steps: int) -> RecurrentPPO:
+        return RecurrentPPO(
+            "MultiInputLstmPolicy", envs, n_steps=num_steps,
+            batch_size=max(2, cfg.train.num_envs * num_steps // p.num_minibatches),
+            n_epochs=p.update_epochs, learning_rate=p.learning_rate, gamma=p.gamma, gae_lambda=p.gae_lambda,
+            clip_range=p.clip_coef, ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm,
+            device=device.type,
+            policy_kwargs=dict(features_extractor_class=WindowExtractor, lstm_hidden_size=cfg.agent.lstm2_hidden,
+                               n_lstm_layers=1, shared_lstm=True, enable_critic_lstm=False,
+                               net_arch=dict(pi=[], vf=[])),
+        )
+
     batch = cfg.train.num_envs * p.num_steps
-    model.learn(batch)  # warm-up update
+    timed = model(p.num_steps)
+    if warmup_steps:
+        model(warmup_steps).learn(cfg.train.num_envs * warmup_steps)
+    else:
+        timed.learn(batch)
     start = time.perf_counter()
-    model.learn(updates * batch, reset_num_timesteps=False)
+    timed.learn(updates * batch, reset_num_timesteps=False)  # goes on from the warm-up (or from none)
     return updates * batch / (time.perf_counter() - start)
 
 
@@ -152,6 +164,9 @@ def main() -> None:
                         help="network sizes and env copies to time (default: all three)")
     parser.add_argument("--num-envs", type=int, help="env copies for every setting instead of its own (a GPU's 4,096)")
     parser.add_argument("--skip-sb3", action="store_true", help="time ours only")
+    parser.add_argument("--sb3-warmup-steps", type=int, default=0,
+                        help="warm sb3-contrib up with a throwaway model of this many steps a copy instead of one "
+                             "whole update of its own (0, the default): on a GPU, minutes saved")
     parser.add_argument("--compiled", action="store_true", help="ours with the env step and the encoder compiled")
     parser.add_argument("--cuda-graphs", action="store_true", help="ours with each decision replayed as a CUDA graph")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
@@ -161,6 +176,8 @@ def main() -> None:
     torch.set_num_threads(1)
     device = pick_device(args.device)
     configure_backends(device)  # as the trainer's workers do; sb3-contrib runs under it too
+    if args.sb3_warmup_steps < 0:
+        parser.error(f"--sb3-warmup-steps is {args.sb3_warmup_steps}: give 0 (one whole update) or more steps")
     if args.cuda_graphs and device.type != "cuda":
         parser.error("--cuda-graphs needs a CUDA device (--device cuda)")
     peak = matmul_flops(device=device)
@@ -175,7 +192,7 @@ def main() -> None:
         cfg.train.compile = args.compiled
         cfg.train.cuda_graphs = "on" if args.cuda_graphs else "off"
         run = ours(cfg, args.updates, device)
-        sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates, device)
+        sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates, device, args.sb3_warmup_steps)
         rows.append({"setting": setting, "num_envs": num_envs, "precision": args.precision,
                      "step": "graphs" if args.cuda_graphs else "compiled" if args.compiled else "eager",
                      "rollout": run["rollout_path"], "optimizer_step": run["optimizer_step"],

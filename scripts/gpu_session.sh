@@ -14,7 +14,8 @@
 # "start [PART...]" runs the check in the background, in a process session of its own, for DEADLINE seconds
 # (default 760), each step at most STEP_CAP (default 300), and copies its rows and log to $OUT every 5 s for FOLLOW
 # seconds; "follow", made at once on the still-warm machine, brings back the rest (a machine given back meanwhile
-# has lost it). sb3-contrib's comparison needs more than 265 s on its own: give it a lease of its own,
+# has lost it). sb3-contrib's comparison took more than 265 s with a whole warm-up update (it now warms up on 8
+# steps a copy, which saves ~100 s); if STEP_CAP stops it again, give it a lease of its own,
 #     STEP_CAP=560 bash scripts/gpu_session.sh check sb3
 # "check [PART...]" runs scripts/gpu_check.py (its docstring lists the parts and their order) within DEADLINE
 # seconds (default 530: with the install and the final table the call ends inside its 600 s), streaming each row to
