@@ -20,7 +20,9 @@ that matmul speed (100% MFU): the ceiling for any trainer doing the same computa
 ``--compiled`` compiles the env step (``env.compile: on``), and with it each rollout decision, and the encoder
 (``train.compile``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``).
 "rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how
-the update's clip and Adam step ran (captured or eager: agent/optimizer_step.py), "rollout_share" the
+the update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how
+the trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16; eager where CUDA refused the
+capture), "rollout_share" the
 share of the timed updates' seconds spent in rollouts. On a GPU sb3-contrib runs on the same GPU
 (its policy there; its envs step on the host, as they always do).
 """
@@ -91,6 +93,7 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
     return {"rate": steps / elapsed, "flops": flops / elapsed, "encodes": sum(encodes) / updates,
             "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": trainer.rollout_path,
             "optimizer_step": trainer.optimizer_step_path,
+            "optimizer_step_asked": trainer.optimizer_step.asked if trainer.optimizer_step is not None else "eager",
             "rollout_share": rollout_s / max(rollout_s + update_s, 1e-12)}
 
 
@@ -196,6 +199,7 @@ def main() -> None:
         rows.append({"setting": setting, "num_envs": num_envs, "precision": args.precision,
                      "step": "graphs" if args.cuda_graphs else "compiled" if args.compiled else "eager",
                      "rollout": run["rollout_path"], "optimizer_step": run["optimizer_step"],
+                     "optimizer_step_asked": run["optimizer_step_asked"],
                      "rollout_share": round(run["rollout_share"], 3),
                      "ours_steps_per_s": round(run["rate"], 1),
                      "sb3_steps_per_s": round(sb3_rate, 1), "ratio": round(run["rate"] / sb3_rate, 2),

@@ -17,6 +17,8 @@ per copy, 4 epochs of 4 minibatches), with the trainer's Adam.
 "diff_per_step" is the largest weight difference over the largest weight change of the eager update (Adam moves a
 weight ~lr per step, so a gradient of ~0 that rounds to another sign differs by up to one step). Then ``--updates``
 timed updates: "ms_per_update" and "decisions_per_s" (decisions trained on, epochs counted, per second).
+"optimizer_step" says how the optimizer step ran, "optimizer_step_asked" how the path asked it to (eager where CUDA
+refused a capture: the row then times an eager step).
 """
 from __future__ import annotations
 
@@ -92,6 +94,7 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
             "ms_per_update": round(1e3 * elapsed, 1), "decisions_per_s": round(decisions / elapsed, 1),
             "encodes_per_minibatch": round(stats["lstm1_encodes_per_minibatch"]),
             "optimizer_step": step.path if step is not None else "eager",  # "eager" on a captured path: CUDA refused
+            "optimizer_step_asked": step.asked if step is not None else "eager",
             "diff_per_step": "" if path == "eager" else
             round(float((weights - reference["eager"]).abs().max() / eager_step), 4)}
 

@@ -140,15 +140,6 @@ def train_step(part: str, name: str, folder: Path, extra: list[str], label: str 
                               "--run-name", name, "--device", "cuda", *extra], read)
 
 
-def asks_captured_step(r: dict) -> bool:
-    """A bench row whose optimizer step should have run as a CUDA graph: bench_update's step_captured and captured
-    paths, bench_train's graphs rows (the trainer captures it in fp32 and bf16)."""
-    if "optimizer_step" not in r:  # not a row that says how its optimizer stepped
-        return False
-    graphs_row = r.get("step") == "graphs" and r.get("precision") != "fp16"
-    return r.get("path") in ("step_captured", "captured") or graphs_row
-
-
 def bench_step(part: str, script: str, extra: list[str], label: str, timeout: float = 900.0) -> Step:
     """Rows of one benchmark script's JSON (each row's speed and what it measured), or a failed row."""
     def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
@@ -165,8 +156,9 @@ def bench_step(part: str, script: str, extra: list[str], label: str, timeout: fl
             # A captured rollout must replay what the compiled one computed, bit for bit; an update path must land
             # within half an Adam step of the eager update's weights; a step asked to be captured must have been.
             diff = r.get("diff_per_step", "")
+            fell_back = r.get("optimizer_step_asked") == "captured" and r.get("optimizer_step") != "captured"
             passed = (r.get("equals_compiled", True) is not False and not (isinstance(diff, float) and diff > 0.5)
-                      and not (asks_captured_step(r) and r.get("optimizer_step") == "eager"))
+                      and not fell_back)
             out.append(row(label, passed, round(seconds, 1), rate,
                            note=", ".join(f"{k} {v}" for k, v in notes.items())))
         return out

@@ -110,11 +110,13 @@ def test_a_bench_row_whose_captured_step_fell_back_to_eager_fails():
     """A capture CUDA refuses only warns (training goes on eagerly): the check must not time that as captured."""
     gpu_check = load_gpu_check()
     step = gpu_check.bench_step("update", "bench_update.py", [], "bench_update")
-    rows = [{"path": "compiled", "optimizer_step": "eager", "diff_per_step": 0.01},
-            {"path": "step_captured", "optimizer_step": "captured", "diff_per_step": 0.02},
-            {"path": "step_captured", "optimizer_step": "eager", "diff_per_step": 0.0},
-            {"step": "graphs", "precision": "bf16", "optimizer_step": "eager"},
-            {"step": "graphs", "precision": "fp16", "optimizer_step": "eager"},  # fp16 steps eagerly by design
+    rows = [{"path": "compiled", "optimizer_step": "eager", "optimizer_step_asked": "eager", "diff_per_step": 0.01},
+            {"path": "step_captured", "optimizer_step": "captured", "optimizer_step_asked": "captured",
+             "diff_per_step": 0.02},
+            {"path": "step_captured", "optimizer_step": "eager", "optimizer_step_asked": "captured",
+             "diff_per_step": 0.0},
+            {"step": "graphs", "precision": "bf16", "optimizer_step": "eager", "optimizer_step_asked": "captured"},
+            {"step": "graphs", "precision": "fp16", "optimizer_step": "eager", "optimizer_step_asked": "eager"},
             {"path": "captured", "equals_compiled": True}]  # bench_rollout's row: no optimizer step to speak of
     done = subprocess.CompletedProcess([], 0, stdout=json.dumps({"rows": rows}) + "\n", stderr="")
     assert [r["passed"] for r in step.read(done, 1.0)] == [True, True, False, False, True, True]

@@ -99,6 +99,7 @@ class OptimizerStep:
         self.optimizer, self.max_grad_norm = optimizer, max_grad_norm
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.capture = capture and bool(self.params) and self.params[0].device.type == "cuda"
+        self.asked = "captured" if self.capture else "eager"  # what was asked, kept when CUDA refuses the capture
         if self.capture and not all(g.get("capturable") and isinstance(g["lr"], Tensor)
                                     for g in optimizer.param_groups):
             raise ValueError("a captured optimizer step needs Adam with capturable=True and a tensor learning rate "
