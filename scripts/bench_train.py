@@ -21,8 +21,8 @@ that matmul speed (100% MFU): the ceiling for any trainer doing the same computa
 (``train.compile``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``).
 "rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how
 the update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how
-the trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16; eager where CUDA refused the
-capture), "rollout_share" the
+the trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16): the two differ where CUDA refused
+the capture and the step ran eagerly, "rollout_share" the
 share of the timed updates' seconds spent in rollouts. On a GPU sb3-contrib runs on the same GPU
 (its policy there; its envs step on the host, as they always do).
 """

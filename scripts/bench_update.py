@@ -17,8 +17,8 @@ per copy, 4 epochs of 4 minibatches), with the trainer's Adam.
 "diff_per_step" is the largest weight difference over the largest weight change of the eager update (Adam moves a
 weight ~lr per step, so a gradient of ~0 that rounds to another sign differs by up to one step). Then ``--updates``
 timed updates: "ms_per_update" and "decisions_per_s" (decisions trained on, epochs counted, per second).
-"optimizer_step" says how the optimizer step ran, "optimizer_step_asked" how the path asked it to (eager where CUDA
-refused a capture: the row then times an eager step).
+"optimizer_step" says how the optimizer step ran, "optimizer_step_asked" how the path asked it to: they differ where
+CUDA refused a capture, and the row then times an eager step.
 """
 from __future__ import annotations
 
