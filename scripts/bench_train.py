@@ -123,7 +123,7 @@ def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu"), w
     envs = DummyVecEnv([lambda: OptionsTradingEnv(data, split="train")] * cfg.train.num_envs)
     p = cfg.ppo
 
-    def model(num_steps: int) -> RecurrentPPO:
+    def make_model(num_steps: int) -> RecurrentPPO:
         return RecurrentPPO(
             "MultiInputLstmPolicy", envs, n_steps=num_steps,
             batch_size=max(2, cfg.train.num_envs * num_steps // p.num_minibatches),
@@ -136,9 +136,9 @@ def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu"), w
         )
 
     batch = cfg.train.num_envs * p.num_steps
-    timed = model(p.num_steps)
+    timed = make_model(p.num_steps)
     if warmup_steps:
-        model(warmup_steps).learn(cfg.train.num_envs * warmup_steps)
+        make_model(warmup_steps).learn(cfg.train.num_envs * warmup_steps)
     else:
         timed.learn(batch)
     start = time.perf_counter()
