@@ -49,6 +49,20 @@ def wait_for(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def start_peak_memory(device: torch.device) -> float | None:
+    """On a GPU: the memory allocated now (GB), with the peak counter reset to it; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device) / 1e9
+
+
+def peak_memory_gb(device: torch.device) -> float | None:
+    """On a GPU: the most memory allocated since ``start_peak_memory`` (GB), tensors only (the caching allocator's
+    reserve aside); None on the CPU."""
+    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
+
+
 # glibc's mallopt parameters (malloc.h); other C libraries ignore or lack them.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 KEEP_FREED_BYTES = 64 << 20  # at most this much freed memory stays at the heap's top

@@ -176,8 +176,16 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
         trainer.run()
         finished = True
     except torch.cuda.OutOfMemoryError:
-        raise ConfigError(f"CUDA ran out of memory on rank {ctx.rank}; latest.pt holds the last finished update; "
-                          "lower --num-envs, data.window or the agent.* hidden sizes") from None
+        # The update's activations grow with a minibatch's decisions (docs/TRAINING.md, "Memory at scale"):
+        # splitting each minibatch k ways with k-fold accumulation keeps the same optimizer steps in 1/k of it.
+        p, done = cfg.ppo, trainer.update if trainer is not None else 0
+        k = next((k for k in (4, 2) if cfg.train.num_envs % (k * p.num_minibatches) == 0), 0)
+        split = (f"split each minibatch with --set ppo.num_minibatches={k * p.num_minibatches} --set "
+                 f"ppo.grad_accumulation={k * p.grad_accumulation} (the same optimizer steps; about 1/{k} of the "
+                 "update's activations), or " if k else "")
+        saved = f"latest.pt holds update {done}" if done else "no checkpoint was written"
+        raise ConfigError(f"CUDA ran out of memory on rank {ctx.rank}; {saved}; {split}lower --num-envs or the "
+                          "agent.* sizes") from None
     finally:
         # DDP holds the group's communicators: drop it before the group, or gloo's threads can abort
         # the process while the interpreter shuts down.

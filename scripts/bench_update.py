@@ -18,7 +18,12 @@ per copy, 4 epochs of 4 minibatches), with the trainer's Adam.
 weight ~lr per step, so a gradient of ~0 that rounds to another sign differs by up to one step). Then ``--updates``
 timed updates: "ms_per_update" and "decisions_per_s" (decisions trained on, epochs counted, per second).
 "optimizer_step" says how the optimizer step ran, "optimizer_step_asked" how the path asked it to: they differ where
-CUDA refused a capture, and the row then times an eager step.
+CUDA refused a capture, and the row then times an eager step. On a GPU, "peak_gb" is the most memory the path's
+updates allocated and "update_gb" what that adds to the stored rollout and model: the update's activations, which
+grow with a minibatch's decisions (docs/TRAINING.md, "Memory at scale"); blank on the CPU. On any device, for the
+op-by-op paths (eager, static), what autograd keeps for backward from one minibatch's forward, in two parts (from a
+minibatch and half of one): "saved_kb_per_decision", times a minibatch's decisions (copies / ppo.num_minibatches
+x 128 steps), is what grows with the copies; "saved_gb_fixed" does not (the weights, LSTM 1 over the split's bars).
 """
 from __future__ import annotations
 
@@ -30,11 +35,19 @@ import torch
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
 from clstm_ppo.agent.optimizer_step import OptimizerStep, make_adam
+from clstm_ppo.agent.ppo import DistinctBarsLoss, MinibatchLoss
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
 from clstm_ppo.config import Config, load_config
 from clstm_ppo.data import build_market_data
-from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
+from clstm_ppo.device import (
+    DEVICE_CHOICES,
+    configure_backends,
+    peak_memory_gb,
+    pick_device,
+    start_peak_memory,
+    wait_for,
+)
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.tables import print_table
 
@@ -62,6 +75,29 @@ def flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten().float() for p in model.parameters()])
 
 
+def saved_bytes(loss: MinibatchLoss, storage: RolloutStorage, copies: int) -> int:
+    """What autograd keeps for backward from the forward of a minibatch of the first ``copies`` env copies (op by
+    op only: eager or static), each storage once."""
+    kept: dict[int, int] = {}
+
+    def pack(saved: torch.Tensor) -> torch.Tensor:
+        kept[saved.untyped_storage().data_ptr()] = saved.untyped_storage().nbytes()
+        return saved
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
+        loss(torch.arange(copies, device=storage.rows.device), storage.advantages)
+    return sum(kept.values())
+
+
+def saved_memory(loss: MinibatchLoss, storage: RolloutStorage, num_minibatches: int) -> tuple[float, float]:
+    """What a minibatch keeps for backward, split into KB per decision (its activations, which grow with the
+    minibatch) and a fixed GB (the weights, LSTM 1 over the split's bars), from a minibatch and half of it."""
+    copies = storage.num_envs // num_minibatches
+    full, half = saved_bytes(loss, storage, copies), saved_bytes(loss, storage, copies // 2)
+    per_decision = (full - half) / ((copies - copies // 2) * storage.num_steps)
+    return per_decision / 1e3, (full - per_decision * copies * storage.num_steps) / 1e9
+
+
 def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Config, path: str, precision: Precision,
             updates: int, device: torch.device, reference: dict[str, torch.Tensor]) -> dict:
     model = copy.deepcopy(start)
@@ -69,14 +105,16 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo, device if capture else None)
     step = OptimizerStep(optimizer, cfg.ppo.max_grad_norm, capture=True) if capture else None
     graphs = path in ("graphs", "captured")  # the loss's compiled calls replayed as CUDA graphs
-    loss = None if path == "eager" else StaticMinibatchLoss(model, windows, storage, cfg.ppo, precision,
-                                                            compile=path != "static", cuda_graphs=graphs)
+    loss: MinibatchLoss = (
+        DistinctBarsLoss(model, windows, storage, cfg.ppo, precision) if path == "eager" else
+        StaticMinibatchLoss(model, windows, storage, cfg.ppo, precision, compile=path != "static", cuda_graphs=graphs))
 
     def update() -> dict[str, float]:
         return ppo_update(model, optimizer, storage, windows, cfg.ppo, torch.Generator().manual_seed(0),
                           precision=precision, minibatch_loss=loss, optimizer_step=step)
 
     wait_for(device)
+    before_gb = start_peak_memory(device)  # the stored rollout and the model (on a GPU)
     began = time.perf_counter()
     stats = update()
     wait_for(device)
@@ -90,11 +128,19 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
     wait_for(device)
     elapsed = (time.perf_counter() - began) / updates
     decisions = storage.num_steps * storage.num_envs * cfg.ppo.update_epochs
+    peak_gb = peak_memory_gb(device)
+    saved = saved_memory(loss, storage, cfg.ppo.num_minibatches) if path in ("eager", "static") else ("", "")
     return {"path": path, "num_envs": storage.num_envs, "first_update_s": round(first, 2),
             "ms_per_update": round(1e3 * elapsed, 1), "decisions_per_s": round(decisions / elapsed, 1),
             "encodes_per_minibatch": round(stats["lstm1_encodes_per_minibatch"]),
             "optimizer_step": step.path if step is not None else "eager",  # "eager" on a captured path: CUDA refused
             "optimizer_step_asked": step.asked if step is not None else "eager",
+            # What the update adds to the memory the rollout and model hold: its activations and gradients, which
+            # grow with a minibatch's decisions (x16 at 65,536 copies for the 4,096 of gpu_check); GPU only.
+            "peak_gb": "" if peak_gb is None else round(peak_gb, 2),
+            "update_gb": "" if peak_gb is None else round(peak_gb - before_gb, 2),
+            "saved_kb_per_decision": saved[0] if saved[0] == "" else round(saved[0], 2),
+            "saved_gb_fixed": saved[1] if saved[1] == "" else round(saved[1], 3),
             "diff_per_step": "" if path == "eager" else
             round(float((weights - reference["eager"]).abs().max() / eager_step), 4)}
 

@@ -7,7 +7,8 @@ env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 Parts, run in the order given. By default, what no GPU has measured yet comes first (an H100 measured "env",
 "train" and "rollout" on 2026-11-26: docs/BENCHMARKS.md), so that a lease that runs out still brings back new
 figures: "checks" (every precision, the compiled trainer, a GPU run resumed on the CPU and that resumed on the GPU
-again, evaluate, host syncs); "scale" (65,536 copies train one update and checkpoint); "update" (the PPO update
+again, evaluate, host syncs); "scale" (65,536 copies train one update, evaluate and checkpoint, at the default
+and at paper sizes); "update" (the PPO update
 alone at 4,096 copies, default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with
 the optimizer step captured (the trainer's), compiled with CUDA graphs, and that with the optimizer step captured
 too, each within half an Adam step of the eager update's weights); "sb3" (sb3-contrib's RecurrentPPO on the same
@@ -120,8 +121,11 @@ def script_step(part: str, label: str, argv: list[str]) -> Step:
     return Step(part, label, argv, read)
 
 
-def train_step(part: str, name: str, folder: Path, extra: list[str], label: str = "") -> Step:
-    """The smoke config trained on CUDA as run ``name``; speed and peak GPU memory from its metrics.jsonl."""
+def train_step(part: str, name: str, folder: Path, extra: list[str], label: str = "", config: str = SMOKE,
+               timeout: float = 900.0) -> Step:
+    """``config`` (the smoke one unless named) trained on CUDA as run ``name``; speed, the GPU memory in use after
+    each update (the caching allocator keeps its peak) and what each update's checkpoint cost, from its
+    metrics.jsonl."""
     label = label or f"train {name}"
 
     def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
@@ -134,10 +138,15 @@ def train_step(part: str, name: str, folder: Path, extra: list[str], label: str 
         rate = steps / max(sum(r["rollout_s"] + r["update_s"] for r in updates), 1e-9)
         # The trainer's "ran as: ..." line: whether the rollout and optimizer step were captured or fell back.
         ran = [line.strip() for line in (done.stdout if done else "").splitlines() if line.startswith("ran as: ")]
+        # Issue 21 item 4: at 65,536 copies the per-update checkpoint must not dominate the update.
+        saves = [r for r in records if r["kind"] == "checkpoint"]
+        cost = (f"; last update {updates[-1]['rollout_s']:.1f} s rollout + {updates[-1]['update_s']:.1f} s update, "
+                f"its checkpoint {saves[-1]['gather_s']:.2f} s gather + {saves[-1]['save_s']:.2f} s write of "
+                f"{saves[-1]['latest_mb']:.0f} MB" if updates and saves else "")
         return [row(label, ok, round(seconds, 1), round(rate), round(memory, 2),
-                    (ran[0] if ran else "") if ok else last_error(done, seconds))]
-    return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
-                              "--run-name", name, "--device", "cuda", *extra], read)
+                    (ran[0] if ran else "") + cost if ok else last_error(done, seconds))]
+    return Step(part, label, ["-m", "clstm_ppo.train", "--config", config, "--checkpoint-dir", str(folder),
+                              "--run-name", name, "--device", "cuda", *extra], read, timeout)
 
 
 def bench_step(part: str, script: str, extra: list[str], label: str, timeout: float = 900.0) -> Step:
@@ -151,7 +160,8 @@ def bench_step(part: str, script: str, extra: list[str], label: str, timeout: fl
             notes = {k: r[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "optimizer_step",
                                        "rollout_share",
                                        "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled",
-                                       "first_update_s", "ms_per_update", "decisions_per_s", "diff_per_step")
+                                       "first_update_s", "ms_per_update", "decisions_per_s", "diff_per_step",
+                                       "peak_gb", "update_gb")
                      if r.get(k, "") != ""}
             # A captured rollout must replay what the compiled one computed, bit for bit; an update path must land
             # within half an Adam step of the eager update's weights; a step asked to be captured must have been.
@@ -196,9 +206,13 @@ def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:
         return [bench_step(part, "bench_train.py", ["--updates", "1", "--settings", "paper-256", "--compiled",
                                                     "--cuda-graphs", "--sb3-warmup-steps", "8"],
                            "bench_train vs sb3-contrib", timeout=1800)]
-    if part == "scale":  # 65,536 copies on one GPU: one update with its checkpoints
-        return [train_step(part, "scale", folder, ["--set", "train.num_envs=65536", "--total-steps", "1",
-                                                   "--set", "train.eval_every=1"], "train 65536 copies")]
+    if part == "scale":  # 65,536 copies on one GPU: one update with its evaluation and checkpoints
+        one = ["--set", "train.num_envs=65536", "--total-steps", "1", "--set", "train.eval_every=1"]
+        # The update keeps ~5.0 KB a decision for backward at default sizes, ~17.5 KB at paper sizes (measured on
+        # the CPU's static path, docs/TRAINING.md "Memory at scale"): a minibatch of 16,384 copies x 128 steps
+        # holds ~11 and ~37 GB. Should paper sizes not fit, the row's error names the minibatch split that does.
+        return [train_step(part, "scale-default", folder, one, "train 65536 copies default", "default"),
+                train_step(part, "scale-paper", folder, one, "train 65536 copies paper", "paper")]
     if part == "update":  # bf16: the LSTMs stay fp32
         return [bench_step(part, "bench_update.py", ["--num-envs", "4096", "--sizes", sizes, "--precision", precision,
                                                      "--paths", "eager", "static", "compiled",

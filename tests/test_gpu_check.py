@@ -120,3 +120,23 @@ def test_a_bench_row_whose_captured_step_fell_back_to_eager_fails():
             {"path": "captured", "equals_compiled": True}]  # bench_rollout's row: no optimizer step to speak of
     done = subprocess.CompletedProcess([], 0, stdout=json.dumps({"rows": rows}) + "\n", stderr="")
     assert [r["passed"] for r in step.read(done, 1.0)] == [True, True, False, False, True, True]
+
+
+def test_a_train_row_reads_speed_and_the_checkpoint_cost_from_the_runs_own_records(tmp_path, capsys):
+    """The scale rows must say what a 65,536-copy checkpoint costs beside its update: read here from a real run's
+    metrics.jsonl and console (trained on the CPU, as the GPU's would be on CUDA)."""
+    from clstm_ppo.cli import run_cli
+    from clstm_ppo.train import main
+
+    gpu_check = load_gpu_check()
+    step = gpu_check.train_step("scale", "run", tmp_path, [], "train run")
+    assert run_cli(main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--run-name", "run", "--device",
+                          "cpu", "--total-steps", "1024", "--set", "train.num_envs=16"]) == 0
+    out = capsys.readouterr().out
+    [r] = step.read(subprocess.CompletedProcess([], 0, stdout=out, stderr=""), 5.0)
+    assert r["passed"] is True and r["env_steps_per_s"] > 0
+    ran, cost = r["note"].split("; ")
+    assert ran == "ran as: rollout eager, env step eager, update eager, optimizer step eager"
+    size = (tmp_path / "run" / "latest.pt").stat().st_size / 1e6
+    assert cost.startswith("last update ") and cost.endswith(f" write of {size:.0f} MB")
+    assert " s rollout + " in cost and " s update, its checkpoint " in cost and " s gather + " in cost

@@ -66,6 +66,11 @@ def test_run_folder_holds_best_checkpoints_metrics_and_config(smoke_run, capsys)
     assert any(r["kind"] == "train_episodes" and r["cost_commission"] > 0 for r in records)
     size_mb = (smoke_run / "latest.pt").stat().st_size / 1e6
     assert size_mb < 2.0, f"checkpoint is {size_mb:.1f} MB"
+    # What each update's checkpoint cost, one record an update: gathered, written, and latest.pt's size
+    saves = [r for r in records if r["kind"] == "checkpoint"]
+    assert [r["update"] for r in saves] == [r["update"] for r in records if r["kind"] == "update"]
+    assert all(r["gather_s"] >= 0 and r["save_s"] > 0 and r["rank_states"] for r in saves)
+    assert saves[-1]["latest_mb"] == pytest.approx(size_mb)
 
 
 def evaluations(run_dir: Path) -> list[dict]:
@@ -230,6 +235,33 @@ def test_wandb_flag_logs_an_offline_run(tmp_path, monkeypatch):
     assert train(tmp_path, "--wandb", "--total-steps", "1024", "--resume-from", "latest") == 0
     runs = sorted((run / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(r.name.endswith(run_id) for r in runs), "a resume logs into the same W&B run"
+
+
+def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, monkeypatch, capsys):
+    """At 65,536 copies a GPU the update's activations are what runs out (docs/TRAINING.md, "Memory at scale"):
+    the one line says what was saved and which settings keep the same optimizer steps in less memory."""
+    from clstm_ppo.config import load_config
+    from clstm_ppo.training import runner
+
+    real, calls = runner.ppo_update, []
+
+    def second_update_runs_out(*args, **kwargs):  # what CUDA raises where an allocation does not fit
+        calls.append(1)
+        if len(calls) == 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "ppo_update", second_update_runs_out)
+    assert train(tmp_path, "--total-steps", "5120", "--set", "train.num_envs=8") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == ("error: CUDA ran out of memory on rank 0; latest.pt holds update 1; split each minibatch with "
+                   "--set ppo.num_minibatches=8 --set ppo.grad_accumulation=4 (the same optimizer steps; about 1/4 "
+                   "of the update's activations), or lower --num-envs or the agent.* sizes")
+    assert load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")["update"] == 1
+    words = err.split()
+    suggested = [words[i + 1] for i, word in enumerate(words) if word == "--set"]
+    cfg = load_config(SMOKE, [*suggested, "train.num_envs=8"])  # the settings it names are accepted as they stand
+    assert (cfg.ppo.num_minibatches, cfg.ppo.grad_accumulation) == (8, 4)
 
 
 def test_wandb_without_a_login_is_one_line_before_training(tmp_path):

@@ -65,6 +65,14 @@ class Reporter:
         self.tracker.log("update", global_step, {"update": update, **stats, **host, **per_rank_gpu(rank_gpus)})
         self.tracker.progress(self.batch_size, postfix)
 
+    def checkpoint(self, update: int, global_step: int, gather_s: float, save_s: float, latest: Path,
+                   with_rank_states: bool) -> None:
+        """The per-update checkpoint's cost: the ranks' states gathered to rank 0, then written (periodic and
+        latest), and latest.pt's size."""
+        self.tracker.log("checkpoint", global_step, {
+            "update": update, "gather_s": gather_s, "save_s": save_s, "latest_mb": latest.stat().st_size / 1e6,
+            "rank_states": with_rank_states})
+
     def evaluation(self, update: int, global_step: int, m: dict[str, float], best_composite: float) -> None:
         self.tracker.write(f"eval @ update {update} (validation walk, {m['steps']:.0f} bars): "
                            f"return {m['return_pct']:+.2f}%, Sharpe {m['sharpe']:.2f}, "

@@ -329,7 +329,9 @@ class Trainer:
             stats, sums = self.train_step()
             failed = bool(stats["nonfinite"])
             early = False
+            gathering = time.perf_counter()
             self.gather_rank_states()  # every rank, every update, before rank 0 writes any checkpoint
+            gathered_s = time.perf_counter() - gathering
             if main and not failed and not said_paths:  # once a process: captures happen in its first update
                 tracker.write(self.paths())
                 said_paths = True
@@ -340,9 +342,14 @@ class Trainer:
                     self._evaluate_and_report(reporter)
                     patience = t.early_stopping_patience
                     early = patience > 0 and self.selection.evals_without_best >= patience
+                saving = time.perf_counter()
                 if self.update % t.checkpoint_every == 0:
                     self.checkpoints.save_periodic(self.state_dict(), self.update)
-                self.checkpoints.save_latest(self.state_dict())
+                latest = self.checkpoints.save_latest(self.state_dict())
+                # What saving every update costs (the ranks' states gathered, then written): at 65,536 copies a
+                # GPU it must stay small beside the update (train.rank_state_every lowers it).
+                reporter.checkpoint(self.update, self.global_step, gathered_s, time.perf_counter() - saving, latest,
+                                    self.with_rank_states)
             agreed = agree(self.ctx, self.device, self.stop.requested, failed, early)
             if agreed.failed:
                 saved = f"latest.pt holds update {self.update}" if self.update else "no checkpoint was written"
