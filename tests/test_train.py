@@ -264,6 +264,34 @@ def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, m
     assert (cfg.ppo.num_minibatches, cfg.ppo.grad_accumulation) == (8, 4)
 
 
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_checkpoint_that_outweighs_the_update_is_said_once_with_the_setting_that_lightens_it(tmp_path, monkeypatch,
+                                                                                                capsys, every):
+    """At 65,536 copies on several GPUs, gathering and writing every rank's state can cost a good part of an
+    update (docs/BENCHMARKS.md): the run says so once, naming train.rank_state_every, unless it is already set."""
+    import time
+
+    from clstm_ppo.training import checkpoint
+
+    real = checkpoint.atomic_save
+
+    def slow_disk(state, path):  # a checkpoint far slower than the smoke config's update
+        time.sleep(1.0)
+        real(state, path)
+
+    monkeypatch.setattr(checkpoint, "atomic_save", slow_disk)
+    args = ["--total-steps", "1024", "--set", "train.num_envs=8", "--set", f"train.rank_state_every={every}"]
+    assert train(tmp_path, *args) == 0  # 4 updates of 8 copies x 32 steps
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("each checkpoint takes ")]
+    assert len(notes) == (1 if every == 1 else 0)
+    if notes:
+        assert "--set train.rank_state_every=10 carries them every 10th update only" in notes[0]
+    records = (tmp_path / "synthetic-smoke" / "metrics.jsonl").read_text().splitlines()
+    saves = [r for r in map(strict_loads, records) if r["kind"] == "checkpoint"]
+    assert len(saves) == 4 and all(r["save_s"] >= 1.0 for r in saves)
+    assert [r["rank_states"] for r in saves] == [every == 1 or r["update"] % every == 0 for r in saves]
+
+
 def test_wandb_without_a_login_is_one_line_before_training(tmp_path):
     import os
 

@@ -39,6 +39,9 @@ def describe(cfg: Config, run_dir: Path, data: MarketData, world_size: int, devi
     ])
 
 
+CHECKPOINT_SHARE = 0.2  # a checkpoint costing more than this share of an update's time is worth a note
+
+
 class Reporter:
     """Rank 0's console lines and tracker records; says each rank's GPU-monitoring note once."""
 
@@ -66,12 +69,22 @@ class Reporter:
         self.tracker.progress(self.batch_size, postfix)
 
     def checkpoint(self, update: int, global_step: int, gather_s: float, save_s: float, latest: Path,
-                   with_rank_states: bool) -> None:
+                   with_rank_states: bool, trained_s: float) -> None:
         """The per-update checkpoint's cost: the ranks' states gathered to rank 0, then written (periodic and
-        latest), and latest.pt's size."""
+        latest), and latest.pt's size; said once where it outweighs a fifth of the update's ``trained_s``
+        (rollout and PPO update) while every checkpoint carries the ranks' states."""
+        size_mb = latest.stat().st_size / 1e6
         self.tracker.log("checkpoint", global_step, {
-            "update": update, "gather_s": gather_s, "save_s": save_s, "latest_mb": latest.stat().st_size / 1e6,
+            "update": update, "gather_s": gather_s, "save_s": save_s, "latest_mb": size_mb,
             "rank_states": with_rank_states})
+        spent = gather_s + save_s
+        if spent > CHECKPOINT_SHARE * trained_s and self.cfg.train.rank_state_every == 1 and update > 1:
+            note = (f"each checkpoint takes {spent:.1f} s to gather and write {size_mb:,.0f} MB (every rank's env "
+                    f"copies and LSTM 2 state with it) against {trained_s:.1f} s of rollout and update: "
+                    "--set train.rank_state_every=10 carries them every 10th update only (the last one always)")
+            if "checkpoint" not in self.notes_said:  # once a run, whatever the figures
+                self.tracker.write(note)
+                self.notes_said.add("checkpoint")
 
     def evaluation(self, update: int, global_step: int, m: dict[str, float], best_composite: float) -> None:
         self.tracker.write(f"eval @ update {update} (validation walk, {m['steps']:.0f} bars): "

@@ -349,7 +349,7 @@ class Trainer:
                 # What saving every update costs (the ranks' states gathered, then written): at 65,536 copies a
                 # GPU it must stay small beside the update (train.rank_state_every lowers it).
                 reporter.checkpoint(self.update, self.global_step, gathered_s, time.perf_counter() - saving, latest,
-                                    self.with_rank_states)
+                                    self.with_rank_states, stats["rollout_s"] + stats["update_s"])
             agreed = agree(self.ctx, self.device, self.stop.requested, failed, early)
             if agreed.failed:
                 saved = f"latest.pt holds update {self.update}" if self.update else "no checkpoint was written"
