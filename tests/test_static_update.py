@@ -205,3 +205,25 @@ raise SystemExit(run_cli(main, []))
     assert done.stderr.strip().splitlines()[-1] == (
         "error: could not write the compiled test step's code (File too large); free disk space where inductor "
         "caches (TORCHINDUCTOR_CACHE_DIR) or set env.compile off")
+
+
+def test_the_update_memory_benchmark_splits_saved_tensors_into_per_decision_and_fixed_parts():
+    """bench_update's memory columns (docs/TRAINING.md, "Memory at scale") on a loss whose saved tensors are known:
+    a per-decision activation of 10 floats saved twice (one storage), and a fixed weight of 1,000 floats."""
+    from types import SimpleNamespace
+
+    from conftest import load_script
+
+    bench = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench_update.py")
+    steps, envs = 128, 64
+    weight = torch.randn(1000, requires_grad=True)
+
+    def loss(idx, advantages):
+        x = torch.randn(steps, len(idx), 10, requires_grad=True)
+        y = x * x  # saves x twice: one storage, counted once
+        return (y.sum() * weight.sum() * weight).sum(), None  # saves the weight's sum and the weight
+
+    storage = SimpleNamespace(num_envs=envs, num_steps=steps, rows=torch.zeros(1), advantages=None)
+    per_decision_kb, fixed_gb = bench.saved_memory(loss, storage, num_minibatches=4)
+    assert per_decision_kb == pytest.approx(10 * 4 / 1e3)
+    assert fixed_gb * 1e9 == pytest.approx(1000 * 4 + 4 + 4, abs=16)  # the weight, and two saved scalars
