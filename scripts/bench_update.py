@@ -129,7 +129,10 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
     elapsed = (time.perf_counter() - began) / updates
     decisions = storage.num_steps * storage.num_envs * cfg.ppo.update_epochs
     peak_gb = peak_memory_gb(device)
-    saved = saved_memory(loss, storage, cfg.ppo.num_minibatches) if path in ("eager", "static") else ("", "")
+    saved = {"saved_kb_per_decision": "", "saved_gb_fixed": ""}  # compiled graphs keep what inductor chooses
+    if path in ("eager", "static"):
+        kb, gb = saved_memory(loss, storage, cfg.ppo.num_minibatches)
+        saved = {"saved_kb_per_decision": round(kb, 2), "saved_gb_fixed": round(gb, 3)}
     return {"path": path, "num_envs": storage.num_envs, "first_update_s": round(first, 2),
             "ms_per_update": round(1e3 * elapsed, 1), "decisions_per_s": round(decisions / elapsed, 1),
             "encodes_per_minibatch": round(stats["lstm1_encodes_per_minibatch"]),
@@ -139,8 +142,7 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
             # grow with a minibatch's decisions (x16 at 65,536 copies for the 4,096 of gpu_check); GPU only.
             "peak_gb": "" if peak_gb is None else round(peak_gb, 2),
             "update_gb": "" if peak_gb is None else round(peak_gb - before_gb, 2),
-            "saved_kb_per_decision": saved[0] if saved[0] == "" else round(saved[0], 2),
-            "saved_gb_fixed": saved[1] if saved[1] == "" else round(saved[1], 3),
+            **saved,
             "diff_per_step": "" if path == "eager" else
             round(float((weights - reference["eager"]).abs().max() / eager_step), 4)}
 

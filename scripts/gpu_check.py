@@ -121,8 +121,7 @@ def script_step(part: str, label: str, argv: list[str]) -> Step:
     return Step(part, label, argv, read)
 
 
-def train_step(part: str, name: str, folder: Path, extra: list[str], label: str = "", config: str = SMOKE,
-               timeout: float = 900.0) -> Step:
+def train_step(part: str, name: str, folder: Path, extra: list[str], label: str = "", config: str = SMOKE) -> Step:
     """``config`` (the smoke one unless named) trained on CUDA as run ``name``; speed, the GPU memory in use after
     each update (the caching allocator keeps its peak) and what each update's checkpoint cost, from its
     metrics.jsonl."""
@@ -146,7 +145,7 @@ def train_step(part: str, name: str, folder: Path, extra: list[str], label: str 
         return [row(label, ok, round(seconds, 1), round(rate), round(memory, 2),
                     (ran[0] if ran else "") + cost if ok else last_error(done, seconds))]
     return Step(part, label, ["-m", "clstm_ppo.train", "--config", config, "--checkpoint-dir", str(folder),
-                              "--run-name", name, "--device", "cuda", *extra], read, timeout)
+                              "--run-name", name, "--device", "cuda", *extra], read)
 
 
 def bench_step(part: str, script: str, extra: list[str], label: str, timeout: float = 900.0) -> Step:

@@ -78,13 +78,13 @@ class Reporter:
             "update": update, "gather_s": gather_s, "save_s": save_s, "latest_mb": size_mb,
             "rank_states": with_rank_states})
         spent = gather_s + save_s
-        if spent > CHECKPOINT_SHARE * trained_s and self.cfg.train.rank_state_every == 1 and update > 1:
-            note = (f"each checkpoint takes {spent:.1f} s to gather and write {size_mb:,.0f} MB (every rank's env "
-                    f"copies and LSTM 2 state with it) against {trained_s:.1f} s of rollout and update: "
-                    "--set train.rank_state_every=10 carries them every 10th update only (the last one always)")
-            if "checkpoint" not in self.notes_said:  # once a run, whatever the figures
-                self.tracker.write(note)
-                self.notes_said.add("checkpoint")
+        if ("checkpoint" not in self.notes_said and update > 1 and self.cfg.train.rank_state_every == 1
+                and spent > CHECKPOINT_SHARE * trained_s):  # once a run, whatever the figures
+            self.notes_said.add("checkpoint")
+            self.tracker.write(f"each checkpoint takes {spent:.1f} s to gather and write {size_mb:,.0f} MB (every "
+                               f"rank's env copies and LSTM 2 state with it) against {trained_s:.1f} s of rollout "
+                               "and update: --set train.rank_state_every=10 carries them every 10th update only "
+                               "(the last one always)")
 
     def evaluation(self, update: int, global_step: int, m: dict[str, float], best_composite: float) -> None:
         self.tracker.write(f"eval @ update {update} (validation walk, {m['steps']:.0f} bars): "
