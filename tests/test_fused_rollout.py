@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats as scipy_stats
+from torch.utils._pytree import tree_leaves, tree_map
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
@@ -43,10 +44,32 @@ def make_model(data, kind: str) -> CascadedActorCritic:
                                AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
 
 
-def rollouts(model, data, fused: bool, compiled: bool = False, n: int = 3, update_after: int | None = None):
+class ReplayedStep:
+    """An env step as a CUDA graph replays it (inductor's "reduce-overhead" mode, on a GPU only): each call writes its
+    outputs into the same buffers and returns those, so what a caller kept from the last call changes under it."""
+
+    def __init__(self, step):
+        self.step, self.outputs = step, None
+
+    def __call__(self, state, action):
+        out = self.step(state, action)
+        if self.outputs is None:
+            self.outputs = tree_map(lambda x: x if x is None else x.clone(), out)
+        else:
+            for buffer, value in zip(tree_leaves(self.outputs), tree_leaves(out), strict=True):
+                if buffer is not None:
+                    buffer.copy_(value)
+        return self.outputs
+
+
+def rollouts(model, data, fused: bool, compiled: bool = False, n: int = 3, update_after: int | None = None,
+             replayed: bool = False):
     """``n`` rollouts from one seed, eager (``rollout.collect``) or fused; the storage of each. ``update_after``:
-    the weights change in place (as an optimizer step changes them) after that rollout."""
+    the weights change in place (as an optimizer step changes them) after that rollout. ``replayed``: the env's
+    step overwrites its last outputs, as with ``train.cuda_graphs`` on a GPU."""
     env, precision = sync_free_env(data), Precision(CPU, "fp32")
+    if replayed:
+        env.cuda_graphs, env._step = True, ReplayedStep(env._step)
     storage = RolloutStorage(NUM_STEPS, NUM_ENVS, len(PORTFOLIO_FEATURES), env.actions.n, CPU)
     ppo = PPOConfig(num_steps=NUM_STEPS)
     codes = rollout.bar_codes(model, env.market_windows, 10**9, precision)
@@ -128,6 +151,19 @@ def test_the_fused_decision_fills_the_storage_as_the_eager_rollout_does(syntheti
     assert_same_rollouts(fused, eager)
     assert any(r["dones"].any() for r in eager), "the rollouts must cross episode ends"
     np.testing.assert_allclose(env_fused.take_episode_sums(), env_eager.take_episode_sums(), rtol=1e-5)
+
+
+def test_an_env_step_replayed_as_a_cuda_graph_leaves_its_callers_their_observations(synthetic):
+    """With ``train.cuda_graphs`` the env step is replayed as a CUDA graph, which writes each step's outputs over the
+    last one's; the eager rollout (a split with more bars than a rollout has decisions, e.g. the smoke config on a GPU)
+    stores each observation after the next step. It must store what it saw: the same storage as a plain step."""
+    model = make_model(synthetic, "clstm")
+    replayed, env = rollouts(model, synthetic, fused=False, replayed=True)
+    plain, _ = rollouts(model, synthetic, fused=False)
+    assert env._step(env.state, torch.zeros(NUM_ENVS, dtype=torch.long)).row \
+        is env._step(env.state, torch.zeros(NUM_ENVS, dtype=torch.long)).row  # the hazard is real here
+    assert_same_rollouts(replayed, plain, rtol=0, atol=0)
+    assert any(r["dones"].any() for r in plain), "the rollouts must cross episode ends"
 
 
 def test_the_compiled_decision_is_one_graph_that_rollouts_and_updates_do_not_recompile(synthetic):

@@ -169,10 +169,11 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ step
 
     def step(self, action: Tensor) -> StepResult:
-        if self.cuda_graphs:  # a replay overwrites the last one's outputs: keep what callers hold past it
+        if self.cuda_graphs:  # a new replay may overwrite the last one's outputs: every one kept is a copy (below)
             torch.compiler.cudagraph_mark_step_begin()
-            self.state = tree_map(Tensor.clone, self.state)
         out = self._step(self.state, action.to(self.device).long())
+        if self.cuda_graphs:  # the state, and the observation a rollout stores after the next step
+            out = tree_map(lambda x: x if x is None else x.clone(), out)  # ended: None without records
         self.state = out.state
         episodes = self._record(out) if self.records else None
         obs = Observation(out.portfolio, out.state.mask, out.row, out.start, self.market_windows)
