@@ -4,20 +4,20 @@ env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
     python scripts/gpu_check.py [--json] [--parts checks scale update sb3 env train rollout] [--deadline 530]
         [--step-cap 300] [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
-Parts, run in the order given. By default, what no GPU has measured yet comes first (an H100 measured "env",
-"train" and "rollout" on 2026-11-26: docs/BENCHMARKS.md), so that a lease that runs out still brings back new
-figures: "checks" (every precision, the compiled trainer, a GPU run resumed on the CPU and that resumed on the GPU
-again, evaluate, host syncs); "scale" (65,536 copies train one update, evaluate and checkpoint, at the default
-and at paper sizes); "update" (the PPO update
-alone at 4,096 copies, default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with
-the optimizer step captured (the trainer's), compiled with CUDA graphs, and that with the optimizer step captured
-too, each within half an Adam step of the eager update's weights); "sb3" (sb3-contrib's RecurrentPPO on the same
-GPU at paper sizes with 256 copies, beside ours compiled+graphed at the same sizes: over 265 s on an H100, so give
-it a call of its own); "env" (kernels per env step eager and compiled at 4,096 copies, env steps/s eager at 4,096
-and 32,768 copies, compiled and graphed at 32,768); "train" (the trainer at 4,096 copies at default and paper
+Parts, run in the order given. By default "checks" comes first (its smoke runs failed on an H200 on 2026-11-27 and
+were fixed after, on a CPU), then what GPUs measured last (an H200 "scale", "update" and "sb3" on 2026-11-27, an
+H100 "env", "train" and "rollout" on 2026-11-26: docs/BENCHMARKS.md): "checks" (every precision, the compiled
+trainer, a GPU run resumed on the CPU and that resumed on the GPU again, evaluate, host syncs); "scale" (65,536
+copies train one update, evaluate and checkpoint, at the default and at paper sizes); "update" (the PPO update alone
+at 4,096 copies, default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with the
+optimizer step captured (the trainer's), compiled with CUDA graphs, and that with the optimizer step captured too,
+each within half an Adam step of the eager update's weights); "sb3" (sb3-contrib's RecurrentPPO on the same GPU at
+paper sizes with 256 copies, beside ours compiled+graphed at the same sizes: 241 s on an H200, alone on the GPU
+since its ratio is a timing); "env" (kernels per env step eager and compiled at 4,096 copies, env steps/s eager at
+4,096 and 32,768 copies, compiled and graphed at 32,768); "train" (the trainer at 4,096 copies at default and paper
 sizes, eager and compiled+graphed, with model FLOP utilisation, how its rollout and optimizer step ran and the
-rollout's share of the time); "rollout" (policy + env per decision: eager, compiled, and captured as one CUDA
-graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for bit).
+rollout's share of the time); "rollout" (policy + env per decision: eager, compiled, and captured as one CUDA graph
+at 4,096 and 32,768 copies; the captured rollout must equal the compiled one bit for bit).
 
 Each step runs a public command in a subprocess (as a user would; the trainer's on the smoke config in a
 temporary folder), and the table says pass or fail, env steps/s and the GPU's peak memory (from the run's NVML

@@ -8,15 +8,16 @@
 #
 # A session is lent 15 minutes of device time, its machine's start (a minute or two) included, and one call runs at
 # most 10 minutes; a second call finds the machine warm only if made within 30 s of the first's end. So (as on
-# 2026-11-26, which brought back 17 rows this way: docs/BENCHMARKS.md), with carry [".whl"]:
+# 2026-11-26, which brought back 17 rows this way, and 2026-11-27 with stages, below: docs/BENCHMARKS.md), with
+# carry [".whl"]:
 #     FOLLOW=575 bash scripts/gpu_session.sh start          # timeout_s 600
 #     FOLLOW=260 bash scripts/gpu_session.sh follow         # at once; timeout_s what the lease has left, less 20 s
-# "start [PART...]" runs the check in the background, in a process session of its own, for DEADLINE seconds
-# (default 760), each step at most STEP_CAP (default 300), and copies its rows and log to $OUT every 5 s for FOLLOW
+# "start [STAGE...]" runs the check in the background, in a process session of its own, for DEADLINE seconds
+# (default 760), each step at most STEP_CAP (default 300), and copies its rows and logs to $OUT every 5 s for FOLLOW
 # seconds; "follow", made at once on the still-warm machine, brings back the rest (a machine given back meanwhile
-# has lost it). sb3-contrib's comparison took more than 265 s with a whole warm-up update (it now warms up on 8
-# steps a copy, which saves ~100 s); if STEP_CAP stops it again, give it a lease of its own,
-#     STEP_CAP=560 bash scripts/gpu_session.sh check sb3
+# has lost it). A stage is a part or parts joined by commas, which then run side by side (the GPU has room for
+# more than one at a time): "start sb3 checks,scale,update" timed sb3-contrib's comparison alone (241 s), then ran
+# the rest side by side, all in 506 s. Give a timing quoted as a ratio a stage of its own.
 # "check [PART...]" runs scripts/gpu_check.py (its docstring lists the parts and their order) within DEADLINE
 # seconds (default 530: with the install and the final table the call ends inside its 600 s), streaming each row to
 # $OUT/rows.jsonl as its step ends (a call killed from outside still brings back every row measured before), and
@@ -61,14 +62,15 @@ prepare() {  # the device machine: carried wheels into /tmp/site, the source tre
 # The check as both "check" and "start" run it (each adds its deadline, rows file and parts).
 CHECK=(python3 scripts/gpu_check.py --json --step-cap "${STEP_CAP:-300}")
 
-follow() {  # copy the background check's rows and log to $OUT every 5 s, for FOLLOW seconds or until it ends
+follow() {  # copy the background check's rows and logs to $OUT every 5 s, for FOLLOW seconds or until it ends
   local end=$((SECONDS + ${FOLLOW:-575}))
-  while [ $SECONDS -lt $end ] && pgrep -f scripts/gpu_check.py > /dev/null; do
+  while [ $SECONDS -lt $end ] && pgrep -f "gpu_session.sh stages" > /dev/null; do
     cp /tmp/gpu/* "$OUT"/ 2>/dev/null || true
     sleep 5
   done
   cp /tmp/gpu/* "$OUT"/ 2>/dev/null || true
-  tail -n 60 /tmp/gpu/gpu_check.log 2>/dev/null || echo "no background check on this machine (it was given back?)"
+  [ -d /tmp/gpu ] || echo "no background check on this machine (it was given back?)"
+  for log in /tmp/gpu/*.log; do [ -f "$log" ] && { echo "== $log"; tail -n 30 "$log"; }; done
 }
 
 case "${1:-}" in
@@ -83,14 +85,31 @@ case "${1:-}" in
       | tee "$OUT/$name.log"
     tail -n 1 "$OUT/$name.log" > "$OUT/$name.json" ;;
   start)
-    # The same check in the background, in a process session of its own, so that it runs on after this call ends
-    # while the machine stays warm (30 s): "follow", called at once, brings back what it measures after that.
+    # The check in the background, in a process session of its own, so that it runs on after this call ends while
+    # the machine stays warm (30 s): "follow", called at once, brings back what it measures after that.
     shift
     prepare
     mkdir -p /tmp/gpu
-    setsid nohup "${CHECK[@]}" --deadline "${DEADLINE:-760}" --rows-out /tmp/gpu/rows.jsonl ${1:+--parts "$@"} \
-      > /tmp/gpu/gpu_check.log 2>&1 < /dev/null &
+    setsid nohup bash "$PWD/scripts/gpu_session.sh" stages "$@" > /tmp/gpu-stages.log 2>&1 < /dev/null &
     follow ;;
+  stages)
+    # (start's background) Each argument is a stage, run in order; a stage's comma-separated parts run side by side,
+    # one gpu_check each, with the rows and log of each in /tmp/gpu (at most 8 files come back from $OUT, so at
+    # most 4 parts a session). No argument: every part, in gpu_check's order, in one process. Side by side suits
+    # parts whose figures are pass/fail or memory; a timing that is quoted as a ratio wants a stage of its own.
+    shift
+    end=$((SECONDS + ${DEADLINE:-760}))
+    for stage in "${@:-all}"; do
+      left=$((end - SECONDS))
+      [ "$left" -gt 20 ] || break
+      for part in ${stage//,/ }; do
+        parts=(--parts "$part")
+        [ "$part" = all ] && parts=()
+        "${CHECK[@]}" --deadline "$left" --rows-out "/tmp/gpu/rows-$part.jsonl" "${parts[@]}" \
+          > "/tmp/gpu/gpu_check-$part.log" 2>&1 &
+      done
+      wait
+    done ;;
   follow)
     follow ;;
   grid)
@@ -140,7 +159,7 @@ PY
     if grep -q "^results written to" /tmp/worker-1.log; then cp /tmp/results-1.md "$OUT/RESULTS.md"; fi
     tail -n 20 /tmp/worker-1.log | tee "$OUT/worker-1.log" ;;
   *)
-    echo "usage: bash scripts/gpu_session.sh download | check|start [PART...] | follow" \
+    echo "usage: bash scripts/gpu_session.sh download | check [PART...] | start [STAGE...] | follow" \
       "| grid DATA FOLDS MINUTES [options]" >&2
     exit 2 ;;
 esac
