@@ -1,7 +1,7 @@
 """Training throughput: our trainer against sb3-contrib's RecurrentPPO on the same env, side by side.
 
     python scripts/bench_train.py [--json] [--updates 2] [--settings default paper paper-256] [--device cpu|cuda]
-        [--compiled] [--cuda-graphs] [--precision fp32|bf16|fp16] [--num-envs N] [--skip-sb3]
+        [--compiled] [--cuda-graphs [--update-graphs]] [--precision fp32|bf16|fp16] [--num-envs N] [--skip-sb3]
         [--sb3-warmup-steps N]
 
 Settings: "default" and "paper" network sizes with 32 env copies, and paper sizes with 256
@@ -18,7 +18,8 @@ update, beside "update_decisions", the decisions it trains on (what per-window e
 "ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
 ``--compiled`` compiles the env step (``env.compile: on``), and with it each rollout decision, and the encoder
-(``train.compile``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``).
+(``train.compile``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``), and
+``--update-graphs`` the update's compiled loss too (``train.update_graphs``). "update" says how that loss ran.
 "rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how
 the update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how
 the trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16): the two differ where CUDA refused
@@ -92,7 +93,7 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
     # The rollout's decisions: one CUDA graph replay, one compiled graph or op by op (agent/fused_rollout.py).
     return {"rate": steps / elapsed, "flops": flops / elapsed, "encodes": sum(encodes) / updates,
             "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": trainer.rollout_path,
-            "optimizer_step": trainer.optimizer_step_path,
+            "update_path": trainer.update_path, "optimizer_step": trainer.optimizer_step_path,
             "optimizer_step_asked": trainer.optimizer_step.asked if trainer.optimizer_step is not None else "eager",
             "rollout_share": rollout_s / max(rollout_s + update_s, 1e-12)}
 
@@ -172,6 +173,8 @@ def main() -> None:
                              "whole update of its own (0, the default): on a GPU, minutes saved")
     parser.add_argument("--compiled", action="store_true", help="ours with the env step and the encoder compiled")
     parser.add_argument("--cuda-graphs", action="store_true", help="ours with each decision replayed as a CUDA graph")
+    parser.add_argument("--update-graphs", action="store_true",
+                        help="ours with the update's compiled loss replayed as CUDA graphs too (needs --cuda-graphs)")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                         help="ours' train.precision (sb3-contrib always runs fp32)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
@@ -183,6 +186,8 @@ def main() -> None:
         parser.error(f"--sb3-warmup-steps is {args.sb3_warmup_steps}: give 0 (one whole update) or more steps")
     if args.cuda_graphs and device.type != "cuda":
         parser.error("--cuda-graphs needs a CUDA device (--device cuda)")
+    if args.update_graphs and not args.cuda_graphs:
+        parser.error("--update-graphs replays the update beside the captured rollout: add --cuda-graphs")
     peak = matmul_flops(device=device)
     rows = []
     for setting in args.settings:
@@ -194,12 +199,13 @@ def main() -> None:
         cfg.env.compile = "on" if args.compiled or args.cuda_graphs else "off"
         cfg.train.compile = args.compiled
         cfg.train.cuda_graphs = "on" if args.cuda_graphs else "off"
+        cfg.train.update_graphs = args.update_graphs
         run = ours(cfg, args.updates, device)
         sb3_rate = float("nan") if args.skip_sb3 else sb3(cfg, args.updates, device, args.sb3_warmup_steps)
         rows.append({"setting": setting, "num_envs": num_envs, "precision": args.precision,
                      "step": "graphs" if args.cuda_graphs else "compiled" if args.compiled else "eager",
-                     "rollout": run["rollout_path"], "optimizer_step": run["optimizer_step"],
-                     "optimizer_step_asked": run["optimizer_step_asked"],
+                     "rollout": run["rollout_path"], "update": run["update_path"],
+                     "optimizer_step": run["optimizer_step"], "optimizer_step_asked": run["optimizer_step_asked"],
                      "rollout_share": round(run["rollout_share"], 3),
                      "ours_steps_per_s": round(run["rate"], 1),
                      "sb3_steps_per_s": round(sb3_rate, 1), "ratio": round(run["rate"] / sb3_rate, 2),

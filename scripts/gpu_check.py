@@ -52,6 +52,7 @@ from clstm_ppo.tables import print_table, strict_json
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
 PARTS = ("checks", "scale", "update", "sb3", "env", "train", "rollout")
+ERROR_LINES = 40  # of a failed step's error output, into the log (an H200's failures once showed only a last line)
 MIN_START_S = 20.0  # less than this left: a step would only be killed halfway (torch's import alone is ~5 s)
 
 # A step's outcome: its finished process, or None when it was stopped at its timeout, and its seconds.
@@ -111,6 +112,10 @@ def execute(step: Step, budget: Budget) -> list[dict]:
                               timeout=min(step.timeout, left, budget.step_cap), cwd=ROOT)
     except subprocess.TimeoutExpired:  # subprocess.run has killed it
         done = None
+    if done is not None and done.returncode != 0:  # the row keeps one line; the log gets the traceback's end
+        tail = "\n".join(done.stderr.strip().splitlines()[-ERROR_LINES:])
+        print(f"--- {step.label} failed (exit status {done.returncode}); its error output ends:\n{tail}",
+              file=sys.stderr, flush=True)
     return step.read(done, time.perf_counter() - start)
 
 
@@ -196,7 +201,8 @@ def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:
     if part == "train":  # the goal: >= 500k env steps/s at default sizes, >= 300k at paper sizes
         return [bench_step(part, "bench_train.py", ["--num-envs", "4096", "--updates", "1", "--settings", "default",
                                                     "paper", "--skip-sb3", *flags], f"bench_train {label}")
-                for flags, label in (([], "eager"), (["--compiled", "--cuda-graphs"], "compiled+graphed"))]
+                for flags, label in (([], "eager"), (["--compiled", "--cuda-graphs"], "compiled+graphed"),
+                                     (["--compiled", "--cuda-graphs", "--update-graphs"], "update graphs too"))]
     if part == "rollout":
         return [bench_step(part, "bench_rollout.py", ["--num-envs", "4096", "32768", "--paths", "eager", "compiled",
                                                       "captured", *timed], "bench_rollout")]
@@ -207,9 +213,8 @@ def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:
                            "bench_train vs sb3-contrib", timeout=1800)]
     if part == "scale":  # 65,536 copies on one GPU: one update with its evaluation and checkpoints
         one = ["--set", "train.num_envs=65536", "--total-steps", "1", "--set", "train.eval_every=1"]
-        # The update keeps ~5.0 KB a decision for backward at default sizes, ~17.5 KB at paper sizes (measured on
-        # the CPU's static path, docs/TRAINING.md "Memory at scale"): a minibatch of 16,384 copies x 128 steps
-        # holds ~11 and ~37 GB. Should paper sizes not fit, the row's error names the minibatch split that does.
+        # On an H200 (2026-11-27) one update took 29.6 GB at default sizes and ~90-106 GB at paper sizes
+        # (docs/BENCHMARKS.md): on an 80 GB card the paper row's error names the minibatch split that fits.
         return [train_step(part, "scale-default", folder, one, "train 65536 copies default", "default"),
                 train_step(part, "scale-paper", folder, one, "train 65536 copies paper", "paper")]
     if part == "update":  # bf16: the LSTMs stay fp32
@@ -223,6 +228,10 @@ def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:
     if not args.skip_compile:
         steps.append(train_step(part, "compiled", folder, ["--set", "train.compile=true", "--set", "env.compile=on",
                                                            "--set", "train.cuda_graphs=on"]))
+        # The update's loss replayed as CUDA graphs inside the trainer (train.update_graphs: off by default until
+        # this row and the "update graphs too" training row pass on a GPU).
+        steps.append(train_step(part, "update-graphs", folder, ["--set", "train.update_graphs=true"],
+                                "train update graphs"))
     # A GPU-written run continues on the CPU: the env's random streams are counters in its state, on any device, and
     # a captured step's Adam takes the CPU's settings (optimizer_step.fit_saved_state) ...
     return [*steps,

@@ -154,6 +154,15 @@ def test_a_config_built_in_code_is_typed_and_its_settings_checked_together():
     # YAML reads --set env.compile=off as False: an on/off setting takes it as the word it was
     assert (parse_override("env.compile=off")["env"]["compile"], EnvConfig(compile=False).compile) == (False, "off")
     assert TrainConfig(cuda_graphs=True).cuda_graphs == "on"
+    for broken, message in (({"train": TrainConfig(update_graphs=True, cuda_graphs="off")}, "needs train.cuda_graphs"),
+                            ({"env": EnvConfig(compile="off"), "train": TrainConfig(update_graphs=True)},
+                             "env.compile auto or on"),
+                            ({"ppo": PPOConfig(grad_accumulation=2), "train": TrainConfig(update_graphs=True)},
+                             r"needs ppo.grad_accumulation 1 \(got 2\)"),
+                            ({"train": TrainConfig(update_graphs=True, precision="fp16")}, "fp32 or bf16")):
+        with pytest.raises(ConfigError, match=f"config: train.update_graphs .*{message}"):
+            Config(**broken)
+    assert Config(train=TrainConfig(update_graphs=True, precision="bf16")).train.update_graphs
     with pytest.raises(ConfigError, match="train.run_name must be str, got True"):
         TrainConfig(run_name=True)  # free text is not guessed
     cfg = Config()

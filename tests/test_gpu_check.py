@@ -98,6 +98,16 @@ def test_a_step_past_its_cap_is_stopped_and_the_next_step_still_runs(monkeypatch
     assert rows[0]["note"].startswith("timed out after")
 
 
+def test_a_failed_step_leaves_its_error_output_in_the_log_and_its_last_line_in_the_row(capsys):
+    """A row holds one line, often the end of a message spread over several: the traceback's end goes to the log."""
+    gpu_check = load_gpu_check()
+    code = "import sys; print('File step.py, line 7, in flat_row', file=sys.stderr); sys.exit('RuntimeError: ...')"
+    rows = list(gpu_check.run_steps([gpu_check.script_step("p", "broken", ["-c", code])], gpu_check.Budget(60.0), None))
+    assert rows[0]["passed"] is False and rows[0]["note"] == "RuntimeError: ..."
+    log = capsys.readouterr().err
+    assert "broken failed (exit status 1)" in log and "in flat_row" in log
+
+
 @pytest.mark.parametrize("flag", ["--deadline", "--step-cap"])
 def test_a_deadline_or_step_cap_that_is_not_positive_is_refused_in_one_line(flag):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), flag, "0"],

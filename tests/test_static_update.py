@@ -157,6 +157,16 @@ def test_the_trainers_compiled_update_is_a_fixed_set_of_graphs_that_later_update
     assert all(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters()), "every weight trains"
 
 
+def test_update_graphs_replay_on_cuda_only_and_the_trainer_says_how_its_update_ran():
+    """``train.update_graphs`` asks for the loss's CUDA graphs beside the captured optimizer step; a CPU has neither,
+    so its update runs compiled as before, and the trainer's "ran as" line says so."""
+    cfg = load_config("smoke", ["env.compile=on", "train.update_graphs=true"])
+    trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
+    assert trainer.static_loss is not None and not trainer.static_loss.cuda_graphs
+    assert trainer.update_path == "compiled" and "update compiled, optimizer step eager" in trainer.paths()
+    assert Trainer(load_config("smoke", ["env.compile=off"]), Path(tempfile.mkdtemp()), CPU).update_path == "eager"
+
+
 def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(monkeypatch):
     """A study trains runs of several kinds and folds in one process, each a new graph: more than dynamo's default
     8 must still run compiled, and past the limit the run stops with a line naming the function, never silently

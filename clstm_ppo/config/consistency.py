@@ -41,6 +41,15 @@ def check_values(cfg: Any) -> None:
         (t.cuda_graphs == "on" and cfg.env.compile == "off",
          "train.cuda_graphs: on replays the compiled rollout decision; set env.compile to auto or on "
          "(or cuda_graphs off)"),
+        (t.update_graphs and (t.cuda_graphs == "off" or cfg.env.compile == "off"),
+         "train.update_graphs replays the compiled update beside the captured rollout; it needs train.cuda_graphs "
+         "auto or on and env.compile auto or on (or update_graphs false)"),
+        (t.update_graphs and p.grad_accumulation > 1,
+         f"train.update_graphs needs ppo.grad_accumulation 1 (got {p.grad_accumulation}): each replay overwrites the "
+         "gradients the last one made; set update_graphs false to accumulate"),
+        (t.update_graphs and t.precision == "fp16",
+         "train.update_graphs runs with the captured optimizer step, which fp16's loss scaler rules out: use "
+         "train.precision fp32 or bf16 (or update_graphs false)"),
     ]
     for broken, message in pairs:
         if broken:

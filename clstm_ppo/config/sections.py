@@ -258,6 +258,12 @@ class TrainConfig(Section):
                                        "write) and the update's optimizer step (fp32, bf16) each as one CUDA graph: "
                                        "auto (on CUDA when env.compile compiles), on, off; no effect on a CPU",
                                choices=("auto", "on", "off"))
+    # Measured on an H200 only as the update alone (scripts/bench_update.py's "captured" path): off until a GPU
+    # lease has checked it inside the trainer (scripts/gpu_check.py's "train update graphs" rows).
+    update_graphs: bool = setting(False, "also replay the update's compiled minibatch loss as CUDA graphs (inductor's "
+                                         "reduce-overhead mode): 1.8-2.7x the update alone on an H200; needs "
+                                         "train.cuda_graphs, ppo.grad_accumulation 1 and fp32 or bf16; no effect on "
+                                         "a CPU")
     eval_every: int = setting(10, "updates between evaluations: one continuous walk over the whole validation "
                                   "split", limits=">= 1", flag="--eval-every")
     checkpoint_dir: str = setting("checkpoints", "folder of run folders", flag="--checkpoint-dir")

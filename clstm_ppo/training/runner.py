@@ -100,8 +100,9 @@ class Trainer:
         self.fused = FusedRollout(self.model, self.env, self.storage, self.precision, t.cuda_graphs != "off") \
             if self.env.compiled else None
         # And the update's minibatch loss in fixed shapes, compiled; its gradients are averaged without DDP's forward.
-        self.static_loss = StaticMinibatchLoss(self.model, self.env.market_windows, self.storage, p, self.precision) \
-            if self.env.compiled else None
+        # With train.update_graphs its compiled calls replay as CUDA graphs, beside the captured optimizer step.
+        self.static_loss = StaticMinibatchLoss(self.model, self.env.market_windows, self.storage, p, self.precision,
+                                               cuda_graphs=capture and t.update_graphs) if self.env.compiled else None
         self.train_model = wrap(self.model) if wrap is not None and self.static_loss is None else self.model
         if wrap is not None and self.static_loss is not None:
             ctx.broadcast_parameters(self.model)  # as DDP's wrapping would: every rank starts from rank 0's weights
@@ -242,7 +243,12 @@ class Trainer:
         """How the last update ran, in one line: what compiled, what replayed as CUDA graphs."""
         step = self.optimizer_step_path if self.optimizer_step is not None else "eager (fp16 scaler)"
         return (f"ran as: rollout {self.rollout_path}, env step {'compiled' if self.env.compiled else 'eager'}, "
-                f"update {'compiled' if self.static_loss is not None else 'eager'}, optimizer step {step}")
+                f"update {self.update_path}, optimizer step {step}")
+
+    @property
+    def update_path(self) -> str:
+        """How the update's minibatch loss ran: "graphs" (replayed as CUDA graphs), "compiled" or "eager"."""
+        return "eager" if self.static_loss is None else "graphs" if self.static_loss.cuda_graphs else "compiled"
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
