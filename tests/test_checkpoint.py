@@ -32,3 +32,35 @@ def test_an_unwritable_folder_says_no_checkpoint_was_written(tmp_path):
     blocker.write_text("a file where the run folder should be")
     with pytest.raises(CheckpointError, match="no latest.pt was written"):
         atomic_save({"x": torch.zeros(1)}, blocker / "latest.pt")
+
+
+def state(update: int) -> dict:
+    return {"format": checkpoint.FORMAT, "update": update}
+
+
+def test_best_and_periodic_checkpoints_are_other_names_of_latest_and_keep_their_update(tmp_path):
+    """One write per update boundary: update_<n>.pt and the new best_<metric>.pt are hard links to latest.pt, and
+    replacing latest.pt later leaves them holding update n; retention keeps the last ``keep_last`` periodic ones."""
+    manager = checkpoint.CheckpointManager(tmp_path, keep_last=2)
+    manager.save(state(1), periodic=1, best=("composite", "sharpe"))
+    names = ("latest.pt", "update_0000001.pt", "best_composite.pt", "best_sharpe.pt")
+    assert len({(tmp_path / n).stat().st_ino for n in names}) == 1
+    for update in (2, 3):
+        manager.save(state(update), periodic=update, best=("sharpe",) if update == 3 else ())
+    assert {p.name for p in tmp_path.glob("update_*.pt")} == {"update_0000002.pt", "update_0000003.pt"}
+    held = {n: load_checkpoint(tmp_path / n)["update"] for n in ("latest.pt", "best_composite.pt", "best_sharpe.pt")}
+    assert held == {"latest.pt": 3, "best_composite.pt": 1, "best_sharpe.pt": 3}
+    assert not list(tmp_path.glob(".*.tmp-*")), "no temporary name is left behind"
+
+
+def test_without_hard_links_the_other_names_are_copies(tmp_path, monkeypatch):
+    """A file system that refuses hard links (some network and FAT mounts) gets whole copies instead."""
+    def refuse(source, target):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(checkpoint.os, "link", refuse)
+    checkpoint.CheckpointManager(tmp_path, keep_last=1).save(state(4), periodic=4, best=("composite",))
+    inodes = {(tmp_path / n).stat().st_ino for n in ("latest.pt", "update_0000004.pt", "best_composite.pt")}
+    assert len(inodes) == 3
+    assert load_checkpoint(tmp_path / "best_composite.pt")["update"] == 4
+    assert not list(tmp_path.glob(".*.tmp-*"))

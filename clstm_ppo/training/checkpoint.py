@@ -107,29 +107,41 @@ def remove_stale_writes(run_dir: Path) -> list[str]:
     return [p.name for p in stale]
 
 
+def atomic_link(source: Path, path: Path, state: dict[str, Any]) -> None:
+    """``path`` becomes a second name of ``source``'s file (a hard link, put in place by an atomic rename), or, where
+    the file system has no hard links, a copy of ``state`` written by ``atomic_save``. Every write replaces a file
+    by renaming a new one over it, so a later latest.pt never changes what a link to an earlier one holds."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.link(source, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        atomic_save(state, path)
+
+
 class CheckpointManager:
     """Writes latest.pt, best_<metric>.pt and the last ``keep_last`` periodic checkpoints of one run."""
 
     def __init__(self, run_dir: Path, keep_last: int):
         self.run_dir, self.keep_last = run_dir, keep_last
 
-    def save_latest(self, state: dict[str, Any]) -> Path:
-        path = self.run_dir / "latest.pt"
-        atomic_save(state, path)
-        return path
-
-    def save_periodic(self, state: dict[str, Any], update: int) -> Path:
-        path = self.run_dir / f"update_{update:07d}.pt"
-        atomic_save(state, path)
-        periodic = sorted(self.run_dir.glob("update_*.pt"))
-        for old in periodic[: max(0, len(periodic) - self.keep_last)]:
-            old.unlink()
-        return path
-
-    def save_best(self, state: dict[str, Any], metric: str) -> Path:
-        path = self.run_dir / f"best_{metric}.pt"
-        atomic_save(state, path)
-        return path
+    def save(self, state: dict[str, Any], periodic: int | None = None, best: tuple[str, ...] = ()) -> Path:
+        """latest.pt, and as other names of that one file (one write at 65,536 copies' hundreds of MB, not one per
+        name) update_<periodic>.pt and best_<metric>.pt of each metric in ``best``; returns latest.pt's path."""
+        latest = self.run_dir / "latest.pt"
+        atomic_save(state, latest)
+        for metric in best:
+            atomic_link(latest, self.run_dir / f"best_{metric}.pt", state)
+        if periodic is not None:
+            atomic_link(latest, self.run_dir / f"update_{periodic:07d}.pt", state)
+            kept = sorted(self.run_dir.glob("update_*.pt"))
+            for old in kept[: max(0, len(kept) - self.keep_last)]:
+                old.unlink()
+        return latest
 
 
 def move_aside(run_dir: Path) -> Path | None:

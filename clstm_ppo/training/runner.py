@@ -118,6 +118,7 @@ class Trainer:
         self.other_ranks: list[dict[str, Any]] = []  # ranks 1.. of the last update boundary, on rank 0
         self.with_rank_states = True  # whether the checkpoints of this update boundary carry the ranks' states
         self.resume_note = ""
+        self.improved: tuple[str, ...] = ()  # metrics at a new best since the last checkpoint: their best_*.pt are due
         if resume:
             self._restore(resume)
             saved, now = (resume["world_size"], resume["num_envs"]), (ctx.world_size, t.num_envs)
@@ -283,17 +284,20 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
 
     def evaluate(self) -> dict[str, float]:
-        """Walk the validation split; each metric that reaches a new best writes its best_<metric>.pt."""
+        """Walk the validation split; each metric that reaches a new best gets its best_<metric>.pt with the
+        update's next checkpoint (``improved``)."""
         self.model.eval()
         policy, state = agent_policy(self.model, len(self.data.symbols), self.device)
         metrics = selection_metrics(walk("agent", policy, state, self.data, "validation", self.cfg, self.device))
         self.model.train()
-        improved = self.selection.record(metrics)
-        if improved:
-            state = self.state_dict()
-            for name in improved:
-                self.checkpoints.save_best(state, name)
+        self.improved = tuple(dict.fromkeys((*self.improved, *self.selection.record(metrics))))
         return metrics
+
+    def save_checkpoints(self, periodic: bool = False) -> Path:
+        """latest.pt; with ``periodic`` also update_<n>.pt, and best_<metric>.pt of each metric improved since the
+        last save: one write, the other files its other names (``CheckpointManager.save``)."""
+        best, self.improved = self.improved, ()
+        return self.checkpoints.save(self.state_dict(), self.update if periodic else None, best)
 
     # ------------------------------------------------------------------ the loop
 
@@ -317,7 +321,7 @@ class Trainer:
                 self._save_rank_states()
             if main and self.update % t.eval_every != 0 and not stopped:
                 self._evaluate_and_report(reporter)
-                self.checkpoints.save_latest(self.state_dict())
+                self.save_checkpoints()
         finally:
             if tracker is not None:
                 tracker.close()
@@ -349,9 +353,7 @@ class Trainer:
                     patience = t.early_stopping_patience
                     early = patience > 0 and self.selection.evals_without_best >= patience
                 saving = time.perf_counter()
-                if self.update % t.checkpoint_every == 0:
-                    self.checkpoints.save_periodic(self.state_dict(), self.update)
-                latest = self.checkpoints.save_latest(self.state_dict())
+                latest = self.save_checkpoints(periodic=self.update % t.checkpoint_every == 0)
                 # What saving every update costs (the ranks' states gathered, then written): at 65,536 copies a
                 # GPU it must stay small beside the update (train.rank_state_every lowers it).
                 reporter.checkpoint(self.update, self.global_step, gathered_s, time.perf_counter() - saving, latest,
@@ -377,7 +379,7 @@ class Trainer:
             return
         self.gather_rank_states(force=True)
         if self.ctx.is_main:
-            self.checkpoints.save_latest(self.state_dict())
+            self.save_checkpoints()
 
     def _evaluate_and_report(self, reporter: Reporter) -> None:
         metrics = self.evaluate()
