@@ -1,12 +1,13 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
 env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--parts checks scale update sb3 env train rollout] [--deadline 530]
+    python scripts/gpu_check.py [--json] [--parts checks train scale update sb3 env rollout] [--deadline 530]
         [--step-cap 300] [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
-Parts, run in the order given. By default "checks" comes first (its smoke runs failed on an H200 on 2026-11-27 and
-were fixed after, on a CPU), then what GPUs measured last (an H200 "scale", "update" and "sb3" on 2026-11-27, an
-H100 "env", "train" and "rollout" on 2026-11-26: docs/BENCHMARKS.md): "checks" (every precision, the compiled
+Parts, run in the order given. By default what a GPU has still to show comes first: "checks" (its smoke runs failed
+on an H200 on 2026-11-27 and were fixed after, on a CPU, and it now trains with train.update_graphs too), then
+"train" (its update-graphs row is new), then what GPUs measured last (an H200 "scale", "update" and "sb3" on
+2026-11-27, an H100 "env" and "rollout" on 2026-11-26: docs/BENCHMARKS.md): "checks" (every precision, the compiled
 trainer, a GPU run resumed on the CPU and that resumed on the GPU again, evaluate, host syncs); "scale" (65,536
 copies train one update, evaluate and checkpoint, at the default and at paper sizes); "update" (the PPO update alone
 at 4,096 copies, default and paper sizes in fp32 and default in bf16: eager, static, compiled, compiled with the
@@ -51,7 +52,7 @@ from clstm_ppo.tables import print_table, strict_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
-PARTS = ("checks", "scale", "update", "sb3", "env", "train", "rollout")
+PARTS = ("checks", "train", "scale", "update", "sb3", "env", "rollout")
 ERROR_LINES = 40  # of a failed step's error output, into the log (an H200's failures once showed only a last line)
 MIN_START_S = 20.0  # less than this left: a step would only be killed halfway (torch's import alone is ~5 s)
 
