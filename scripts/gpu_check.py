@@ -162,11 +162,11 @@ def bench_step(part: str, script: str, extra: list[str], label: str, timeout: fl
         out = []
         for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
             rate = r.get("env_steps_per_s", r.get("ours_steps_per_s", ""))
-            notes = {k: r[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "optimizer_step",
-                                       "rollout_share",
-                                       "mfu", "sb3_steps_per_s", "ratio", "same_actions", "equals_compiled",
-                                       "first_update_s", "ms_per_update", "decisions_per_s", "diff_per_step",
-                                       "peak_gb", "update_gb")
+            notes = {k: r[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "update",
+                                       "optimizer_step", "rollout_share", "mfu", "sb3_steps_per_s", "ratio",
+                                       "same_actions", "equals_compiled", "first_update_s", "ms_per_update",
+                                       "decisions_per_s", "diff_per_step", "peak_gb", "update_gb",
+                                       "saved_kb_per_decision", "saved_gb_fixed")
                      if r.get(k, "") != ""}
             # A captured rollout must replay what the compiled one computed, bit for bit; an update path must land
             # within half an Adam step of the eager update's weights; a step asked to be captured must have been.
