@@ -5,6 +5,8 @@ code path. Every rank calls every collective the same number of times.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -51,19 +53,106 @@ class DistContext:
         torch._foreach_copy_(grads, [part.view_as(g) for part, g in zip(mean.split([g.numel() for g in grads]),
                                                                           grads, strict=True)])
 
-    def gather_to_main(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj`` (picklable, on the CPU) in rank order on rank 0; an empty list elsewhere."""
+    def gather_to_main(self, obj: Any, device: torch.device = torch.device("cpu")) -> list[Any]:
+        """Every rank's ``obj`` (dicts, lists and tuples of CPU tensors and picklable values) in rank order on rank 0;
+        an empty list elsewhere. The tensors travel as one byte buffer through a tensor gather, on ``device`` under
+        NCCL (the rank's GPU), not pickled: at 65,536 copies a rank's state is hundreds of MB, which pickled objects
+        moved at ~115 MB/s over gloo (docs/BENCHMARKS.md). Only the rest, with each tensor's dtype and shape, is
+        pickled."""
         if not self.enabled:
             return [obj]
-        gathered: list[Any] | None = [None] * self.world_size if self.is_main else None
-        dist.gather_object(obj, gathered, dst=0)  # under NCCL the bytes travel through this rank's current GPU
-        return gathered or []
+        tensors: list[torch.Tensor] = []
+        skeleton = _take_tensors(obj, tensors)
+        skeletons: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(skeleton, skeletons, dst=0)  # under NCCL the bytes travel through this rank's current GPU
+        on = device if dist.get_backend() == "nccl" else torch.device("cpu")  # gloo gathers host tensors only
+        size = torch.tensor([sum(_padded(t.numel() * t.element_size()) for t in tensors)], device=on)
+        dist.all_reduce(size, op=dist.ReduceOp.MAX)  # a gather takes one size from every rank: pad to the largest
+        mine = _pack(tensors, torch.empty(int(size.item()), dtype=torch.uint8, device=on))
+        buffers = [torch.empty_like(mine) for _ in range(self.world_size)] if self.is_main else None
+        dist.gather(mine, buffers, dst=0)
+        if skeletons is None or buffers is None:
+            return []
+        return [_put_tensors(one, _unpack(buffer.cpu(), one)) for one, buffer in zip(skeletons, buffers, strict=True)]
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's weights (after work each rank did alone, e.g. pretraining)."""
         if self.enabled:
             for param in module.parameters():
                 dist.broadcast(param.data, src=0)
+
+
+# Each tensor's bytes start at a multiple of this in the gathered buffer, so that any dtype can view them in place.
+_ALIGN = 16
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where a tensor was in a gathered object: its place in the buffer's order, dtype and shape."""
+    index: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def _take_tensors(obj: Any, tensors: list[torch.Tensor]) -> Any:
+    """``obj`` with each tensor replaced by a ``_Slot`` and appended to ``tensors``."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj.detach())
+        return _Slot(len(tensors) - 1, obj.dtype, tuple(obj.shape))
+    if isinstance(obj, dict):
+        return {k: _take_tensors(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):  # a namedtuple is sent as it is
+        return type(obj)(_take_tensors(v, tensors) for v in obj)
+    return obj
+
+
+def _put_tensors(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
+    """``_take_tensors`` undone: each ``_Slot`` replaced by its tensor."""
+    if isinstance(skeleton, _Slot):
+        return tensors[skeleton.index]
+    if isinstance(skeleton, dict):
+        return {k: _put_tensors(v, tensors) for k, v in skeleton.items()}
+    if isinstance(skeleton, (list, tuple)) and not hasattr(skeleton, "_fields"):
+        return type(skeleton)(_put_tensors(v, tensors) for v in skeleton)
+    return skeleton
+
+
+def _padded(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def _pack(tensors: list[torch.Tensor], flat: torch.Tensor) -> torch.Tensor:
+    """``flat`` (uint8, at least the padded size) holding the tensors' bytes one after another, each from a multiple
+    of ``_ALIGN`` on; the padding's bytes are left as they were."""
+    at = 0
+    for t in tensors:
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        flat[at:at + raw.numel()] = raw
+        at += _padded(raw.numel())
+    return flat
+
+
+def _slots(skeleton: Any) -> Iterator[_Slot]:
+    """The skeleton's slots in the order ``_take_tensors`` made them."""
+    if isinstance(skeleton, _Slot):
+        yield skeleton
+    elif isinstance(skeleton, dict):
+        for value in skeleton.values():
+            yield from _slots(value)
+    elif isinstance(skeleton, (list, tuple)) and not hasattr(skeleton, "_fields"):
+        for value in skeleton:
+            yield from _slots(value)
+
+
+def _unpack(flat: torch.Tensor, skeleton: Any) -> list[torch.Tensor]:
+    """``_pack``'s tensors back from its bytes, by the slots in ``skeleton``: copies, since torch.save refuses views
+    of one buffer as different dtypes (a checkpoint holds them)."""
+    tensors, at = [], 0
+    for slot in sorted(_slots(skeleton), key=lambda one: one.index):
+        nbytes = math.prod(slot.shape) * torch.empty((), dtype=slot.dtype).element_size()
+        tensors.append(flat[at:at + nbytes].view(slot.dtype).reshape(slot.shape).clone())
+        at += _padded(nbytes)
+    return tensors
 
 
 class RankSeeds(NamedTuple):

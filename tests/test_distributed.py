@@ -102,6 +102,66 @@ def test_averaged_gradients_are_the_mean_over_ranks(tmp_path):
         assert torch.equal(grads["bias"], torch.tensor([0.0, 1.5]))
 
 
+def rank_object(rank: int) -> dict:
+    """What rank ``rank`` sends: every dtype a rank's state holds, odd byte counts (so later tensors sit at unaligned
+    offsets unless padded), empty and 0-d tensors, numpy and Python random states, and more bytes on rank 1."""
+    import random
+
+    import numpy as np
+
+    g = torch.Generator().manual_seed(rank)
+    state = {"flags": torch.rand(3, 7, generator=g) > 0.5, "cash": torch.rand(5, dtype=torch.float64, generator=g),
+             "t": torch.tensor(rank * 11), "empty": torch.empty(0, 3),
+             "key": torch.randint(0, 2**62, (4,), generator=g),
+             "lstm": (torch.randn(1, 9, 6, generator=g), torch.randn(1, 9, 6, generator=g)),
+             "rng": {"torch": torch.Generator().manual_seed(rank).get_state(),
+                     "numpy": np.random.RandomState(rank).get_state(), "python": random.Random(rank).getstate()}}
+    return {"state": None if rank == 0 else state, "gpu": {"util": 0.5 * rank}, "note": f"rank {rank}"}
+
+
+def gather_known_objects(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from clstm_ppo.distributed import DistContext
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    gathered = DistContext(rank=rank, world_size=2).gather_to_main(rank_object(rank))
+    torch.save(gathered, Path(out) / f"gathered{rank}.pt")
+    dist.destroy_process_group()
+
+
+def assert_same_object(got, want) -> None:
+    import numpy as np
+
+    assert type(got) is type(want)
+    if isinstance(want, torch.Tensor):
+        assert (got.dtype, got.shape) == (want.dtype, want.shape) and torch.equal(got, want)
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert_same_object(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for one, other in zip(got, want, strict=True):
+            assert_same_object(one, other)
+    elif isinstance(want, np.ndarray):
+        assert np.array_equal(got, want) and got.dtype == want.dtype
+    else:
+        assert got == want
+
+
+def test_rank_states_reach_rank_0_bit_for_bit_as_one_tensor_gather(tmp_path):
+    """gather_to_main sends a rank's tensors as one byte buffer (not pickled): rank 0 gets every rank's object back
+    exactly, dtypes, shapes and containers included, though the ranks send different amounts, and can save it as a
+    checkpoint (torch.save refuses views of one buffer as several dtypes); other ranks get []."""
+    torch.multiprocessing.spawn(gather_known_objects, args=(find_free_port(), str(tmp_path)), nprocs=2)
+    gathered = torch.load(tmp_path / "gathered0.pt", weights_only=False)
+    assert len(gathered) == 2
+    for rank, got in enumerate(gathered):
+        assert_same_object(got, rank_object(rank))
+    assert torch.load(tmp_path / "gathered1.pt") == []
+
+
 @pytest.mark.slow
 def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, monkeypatch):
     """env.compile on: the static, compiled update does not run through DDP's forward; one all-reduce of the

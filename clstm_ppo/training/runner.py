@@ -177,7 +177,8 @@ class Trainer:
         # Rank 0 takes its own state when it saves.
         others_send = self.ctx.enabled and not self.ctx.is_main and self.with_rank_states
         sent = self.ctx.gather_to_main({"state": self.rank_state() if others_send else None,
-                                        "gpu": self.resources.gpu(), "gpu_off": self.resources.off_reason})
+                                        "gpu": self.resources.gpu(), "gpu_off": self.resources.off_reason},
+                                       self.device)
         self.other_ranks = [one["state"] for one in sent[1:]] if self.with_rank_states else []
         self.rank_gpus = [one["gpu"] for one in sent]
         self.gpu_notes = [f"rank {r}: {one['gpu_off']}" for r, one in enumerate(sent) if one["gpu_off"]]
