@@ -6,7 +6,6 @@ code path. Every rank calls every collective the same number of times.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -63,8 +62,10 @@ class DistContext:
             return [obj]
         tensors: list[torch.Tensor] = []
         skeleton = _take_tensors(obj, tensors)
+        layout = [(t.dtype, tuple(t.shape)) for t in tensors]
         skeletons: list[Any] | None = [None] * self.world_size if self.is_main else None
-        dist.gather_object(skeleton, skeletons, dst=0)  # under NCCL the bytes travel through this rank's current GPU
+        # Under NCCL the pickled bytes travel through this rank's current GPU.
+        dist.gather_object((skeleton, layout), skeletons, dst=0)
         on = device if dist.get_backend() == "nccl" else torch.device("cpu")  # gloo gathers host tensors only
         size = torch.tensor([sum(_padded(t.numel() * t.element_size()) for t in tensors)], device=on)
         dist.all_reduce(size, op=dist.ReduceOp.MAX)  # a gather takes one size from every rank: pad to the largest
@@ -73,7 +74,8 @@ class DistContext:
         dist.gather(mine, buffers, dst=0)
         if skeletons is None or buffers is None:
             return []
-        return [_put_tensors(one, _unpack(buffer.cpu(), one)) for one, buffer in zip(skeletons, buffers, strict=True)]
+        return [_put_tensors(skeleton, _unpack(buffer.cpu(), layout))
+                for (skeleton, layout), buffer in zip(skeletons, buffers, strict=True)]
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's weights (after work each rank did alone, e.g. pretraining)."""
@@ -88,17 +90,15 @@ _ALIGN = 16
 
 @dataclass(frozen=True)
 class _Slot:
-    """Where a tensor was in a gathered object: its place in the buffer's order, dtype and shape."""
+    """Where a tensor was in a gathered object: its place in the buffer's order."""
     index: int
-    dtype: torch.dtype
-    shape: tuple[int, ...]
 
 
 def _take_tensors(obj: Any, tensors: list[torch.Tensor]) -> Any:
     """``obj`` with each tensor replaced by a ``_Slot`` and appended to ``tensors``."""
     if isinstance(obj, torch.Tensor):
         tensors.append(obj.detach())
-        return _Slot(len(tensors) - 1, obj.dtype, tuple(obj.shape))
+        return _Slot(len(tensors) - 1)
     if isinstance(obj, dict):
         return {k: _take_tensors(v, tensors) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):  # a namedtuple is sent as it is
@@ -132,25 +132,13 @@ def _pack(tensors: list[torch.Tensor], flat: torch.Tensor) -> torch.Tensor:
     return flat
 
 
-def _slots(skeleton: Any) -> Iterator[_Slot]:
-    """The skeleton's slots in the order ``_take_tensors`` made them."""
-    if isinstance(skeleton, _Slot):
-        yield skeleton
-    elif isinstance(skeleton, dict):
-        for value in skeleton.values():
-            yield from _slots(value)
-    elif isinstance(skeleton, (list, tuple)) and not hasattr(skeleton, "_fields"):
-        for value in skeleton:
-            yield from _slots(value)
-
-
-def _unpack(flat: torch.Tensor, skeleton: Any) -> list[torch.Tensor]:
-    """``_pack``'s tensors back from its bytes, by the slots in ``skeleton``: copies, since torch.save refuses views
-    of one buffer as different dtypes (a checkpoint holds them)."""
+def _unpack(flat: torch.Tensor, layout: list[tuple[torch.dtype, tuple[int, ...]]]) -> list[torch.Tensor]:
+    """``_pack``'s tensors back from its bytes, by their dtypes and shapes in order: copies, since torch.save refuses
+    views of one buffer as different dtypes (a checkpoint holds them)."""
     tensors, at = [], 0
-    for slot in sorted(_slots(skeleton), key=lambda one: one.index):
-        nbytes = math.prod(slot.shape) * torch.empty((), dtype=slot.dtype).element_size()
-        tensors.append(flat[at:at + nbytes].view(slot.dtype).reshape(slot.shape).clone())
+    for dtype, shape in layout:
+        nbytes = math.prod(shape) * dtype.itemsize
+        tensors.append(flat[at:at + nbytes].view(dtype).reshape(shape).clone())
         at += _padded(nbytes)
     return tensors
 

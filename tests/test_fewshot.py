@@ -169,11 +169,12 @@ def test_meta_pretraining_trains_the_agents_encoder(method):
 
 
 def test_trainer_pretraining_dispatches_on_pretrain_method(tmp_path):
+    from clstm_ppo.training.pretraining import pretrain
     from clstm_ppo.training.runner import Trainer
 
     cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_epochs=1",
                                 "train.pretrain_method=protonet", "train.num_envs=2"])
     trainer = Trainer(cfg, tmp_path / "run", torch.device("cpu"))
     before = {k: v.clone() for k, v in trainer.model.encoder.state_dict().items()}
-    trainer._pretrain(None)
+    pretrain(trainer.model, trainer.env.market_windows, trainer.data, cfg, trainer.ctx, trainer.run_dir, None)
     assert any(not torch.equal(before[k], v) for k, v in trainer.model.encoder.state_dict().items())

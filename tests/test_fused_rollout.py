@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats as scipy_stats
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
@@ -54,7 +54,7 @@ class ReplayedStep:
     def __call__(self, state, action):
         out = self.step(state, action)
         if self.outputs is None:
-            self.outputs = tree_map(lambda x: x if x is None else x.clone(), out)
+            self.outputs = tree_map_only(torch.Tensor, torch.Tensor.clone, out)
         else:
             for buffer, value in zip(tree_leaves(self.outputs), tree_leaves(out), strict=True):
                 if buffer is not None:

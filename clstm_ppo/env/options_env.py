@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_map_only
 
 from clstm_ppo.config import EnvConfig, MarketConfig
 from clstm_ppo.data.dataset import MarketData
@@ -173,7 +173,7 @@ class BatchedOptionsEnv:
             torch.compiler.cudagraph_mark_step_begin()
         out = self._step(self.state, action.to(self.device).long())
         if self.cuda_graphs:  # the state, and the observation a rollout stores after the next step
-            out = tree_map(lambda x: x if x is None else x.clone(), out)  # ended: None without records
+            out = tree_map_only(Tensor, Tensor.clone, out)
         self.state = out.state
         episodes = self._record(out) if self.records else None
         obs = Observation(out.portfolio, out.state.mask, out.row, out.start, self.market_windows)

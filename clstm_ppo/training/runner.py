@@ -24,7 +24,6 @@ from clstm_ppo.agent.model import State
 from clstm_ppo.agent.optimizer_step import OptimizerStep, fit_saved_state, make_adam, set_lr
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
-from clstm_ppo.agent.pretrain import pretrain_encoder
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk
@@ -37,6 +36,7 @@ from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.training import rank_state as ranks
 from clstm_ppo.training.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.training.monitor import ResourceMonitor
+from clstm_ppo.training.pretraining import pretrain
 from clstm_ppo.training.reporting import Reporter, describe, farewell
 from clstm_ppo.training.selection import Selection
 from clstm_ppo.training.stopping import StopRequest, agree
@@ -333,7 +333,7 @@ class Trainer:
         """Updates until the budget is spent; True when a stop request or early stop ended them."""
         t, main = self.cfg.train, self.ctx.is_main
         if t.pretraining and self.update == 0:
-            self._pretrain(reporter)
+            pretrain(self.model, self.env.market_windows, self.data, self.cfg, self.ctx, self.run_dir, reporter)
         said_paths = False
         while not self.budget_reached():
             self.stop.next_update = self.update + 1
@@ -385,21 +385,3 @@ class Trainer:
     def _evaluate_and_report(self, reporter: Reporter) -> None:
         metrics = self.evaluate()
         reporter.evaluation(self.update, self.global_step, metrics, self.selection.best.get("composite", math.nan))
-
-    def _pretrain(self, reporter: Reporter | None) -> None:
-        method = self.cfg.train.pretrain_method
-        if method != "supervised":  # meta-learned encoder (clstm_ppo/meta/pretrain.py), loaded only when asked
-            from clstm_ppo.meta.pretrain import meta_pretrain_encoder
-
-            history = meta_pretrain_encoder(self.model.encoder, self.data, self.cfg, method, self.cfg.seed)
-            self.ctx.broadcast_parameters(self.model)
-            if reporter is not None:
-                losses = ", ".join(f"epoch {h['epoch']} query loss {h['query_loss']:.4f}" for h in history)
-                reporter.tracker.write(f"pretraining LSTM 1 + MLP by {method} (3-way few-shot tasks): {losses} "
-                                       "(chance: ln 3 = 1.0986)")
-            return
-        history = pretrain_encoder(self.model.encoder, self.env.market_windows, self.data, self.cfg.train,
-                                   torch.Generator().manual_seed(self.cfg.seed))
-        self.ctx.broadcast_parameters(self.model)  # GPU kernels need not be bitwise deterministic across ranks
-        if reporter is not None:
-            reporter.pretraining(self.run_dir, history)
