@@ -273,6 +273,8 @@ class Seen:
     room_bound_share_buys: int = 0  # a target cut by the cash room
     dividend_steps: int = 0  # steps where shares were held over the carry
     rejected: int = 0  # an order the fill could not size to one contract
+    notional_bound: int = 0  # an order cut by env.max_order_notional
+    notional_masked: int = 0  # mask calls where one contract's notional was above that cap
 
 
 class ReferenceCopy:
@@ -453,6 +455,12 @@ class ReferenceCopy:
         self.seen.covered_marks += covered > 0 and call_need > 0
         return sum(need) - covered * call_need
 
+    def notional_limit(self, fill: Point) -> float:
+        """The contracts env.max_order_notional of equity holds in notional at the fill's spot (inf: no cap)."""
+        if self.e.max_order_notional <= 0:
+            return math.inf
+        return math.floor(self.e.max_order_notional * self.equity / (fill.spot * self.m.multiplier))
+
     def open(self, quote: Quote, fill: Point, sell: bool) -> None:
         """Size: position_frac of equity in premium at the one-contract ask (a buy) or in margin at the fill (a
         sale), at most max_volume_share of the strike's volume proxy; then as many as the cash room carries: the
@@ -463,6 +471,9 @@ class ReferenceCopy:
         else:
             unit = mid * (1 + half + self.impact(1.0, volume)) * m.multiplier
         by_equity = math.floor(self.e.position_frac * self.equity / max(unit, 1e-12))
+        by_notional = self.notional_limit(fill)
+        self.seen.notional_bound += by_notional < by_equity
+        by_equity = min(by_equity, by_notional)
         cap = math.floor(c.max_volume_share * volume)
         covered = self.free_cover() if sell and quote.call else 0  # covered calls need no margin
         wanted = min(max(by_equity, covered), cap)
@@ -501,22 +512,26 @@ class ReferenceCopy:
         """Valid actions at t, judged on t's chain at t's close: hold; a buy if a slot is free, the bar is calm
         and one contract at the ask with its buying and closing fees fits the cash room and position_frac of
         equity; a sale if a slot is free, the bar is calm, one contract's margin fits position_frac of equity and
-        its margin less its bid, with the fees, fits the cash room; a target that changes the holding (down
-        always, up when calm and one share fits the room); close-all if an option or a share is held; close
-        worst/best if an option is held."""
+        its margin less its bid, with the fees, fits the cash room; either (a covered call aside) only if one
+        contract's notional fits env.max_order_notional of equity, where that is set; a target that changes the
+        holding (down always, up when calm and one share fits the room); close-all if an option or a share is
+        held; close worst/best if an option is held."""
         lay, t, held, mult = self.layout, self.t, len(self.open_positions()), self.m.multiplier
         fees, room, budget = self.round_trip_fees(minimum=True), self.cash_room(), self.e.position_frac * self.equity
         calm = not self.mk.turbulent[t]
         can_open = held < self.e.max_positions and calm
         at, buys, sales = self.mk.close_point(t), [], []
+        cap = self.e.max_order_notional
+        in_cap = cap <= 0 or at.spot * mult <= cap * self.equity  # one contract's notional
+        self.seen.notional_masked += can_open and not in_cap
         for index in range(2 * len(lay.grid)):
             quote = self.mk.quote(index, lay.grid, t, at, t)
             one = self.impact(1.0, quote.volume)
-            buys.append(can_open and quote.mid * (1 + quote.half + one) * mult + fees <= min(room, budget))
+            buys.append(can_open and in_cap and quote.mid * (1 + quote.half + one) * mult + fees <= min(room, budget))
             margin = self.mk.margin(quote.mid, at.spot, quote.strike, quote.call) * mult
             bid = quote.mid * (1 - quote.half - one) * mult
             covered = quote.call and self.free_cover() >= 1 and not self.margin_call()
-            sales.append(can_open and (covered or (margin <= budget and margin - bid + fees <= room)))
+            sales.append(can_open and (covered or (in_cap and margin <= budget and margin - bid + fees <= room)))
         targets = []
         for target in lay.targets:
             wanted = max(math.floor(target * self.equity / at.spot), 0)

@@ -225,6 +225,9 @@ def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synth
 
 SP500_STARTS = torch.linspace(1500, 1880, 48).round().long()  # mid-2005 to 2007: stale opens come and go
 SP500_MARGIN = EnvConfig(dtype="float64", initial_cash=300_000.0, position_frac=0.5)  # one contract's margin: ~$20k
+# $135,000 of notional an order on $300,000: one contract of the index (1,180-1,560 over these bars) is $118k-$156k,
+# so the cap cuts most orders to one contract and forbids any at times; a third of the orders are sales.
+NOTIONAL_CAP = EnvConfig(dtype="float64", initial_cash=300_000.0, position_frac=0.2, max_order_notional=0.45)
 
 
 # The S&P 500 from 2005 into 2008: real VIX closes and opens (or the EWMA model), daily T-bill rates, and bars
@@ -232,11 +235,11 @@ SP500_MARGIN = EnvConfig(dtype="float64", initial_cash=300_000.0, position_frac=
 @pytest.mark.parametrize("iv_source, env_cfg", [("auto", EXACT),
                                                 ("model", EnvConfig(dtype="float64", initial_cash=60_000.0,
                                                                     position_frac=0.1)),
-                                                ("auto", SP500_MARGIN)],
-                         ids=["vix-rich", "model-tight", "vix-margin"])
+                                                ("auto", SP500_MARGIN), ("auto", NOTIONAL_CAP)],
+                         ids=["vix-rich", "model-tight", "vix-margin", "vix-notional-cap"])
 def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg):
     checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source), env_cfg, starts=SP500_STARTS,
-                                   weights=SELLS if env_cfg is SP500_MARGIN else None)
+                                   weights=SELLS if env_cfg in (SP500_MARGIN, NOTIONAL_CAP) else None)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 500, checked
     assert checked["stale_fills"] > 500 and checked["open_fills"] > 500, checked
     assert checked["expiries"] > 0 and checked["early_expiries"] > 0, checked
@@ -248,6 +251,11 @@ def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_s
     elif env_cfg is SP500_MARGIN:
         assert checked["margin_calls"] > 100 and checked["margin_call_closes"] > 200, checked
         assert checked["room_bound_sales"] > 100, checked
+    elif env_cfg is NOTIONAL_CAP:
+        assert checked["notional_bound"] > 100 and checked["notional_masked"] > 100, checked
+        assert checked["buys"] > 100 and checked["sales"] > 100, checked
+    if env_cfg is not NOTIONAL_CAP:
+        assert checked["notional_bound"] == checked["notional_masked"] == 0, checked
 
 
 def intraday_market(days: int = 40, seed: int = 0) -> MarketData:
@@ -459,6 +467,54 @@ def test_a_reference_that_breaks_one_rule_no_longer_agrees(sp500_data, market_na
     which = {"reference_copy" if issubclass(mutant, ReferenceCopy) else "reference_market": mutant}
     with pytest.raises(AssertionError):
         agree_with_reference(*args, weights=SELLS, **which)
+
+
+class NoNotionalCapOnOrders(ReferenceCopy):
+    def notional_limit(self, fill):
+        return math.inf
+
+
+class NotionalAtTheClose(ReferenceCopy):
+    def notional_limit(self, fill):
+        return math.floor(self.e.max_order_notional * self.equity / (self.mk.close[self.t] * self.m.multiplier))
+
+
+@pytest.mark.parametrize("mutant", [NoNotionalCapOnOrders, NotionalAtTheClose], ids=lambda m: m.__name__)
+def test_a_reference_that_sizes_past_the_notional_cap_no_longer_agrees(sp500_data, mutant):
+    """The cap sizes an order at its fill's spot (t+1's open, or its close after a stale open), not t's close."""
+    with pytest.raises(AssertionError):
+        agree_with_reference(sp500_data, MarketConfig(), NOTIONAL_CAP, starts=SP500_STARTS,
+                             reference_copy=mutant, weights=SELLS)
+
+
+def test_a_notional_cap_stops_cheap_options_coming_by_the_thousand(sp500_data):
+    """June 2017, the VIX at 9.9: 5% of $1M in premium buys the 30-day 1.05 call (worth a fraction of a cent) by the
+    tens of thousands, up to its volume cap, and pays its premium many times over in commission: how 2016-18 ruined
+    most agents (docs/RESULTS.md). With env.max_order_notional 1 every order holds at most the account's equity in
+    the index: 4 contracts at 2,430, with their few dollars of fees."""
+    start = torch.tensor([int(np.searchsorted(sp500_data.dates, np.datetime64("2017-06-01")))])
+    commission = COST_KINDS.index("commission")
+    orders = {}
+    for is_call, moneyness in ((True, 2), (True, 1), (False, 0)):  # the 1.05 and ATM calls, the 0.95 put
+        for cap in (0.0, 1.0):
+            env = BatchedOptionsEnv(sp500_data, "test", MarketConfig(), EnvConfig(dtype="float64",
+                                    max_order_notional=cap), 1, seed=0, autoreset=False)
+            obs = env.reset(start)
+            equity = float(env.equity[0])
+            action = env.actions.buy(is_call=is_call, moneyness_index=moneyness, expiry_index=0)
+            assert bool(obs.mask[0, action])
+            env.step(torch.tensor([action]))
+            contracts, paid = float(env.contracts[0, 0]), float(env.entry_cost[0, 0])
+            orders[is_call, moneyness, cap] = contracts, paid, float(env.costs_paid[commission, 0])
+            if cap:  # the index's notional at the fill (the next open) within the equity at the decision's close
+                spot = float(env.quotes.fill_px[0, int(start) + 1])
+                assert contracts == math.floor(cap * equity / (spot * 100)) == 4
+                assert orders[is_call, moneyness, cap][2] == pytest.approx(4 * CostConfig().commission_per_contract)
+            else:
+                assert contracts > 4
+    contracts, paid, fees = orders[True, 2, 0.0]
+    assert contracts > 10_000 and fees > 0.9 * paid  # nearly all of the order's money is commission
+    assert orders[True, 2, 1.0][1] < 10.0  # four of the same calls: a few dollars, fees and all
 
 
 def test_a_masked_action_is_never_executed(synthetic_data):

@@ -165,6 +165,10 @@ class EnvConfig(Section):
                                                "contract)", limits="> 0")
     max_positions: int = setting(5, "open positions at once", limits=">= 1")
     position_frac: float = setting(0.05, "premium paid per new position, as a share of equity", limits="(0, 1]")
+    # Premium sizing alone buys cheap options by the thousand (2017's calm: ~30x the contracts of 2010-12 for the
+    # same dollars, and per-contract fees with them): docs/RESULTS.md. A risk desk caps an order's notional.
+    max_order_notional: float = setting(0.0, "an opening order holds at most this multiple of equity in notional "
+                                             "(contracts x multiplier x spot); 0: no cap", limits=">= 0")
     episode_length: int = setting(252, "bars; 0: from the split's first valid bar to its end", limits=">= 0")
     ruin_fraction: float = setting(0.5, "the episode ends early once equity falls below this share of initial "
                                         "cash", limits="[0, 1)")

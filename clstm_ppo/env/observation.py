@@ -106,11 +106,14 @@ def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
     mask[:, a.close_worst:] = holding.unsqueeze(-1)  # close worst and best: options only
     can_open = ((n_open < spec.cfg.max_positions) & ~turbulent).unsqueeze(-1)
     room, budget = cash_room(spec, s), spec.cfg.position_frac * s.equity
+    sized = can_open  # and one contract's notional within env.max_order_notional of equity (covered calls aside)
+    if spec.cfg.max_order_notional > 0:
+        sized = sized & (spot * spec.market.multiplier <= spec.cfg.max_order_notional * s.equity).unsqueeze(-1)
     one = at_rows(q.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
-    mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & can_open
+    mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & sized
     if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room;
         need, margin = at_rows(q.close_short_need, row), at_rows(q.close_short_margin, row)  # or a covered call
-        naked = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1))
+        naked = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1)) & sized
         called = (s.cash < s.margin) & (s.margin > 0)  # a margin call opens nothing, covered or not
         naked[:, :g] |= ((free_cover(spec, s) >= 1) & ~called).unsqueeze(-1)
         mask[:, 1 + 2 * g:1 + 4 * g] = naked & can_open

@@ -125,7 +125,8 @@ def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, 
 
 def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fill_bar: Tensor) -> None:
     """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free slot:
-    bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin."""
+    bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin; with
+    ``env.max_order_notional``, at most that multiple of equity in notional at the fill's spot."""
     cfg, costs, mult, grid = spec.cfg, spec.market.costs, spec.market.multiplier, spec.actions.grid_size
     ordering = (action >= 1) & (action <= spec.actions.option_orders)
     order = (action - 1).clamp(0, spec.actions.option_orders - 1)
@@ -138,15 +139,19 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     strike, opt_volume = at_rows(q.fill_strike, fill_row, g), at_rows(q.fill_volume, fill_row, g)
     margin = at_rows(q.fill_margin, fill_row, quote_index) * mult  # $ per contract sold
     fees = round_trip_fees_per_contract(costs)
-    # Size: position_frac of equity in premium (a buy) or in margin (a sale), at most max_volume_share of the
-    # strike's volume; then as many as the cash room carries after the closing-fee reserves and the margin.
+    # Size: position_frac of equity in premium (a buy) or in margin (a sale), at most max_order_notional of equity
+    # in notional and max_volume_share of the strike's volume; then as many as the cash room carries after the
+    # closing-fee reserves and the margin.
     first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs) * mult
     per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
     # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
     # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
     covered = free_cover(spec, s) * as_float(selling & is_call, spec.dtype)
-    wanted = torch.minimum(torch.maximum(torch.floor(cfg.position_frac * s.equity / per_unit), covered),
-                           torch.floor(costs.max_volume_share * opt_volume))
+    by_equity = torch.floor(cfg.position_frac * s.equity / per_unit)
+    if cfg.max_order_notional > 0:  # a setting, not a tensor: no branch in the compiled graph
+        by_equity = torch.minimum(by_equity, torch.floor(cfg.max_order_notional * s.equity
+                                                         / (at_rows(q.fill_px, fill_row) * mult)))
+    wanted = torch.minimum(torch.maximum(by_equity, covered), torch.floor(costs.max_volume_share * opt_volume))
     price = fill_price_at(mid, wanted, sell, half, opt_volume, costs) * mult  # more contracts: more slippage
     need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
     affordable = covered + torch.floor((cash_room(spec, s) / need.clamp_min(1e-12)).clamp_min(0))
