@@ -140,6 +140,12 @@ def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
     return run
 
 
+def cudagraph_skips() -> int:
+    """How many compiled calls in this process inductor ran without the CUDA graphs "reduce-overhead" asked for (a
+    CPU tensor, an input it cannot keep at one address, ...): it falls back silently, so "ran as" reads this."""
+    return int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
+
+
 @contextlib.contextmanager
 def cuda_graph_capture(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
     """``torch.cuda.graph(graph)`` on a stream of its own, inside a stream context of its own: when CUDA refuses a

@@ -180,7 +180,8 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
         # splitting each minibatch k ways with k-fold accumulation keeps the same optimizer steps in 1/k of it.
         p, done = cfg.ppo, trainer.update if trainer is not None else 0
         k = next((k for k in (4, 2) if cfg.train.num_envs % (k * p.num_minibatches) == 0), 0)
-        split = (f"split each minibatch with --set ppo.num_minibatches={k * p.num_minibatches} --set "
+        graphs = "--set train.update_graphs=false " if cfg.train.update_graphs else ""  # it refuses accumulation
+        split = (f"split each minibatch with {graphs}--set ppo.num_minibatches={k * p.num_minibatches} --set "
                  f"ppo.grad_accumulation={k * p.grad_accumulation} (the same optimizer steps; about 1/{k} of the "
                  "update's activations), or " if k else "")
         saved = f"latest.pt holds update {done}" if done else "no checkpoint was written"

@@ -167,6 +167,25 @@ def test_update_graphs_replay_on_cuda_only_and_the_trainer_says_how_its_update_r
     assert Trainer(load_config("smoke", ["env.compile=off"]), Path(tempfile.mkdtemp()), CPU).update_path == "eager"
 
 
+def test_the_update_is_not_called_graphed_where_inductor_skipped_its_cuda_graphs(monkeypatch):
+    """Inductor runs a "reduce-overhead" call without its CUDA graph when it cannot capture it, silently but for a
+    counter; a CPU tensor is such a case, so here the counter shows it moving, and a trainer whose update asked for
+    graphs (as on a GPU) reports the skips instead of "graphs"."""
+    from torch._dynamo.utils import counters
+
+    from clstm_ppo.device import compile_graph, cudagraph_skips
+
+    counters.clear()
+    assert cudagraph_skips() == 0
+    compile_graph(lambda x: (2 * x).sin(), "toy", cuda_graphs=True)(torch.ones(3))
+    assert cudagraph_skips() == 1
+    trainer = Trainer(load_config("smoke", ["env.compile=on"]), Path(tempfile.mkdtemp()), CPU)
+    monkeypatch.setattr(trainer.static_loss, "cuda_graphs", True)
+    assert trainer.update_path == "compiled (CUDA graph skips in this process: 1)"
+    counters.clear()
+    assert trainer.update_path == "graphs"
+
+
 def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(monkeypatch):
     """A study trains runs of several kinds and folds in one process, each a new graph: more than dynamo's default
     8 must still run compiled, and past the limit the run stops with a line naming the function, never silently

@@ -237,9 +237,11 @@ def test_wandb_flag_logs_an_offline_run(tmp_path, monkeypatch):
     assert len(runs) == 2 and all(r.name.endswith(run_id) for r in runs), "a resume logs into the same W&B run"
 
 
-def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("update_graphs", [False, True])
+def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, monkeypatch, capsys, update_graphs):
     """At 65,536 copies a GPU the update's activations are what runs out (docs/TRAINING.md, "Memory at scale"):
-    the one line says what was saved and which settings keep the same optimizer steps in less memory."""
+    the one line says what was saved and which settings keep the same optimizer steps in less memory (with
+    train.update_graphs, which refuses gradient accumulation, turning it off)."""
     from clstm_ppo.config import load_config
     from clstm_ppo.training import runner
 
@@ -252,16 +254,18 @@ def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, m
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner, "ppo_update", second_update_runs_out)
-    assert train(tmp_path, "--total-steps", "5120", "--set", "train.num_envs=8") == 2
+    ran = ["train.num_envs=8", *(["train.update_graphs=true"] if update_graphs else [])]
+    assert train(tmp_path, "--total-steps", "5120", *(a for s in ran for a in ("--set", s))) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
+    graphs_off = "--set train.update_graphs=false " if update_graphs else ""
     assert err == ("error: CUDA ran out of memory on rank 0; latest.pt holds update 1; split each minibatch with "
-                   "--set ppo.num_minibatches=8 --set ppo.grad_accumulation=4 (the same optimizer steps; about 1/4 "
-                   "of the update's activations), or lower --num-envs or the agent.* sizes")
+                   f"{graphs_off}--set ppo.num_minibatches=8 --set ppo.grad_accumulation=4 (the same optimizer "
+                   "steps; about 1/4 of the update's activations), or lower --num-envs or the agent.* sizes")
     assert load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")["update"] == 1
     words = err.split()
     suggested = [words[i + 1] for i, word in enumerate(words) if word == "--set"]
-    cfg = load_config(SMOKE, [*suggested, "train.num_envs=8"])  # the settings it names are accepted as they stand
-    assert (cfg.ppo.num_minibatches, cfg.ppo.grad_accumulation) == (8, 4)
+    cfg = load_config(SMOKE, [*ran, *suggested])  # the settings it names are accepted on top of the run's
+    assert (cfg.ppo.num_minibatches, cfg.ppo.grad_accumulation, cfg.train.update_graphs) == (8, 4, False)
 
 
 @pytest.mark.parametrize("every", [1, 2])
