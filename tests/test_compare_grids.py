@@ -10,7 +10,8 @@ from conftest import strict_loads
 
 from clstm_ppo.backtest.statistics import bootstrap_ci
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_grids.py"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "compare_grids.py"
 
 
 def grid_runs(shift: float, seed: int, seeds: int = 4) -> list[dict]:
@@ -63,6 +64,33 @@ def test_a_known_shift_is_found_and_a_grid_against_itself_differs_by_nothing(tmp
     assert all(r["b_minus_a"] == pytest.approx(0.25) and r["b_higher"] == 1.0 for r in sharpe)
     same = strict_loads(run(tmp_path / "a.log", tmp_path / "a.log", "--json").stdout.splitlines()[-1])
     assert all(r["b_minus_a"] == 0.0 and r["ci_low"] == r["ci_high"] == 0.0 for r in same["rows"])
+
+
+def test_a_grid_recorded_in_results_md_is_read_from_its_each_run_block(tmp_path):
+    """docs/RESULTS.md keeps each grid's runs when their logs and folders are gone: FILE.md#DATA reads them, a row
+    per run as the block prints it, and a later grid pairs with them."""
+    sp500 = ROOT / "docs" / "RESULTS.md#sp500"
+    done = run(sp500, sp500, "--json")
+    assert done.returncode == 0, done.stderr
+    out = strict_loads(done.stdout.splitlines()[-1])
+    assert (out["only_a"], out["only_b"]) == (0, 0)
+    sharpe = {r["config"]: r for r in out["rows"] if r["metric"] == "sharpe_excess"}
+    assert set(sharpe) == {"clstm", "lstm", "mlp", "clstm+excess", "lstm+excess", "mlp+excess"}
+    assert all(r["runs"] == 30 and r["b_minus_a"] == 0.0 for r in sharpe.values())  # 10 seeds x 3 folds
+    # the block's first line: clstm, TW 30, seed 0, fold 0 (docs/RESULTS.md), and the section's clstm mean
+    assert sharpe["clstm"]["a_mean"] == pytest.approx(0.172, abs=5e-4)
+    later = [{"config": "clstm", "window": 30, "seed": 0, "fold": 0, "sharpe_excess": 1.5, "total_return": 1.0,
+              "max_drawdown": 0.1, "ruined": 0.0}]
+    paired = strict_loads(run(sp500, write(tmp_path / "later.log", later), "--json").stdout.splitlines()[-1])
+    row = next(r for r in paired["rows"] if r["metric"] == "sharpe_excess")
+    assert (row["runs"], row["a_mean"], paired["only_a"]) == (1, 1.0825, 179)
+    for name, message in (("RESULTS.md#nothing", "has no section 'nothing' written by reproduce_paper.py"),
+                          ("missing.md#sp500", "has no section 'sp500'")):
+        bad = tmp_path / name
+        if name.startswith("RESULTS"):
+            (tmp_path / "RESULTS.md").write_text("# Results\n")
+        done = run(bad, sp500)
+        assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
 
 
 def write_run_folders(root: Path, runs: list[dict], rng: np.random.Generator) -> dict:

@@ -73,6 +73,15 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     assert "clstm TW 5 - clstm TW 10" in text
     assert "### Paired differences" in text and "### Each fold" in text and "### Deflated Sharpe" in text
     assert "reproduce_paper.py --config smoke" in text
+    # The "Each run" block reads back as the JSON's rows, to its 4 decimals (a grid whose log is gone).
+    from clstm_ppo.backtest.across_runs import read_grid
+    block = read_grid(Path(f"{results}#synthetic"))
+    assert len(block) == len(out["per_run"])
+    for read, row in zip(block, out["per_run"], strict=True):
+        assert read.keys() == row.keys()
+        for key, value in row.items():
+            assert read[key] == (value if value is None or isinstance(value, str | int) else
+                                 pytest.approx(value, abs=5e-5)), (key, row)
 
 
 def test_altering_test_bars_leaves_the_selected_checkpoint_unchanged(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,11 @@ def run_folder(runs: Path, run: dict[str, Any]) -> Path:
 
 def read_grid(path: Path) -> list[dict[str, Any]]:
     """The per-run rows of what ``reproduce_paper.py --json`` printed (its log will do: the file's last non-empty
-    line); a clear SystemExit for anything else."""
+    line), or with ``FILE.md#DATA`` of the "Each run" block reproduce_paper wrote into that data's section of a
+    results file (its numbers to 4 decimals: a grid whose log and run folders are gone); a clear SystemExit for
+    anything else."""
+    if path.suffix.startswith(".md#"):
+        return read_results_block(path.with_suffix(".md"), path.suffix[len(".md#"):])
     if not path.is_file():
         raise SystemExit(f"error: {path} not found: give the file reproduce_paper.py --json printed to")
     lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -50,6 +55,36 @@ def read_grid(path: Path) -> list[dict[str, Any]]:
         raise SystemExit(f"error: {path}'s last line is not reproduce_paper.py's --json output (no per_run list): "
                          "run it with --json and keep its output")
     return grid["per_run"]
+
+
+def read_results_block(path: Path, label: str) -> list[dict[str, Any]]:
+    """The per-run rows of the "Each run" table in ``path``'s ``<!-- begin label -->`` section, as numbers (a
+    fold, seed or window as an int; what is not a number, e.g. n/a, as None)."""
+    text = path.read_text() if path.is_file() else ""
+    begin, end = f"<!-- begin {label} -->", f"<!-- end {label} -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"error: {path} has no section {label!r} written by reproduce_paper.py (its '{begin}' and "
+                         f"'{end}' lines): give FILE.md#DATA with the data's name, e.g. docs/RESULTS.md#sp500")
+    section = text[text.index(begin):text.index(end)]
+    table = section.split("### Each run", 1)[-1].split("```")[1:2] if "### Each run" in section else []
+    lines = [line for line in table[0].splitlines() if line.strip()] if table else []
+    if len(lines) < 2 or lines[0].split()[:4] != ["config", "window", "seed", "fold"]:
+        raise SystemExit(f"error: {path}'s section {label!r} has no 'Each run' table of config, window, seed, fold")
+    # Right-aligned columns (tables.format_records), a missing number blank: each cell ends where its header does.
+    ends = [m.end() for m in re.finditer(r"\S+", lines[0])]
+    keys = lines[0].split()
+    return [{key: _cell(key, row[start:end].strip()) for key, start, end in zip(keys, [0, *ends], ends, strict=False)}
+            for row in lines[1:]]
+
+
+def _cell(key: str, value: str) -> Any:
+    if key == "config":
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value if key == "fold" else None  # the default split's fold name; a blank: a number that does not exist
+    return int(number) if key in ("window", "seed", "fold") else number
 
 
 def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]]) -> dict[str, float]:
