@@ -141,8 +141,8 @@ def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
 
 
 def cudagraph_skips() -> int:
-    """How many compiled calls in this process inductor ran without the CUDA graphs "reduce-overhead" asked for (a
-    CPU tensor, an input it cannot keep at one address, ...): it falls back silently, so "ran as" reads this."""
+    """How many graphs inductor compiled in this process without the CUDA graphs "reduce-overhead" asked for (a CPU
+    tensor, an input it cannot keep at one address, ...): it falls back silently but for this counter."""
     return int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
 
 

@@ -275,6 +275,7 @@ class Seen:
     rejected: int = 0  # an order the fill could not size to one contract
     notional_bound: int = 0  # an order cut by env.max_order_notional
     notional_masked: int = 0  # mask calls where one contract's notional was above that cap
+    covered_past_cap: int = 0  # covered calls offered where that cap forbade a naked one
 
 
 class ReferenceCopy:
@@ -508,6 +509,10 @@ class ReferenceCopy:
         under_calls = sum(p.contracts for p in self.open_positions() if p.short and p.call) * self.m.multiplier
         return max(math.floor((self.shares - under_calls) / self.m.multiplier), 0)
 
+    def covers(self, quote: Quote) -> bool:
+        """Whether the shares not yet under a short call cover one more contract of this call (no margin call)."""
+        return quote.call and self.free_cover() >= 1 and not self.margin_call()
+
     def mask(self) -> list[bool]:
         """Valid actions at t, judged on t's chain at t's close: hold; a buy if a slot is free, the bar is calm
         and one contract at the ask with its buying and closing fees fits the cash room and position_frac of
@@ -530,7 +535,8 @@ class ReferenceCopy:
             buys.append(can_open and in_cap and quote.mid * (1 + quote.half + one) * mult + fees <= min(room, budget))
             margin = self.mk.margin(quote.mid, at.spot, quote.strike, quote.call) * mult
             bid = quote.mid * (1 - quote.half - one) * mult
-            covered = quote.call and self.free_cover() >= 1 and not self.margin_call()
+            covered = self.covers(quote)
+            self.seen.covered_past_cap += can_open and covered and not in_cap
             sales.append(can_open and (covered or (in_cap and margin <= budget and margin - bid + fees <= room)))
         targets = []
         for target in lay.targets:

@@ -85,7 +85,7 @@ def test_a_grid_recorded_in_results_md_is_read_from_its_each_run_block(tmp_path)
     row = next(r for r in paired["rows"] if r["metric"] == "sharpe_excess")
     assert (row["runs"], row["a_mean"], paired["only_a"]) == (1, 1.0825, 179)
     for name, message in (("RESULTS.md#nothing", "has no section 'nothing' written by reproduce_paper.py"),
-                          ("missing.md#sp500", "has no section 'sp500'")):
+                          ("missing.md#sp500", "missing.md not found: give the results file")):
         bad = tmp_path / name
         if name.startswith("RESULTS"):
             (tmp_path / "RESULTS.md").write_text("# Results\n")

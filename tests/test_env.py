@@ -253,9 +253,10 @@ def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_s
         assert checked["room_bound_sales"] > 100, checked
     elif env_cfg is NOTIONAL_CAP:
         assert checked["notional_bound"] > 100 and checked["notional_masked"] > 100, checked
+        assert checked["covered_past_cap"] > 20, checked
         assert checked["buys"] > 100 and checked["sales"] > 100, checked
     if env_cfg is not NOTIONAL_CAP:
-        assert checked["notional_bound"] == checked["notional_masked"] == 0, checked
+        assert checked["notional_bound"] == checked["notional_masked"] == checked["covered_past_cap"] == 0, checked
 
 
 def intraday_market(days: int = 40, seed: int = 0) -> MarketData:
@@ -479,9 +480,17 @@ class NotionalAtTheClose(ReferenceCopy):
         return math.floor(self.e.max_order_notional * self.equity / (self.mk.close[self.t] * self.m.multiplier))
 
 
-@pytest.mark.parametrize("mutant", [NoNotionalCapOnOrders, NotionalAtTheClose], ids=lambda m: m.__name__)
-def test_a_reference_that_sizes_past_the_notional_cap_no_longer_agrees(sp500_data, mutant):
-    """The cap sizes an order at its fill's spot (t+1's open, or its close after a stale open), not t's close."""
+class CapsCoveredCallsToo(ReferenceCopy):
+    def covers(self, quote):
+        in_cap = self.mk.close[self.t] * self.m.multiplier <= self.e.max_order_notional * self.equity
+        return super().covers(quote) and in_cap
+
+
+@pytest.mark.parametrize("mutant", [NoNotionalCapOnOrders, NotionalAtTheClose, CapsCoveredCallsToo],
+                         ids=lambda m: m.__name__)
+def test_a_reference_that_breaks_the_notional_cap_no_longer_agrees(sp500_data, mutant):
+    """The cap sizes an order at its fill's spot (t+1's open, or its close after a stale open), not t's close, and
+    leaves covered calls alone (the shares already hold their notional)."""
     with pytest.raises(AssertionError):
         agree_with_reference(sp500_data, MarketConfig(), NOTIONAL_CAP, starts=SP500_STARTS,
                              reference_copy=mutant, weights=SELLS)
@@ -515,6 +524,10 @@ def test_a_notional_cap_stops_cheap_options_coming_by_the_thousand(sp500_data):
     contracts, paid, fees = orders[True, 2, 0.0]
     assert contracts > 10_000 and fees > 0.9 * paid  # nearly all of the order's money is commission
     assert orders[True, 2, 1.0][1] < 10.0  # four of the same calls: a few dollars, fees and all
+    # A cap below one contract of the index (2016-18: 1,829 at its lowest close) would leave a stock-only agent.
+    with pytest.warns(UserWarning, match=r"env.max_order_notional 0.1 x env.initial_cash 1,000,000 is below one "
+                                         r"contract's notional \(182,9\d\d at the lowest close of the test split\)"):
+        BatchedOptionsEnv(sp500_data, "test", MarketConfig(), EnvConfig(max_order_notional=0.1), 1, seed=0)
 
 
 def test_a_masked_action_is_never_executed(synthetic_data):

@@ -167,23 +167,31 @@ def test_update_graphs_replay_on_cuda_only_and_the_trainer_says_how_its_update_r
     assert Trainer(load_config("smoke", ["env.compile=off"]), Path(tempfile.mkdtemp()), CPU).update_path == "eager"
 
 
-def test_the_update_is_not_called_graphed_where_inductor_skipped_its_cuda_graphs(monkeypatch):
-    """Inductor runs a "reduce-overhead" call without its CUDA graph when it cannot capture it, silently but for a
-    counter; a CPU tensor is such a case, so here the counter shows it moving, and a trainer whose update asked for
-    graphs (as on a GPU) reports the skips instead of "graphs"."""
-    from torch._dynamo.utils import counters
+def test_a_loss_whose_cuda_graphs_inductor_skipped_computes_the_same_and_says_so(rollout_with_resets, monkeypatch):
+    """Inductor compiles a "reduce-overhead" graph without its CUDA graph when it cannot capture it, silently but for
+    a counter; on a CPU it always does. The loss in that mode equals the compiled one, counts its own skipped graphs
+    (not those of other functions), and a trainer whose update asked for graphs reports them instead of "graphs"."""
+    from clstm_ppo.device import compile_graph
 
-    from clstm_ppo.device import compile_graph, cudagraph_skips
-
-    counters.clear()
-    assert cudagraph_skips() == 0
-    compile_graph(lambda x: (2 * x).sin(), "toy", cuda_graphs=True)(torch.ones(3))
-    assert cudagraph_skips() == 1
+    trained, storage, env = rollout_with_resets
+    cfg, prec = PPOConfig(num_minibatches=2, update_epochs=2), Precision(CPU, "fp32")
+    advantages, idx = normalise_advantages(storage.advantages), torch.tensor([4, 1, 3])
+    compiled = StaticMinibatchLoss(trained, env.market_windows, storage, cfg, prec, compile=True)
+    graphed = StaticMinibatchLoss(trained, env.market_windows, storage, cfg, prec, compile=True, cuda_graphs=True)
+    want = loss_and_gradients(trained, compiled, idx, advantages)
+    compile_graph(lambda x: (2 * x).sin(), "toy", cuda_graphs=True)(torch.ones(3))  # another function's skip
+    got = loss_and_gradients(trained, graphed, idx, advantages)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-6, atol=1e-7)
+    assert compiled.cudagraph_skips == 0 and graphed.cudagraph_skips >= 2  # the recurrence block and the loss
+    skipped = graphed.cudagraph_skips
+    loss_and_gradients(trained, graphed, idx, advantages)
+    assert graphed.cudagraph_skips == skipped, "counted when compiled, not again at each call"
     trainer = Trainer(load_config("smoke", ["env.compile=on"]), Path(tempfile.mkdtemp()), CPU)
     monkeypatch.setattr(trainer.static_loss, "cuda_graphs", True)
-    assert trainer.update_path == "compiled (CUDA graph skips in this process: 1)"
-    counters.clear()
     assert trainer.update_path == "graphs"
+    monkeypatch.setattr(trainer.static_loss, "cudagraph_skips", 2)
+    assert trainer.update_path == "compiled (graphs without CUDA graphs: 2)"
 
 
 def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(monkeypatch):

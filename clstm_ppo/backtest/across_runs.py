@@ -60,7 +60,10 @@ def read_grid(path: Path) -> list[dict[str, Any]]:
 def read_results_block(path: Path, label: str) -> list[dict[str, Any]]:
     """The per-run rows of the "Each run" table in ``path``'s ``<!-- begin label -->`` section, as numbers (a
     fold, seed or window as an int; what is not a number, e.g. n/a, as None)."""
-    text = path.read_text() if path.is_file() else ""
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: give the results file reproduce_paper.py --results wrote to, "
+                         "then #DATA (e.g. docs/RESULTS.md#sp500)")
+    text = path.read_text()
     begin, end = f"<!-- begin {label} -->", f"<!-- end {label} -->"
     if begin not in text or end not in text:
         raise SystemExit(f"error: {path} has no section {label!r} written by reproduce_paper.py (its '{begin}' and "

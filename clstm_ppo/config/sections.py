@@ -168,7 +168,7 @@ class EnvConfig(Section):
     # Premium sizing alone buys cheap options by the thousand (2017's calm: ~30x the contracts of 2010-12 for the
     # same dollars, and per-contract fees with them): docs/RESULTS.md. A risk desk caps an order's notional.
     max_order_notional: float = setting(0.0, "an opening order holds at most this multiple of equity in notional "
-                                             "(contracts x multiplier x spot); 0: no cap", limits=">= 0")
+                                             "(contracts x multiplier x spot); 0: no cap", limits="[0, 1000]")
     episode_length: int = setting(252, "bars; 0: from the split's first valid bar to its end", limits=">= 0")
     ruin_fraction: float = setting(0.5, "the episode ends early once equity falls below this share of initial "
                                         "cash", limits="[0, 1)")

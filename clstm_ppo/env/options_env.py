@@ -9,6 +9,7 @@ once per update (``take_episode_sums``).
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -40,6 +41,13 @@ class BatchedOptionsEnv:
         self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather,
                               symbol_weights)
         self.dtype, self.market_cfg, self.cfg, self.actions = self.spec.dtype, market, cfg, self.spec.actions
+        if cfg.max_order_notional > 0:  # a cap below one contract leaves a stock-only agent: say so, not silently
+            one = float(np.min(data.bars["close"][:, self.spec.first_bar:self.spec.split_end])) * market.multiplier
+            if cfg.max_order_notional * cfg.initial_cash < one:
+                warnings.warn(f"env.max_order_notional {cfg.max_order_notional:g} x env.initial_cash "
+                              f"{cfg.initial_cash:,.0f} is below one contract's notional ({one:,.0f} at the lowest "
+                              f"close of the {split} split): no option order fits until equity grows; raise either",
+                              stacklevel=2)
         self.num_envs, self.autoreset, self.records = num_envs, autoreset, records
         self.staggered, self.quotes, self.max_len = self.spec.staggered, self.spec.quotes, self.spec.max_len
         self.dates = data.dates.values

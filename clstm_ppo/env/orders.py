@@ -150,7 +150,7 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     by_equity = torch.floor(cfg.position_frac * s.equity / per_unit)
     if cfg.max_order_notional > 0:  # a setting, not a tensor: no branch in the compiled graph
         by_equity = torch.minimum(by_equity, torch.floor(cfg.max_order_notional * s.equity
-                                                         / (at_rows(q.fill_px, fill_row) * mult)))
+                                                         / (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)))
     wanted = torch.minimum(torch.maximum(by_equity, covered), torch.floor(costs.max_volume_share * opt_volume))
     price = fill_price_at(mid, wanted, sell, half, opt_volume, costs) * mult  # more contracts: more slippage
     need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes

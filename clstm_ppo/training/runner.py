@@ -30,7 +30,7 @@ from clstm_ppo.backtest.walk import selection_metrics, walk
 from clstm_ppo.config import Config, check_values, first_line, save_config, to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
-from clstm_ppo.device import cudagraph_skips, wait_for
+from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.training import rank_state as ranks
@@ -250,11 +250,11 @@ class Trainer:
     @property
     def update_path(self) -> str:
         """How the update's minibatch loss ran: "graphs" (replayed as CUDA graphs), "compiled" or "eager"; "compiled"
-        with a count where CUDA graphs were asked for and inductor skipped them."""
+        with a count where CUDA graphs were asked for and inductor compiled some of its graphs without them."""
         if self.static_loss is None or not self.static_loss.cuda_graphs:
             return "eager" if self.static_loss is None else "compiled"
-        skips = cudagraph_skips()
-        return f"compiled (CUDA graph skips in this process: {skips})" if skips else "graphs"
+        skips = self.static_loss.cudagraph_skips
+        return f"compiled (graphs without CUDA graphs: {skips})" if skips else "graphs"
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
