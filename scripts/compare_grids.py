@@ -1,6 +1,6 @@
 """Two runs of the paper comparison side by side, run by run: what changed when one thing changed between them.
 
-    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--json]
+    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--by config fold] [--json]
 
 A and B are what ``scripts/reproduce_paper.py --json`` printed (its log will do: the JSON is its last line), e.g.
 the same grid at two training budgets, or before and after a change to the market; or ``FILE.md#DATA``, the
@@ -57,24 +57,27 @@ def with_learning(runs: list[dict[str, Any]], folder: Path) -> list[dict[str, An
     return out
 
 
-def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """One row per (configuration, metric) over the runs both grids have, and how many runs were left out."""
+def compare(a: list[dict[str, Any]], b: list[dict[str, Any]],
+            by: tuple[str, ...] = ("config",)) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One row per group (``by``: the configuration, or with "fold" each configuration's folds apart) and metric
+    over the runs both grids have, and how many runs were left out."""
     by_key_a = {tuple(r[k] for k in KEY): r for r in a}
     by_key_b = {tuple(r[k] for k in KEY): r for r in b}
     shared = [k for k in by_key_a if k in by_key_b]
     if not shared:
         raise SystemExit("error: the two grids share no run (configuration, window, seed and fold): compare grids "
                          "of the same data, folds and seeds")
+    group = lambda key: tuple(key[KEY.index(name)] for name in by)  # noqa: E731
     rows = []
-    for config in dict.fromkeys(k[0] for k in shared):
-        keys = [k for k in shared if k[0] == config]
+    for values in dict.fromkeys(group(k) for k in shared):
+        keys = [k for k in shared if group(k) == values]
         for metric in [m for m in (*METRICS, *LEARNING) if m in by_key_a[keys[0]] and m in by_key_b[keys[0]]]:
             x = np.array([_number(by_key_a[k][metric]) for k in keys])
             y = np.array([_number(by_key_b[k][metric]) for k in keys])
             d = paired_difference(y, x)
-            rows.append({"config": config, "metric": metric, "runs": len(keys), "a_mean": _mean(x), "a_std": _std(x),
-                         "b_mean": _mean(y), "b_std": _std(y), "b_minus_a": d["mean"], "ci_low": d["ci_low"],
-                         "ci_high": d["ci_high"], "b_higher": d["wins"]})
+            rows.append({**dict(zip(by, values, strict=True)), "metric": metric, "runs": len(keys),
+                         "a_mean": _mean(x), "a_std": _std(x), "b_mean": _mean(y), "b_std": _std(y),
+                         "b_minus_a": d["mean"], "ci_low": d["ci_low"], "ci_high": d["ci_high"], "b_higher": d["wins"]})
     left_out = {"only_a": len(by_key_a) - len(shared), "only_b": len(by_key_b) - len(shared)}
     return rows, left_out
 
@@ -100,16 +103,18 @@ def main() -> None:
     parser.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="what to call them")
     parser.add_argument("--runs", nargs=2, type=Path, metavar=("A_DIR", "B_DIR"),
                         help="each grid's run folders for its data, to compare what the runs learnt")
+    parser.add_argument("--by", nargs="+", default=["config"], choices=KEY,
+                        help="what a row pairs within: the configuration (default), or e.g. config fold")
     parser.add_argument("--json", action="store_true", help="print every number as one JSON object last")
     args = parser.parse_args()
     a_runs, b_runs = read_grid(args.a), read_grid(args.b)
     if args.runs:
         a_runs, b_runs = with_learning(a_runs, args.runs[0]), with_learning(b_runs, args.runs[1])
-    rows, left_out = compare(a_runs, b_runs)
+    rows, left_out = compare(a_runs, b_runs, tuple(args.by))
     a, b = args.names
     print(f"{b} - {a}, paired by configuration, window, seed and fold; runs in one grid only: "
           f"{left_out['only_a']} of {a}, {left_out['only_b']} of {b}")
-    shown = [{"config": r["config"], "metric": r["metric"], "runs": r["runs"], f"{a} mean": r["a_mean"],
+    shown = [{**{k: r[k] for k in args.by}, "metric": r["metric"], "runs": r["runs"], f"{a} mean": r["a_mean"],
               f"{a} std": r["a_std"], f"{b} mean": r["b_mean"], f"{b} std": r["b_std"], f"{b} - {a}": r["b_minus_a"],
               "ci_low": r["ci_low"], "ci_high": r["ci_high"], f"{b} higher": r["b_higher"]} for r in rows]
     print(format_records(shown, digits=3))

@@ -53,6 +53,15 @@ def test_runs_are_paired_by_configuration_window_seed_and_fold(tmp_path):
             assert row["b_higher"] == pytest.approx((diffs > 0).mean())
             assert (row["ci_low"], row["ci_high"]) == pytest.approx(bootstrap_ci(diffs))
             assert row["a_mean"] == pytest.approx(np.mean([x for x, _ in pairs]))
+    # --by config fold: the same pairs, each configuration's folds apart (2 folds x 4 shared seeds a row)
+    by_fold = strict_loads(run(tmp_path / "a.log", tmp_path / "b.log", "--by", "config", "fold", "--json").stdout
+                           .splitlines()[-1])["rows"]
+    for config in ("clstm", "mlp"):
+        for fold in (0, 1):
+            row = next(r for r in by_fold if (r["config"], r["fold"], r["metric"]) == (config, fold, "total_return"))
+            diffs = [twin[(r["config"], 30, r["seed"], fold)]["total_return"] - r["total_return"] for r in a
+                     if (r["config"], r["fold"]) == (config, fold)]
+            assert row["runs"] == 4 and row["b_minus_a"] == pytest.approx(np.mean(diffs), abs=1e-12)
 
 
 def test_a_known_shift_is_found_and_a_grid_against_itself_differs_by_nothing(tmp_path):
