@@ -251,8 +251,10 @@ class Trainer:
     def update_path(self) -> str:
         """How the update's minibatch loss ran: "graphs" (replayed as CUDA graphs), "compiled" or "eager"; "compiled"
         with a count where CUDA graphs were asked for and inductor compiled some of its graphs without them."""
-        if self.static_loss is None or not self.static_loss.cuda_graphs:
-            return "eager" if self.static_loss is None else "compiled"
+        if self.static_loss is None:
+            return "eager"
+        if not self.static_loss.cuda_graphs:
+            return "compiled"
         skips = self.static_loss.cudagraph_skips
         return f"compiled (graphs without CUDA graphs: {skips})" if skips else "graphs"
 
