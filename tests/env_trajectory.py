@@ -53,7 +53,8 @@ def data_config(case: Case) -> DataConfig:
 
 
 def settings(case: Case) -> tuple[MarketConfig, EnvConfig]:
-    market = MarketConfig(allow_short=case.allow_short, stock_targets=list(case.stock_targets))
+    # The digests were made on the surface of the time, one skew on both sides (iv_call_skew = iv_skew = 1.1).
+    market = MarketConfig(allow_short=case.allow_short, stock_targets=list(case.stock_targets), iv_call_skew=1.1)
     env = EnvConfig(dtype="float64", episode_length=case.episode_length, ruin_fraction=0.0 if case.walk else 0.5)
     return market, env
 

@@ -155,7 +155,8 @@ class ReferenceMarket:
         m = self.m
         z = math.log(strike / spot) / math.sqrt(max(years, 1.0 / YEAR_DAYS) / (ATM_DAYS / YEAR_DAYS))
         z = min(max(z, -m.iv_wing_z), m.iv_wing_z)  # flat beyond the wings
-        return min(max(self.atm_at(atm30, years) - m.iv_skew * z + m.iv_smile * z * z, m.min_iv), m.max_iv)
+        skew = m.iv_call_skew if z > 0 else m.iv_skew  # the call wing (above the money) has its own skew
+        return min(max(self.atm_at(atm30, years) - skew * z + m.iv_smile * z * z, m.min_iv), m.max_iv)
 
     def half_spread(self, mid: float, vol: float, strike: float, spot: float) -> float:
         c = self.c

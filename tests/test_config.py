@@ -9,6 +9,7 @@ import pytest
 
 from clstm_ppo.agent.precision import PRECISIONS
 from clstm_ppo.config import (
+    ADDED,
     CHOICES,
     LIMITS,
     AgentConfig,
@@ -16,6 +17,7 @@ from clstm_ppo.config import (
     ConfigError,
     CostConfig,
     EnvConfig,
+    MarketConfig,
     PPOConfig,
     TrainConfig,
     check_values,
@@ -178,3 +180,24 @@ def test_every_setting_has_help_and_flags_take_theirs_from_the_field():
     for key, _, rule in rules:
         if rule.flag:
             assert rule.flag in help_text and f"({key})" in help_text
+
+
+def test_settings_saved_before_a_key_existed_keep_what_the_run_did(tmp_path):
+    """A checkpoint saved before market.iv_call_skew existed ran on one skew for both wings: resumed, walked or
+    predicted from, it keeps that surface; a user's file without the key takes today's default."""
+    saved = to_dict(Config())
+    del saved["market"]["iv_call_skew"]
+    saved["market"]["iv_skew"] = 0.7
+    assert load_config(None, [], base=saved).market.iv_call_skew == 0.7
+    assert load_config(None, ["market.iv_call_skew=0.3"], base=saved).market.iv_call_skew == 0.3  # a flag wins
+    newer = to_dict(Config())
+    newer["market"]["iv_call_skew"] = 0.2
+    assert load_config(None, [], base=newer).market.iv_call_skew == 0.2  # saved with the key: kept as saved
+    file = tmp_path / "mine.yaml"
+    file.write_text("market:\n  iv_skew: 0.7\n")
+    assert load_config(file).market.iv_call_skew == MarketConfig().iv_call_skew
+    for added, stands_for in ADDED.items():
+        section, key = added.split(".")
+        assert hasattr(getattr(Config(), section), key), f"{added} is not a setting"
+        section, key = stands_for.split(".")
+        assert hasattr(getattr(Config(), section), key), f"{stands_for} is not a setting"

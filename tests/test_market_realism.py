@@ -1,7 +1,8 @@
 """The simulated market against what real index options show (docs/MARKET.md section 2).
 
 On the embedded S&P 500, systematic option buying held to expiry, through the real env with every cost:
-buying 0.95 puts and ATM straddles loses on average in every split (the variance risk premium), and the
+buying 0.95 puts and ATM straddles loses on average in every split (the variance risk premium), 1.05 calls lose
+more than ATM calls in every vol regime of the training years, and the
 EWMA model path with the VIX withheld tells the same story as the VIX-priced market, strategy by strategy.
 """
 import numpy as np
@@ -49,6 +50,25 @@ def test_the_vix_priced_default_market_uses_the_vix(sp500):
 def test_buying_otm_puts_and_straddles_loses_on_average(results, split, strategy):
     mean = results["vix"][split][strategy]["all"]["mean_pct"]
     assert mean < 0.0, f"{strategy} on {split}: mean P&L {mean:+.1f}% of premium; real index options lose here"
+
+
+@pytest.mark.parametrize("tercile", ["low", "mid", "high"])
+def test_far_calls_lose_more_than_at_the_money_calls_in_every_vol_regime_of_the_training_years(results, tercile):
+    """Out-of-the-money index calls lose on average, and more than at-the-money ones (SPX 1988-2008: Bakshi,
+    Madan and Panayotov 2010): no cheap lottery ticket in calm markets. Training years only: the later splits
+    are six bull years, where calls may win."""
+    otm = results["vix"]["train"]["call_105"][tercile]["mean_pct"]
+    atm = results["vix"]["train"]["atm_call"][tercile]["mean_pct"]
+    assert otm < atm < 0.0, f"{tercile} vol: 1.05 call {otm:+.1f}%, ATM call {atm:+.1f}% of premium"
+
+
+def test_a_call_wing_as_steep_as_the_put_wing_was_a_free_lunch_in_calm_markets(sp500):
+    """The surface before 2026-11-27 gave calls the puts' skew: the 1.05 call at under half the ATM vol in calm
+    markets, and buying it won there. The test above fails on it."""
+    one_skew = MarketConfig(iv_call_skew=MarketConfig().iv_skew)
+    cuts = tercile_cuts(market_inputs(sp500, one_skew).iv_close, sp500)
+    calm = summarize(run_strategies(sp500, "train", one_skew, ("call_105",))["call_105"], cuts)["low"]["mean_pct"]
+    assert calm > 0.0, f"one skew, calm training years: 1.05 call {calm:+.1f}% of premium"
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))

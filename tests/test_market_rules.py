@@ -143,9 +143,31 @@ def test_the_surface_has_an_index_skew_that_steepens_as_one_over_root_t_and_a_re
     assert vol(0.12, 0.20, 1.0, 30) == pytest.approx(0.12)  # the series is the 30-day at-the-money vol
     assert 0.05 <= vol(0.12, 0.20, 0.95, 30) - 0.12 <= 0.08  # SPEC 4a: 5-8 points in a calm market
     assert vol(0.12, 0.20, 1.05, 30) < 0.12
-    slope = lambda days: (vol(0.2, 0.2, 1.01, days) - vol(0.2, 0.2, 1 / 1.01, days)) / (2 * math.log(1.01))  # noqa
-    assert slope(30) == pytest.approx(-market.iv_skew, rel=1e-9)
-    assert slope(120) == pytest.approx(-market.iv_skew / 2, rel=1e-9)  # sqrt(30 / 120)
+    step = 1e-7  # one-sided slopes at the money, in log-moneyness: each side has its own skew
+    slope = lambda days, side: (vol(0.2, 0.2, math.exp(side * step), days) - 0.2) / (side * step)  # noqa: E731
+    assert slope(30, -1) == pytest.approx(-market.iv_skew, rel=1e-5)
+    assert slope(30, +1) == pytest.approx(-market.iv_call_skew, rel=1e-5)
+    assert slope(120, -1) == pytest.approx(-market.iv_skew / 2, rel=1e-5)  # sqrt(30 / 120)
+    assert slope(120, +1) == pytest.approx(-market.iv_call_skew / 2, rel=1e-5)
     assert 0.12 < vol(0.12, 0.20, 1.0, 60) < vol(0.12, 0.20, 1.0, 365) < 0.20  # calm: upward-sloping term
     assert 0.40 > vol(0.40, 0.20, 1.0, 60) > vol(0.40, 0.20, 1.0, 365) > 0.20  # storm: inverted
     assert vol(0.12, 0.12, 0.5, 10) == vol(0.12, 0.12, 0.6, 10) <= 0.12 + 0.35, "flat far wings"
+
+
+@pytest.mark.parametrize("atm", [0.08, 0.12, 0.20, 0.40])
+def test_the_call_wing_is_flatter_than_the_put_wing_as_on_the_index(atm):
+    """The index's smile is a smirk: 30 days out, the 0.95 put sits 5-8 vol points over the money (SPEC 4a) and
+    the 1.05 call 1-3 under (textbook SPX; a call wing as steep as the put wing made 5% out-of-the-money calls
+    cost under half the at-the-money vol in calm markets, where buying them then won: test_market_realism)."""
+    from clstm_ppo.market import surface_iv
+
+    def vol(k: float, market: MarketConfig) -> float:
+        return surface_iv(torch.tensor(atm, dtype=torch.float64), torch.tensor(0.2, dtype=torch.float64),
+                          torch.log(torch.tensor(k, dtype=torch.float64)), torch.tensor(30 / 365, dtype=torch.float64),
+                          market).item()
+
+    market = MarketConfig()
+    assert 0.05 <= vol(0.95, market) - atm <= 0.08, f"0.95 put at ATM {atm:.0%}: {vol(0.95, market):.2%}"
+    assert 0.01 <= atm - vol(1.05, market) <= 0.03, f"1.05 call at ATM {atm:.0%}: {vol(1.05, market):.2%}"
+    one_skew = dataclasses.replace(market, iv_call_skew=market.iv_skew)  # the surface before 2026-11-27
+    assert atm - vol(1.05, one_skew) > 0.04, "the one-skew surface put the 1.05 call ~4.9 points under"

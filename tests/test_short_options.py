@@ -24,7 +24,7 @@ from clstm_ppo.env.actions import ActionSpace
 from clstm_ppo.market import COST_KINDS
 from clstm_ppo.market.inputs import market_inputs
 
-FLAT = MarketConfig(iv_skew=0.0, iv_smile=0.0)
+FLAT = MarketConfig(iv_skew=0.0, iv_call_skew=0.0, iv_smile=0.0)
 VOL = 0.2 * FLAT.atm_per_iv
 R, Q = FLAT.risk_free_rate, FLAT.dividend_yield
 DAY = math.exp(R / 365)  # a daily bar's carry on cash

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from clstm_ppo.config.consistency import check_values
-from clstm_ppo.config.fields import OBSOLETE, ConfigError, first_line, from_dict, walk_rules
+from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, first_line, from_dict, walk_rules
 from clstm_ppo.config.loading import (
                                       config_text,
                                       load_config,
@@ -33,7 +33,7 @@ from clstm_ppo.config.sections import (
 CHOICES = MappingProxyType({k: r.choices for k, _, r in walk_rules(Config) if r.choices})
 LIMITS = MappingProxyType({k: r.limits for k, _, r in walk_rules(Config) if r.limits})
 
-__all__ = ["CHOICES", "LIMITS", "OBSOLETE", "AgentConfig", "Config", "ConfigError", "CostConfig", "DataConfig",
+__all__ = ["ADDED", "CHOICES", "LIMITS", "OBSOLETE", "AgentConfig", "Config", "ConfigError", "CostConfig", "DataConfig",
            "EnvConfig", "MarketConfig", "PPOConfig", "SyntheticConfig", "TrainConfig", "check_values",
            "config_text", "first_line", "from_dict", "load_config", "merge", "named_configs", "parse_override",
            "save_config", "to_dict", "walk_rules", "without_obsolete"]

@@ -155,6 +155,12 @@ OBSOLETE = {
     "train.eval_episodes": "validation is now one continuous walk over the whole split",
 }
 
+# Settings added since runs were saved, each with the saved setting whose value reproduces what those runs did:
+# a checkpoint's settings without the key take that value (a user's file without it takes the default).
+ADDED = {
+    "market.iv_call_skew": "market.iv_skew",  # one skew served both wings of the surface before 2026-11-27
+}
+
 
 def from_dict(cls: type, values: dict[str, Any]) -> Any:
     """Build section ``cls`` from a (possibly partial) nested dict; every value is checked as it is set."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from clstm_ppo.config.fields import OBSOLETE, ConfigError, first_line, from_dict
+from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, first_line, from_dict
 from clstm_ppo.config.sections import Config
 
 
@@ -41,6 +41,22 @@ def without_obsolete(values: dict[str, Any], prefix: str = "") -> dict[str, Any]
             for k, v in values.items() if f"{prefix}{k}" not in OBSOLETE}
 
 
+def as_saved(values: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved settings as this version reads them: obsolete keys dropped, and each key of ADDED
+    that they lack set to the saved value it stands in for, so an older run resumes and walks as it ran."""
+    values = without_obsolete(values)
+    for added, stands_for in ADDED.items():
+        if _get(values, added) is None and _get(values, stands_for) is not None:
+            values = merge(values, nested(added, _get(values, stands_for)))
+    return values
+
+
+def _get(values: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        values = values.get(part) if isinstance(values, dict) else None
+    return values
+
+
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in update.items():
@@ -70,7 +86,7 @@ def load_config(config: str | Path | None = None, overrides: list[str] | None = 
                 base: dict[str, Any] | None = None, flags: dict[str, Any] | None = None) -> Config:
     """Defaults (or ``base``, e.g. a checkpoint's settings), then the named config or YAML file ``config``,
     then ``--set`` overrides, then ``flags`` (dotted key -> value, already typed by the command line)."""
-    values = merge(to_dict(Config()), without_obsolete(base or {}))
+    values = merge(to_dict(Config()), as_saved(base or {}))
     if config is not None:
         text, origin = config_text(config)
         try:

@@ -129,11 +129,17 @@ class MarketConfig(Section):
     # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/fit_iv_model.py reproduces these).
     iv_model_coefs: list[float] = setting([-0.3277, 0.6994, -1.4935], "log IV = a + b log(sigma_ewma) + c "
                                           "leverage", limits="(-100, 100)")
-    # iv(K, T) = atm(T) - iv_skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z: the
-    # 0.95 strike ~6.2 vol points over the money at 30 days, the 1.05 strike ~4.9 under (SPX in calm markets,
-    # SPEC 4a: 5-8 points); flat beyond the wing so far strikes stay below ~ATM + 30 points. Set by hand: no
-    # option-chain data ships here.
-    iv_skew: float = setting(1.1, "the surface's skew (vol per unit of scaled log-moneyness)", limits=">= 0")
+    # iv(K, T) = atm(T) - skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z, skew =
+    # iv_skew below the money and iv_call_skew above it: the 0.95 strike ~6.2 vol points over the money at 30
+    # days (SPX in calm markets, SPEC 4a: 5-8 points), the 1.05 strike ~2.0 under (the index's call wing is
+    # flatter than its put wing: 1-3 points at 5% out of the money); flat beyond the wing so far strikes stay
+    # below ~ATM + 30 points. Set by hand: no option-chain data ships here. Until 2026-11-27 one skew served
+    # both sides (iv_call_skew 1.1), which put the 1.05 call 4.9 points under the money at any level: under
+    # half of ATM vol in calm markets, where buying it then won on average (docs/MARKET.md section 2).
+    iv_skew: float = setting(1.1, "the surface's skew at and below the money (puts' wing; vol per unit of scaled "
+                                  "log-moneyness)", limits=">= 0")
+    iv_call_skew: float = setting(0.5, "the skew above the money (calls' wing; 1.1 is the surface of the grids "
+                                        "before 2026-11-27)", limits=">= 0")
     iv_smile: float = setting(2.0, "the surface's smile (curvature)", limits=">= 0")
     iv_wing_z: float = setting(0.2, "scaled log-moneyness beyond which the surface is flat", limits="> 0")
     term_reversion: float = setting(4.0, "kappa per year: ATM variance reverts to the training median (0: flat "

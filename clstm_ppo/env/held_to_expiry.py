@@ -29,6 +29,7 @@ from clstm_ppo.market.inputs import market_inputs
 # (position_frac of equity each), so a straddle holds equal premium, not exactly equal contracts, per leg.
 STRATEGIES: dict[str, tuple[tuple[bool, float], ...]] = {
     "atm_call": ((True, 1.00),),
+    "call_105": ((True, 1.05),),
     "atm_put": ((False, 1.00),),
     "put_095": ((False, 0.95),),
     "atm_straddle": ((True, 1.00), (False, 1.00)),

@@ -39,4 +39,7 @@ def surface_iv(atm30: Tensor, long_run: Tensor, log_k_over_s: Tensor, years: Ten
     the moneyness z = ln(K/S) / sqrt(T / 30 days), so the skew steepens as 1/sqrt(T); flat beyond +-iv_wing_z."""
     z = (log_k_over_s * (ATM_YEARS / years.clamp_min(MIN_SKEW_YEARS)).sqrt()).clamp(-cfg.iv_wing_z, cfg.iv_wing_z)
     atm = atm_term(atm30, long_run, years, cfg)
-    return (atm + z * (cfg.iv_smile * z - cfg.iv_skew)).clamp(cfg.min_iv, cfg.max_iv)
+    # Strikes above the money fall by iv_call_skew instead (0 or 1 times the difference: with equal skews the
+    # sum is iv_skew exactly, so the surface is the one-skew surface bit for bit).
+    skew = cfg.iv_skew + (cfg.iv_call_skew - cfg.iv_skew) * (z > 0).to(z.dtype)
+    return (atm + z * (cfg.iv_smile * z - skew)).clamp(cfg.min_iv, cfg.max_iv)
