@@ -2,7 +2,7 @@
 
     python scripts/market_strategies.py [--data sp500] [--json]
 
-Each strategy (ATM call, ATM put, 0.95 put, ATM straddle; the chain's 30-day expiry) is bought on every
+Each strategy (ATM call, 1.05 call, ATM put, 0.95 put, ATM straddle; the 30-day expiry) is bought on every
 eligible bar of each split at once through the real env and held to expiry (``clstm_ppo.env.held_to_expiry``).
 Rows: strategy x split x source, where ``vix`` prices options with the data's real implied-vol column (the
 embedded S&P 500's VIX) and ``model`` withholds it and uses the fitted EWMA model; a source without an iv
