@@ -133,13 +133,17 @@ def test_an_opening_order_takes_at_most_its_share_of_the_strikes_option_volume(v
         assert contracts < expected_cap, "with ample volume the money decides"
 
 
-def test_the_surface_has_an_index_skew_that_steepens_as_one_over_root_t_and_a_reverting_term():
+def surface_vol(atm: float, long_run: float, k: float, days: float, market: MarketConfig = MarketConfig()) -> float:
+    """The surface's implied vol of strike k x spot, ``days`` out, around a 30-day ATM vol ``atm`` (float64)."""
     from clstm_ppo.market import surface_iv
 
+    f64 = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return surface_iv(f64(atm), f64(long_run), torch.log(f64(k)), f64(days / 365), market).item()
+
+
+def test_the_surface_has_an_index_skew_that_steepens_as_one_over_root_t_and_a_reverting_term():
     market = MarketConfig()
-    vol = lambda atm, long_run, k, days: surface_iv(  # noqa: E731
-        torch.tensor(atm, dtype=torch.float64), torch.tensor(long_run, dtype=torch.float64),
-        torch.log(torch.tensor(k, dtype=torch.float64)), torch.tensor(days / 365, dtype=torch.float64), market).item()
+    vol = surface_vol
     assert vol(0.12, 0.20, 1.0, 30) == pytest.approx(0.12)  # the series is the 30-day at-the-money vol
     assert 0.05 <= vol(0.12, 0.20, 0.95, 30) - 0.12 <= 0.08  # SPEC 4a: 5-8 points in a calm market
     assert vol(0.12, 0.20, 1.05, 30) < 0.12
@@ -159,13 +163,7 @@ def test_the_call_wing_is_flatter_than_the_put_wing_as_on_the_index(atm):
     """The index's smile is a smirk: 30 days out, the 0.95 put sits 5-8 vol points over the money (SPEC 4a) and
     the 1.05 call 1-3 under (textbook SPX; a call wing as steep as the put wing made 5% out-of-the-money calls
     cost under half the at-the-money vol in calm markets, where buying them then won: test_market_realism)."""
-    from clstm_ppo.market import surface_iv
-
-    def vol(k: float, market: MarketConfig) -> float:
-        return surface_iv(torch.tensor(atm, dtype=torch.float64), torch.tensor(0.2, dtype=torch.float64),
-                          torch.log(torch.tensor(k, dtype=torch.float64)), torch.tensor(30 / 365, dtype=torch.float64),
-                          market).item()
-
+    vol = lambda k, market: surface_vol(atm, 0.2, k, 30, market)  # noqa: E731
     market = MarketConfig()
     assert 0.05 <= vol(0.95, market) - atm <= 0.08, f"0.95 put at ATM {atm:.0%}: {vol(0.95, market):.2%}"
     assert 0.01 <= atm - vol(1.05, market) <= 0.03, f"1.05 call at ATM {atm:.0%}: {vol(1.05, market):.2%}"

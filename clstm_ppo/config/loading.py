@@ -46,8 +46,9 @@ def as_saved(values: dict[str, Any]) -> dict[str, Any]:
     that they lack set to the saved value it stands in for, so an older run resumes and walks as it ran."""
     values = without_obsolete(values)
     for added, stands_for in ADDED.items():
-        if _get(values, added) is None and _get(values, stands_for) is not None:
-            values = merge(values, nested(added, _get(values, stands_for)))
+        saved = _get(values, stands_for)
+        if _get(values, added) is None and saved is not None:
+            values = merge(values, nested(added, saved))
     return values
 
 
