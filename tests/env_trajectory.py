@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig, SyntheticConfig
+from clstm_ppo.config import CostConfig, DataConfig, EnvConfig, MarketConfig, SyntheticConfig
 
 # The statistics and record fields the golden digests were made with; added later ones are checked elsewhere.
 STATS = ("closed", "invalid", "margin_calls", "rejected", "reward", "traded", "wins")
@@ -53,8 +53,11 @@ def data_config(case: Case) -> DataConfig:
 
 
 def settings(case: Case) -> tuple[MarketConfig, EnvConfig]:
-    # The digests were made on the surface of the time, one skew on both sides (iv_call_skew = iv_skew = 1.1).
-    market = MarketConfig(allow_short=case.allow_short, stock_targets=list(case.stock_targets), iv_call_skew=1.1)
+    # The digests were made on the market of the time: one skew on both sides (iv_call_skew = iv_skew = 1.1) and
+    # quotes off any tick grid.
+    costs = CostConfig(index_ticks=[0.0, 0.0], stock_ticks=[0.0, 0.0])
+    market = MarketConfig(allow_short=case.allow_short, stock_targets=list(case.stock_targets), iv_call_skew=1.1,
+                          costs=costs)
     env = EnvConfig(dtype="float64", episode_length=case.episode_length, ruin_fraction=0.0 if case.walk else 0.5)
     return market, env
 

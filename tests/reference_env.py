@@ -115,6 +115,10 @@ class ReferenceMarket:
         # Short-option margin rates (a, b): index or stock rates per underlying, taken as data.
         self.margin_a, self.margin_b = (float(x) for x in margin_rates(data.broad_index, len(data.symbols),
                                                                         market)[sym])
+        # The quote grid: an index's ticks or a stock's, chosen as the margin rates are (margin_style, else the data).
+        index = market.margin_style == "index" if market.margin_style != "auto" \
+            else data.broad_index is not None and bool(data.broad_index[sym])
+        self.ticks = self.c.index_ticks if index else self.c.stock_ticks
 
     # ---------------------------------------------------------------- where trades and marks happen
 
@@ -165,6 +169,21 @@ class ReferenceMarket:
         stormy = max(vol - 0.20, 0.0) * c.spread_vol_coef
         quoted = c.spread_base * (1 + cheap) * (1 + far) * (1 + stormy)
         return 0.5 * min(max(quoted, c.spread_min), c.spread_max)
+
+    def side_quote(self, mid: float, half: float, sell: bool) -> float:
+        """The bid (``sell``) or ask: mid less or plus half the spread, rounded down or up to the tick grid ($ a
+        share; a tick of 0: off the grid)."""
+        raw = mid * (1 - half) if sell else mid * (1 + half)
+        tick = self.ticks[0] if raw < self.c.tick_break else self.ticks[1]
+        if tick <= 0:
+            return raw
+        steps = raw / tick
+        return (math.floor(steps + 1e-4) if sell else max(math.ceil(steps - 1e-4), 1)) * tick  # an ask: >= 1 tick
+
+    def fill_price(self, mid: float, half: float, impact: float, sell: bool) -> float:
+        """Per share: the bid less ``impact`` of mid (never below 0) for a sale, the ask plus it for a buy."""
+        quote = self.side_quote(mid, half, sell)
+        return max(quote - mid * impact, 0.0) if sell else quote + mid * impact
 
     def strike_volume(self, t: int, strike: float, spot: float, years: float) -> float:
         """Option-volume proxy of a strike on decision bar t, at the moneyness and maturity of the trade."""
@@ -303,13 +322,15 @@ class ReferenceCopy:
         long or to open a short) pays the TAF and the SEC fee; a purchase (to open or to buy back) does not."""
         c, shares = self.c, contracts * self.m.multiplier
         impact = self.impact(contracts, volume)
-        price = mid * (1 - half - impact) if sell else mid * (1 + half + impact)
+        quote = self.mk.side_quote(mid, half, sell)
+        price = self.mk.fill_price(mid, half, impact, sell)
         fees = {"commission": max(c.commission_per_contract * contracts, c.commission_min_per_order),
                 "occ_clearing": c.occ_clearing_per_contract * contracts,
                 "finra_taf": c.finra_taf_per_contract * contracts if sell else 0.0,
                 "sec_fee": price * shares * c.sec_fee_per_million / 1e6 if sell else 0.0,
                 "orf": c.orf_per_contract * contracts}
-        for kind, dollars in {"spread": mid * half * shares, "slippage": mid * impact * shares, **fees}.items():
+        for kind, dollars in {"spread": abs(quote - mid) * shares, "slippage": abs(price - quote) * shares,
+                              **fees}.items():
             self.costs[kind] += dollars
         return (price * shares - sum(fees.values())) if sell else (price * shares + sum(fees.values()))
 
@@ -471,7 +492,7 @@ class ReferenceCopy:
         if sell:
             unit = self.sale_unit(quote, fill)
         else:
-            unit = mid * (1 + half + self.impact(1.0, volume)) * m.multiplier
+            unit = self.mk.fill_price(mid, half, self.impact(1.0, volume), sell=False) * m.multiplier
         by_equity = math.floor(self.e.position_frac * self.equity / max(unit, 1e-12))
         by_notional = self.notional_limit(fill)
         self.seen.notional_bound += by_notional < by_equity
@@ -480,11 +501,12 @@ class ReferenceCopy:
         covered = self.free_cover() if sell and quote.call else 0  # covered calls need no margin
         wanted = min(max(by_equity, covered), cap)
         if sell:
-            bid = mid * (1 - half - self.impact(wanted, volume))
+            bid = self.mk.fill_price(mid, half, self.impact(wanted, volume), sell=True)
             need = self.mk.margin(mid, fill.spot, quote.strike, quote.call) * m.multiplier - bid * m.multiplier \
                 + self.round_trip_fees(minimum=False)
         else:
-            need = mid * (1 + half + self.impact(wanted, volume)) * m.multiplier + self.round_trip_fees(minimum=False)
+            need = self.mk.fill_price(mid, half, self.impact(wanted, volume), sell=False) * m.multiplier \
+                + self.round_trip_fees(minimum=False)
         by_room = covered + math.floor(max(self.cash_room() / max(need, 1e-12), 0.0))
         contracts = min(wanted, by_room)
         free = [i for i, p in enumerate(self.slots) if p is None]
@@ -533,9 +555,10 @@ class ReferenceCopy:
         for index in range(2 * len(lay.grid)):
             quote = self.mk.quote(index, lay.grid, t, at, t)
             one = self.impact(1.0, quote.volume)
-            buys.append(can_open and in_cap and quote.mid * (1 + quote.half + one) * mult + fees <= min(room, budget))
+            ask = self.mk.fill_price(quote.mid, quote.half, one, sell=False) * mult
+            buys.append(can_open and in_cap and ask + fees <= min(room, budget))
             margin = self.mk.margin(quote.mid, at.spot, quote.strike, quote.call) * mult
-            bid = quote.mid * (1 - quote.half - one) * mult
+            bid = self.mk.fill_price(quote.mid, quote.half, one, sell=True) * mult
             covered = self.covers(quote)
             self.seen.covered_past_cap += can_open and covered and not in_cap
             sales.append(can_open and (covered or (in_cap and margin <= budget and margin - bid + fees <= room)))

@@ -54,7 +54,10 @@ def first_put_month(close_at_expiry: float, rate: float = 0.03) -> tuple[float, 
     mid = bs_put(100.0, 100.0, years, rate, 0.2)
     spread = min(max(0.03 * (1 + min(max(1 - mid / 2.0, 0), 1)), 0.02), 0.10)  # iv 20%: no high-vol widening
     volume = 1e9 * 1e-4 * 30 / (EXPIRY - 3)  # the volume proxy, beyond 30 days
-    gross = c * 100 * mid * (1 - spread / 2 - 0.5 * c / volume)
+    raw_bid = mid * (1 - spread / 2)
+    bid = math.floor(raw_bid / 0.01 + 1e-6) * 0.01  # handmade data is no index: a stock's grid, pennies below $3
+    assert raw_bid < 3.0 and bid < raw_bid
+    gross = c * 100 * (bid - mid * 0.5 * c / volume)
     fees = max(0.65 * c, 1.0) + (0.025 + 0.00279 + 0.02) * c + gross * 27.80e-6
     grown = math.exp(rate * years)
     return (cash + gross - fees) * grown - c * 100 * max(100.0 - close_at_expiry, 0.0), gross - fees

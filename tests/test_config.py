@@ -1,5 +1,6 @@
 """Settings: every value outside what it may be is refused in one line that names the key and the rule."""
 import dataclasses
+import functools
 import shlex
 import subprocess
 import typing
@@ -27,6 +28,7 @@ from clstm_ppo.config import (
     to_dict,
     walk_rules,
 )
+from clstm_ppo.config.fields import SavedAs
 from clstm_ppo.train import build_parser, resolve_config
 
 
@@ -69,6 +71,8 @@ def test_every_default_and_shipped_config_obeys_the_rules():
     ("market.min_iv=2.5", "market.min_iv (2.5) must be below market.max_iv (2.0)"),
     ("market.expiries_days=[]", "market.moneyness and market.expiries_days need at least one entry"),
     ("market.costs.spread_min=0.2", "spread_min (0.2) must not exceed spread_max (0.1)"),
+    ("market.costs.index_ticks=[0.05]", "market.costs.index_ticks and market.costs.stock_ticks need two increments"),
+    ("market.costs.stock_ticks=[-0.01, 0.05]", "market.costs.stock_ticks must be >= 0, got [-0.01, 0.05]"),
     ("data.val_frac=0.3", "data.train_frac + data.val_frac (0.7 + 0.3) must leave a test split"),
     ("ppo.adam_betas=[0.9]", "ppo.adam_betas needs two entries"),
     ("train.num_envs=6", "train.num_envs (6) must be a multiple of ppo.num_minibatches (4)"),
@@ -197,7 +201,17 @@ def test_settings_saved_before_a_key_existed_keep_what_the_run_did(tmp_path):
     file.write_text("market:\n  iv_skew: 0.7\n")
     assert load_config(file).market.iv_call_skew == MarketConfig().iv_call_skew
     for added, stands_for in ADDED.items():
-        section, key = added.split(".")
-        assert hasattr(getattr(Config(), section), key), f"{added} is not a setting"
-        section, key = stands_for.split(".")
-        assert hasattr(getattr(Config(), section), key), f"{stands_for} is not a setting"
+        keys = [added, stands_for.key] if isinstance(stands_for, SavedAs) else [added]
+        for key in keys:
+            assert functools.reduce(getattr, key.split("."), Config()) is not None, f"{key} is not a setting"
+
+
+def test_runs_saved_before_the_tick_grid_keep_quoting_off_it():
+    """Checkpoints saved before the quote grid existed resume and walk without it; new runs get it."""
+    saved = to_dict(Config())
+    for key in ("index_ticks", "stock_ticks"):
+        del saved["market"]["costs"][key]
+    old = load_config(None, [], base=saved).market.costs
+    assert old.index_ticks == [0.0, 0.0] and old.stock_ticks == [0.0, 0.0]
+    assert load_config(None, [], base=to_dict(Config())).market.costs.index_ticks == [0.05, 0.10]
+    assert load_config(None, []).market.costs.stock_ticks == [0.01, 0.05]

@@ -3,6 +3,7 @@ import torch
 
 from clstm_ppo.config import CostConfig, MarketConfig
 from clstm_ppo.market import COST_KINDS, chain_strikes, order_fill, quoted_spread
+from clstm_ppo.market.costs import Ticks, order_fill_at
 
 T = lambda *v: torch.tensor(v if len(v) > 1 else v[0], dtype=torch.float64)
 
@@ -65,3 +66,60 @@ def test_chain_strikes_round_to_the_strike_step():
     assert strikes.tolist() == [1170.0, 83.0]  # steps 5.0 (0.5% of 1234 -> 5) and 0.25 (of 87.3: 0.436 -> 0.25)
     fixed = chain_strikes(spot, T(1.05, 1.05), MarketConfig(strike_step=10.0))
     assert fixed.tolist() == [1300.0, 90.0]
+
+
+SPX = Ticks(0.05, 0.10, 3.0)  # Cboe's grid for SPX: nickels below $3, dimes from $3
+
+
+@pytest.mark.parametrize("mid, half, bid, ask", [
+    (0.10, 0.05, 0.05, 0.15),  # a ten-cent option with a 10% spread: bid a nickel, ask 15 cents
+    (0.01, 0.05, 0.00, 0.05),  # worth under a tick: no bid, a one-tick ask
+    (0.0, 0.05, 0.00, 0.05),   # worth nothing: still no one sells it for less than a tick
+    (2.99, 0.01, 2.95, 3.10),  # the bid on the nickel grid, the ask ($3.02) on the dime grid
+    (24.53, 0.015, 24.10, 24.90),
+    (5.00, 0.00, 5.00, 5.00),  # a quote on the grid stays there
+])
+def test_quotes_round_out_to_the_tick_grid(mid, half, bid, ask):
+    """Bids round down and asks up to Cboe's SPX grid; with a large volume (no slippage) the fill is the quote and
+    the spread paid is the distance from mid."""
+    cfg = CostConfig()
+    sell = order_fill_at(T(mid), T(3.0), True, T(half), T(1e12), cfg, 100, SPX)
+    buy = order_fill_at(T(mid), T(3.0), False, T(half), T(1e12), cfg, 100, SPX)
+    assert sell.price.item() == pytest.approx(bid, abs=1e-9) and buy.price.item() == pytest.approx(ask, abs=1e-9)
+    assert sell.costs[0].item() == pytest.approx((mid - bid) * 300, abs=1e-7)
+    assert buy.costs[0].item() == pytest.approx((ask - mid) * 300, abs=1e-7)
+
+
+def test_a_fill_on_the_grid_accounts_for_every_cent_and_never_sells_below_zero():
+    """Price = mid + spread paid + slippage paid for a buy, mid less both for a sale, whatever the grid does;
+    slippage is charged from the quote, and a sale of an option bid at 0 fills at 0 (it pays what it can)."""
+    gen = torch.Generator().manual_seed(0)
+    mid = torch.cat([torch.rand(500, generator=gen, dtype=torch.float64) * 0.2,
+                     torch.rand(500, generator=gen, dtype=torch.float64) * 60])
+    half = 0.01 + torch.rand(1000, generator=gen, dtype=torch.float64) * 0.04
+    contracts = torch.randint(1, 50, (1000,), generator=gen).double()
+    volume = torch.full((1000,), 60.0, dtype=torch.float64)  # slippage of up to the 5% cap
+    cfg = CostConfig()
+    for sell in (True, False):
+        fill = order_fill_at(mid, contracts, sell, half, volume, cfg, 100, SPX)
+        direction = -1.0 if sell else 1.0
+        per_share = (fill.costs[0] + fill.costs[1]) / (contracts * 100)
+        torch.testing.assert_close(fill.price, mid + direction * per_share, rtol=0, atol=1e-12)
+        assert (fill.costs[:2] >= -1e-12).all() and (fill.price >= 0).all()
+        quote = fill.price - direction * fill.costs[1] / (contracts * 100)
+        tick = torch.where(mid * (1 + direction * half) < 3.0, T(0.05), T(0.10))
+        steps = quote / tick
+        assert ((steps - steps.round()).abs() < 1e-9).all(), "every quote on the grid"
+        assert ((quote - mid * (1 + direction * half)) * direction < tick + 1e-12).all(), "rounded by under a tick"
+    assert (order_fill_at(mid, contracts, True, half, volume, cfg, 100, SPX).price[mid < 0.04] == 0).all()
+
+
+def test_without_a_grid_the_fill_is_the_one_before_it():
+    """ticks None (every increment 0) prices a fill bit for bit as the model without a grid did: mid times one
+    plus or minus half spread and slippage."""
+    mid, n, half, volume = T(4.2, 0.07), T(7.0, 900.0), T(0.02, 0.05), T(120.0, 40.0)
+    for sell in (True, False):
+        fill = order_fill_at(mid, n, sell, half, volume, CostConfig(), 100)
+        impact = (CostConfig().slippage_coef * n / volume).clamp(max=CostConfig().max_slippage)
+        assert torch.equal(fill.price, mid * (1.0 + (-1.0 if sell else 1.0) * (half + impact)))
+        assert torch.equal(fill.costs[0], mid * half * (n * 100))

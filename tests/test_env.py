@@ -393,6 +393,25 @@ class StockRatesForTheIndex(ReferenceMarket):
         self.margin_a, self.margin_b = market.stock_margin
 
 
+class QuotesOffTheTickGrid(ReferenceMarket):
+    def __init__(self, data, market, sym):
+        super().__init__(data, market, sym)
+        self.ticks = [0.0, 0.0]
+
+
+class StockTicksForTheIndex(ReferenceMarket):
+    def __init__(self, data, market, sym):
+        super().__init__(data, market, sym)
+        self.ticks = market.costs.stock_ticks
+
+
+class OneTickAtEveryPrice(ReferenceMarket):
+    """The small tick above tick_break too ($0.05 for a $25 SPX option, where Cboe quotes it in dimes)."""
+    def __init__(self, data, market, sym):
+        super().__init__(data, market, sym)
+        self.ticks = [self.ticks[0], self.ticks[0]]
+
+
 # References whose account, not whose market, breaks a rule.
 class ForgetsTheDividend(ReferenceCopy):
     def carry(self, t, u):
@@ -456,7 +475,8 @@ class SharesBeyondTheCashRoom(ReferenceCopy):
 
 MUTANTS = [OpensEvenWhenStale, ExpiresOnCalendarDays, CountsDaysToTheListedDay, RateOfTheFillDay, VolOfThePreviousClose,
            OpensAtThePreviousClose, VolumeOfTheFillBar, FlatTermStructure, SkewNotScaledByMaturity, OneSkewForBothWings,
-           NoWings, NoVolumeCap, StockRatesForTheIndex, ForgetsTheDividend, PaysNoInterest, InterestAtTheFillBarsRate,
+           NoWings, NoVolumeCap, StockRatesForTheIndex, QuotesOffTheTickGrid, StockTicksForTheIndex,
+           OneTickAtEveryPrice, ForgetsTheDividend, PaysNoInterest, InterestAtTheFillBarsRate,
            NoCoveredCallOffset, MarginCallClosesLongsToo, MarginCallOnEquity, BuysBackAtTheBid, SaleSizedByItsPremium,
            SharesBeyondTheCashRoom]
 
@@ -504,11 +524,12 @@ def test_a_reference_that_breaks_the_notional_cap_no_longer_agrees(sp500_data, m
 
 
 def test_a_notional_cap_stops_cheap_options_coming_by_the_thousand(sp500_data):
-    """June 2017, the VIX at 9.9: 5% of $1M in premium buys the 30-day 1.05 call (about 10 cents a share) by the
-    thousand and pays 6% of the order in commission. On the one-skew surface of the grids before 2026-11-27 (a
-    fraction of a cent a share) it came by the 23,944, its volume cap, and its commission was 93% of the order: how
-    2016-18 ruined most agents of those grids (docs/RESULTS.md). With env.max_order_notional 1 every order holds at
-    most the account's equity in the index: 4 contracts at 2,430, $41 with their fees."""
+    """June 2017, the VIX at 9.9: 5% of $1M in premium buys the 30-day 1.05 call (a mid of 9 cents a share, a
+    ten-cent ask on the $0.05 grid) by the thousand and pays 6% of the order in commission. On the one-skew surface
+    of the grids before 2026-11-27 (a fraction of a cent a share) it came by the 23,944, its volume cap, and its
+    commission was 93% of the order: how 2016-18 ruined most agents of those grids (docs/RESULTS.md). With
+    env.max_order_notional 1 every order holds at most the account's equity in the index: 4 contracts at 2,430, $43
+    with their fees."""
     start = torch.tensor([int(np.searchsorted(sp500_data.dates, np.datetime64("2017-06-01")))])
     commission = COST_KINDS.index("commission")
     orders = {}
@@ -530,7 +551,7 @@ def test_a_notional_cap_stops_cheap_options_coming_by_the_thousand(sp500_data):
             else:
                 assert contracts > 4
     contracts, paid, fees = orders[True, 2, 0.0]
-    assert contracts > 5_000 and fees > 0.05 * paid  # thousands of contracts, their commission a cost that counts
+    assert contracts > 4_000 and fees > 0.05 * paid  # thousands of contracts, their commission a cost that counts
     assert orders[True, 2, 1.0][1] < 50.0  # four of the same calls: tens of dollars, fees and all
     # A cap below one contract of the index (2016-18: 1,829 at its lowest close) would leave a stock-only agent.
     with pytest.warns(UserWarning, match=r"env.max_order_notional 0.1 x env.initial_cash 1,000,000 is below one "

@@ -32,7 +32,7 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import BatchedOptionsEnv
 from clstm_ppo.env.quotes import expiry_table
 from clstm_ppo.market import COST_KINDS, Fill, bs_price, chain_strikes, order_fill, surface_iv
-from clstm_ppo.market.costs import fees_only, strike_volume
+from clstm_ppo.market.costs import Ticks, fees_only, strike_volume
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR
 
 EXPIRIES = ("monthly", "30d")
@@ -94,6 +94,7 @@ class _Rolls:
     log_k_s: Tensor
     volume: Tensor  # the strike's option-volume proxy from the decision bar's volume, as the env's fills
     settle: np.ndarray  # (R,) intrinsic value per contract at the expiry bar's close (0 past the walk)
+    ticks: Ticks | None  # the underlying's quote grid, as the env's
 
 
 def _schedule(first: int, last: int, expiry_bar: np.ndarray, expiry_time: np.ndarray,
@@ -126,8 +127,9 @@ def _price_rolls(env: BatchedOptionsEnv, s: int, fills: np.ndarray, expiries: np
     inside = expiries < env.split_end
     at_expiry = q.close_px[s, torch.as_tensor(np.where(inside, expiries, fills))]
     payoff = ((at_expiry - strike) * (1.0 if is_call else -1.0)).clamp_min(0) * m.multiplier
+    ticks = None if q.ticks is None else Ticks(float(q.ticks.small[s]), float(q.ticks.large[s]), q.ticks.boundary)
     return _Rolls(fills, expiries, expiry_time[u], strike, mid, iv, log_k_s, volume,
-                  payoff.numpy() * inside)
+                  payoff.numpy() * inside, ticks)
 
 
 def _marks(env: BatchedOptionsEnv, s: int, rolls: _Rolls, is_call: bool, cfg: Config) -> np.ndarray:
@@ -155,7 +157,7 @@ def _sell(rolls: _Rolls, r: int, contracts: float, cfg: Config) -> tuple[Fill, f
     """Roll r's option sold to open at the bid: the fill and the cash it brings in net of fees."""
     m = cfg.market
     fill = order_fill(rolls.mid[r], torch.tensor(contracts, dtype=torch.float64), True, rolls.iv[r],
-                      rolls.log_k_s[r], rolls.volume[r], m.costs, m.multiplier)
+                      rolls.log_k_s[r], rolls.volume[r], m.costs, m.multiplier, rolls.ticks)
     return fill, float(fill.price) * contracts * m.multiplier - float(fees_only(fill))
 
 

@@ -19,6 +19,9 @@ def check_values(cfg: Any) -> None:
         (not m.moneyness or not m.expiries_days, "market.moneyness and market.expiries_days need at least one entry"),
         (len(m.index_margin) != 2 or len(m.stock_margin) != 2,
          "market.index_margin and market.stock_margin need two rates each: [a, b], e.g. [0.15, 0.10]"),
+        (len(m.costs.index_ticks) != 2 or len(m.costs.stock_ticks) != 2,
+         "market.costs.index_ticks and market.costs.stock_ticks need two increments each: [below tick_break, at and "
+         "above it], e.g. [0.05, 0.10]"),
         (len(set(m.stock_targets)) != len(m.stock_targets), f"market.stock_targets repeat a value: {m.stock_targets}"),
         (len(m.iv_model_coefs) != 3, f"market.iv_model_coefs needs three entries (a, b, c), got {m.iv_model_coefs}"),
         (m.min_iv >= m.max_iv, f"market.min_iv ({m.min_iv}) must be below market.max_iv ({m.max_iv})"),

@@ -155,10 +155,18 @@ OBSOLETE = {
     "train.eval_episodes": "validation is now one continuous walk over the whole split",
 }
 
-# Settings added since runs were saved, each with the saved setting whose value reproduces what those runs did:
-# a checkpoint's settings without the key take that value (a user's file without it takes the default).
-ADDED = {
-    "market.iv_call_skew": "market.iv_skew",  # one skew served both wings of the surface before 2026-11-27
+@dataclass(frozen=True)
+class SavedAs:
+    """An added setting's value in older runs: what that run saved under another key."""
+    key: str
+
+
+# Settings added since runs were saved, each with what reproduces what those runs did (a value, or the saved value
+# of another setting): a checkpoint's settings without the key take it (a user's file without it takes the default).
+ADDED: dict[str, Any] = {
+    "market.iv_call_skew": SavedAs("market.iv_skew"),  # one skew served both wings of the surface before 2026-11-27
+    "market.costs.index_ticks": [0.0, 0.0],  # quotes had no tick grid before 2026-11-27
+    "market.costs.stock_ticks": [0.0, 0.0],
 }
 
 

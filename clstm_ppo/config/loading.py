@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, first_line, from_dict
+from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, SavedAs, first_line, from_dict
 from clstm_ppo.config.sections import Config
 
 
@@ -43,12 +43,14 @@ def without_obsolete(values: dict[str, Any], prefix: str = "") -> dict[str, Any]
 
 def as_saved(values: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's saved settings as this version reads them: obsolete keys dropped, and each key of ADDED
-    that they lack set to the saved value it stands in for, so an older run resumes and walks as it ran."""
+    that they lack (where they have its section) set to what it stands for, so an older run resumes and walks
+    as it ran."""
     values = without_obsolete(values)
     for added, stands_for in ADDED.items():
-        saved = _get(values, stands_for)
-        if _get(values, added) is None and saved is not None:
-            values = merge(values, nested(added, saved))
+        old = _get(values, stands_for.key) if isinstance(stands_for, SavedAs) else stands_for
+        section = _get(values, added.rpartition(".")[0])
+        if isinstance(section, dict) and added.rpartition(".")[2] not in section and old is not None:
+            values = merge(values, nested(added, old))
     return values
 
 

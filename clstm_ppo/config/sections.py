@@ -85,6 +85,15 @@ class CostConfig(Section):
     spread_cheap_coef: float = setting(1.0, "... by up to this factor", limits=">= 0")
     spread_moneyness_coef: float = setting(5.0, "wider by this factor per unit |ln(K/S)|", limits=">= 0")
     spread_vol_coef: float = setting(1.0, "wider by this factor per unit of implied vol above 20%", limits=">= 0")
+    # Listed options quote on a price grid (Cboe): index options such as SPX in $0.05 below $3 and $0.10 at and
+    # above; stocks in the Penny Interval Program (every Dow name here) in $0.01 and $0.05. The ask rounds up and
+    # the bid down, so a quote is at least one tick wide and an option worth under a tick bids 0. Which grid an
+    # underlying gets follows market.margin_style. Runs saved before 2026-11-27 had no grid ([0, 0]).
+    index_ticks: list[float] = setting([0.05, 0.10], "quote increments of index options below / at and above "
+                                                     "tick_break dollars a share; [0, 0]: no grid", limits=">= 0")
+    stock_ticks: list[float] = setting([0.01, 0.05], "quote increments of single-stock options below / at and "
+                                                     "above tick_break; [0, 0]: no grid", limits=">= 0")
+    tick_break: float = setting(3.0, "the quote (per share) from which the larger tick applies", limits="> 0")
     slippage_coef: float = setting(0.5, "price impact share of mid per (order contracts / option volume)",
                                    limits=">= 0")
     max_slippage: float = setting(0.05, "impact is capped at this share of mid", limits="[0, 1)")
@@ -151,8 +160,9 @@ class MarketConfig(Section):
                                          limits="[0, 1]")
     # Short option margin per share (Cboe/FINRA): max(premium + a x spot - out-of-the-money amount, premium + b x
     # (strike for puts, spot for calls)); [a, b] for broad-based indices and for single stocks.
-    margin_style: str = setting("auto", "auto: index rates for the built-in indices (sp500, synthetic), stock "
-                                        "rates for single stocks (dow) and files", choices=("auto", "index", "stock"))
+    margin_style: str = setting("auto", "auto: index rules (margin rates, quote ticks) for the built-in indices "
+                                        "(sp500, synthetic), stock rules for single stocks (dow) and files",
+                                choices=("auto", "index", "stock"))
     index_margin: list[float] = setting([0.15, 0.10], "[a, b] margin rates for broad-based indices",
                                         limits="[0, 1]")
     stock_margin: list[float] = setting([0.20, 0.10], "[a, b] margin rates for single stocks", limits="[0, 1]")

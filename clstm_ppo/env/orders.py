@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.env.accounting import book_closes, cash_room, free_cover
-from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.quotes import at_rows, ticks_of
 from clstm_ppo.env.state import EnvSpec, EnvState
 from clstm_ppo.market import bs_price, order_fill
 from clstm_ppo.market.costs import (
@@ -90,7 +90,7 @@ def _close_fills(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_ro
                    pick(s.is_call), -log_k_s)
     volume = strike_volume(at_rows(q.base_volume, pick(row)), log_k_s, years, m.costs, ATM_YEARS)
     selling = 1.0 - as_float(pick(s.short), spec.dtype)  # a long is sold, a short is bought back
-    fill = order_fill(mid, contracts, selling, iv, log_k_s, volume, m.costs, m.multiplier)
+    fill = order_fill(mid, contracts, selling, iv, log_k_s, volume, m.costs, m.multiplier, ticks_of(q, sym))
     gross = fill.price * contracts * m.multiplier
     cash_in = gross * (2.0 * selling - 1.0) - fees_only(fill)  # zero in slots that do not close
     return gross, cash_in, fill.costs.sum(1)
@@ -142,7 +142,8 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     # Size: position_frac of equity in premium (a buy) or in margin (a sale), at most max_order_notional of equity
     # in notional and max_volume_share of the strike's volume; then as many as the cash room carries after the
     # closing-fee reserves and the margin.
-    first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs) * mult
+    ticks = ticks_of(q, s.sym)
+    first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs, ticks) * mult
     per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
     # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
     # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
@@ -152,7 +153,7 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
         by_equity = torch.minimum(by_equity, torch.floor(cfg.max_order_notional * s.equity
                                                          / (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)))
     wanted = torch.minimum(torch.maximum(by_equity, covered), torch.floor(costs.max_volume_share * opt_volume))
-    price = fill_price_at(mid, wanted, sell, half, opt_volume, costs) * mult  # more contracts: more slippage
+    price = fill_price_at(mid, wanted, sell, half, opt_volume, costs, ticks) * mult  # more contracts: more slippage
     need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
     affordable = covered + torch.floor((cash_room(spec, s) / need.clamp_min(1e-12)).clamp_min(0))
     contracts = torch.minimum(wanted, affordable)
@@ -160,7 +161,7 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     go = ordering & (contracts >= 1) & has_slot
     s.stats["rejected"] = s.stats["rejected"] + (ordering & ~go)
     contracts = contracts * as_float(go, spec.dtype)
-    fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult)
+    fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult, ticks)
     premium = fill.price * contracts * mult
     paid = premium * (1.0 - 2.0 * sell) + fees_only(fill)  # a sale brings the premium in, less its fees
     s.stats["traded"] = s.stats["traded"] + premium

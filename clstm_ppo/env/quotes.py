@@ -16,6 +16,7 @@ from clstm_ppo.config import MarketConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.market import bs_call_put, chain_strikes
 from clstm_ppo.market.costs import (
+    Ticks,
     base_option_volume,
     fill_price_at,
     half_spread,
@@ -23,7 +24,7 @@ from clstm_ppo.market.costs import (
     strike_volume,
 )
 from clstm_ppo.market.inputs import MarketInputs, market_inputs
-from clstm_ppo.market.margin import margin_rates, short_margin
+from clstm_ppo.market.margin import margin_rates, short_margin, tick_sizes
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
 
 OPEN_TO_CLOSE_DAYS = 6.5 / 24.0  # a US session: the open comes 6.5 hours before the close
@@ -95,6 +96,7 @@ class Quotes:
     close_short_margin: Tensor  # (S, T, 2G): its margin ($ per contract)
     margin_a: Tensor  # (S,) short-option margin rates (docs/MARKET.md): a x spot ...
     margin_b: Tensor  # (S,) ... at least b x (strike for a put, spot for a call)
+    ticks: Ticks | None  # (S,) quote increments per underlying; None: no tick grid (every increment 0)
 
 
 def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expiry_index: Tensor,
@@ -121,10 +123,15 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
         expiry_time=as_tensor(exp_time[:, expiry_index.cpu().numpy()]),
         fill_strike=None, fill_mid=None, fill_half_spread=None, fill_volume=None, fill_margin=None, close_cost=None,
         close_short_need=None, close_short_margin=None,  # below
-        margin_a=None, margin_b=None,
+        margin_a=None, margin_b=None, ticks=None,
     )
     rates = as_tensor(margin_rates(data.broad_index, len(data.symbols), market))
     q.margin_a, q.margin_b = rates[:, 0].contiguous(), rates[:, 1].contiguous()
+    ticks = tick_sizes(data.broad_index, len(data.symbols), market)
+    if ticks.any():
+        grid = as_tensor(ticks)
+        q.ticks = Ticks(grid[:, 0].contiguous(), grid[:, 1].contiguous(), costs.tick_break)
+    chain_ticks = ticks_of(q, None)
     calls = torch.arange(2 * moneyness.numel(), device=device) < moneyness.numel()  # (2G,): calls, then puts
     prev_base = torch.cat([q.base_volume[:, :1], q.base_volume[:, :-1]], dim=1)  # a fill at t knows t-1's volume
     q.fill_strike, q.fill_mid, q.fill_half_spread, q.fill_volume = _quote_chain(
@@ -132,13 +139,23 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
     q.fill_margin = _margin(q, q.fill_mid, q.fill_px, q.fill_strike, calls)
     strike, mids, half, volume_at_close = _quote_chain(q, market, moneyness, q.close_px, q.iv_close, q.rate_close,
                                                        q.close_time.expand_as(q.close_px), q.base_volume)
-    one_ask = fill_price_at(mids, 1.0, False, half, volume_at_close.repeat(1, 1, 2), costs)
-    one_bid = fill_price_at(mids, 1.0, True, half, volume_at_close.repeat(1, 1, 2), costs)
+    one_ask = fill_price_at(mids, 1.0, False, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks)
+    one_bid = fill_price_at(mids, 1.0, True, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks)
     fees = round_trip_fees_one_contract(costs)
     q.close_cost = one_ask * market.multiplier + fees
     q.close_short_margin = _margin(q, mids, q.close_px, strike, calls) * market.multiplier
     q.close_short_need = q.close_short_margin - one_bid * market.multiplier + fees
     return q
+
+
+def ticks_of(q: Quotes, sym: Tensor | None) -> Ticks | None:
+    """The tick grid of the underlyings ``sym`` (one per order), or shaped (S, 1, 1) for the chain tables
+    (``sym`` None); None where there is no grid."""
+    if q.ticks is None:
+        return None
+    if sym is None:
+        return Ticks(q.ticks.small.view(-1, 1, 1), q.ticks.large.view(-1, 1, 1), q.ticks.boundary)
+    return Ticks(q.ticks.small.index_select(0, sym), q.ticks.large.index_select(0, sym), q.ticks.boundary)
 
 
 def _margin(q: Quotes, mids: Tensor, spot: Tensor, strike: Tensor, calls: Tensor) -> Tensor:

@@ -1,7 +1,9 @@
 """Every cost of an order, itemised: spread, slippage and the five fees (SPEC section 4).
 
 Fills: buy at ask, sell at bid, around the Black-Scholes mid. The half spread
-is paid on each side, so a round trip pays the full quoted spread once.
+is paid on each side, so a round trip pays the full quoted spread once. With a
+tick grid the ask rounds up and the bid down to it, so a quote is at least one
+tick wide and an option worth less than a tick bids nothing.
 """
 from __future__ import annotations
 
@@ -16,6 +18,14 @@ from clstm_ppo.config import CostConfig
 # The first seven are an option order's; "shares" is trading the underlying (share_cost_bps of the notional).
 COST_KINDS = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf", "shares")
 OPTION_COST_KINDS = len(COST_KINDS) - 1
+
+
+class Ticks(NamedTuple):
+    """The quote grid: ``small`` below ``boundary`` dollars a share, ``large`` at and above it (tensors that
+    broadcast against the mids they round, e.g. one per underlying; 0 leaves that quote off the grid)."""
+    small: Tensor | float
+    large: Tensor | float
+    boundary: float
 
 
 class Fill(NamedTuple):
@@ -41,16 +51,41 @@ Side = bool | Tensor  # a sale (True) or a purchase; a tensor of 0/1 floats give
 
 
 def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
-                  cfg: CostConfig) -> Tensor:
+                  cfg: CostConfig, ticks: Ticks | None = None) -> Tensor:
     """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env quotes
-    each bar's chain once) and the size-driven slippage."""
-    return _priced(mid, is_sell, half + slippage(contracts, option_volume, cfg))
+    each bar's chain once), rounded out to ``ticks``, and the size-driven slippage."""
+    return _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks)[0]
 
 
-def _priced(mid: Tensor, is_sell: Side, share: Tensor) -> Tensor:
-    """Mid moved against the trader by ``share`` of mid: up for a buy, down for a sale."""
-    direction = (-1.0 if is_sell else 1.0) if isinstance(is_sell, bool) else 1.0 - 2.0 * is_sell
-    return mid * (1.0 + direction * share)
+def _direction(is_sell: Side) -> float | Tensor:
+    """+1 for a buy (the price moves up from mid), -1 for a sale."""
+    return (-1.0 if is_sell else 1.0) if isinstance(is_sell, bool) else 1.0 - 2.0 * is_sell
+
+
+def _priced(mid: Tensor, is_sell: Side, half: Tensor, impact: Tensor, ticks: Ticks | None
+            ) -> tuple[Tensor, Tensor, Tensor]:
+    """(price, spread paid, slippage paid), per share: mid moved against the trader by ``half`` of mid to the
+    quote, the quote rounded out to the tick grid, then by ``impact`` of mid; a sale never below 0."""
+    direction = _direction(is_sell)
+    if ticks is None:  # a setting, not a tensor: no branch in the compiled graph
+        return mid * (1.0 + direction * (half + impact)), mid * half, mid * impact
+    quote = on_ticks(mid * (1.0 + direction * half), is_sell, ticks)
+    price = (quote + direction * mid * impact).clamp_min(0.0)
+    return price, direction * (quote - mid), direction * (price - quote)
+
+
+def on_ticks(raw: Tensor, is_sell: Side, ticks: Ticks) -> Tensor:
+    """A quote rounded out to the tick grid: an ask up (one tick at least, however little the option is worth),
+    a bid down (to 0 below one tick). The grid is the small tick below ``ticks.boundary``; a rounding error of
+    1e-4 tick never moves a quote that sits on the grid."""
+    small, large = (torch.as_tensor(x, dtype=raw.dtype, device=raw.device) for x in (ticks.small, ticks.large))
+    tick = torch.where(raw < ticks.boundary, small, large)
+    on_grid = tick > 0
+    steps = raw / torch.where(on_grid, tick, 1.0)
+    sell = is_sell if isinstance(is_sell, Tensor) else float(is_sell)  # 0/1 floats: lerp picks exactly
+    ask = torch.ceil(steps - 1e-4).clamp_min(1.0)  # no one sells an option for nothing: at least one tick
+    rounded = torch.lerp(ask, torch.floor(steps + 1e-4), sell) * tick
+    return torch.where(on_grid, rounded, raw)
 
 
 def strike_volume(base: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: CostConfig, atm_years: float) -> Tensor:
@@ -67,27 +102,26 @@ def slippage(contracts: Tensor, option_volume: Tensor, cfg: CostConfig) -> Tenso
 
 
 def order_fill(mid: Tensor, contracts: Tensor, is_sell: Side, iv: Tensor, log_moneyness: Tensor,
-               option_volume: Tensor, cfg: CostConfig, multiplier: int) -> Fill:
+               option_volume: Tensor, cfg: CostConfig, multiplier: int, ticks: Ticks | None = None) -> Fill:
     """Fill price and itemised costs of buying (``is_sell=False``) or selling ``contracts`` at ``mid``.
 
     ``contracts`` may be 0 (no order): every cost is then 0.
     """
     return order_fill_at(mid, contracts, is_sell, half_spread(mid, iv, log_moneyness, cfg), option_volume, cfg,
-                         multiplier)
+                         multiplier, ticks)
 
 
 def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
-                  cfg: CostConfig, multiplier: int) -> Fill:
+                  cfg: CostConfig, multiplier: int, ticks: Ticks | None = None) -> Fill:
     """``order_fill`` with the half spread already known. Costs by kind: every COST_KINDS row, "shares" 0."""
-    impact = slippage(contracts, option_volume, cfg)
-    price = _priced(mid, is_sell, half + impact)
+    price, spread, impact = _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks)
     shares = contracts * multiplier
     traded = _orders(contracts)
     zero = torch.zeros_like(mid)
     sold = contracts * is_sell if not isinstance(is_sell, bool) else (contracts if is_sell else zero)
     costs = torch.stack([
-        mid * half * shares,
-        mid * impact * shares,
+        spread * shares,
+        impact * shares,
         torch.maximum(cfg.commission_per_contract * contracts, cfg.commission_min_per_order * traded),
         cfg.occ_clearing_per_contract * contracts,
         cfg.finra_taf_per_contract * sold,  # sales only

@@ -15,12 +15,23 @@ from clstm_ppo.config import MarketConfig
 from clstm_ppo.market.flags import as_float
 
 
+def index_rules(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
+    """(S,) bool: which underlyings trade under index rules (margin rates, quote ticks), by ``margin_style``."""
+    if cfg.margin_style != "auto":
+        return np.full(n_symbols, cfg.margin_style == "index")
+    return np.zeros(n_symbols, dtype=bool) if broad_index is None else np.asarray(broad_index, dtype=bool)
+
+
 def margin_rates(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
     """(S, 2) rates (a, b) per underlying: index rates for broad-based indices, stock rates otherwise."""
-    index = np.zeros(n_symbols, dtype=bool) if broad_index is None else np.asarray(broad_index, dtype=bool)
-    if cfg.margin_style != "auto":
-        index = np.full(n_symbols, cfg.margin_style == "index")
+    index = index_rules(broad_index, n_symbols, cfg)
     return np.where(index[:, None], np.asarray(cfg.index_margin), np.asarray(cfg.stock_margin))
+
+
+def tick_sizes(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
+    """(S, 2) quote increments (below, at and above ``costs.tick_break``) per underlying, by the same rule."""
+    index = index_rules(broad_index, n_symbols, cfg)
+    return np.where(index[:, None], np.asarray(cfg.costs.index_ticks), np.asarray(cfg.costs.stock_ticks))
 
 
 def short_margin(premium: Tensor, spot: Tensor, strike: Tensor, is_call: Tensor, rate_a: Tensor,
