@@ -14,12 +14,18 @@ from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace, Observation
 OPEN_SHARE = PORTFOLIO_FEATURES.index("open_share")
 
 
+def agent_logits(model: CascadedActorCritic, obs: Observation, state: State) -> tuple[torch.Tensor, State]:
+    """(copies, actions) masked logits of ``model`` for one decision, and LSTM 2's next state."""
+    logits, _, state = model(obs.market.unsqueeze(0), obs.portfolio.unsqueeze(0), obs.mask.unsqueeze(0),
+                             obs.start.unsqueeze(0), state)
+    return logits[0], state
+
+
 def agent_policy(model: CascadedActorCritic, num_envs: int, device: torch.device) -> tuple:
     """Greedy (argmax) actions of ``model``, carrying LSTM 2's state (an empty one for agent.kind mlp)."""
     def act(obs: Observation, state: State) -> tuple[torch.Tensor, State]:
-        logits, _, state = model(obs.market.unsqueeze(0), obs.portfolio.unsqueeze(0), obs.mask.unsqueeze(0),
-                                 obs.start.unsqueeze(0), state)
-        return logits[0].argmax(-1), state
+        logits, state = agent_logits(model, obs, state)
+        return logits.argmax(-1), state
     return act, model.initial_state(num_envs, device)
 
 

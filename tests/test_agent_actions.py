@@ -1,0 +1,66 @@
+"""scripts/agent_actions.py: a checkpoint's greedy walk described by what it chose and how sure it was."""
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import load_script, strict_loads
+
+from clstm_ppo.backtest.policies import agent_policy
+from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.walk import walk
+from clstm_ppo.cli import run_cli
+from clstm_ppo.evaluate import load_agent
+from clstm_ppo.train import main as train_main
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agent_actions.py"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(root)]) == 0
+    return root / "synthetic-smoke" / "latest.pt"
+
+
+def census(*args) -> dict:
+    """The script's JSON line for ``args``."""
+    return strict_loads(_stdout(load_script(SCRIPT).main, [*map(str, args), "--json"]).splitlines()[-1])
+
+
+def _stdout(main, argv: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return out.getvalue()
+
+
+def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint):
+    """The walk is evaluate's greedy walk (same return); one checkpoint named twice is one walk; the greedy
+    action's probability is never below an even split of the valid actions."""
+    out = census(checkpoint, checkpoint, "--split", "validation")
+    assert out["distinct_walks"] == 1 and out["largest_group"] == 2
+    row = out["rows"][0]
+    cfg, data, model = load_agent(str(checkpoint), None, [], torch.device("cpu"))
+    policy, state = agent_policy(model, len(data.symbols), torch.device("cpu"))
+    reference = walk("agent", policy, state, data, "validation", cfg, "cpu")
+    assert row["return"] == pytest.approx(underlying_metrics(reference, 0)["total_return"], rel=1e-12)
+    assert 0 < sum(row["top_actions"].values()) <= 1 + 1e-12
+    assert list(row["top_actions"].values()) == sorted(row["top_actions"].values(), reverse=True)
+    assert row["p_uniform"] <= row["p_greedy"] <= 1 and 0 <= row["sure"] <= 1
+
+
+def test_another_market_walks_the_same_weights_differently(checkpoint):
+    """--set reaches the walk's market: the smoke agent trades options, and off the tick grid it walks otherwise."""
+    base = census(checkpoint)["rows"][0]
+    off_grid = census(checkpoint, "--set", "market.costs.index_ticks=[0,0]")["rows"][0]
+    assert base["trades"] > 0 and any(name.startswith(("buy", "sell")) for name in base["top_actions"])
+    assert base["walk"] != off_grid["walk"]
+
+
+def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
+    code = run_cli(load_script(SCRIPT).main, [str(tmp_path / "nothing.pt")])
+    assert code != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nothing.pt" in err
