@@ -21,13 +21,13 @@ not several draws (docs/RESULTS.md). ``--set`` walks the same weights in another
 from __future__ import annotations
 
 import argparse
-import hashlib
 from collections import Counter
 from typing import Any
 
 import numpy as np
 import torch
 
+from clstm_ppo.backtest.across_runs import fingerprint
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.walk import walk
@@ -64,13 +64,12 @@ def census(path: str, split: str, overrides: list[str], device: torch.device) ->
     per = [underlying_metrics(result, s) for s in range(len(data.symbols))]
     decisions = sum(chosen.values())
     greedy, uniform = np.concatenate(p_greedy), np.concatenate(p_uniform)
-    fingerprint = hashlib.sha256(np.round(result.equity, 2).tobytes()).hexdigest()[:8]
     return {
         "checkpoint": path,
         "return": float(np.mean([m["total_return"] for m in per])),
         "sharpe_excess": float(np.mean([m["sharpe_excess"] for m in per])),
         "trades": int(sum(m["trades"] for m in per)),
-        "walk": fingerprint,
+        "walk": fingerprint(result.equity, 2),  # to the cent
         "top_actions": {actions.describe(a): n / decisions for a, n in chosen.most_common(TOP)},
         "p_greedy": float(np.median(greedy)),
         "p_uniform": float(np.median(uniform)),

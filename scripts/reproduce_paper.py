@@ -30,6 +30,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from clstm_ppo.backtest.across_runs import (
     METRICS,
     deflated_best,
     display,
+    fingerprint,
     mean_over_underlyings,
     paired_rows,
     run_name,
@@ -146,6 +148,9 @@ def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: 
              "### Paired differences (the same seed and fold; bootstrap 95% interval of the mean; wins: share of "
              "runs)", "", *block(tables["paired"]),
              "### Each fold: Sharpe over the T-bill, mean over seeds", "", *block(tables["per_fold"]),
+             "### Distinct walks: seeds whose agents walked the test years identically (one greedy rule) count once "
+             "here; the intervals above treat runs as independent and are too narrow where they repeat", "",
+             *block(tables["walks"]),
              f"### Deflated Sharpe ratio of the best of {dsr['trials']} configurations", "",
              f"`{dsr['best']}`: annualised Sharpe over cash {dsr['sharpe_annual']:.3f} over {dsr['days']} test "
              f"days (its runs' mean daily return, folds end to end), against "
@@ -241,6 +246,13 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
             row[lab] = float(np.nanmean([m["sharpe_excess"] for m in mine]))
         per_fold.append(row)
     daily = {lab: _ensemble_returns(pairs_, folds) for lab, pairs_ in by_label.items()}
+    # Seeds that learn one greedy rule walk identically (docs/RESULTS.md): fewer independent draws than runs.
+    walks = []
+    for lab, pairs_ in by_label.items():
+        for fold in folds:
+            groups = Counter(fingerprint(r["agent_returns"], 12) for c, r in pairs_ if c["fold"] == fold)
+            walks.append({"config": lab, "fold": "split" if fold is None else fold, "runs": sum(groups.values()),
+                          "distinct_walks": len(groups), "largest_group": max(groups.values())})
     ablation: dict[str, list[dict[str, float]]] = {}
     for c, r in zip(cells, results, strict=True):
         if c["kind"] == "clstm" and c["reward"] == "equity":
@@ -254,7 +266,7 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
                 "smoothed_sharpe_excess": (r["smoothed"] or _missing())["sharpe_excess"]}
                for c, r in zip(cells, results, strict=True)]
     return {"main": summary_rows(main_runs | smoothed), "paired": paired_rows(main_runs | smoothed, pairs),
-            "per_fold": per_fold, "deflated": deflated_best(daily),
+            "per_fold": per_fold, "walks": walks, "deflated": deflated_best(daily),
             "ablation": summary_rows(ablation),
             "ablation_paired": paired_rows(ablation | {"buy_and_hold": main_runs["buy_and_hold"]}, ablation_pairs),
             "per_run": per_run}

@@ -66,6 +66,15 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     bh_fold = {row["fold"]: row["buy_and_hold"] for row in out["per_fold"]}
     diffs = [tw[(5, s, f)] - bh_fold[f] for s in (0, 1) for f in (0, 1)]
     assert ablation[("clstm TW 5 - buy_and_hold", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
+    # Distinct walks per configuration and fold, against a recount from the runs' own metrics: identical walks
+    # have identical returns and Sharpe, distinct ones (almost surely) do not.
+    walks = {(row["config"], row["fold"]): row for row in out["walks"]}
+    assert set(walks) == {(c, f) for c in ("clstm", "mlp", "clstm+excess", "mlp+excess") for f in (0, 1)}
+    for (config, fold), row in walks.items():
+        mine = [r for r in out["per_run"] if r["config"] == config and r["fold"] == fold and r["window"] == 10]
+        assert row["runs"] == len(mine) == 2 and 1 <= row["largest_group"] <= row["runs"]
+        assert row["distinct_walks"] == len({(r["total_return"], r["sharpe_excess"]) for r in mine})
+    assert "### Distinct walks" in results.read_text()
     dsr = out["deflated"]
     assert dsr["trials"] == 4 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
     text = results.read_text()

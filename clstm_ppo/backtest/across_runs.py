@@ -4,6 +4,7 @@ given how many were tried. A run is one dict of metrics (``METRICS``); a missing
 every JSON written from it."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -96,6 +97,11 @@ def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]]) -> dict[str, flo
     rows = [{k: math.nan if m.get(k) is None else float(m[k]) for k in METRICS} for m in by_symbol.values()]
     return {k: float(np.nanmean([r[k] for r in rows])) if any(np.isfinite(r[k]) for r in rows) else math.nan
             for k in METRICS}
+
+
+def fingerprint(values: np.ndarray, decimals: int) -> str:
+    """Eight hex digits that two walks share only when their series agree to ``decimals`` places."""
+    return hashlib.sha256(np.round(np.asarray(values, dtype=np.float64), decimals).tobytes()).hexdigest()[:8]
 
 
 def summary_rows(runs: Runs) -> list[dict[str, Any]]:
