@@ -114,14 +114,14 @@ def order_fill(mid: Tensor, contracts: Tensor, is_sell: Side, iv: Tensor, log_mo
 def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
                   cfg: CostConfig, multiplier: int, ticks: Ticks | None = None) -> Fill:
     """``order_fill`` with the half spread already known. Costs by kind: every COST_KINDS row, "shares" 0."""
-    price, spread, impact = _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks)
+    price, spread, slipped = _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks)
     shares = contracts * multiplier
     traded = _orders(contracts)
     zero = torch.zeros_like(mid)
     sold = contracts * is_sell if not isinstance(is_sell, bool) else (contracts if is_sell else zero)
     costs = torch.stack([
         spread * shares,
-        impact * shares,
+        slipped * shares,
         torch.maximum(cfg.commission_per_contract * contracts, cfg.commission_min_per_order * traded),
         cfg.occ_clearing_per_contract * contracts,
         cfg.finra_taf_per_contract * sold,  # sales only
