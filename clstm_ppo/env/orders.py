@@ -24,6 +24,7 @@ from clstm_ppo.market.costs import (
     round_trip_fees_per_contract,
     share_fees,
     share_price_with_fees,
+    side_quote,
     strike_volume,
 )
 from clstm_ppo.market.flags import as_float
@@ -143,7 +144,8 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     # in notional and max_volume_share of the strike's volume; then as many as the cash room carries after the
     # closing-fee reserves and the margin.
     ticks = ticks_of(q, s.sym)
-    first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs, ticks) * mult
+    quote = side_quote(mid, sell, half, ticks)  # on the grid once, for the three pricings below
+    first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs, ticks, quote) * mult
     per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
     # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
     # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
@@ -153,7 +155,7 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
         by_equity = torch.minimum(by_equity, torch.floor(cfg.max_order_notional * s.equity
                                                          / (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)))
     wanted = torch.minimum(torch.maximum(by_equity, covered), torch.floor(costs.max_volume_share * opt_volume))
-    price = fill_price_at(mid, wanted, sell, half, opt_volume, costs, ticks) * mult  # more contracts: more slippage
+    price = fill_price_at(mid, wanted, sell, half, opt_volume, costs, ticks, quote) * mult  # more slippage
     need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
     affordable = covered + torch.floor((cash_room(spec, s) / need.clamp_min(1e-12)).clamp_min(0))
     contracts = torch.minimum(wanted, affordable)
@@ -161,7 +163,7 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     go = ordering & (contracts >= 1) & has_slot
     s.stats["rejected"] = s.stats["rejected"] + (ordering & ~go)
     contracts = contracts * as_float(go, spec.dtype)
-    fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult, ticks)
+    fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult, ticks, quote)
     premium = fill.price * contracts * mult
     paid = premium * (1.0 - 2.0 * sell) + fees_only(fill)  # a sale brings the premium in, less its fees
     s.stats["traded"] = s.stats["traded"] + premium

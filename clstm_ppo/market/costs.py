@@ -51,10 +51,17 @@ Side = bool | Tensor  # a sale (True) or a purchase; a tensor of 0/1 floats give
 
 
 def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
-                  cfg: CostConfig, ticks: Ticks | None = None) -> Tensor:
+                  cfg: CostConfig, ticks: Ticks | None = None, quote: Tensor | None = None) -> Tensor:
     """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env quotes
-    each bar's chain once), rounded out to ``ticks``, and the size-driven slippage."""
-    return _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks)[0]
+    each bar's chain once), rounded out to ``ticks`` (or at ``quote``, that rounding done once already by
+    ``side_quote``), and the size-driven slippage."""
+    return _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks, quote)[0]
+
+
+def side_quote(mid: Tensor, is_sell: Side, half: Tensor, ticks: Ticks | None) -> Tensor | None:
+    """The bid (a sale) or ask on the tick grid, for an order priced several times at several sizes; None
+    without a grid."""
+    return None if ticks is None else on_ticks(mid * (1.0 + _direction(is_sell) * half), is_sell, ticks)
 
 
 def _direction(is_sell: Side) -> float | Tensor:
@@ -62,14 +69,16 @@ def _direction(is_sell: Side) -> float | Tensor:
     return (-1.0 if is_sell else 1.0) if isinstance(is_sell, bool) else 1.0 - 2.0 * is_sell
 
 
-def _priced(mid: Tensor, is_sell: Side, half: Tensor, impact: Tensor, ticks: Ticks | None
-            ) -> tuple[Tensor, Tensor, Tensor]:
+def _priced(mid: Tensor, is_sell: Side, half: Tensor, impact: Tensor, ticks: Ticks | None,
+            quote: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(price, spread paid, slippage paid), per share: mid moved against the trader by ``half`` of mid to the
-    quote, the quote rounded out to the tick grid, then by ``impact`` of mid; a sale never below 0."""
+    quote, the quote rounded out to the tick grid (``quote``, where given), then by ``impact`` of mid; a sale
+    never below 0."""
     direction = _direction(is_sell)
     if ticks is None:  # a setting, not a tensor: no branch in the compiled graph
         return mid * (1.0 + direction * (half + impact)), mid * half, mid * impact
-    quote = on_ticks(mid * (1.0 + direction * half), is_sell, ticks)
+    if quote is None:
+        quote = side_quote(mid, is_sell, half, ticks)
     price = (quote + direction * mid * impact).clamp_min(0.0)
     return price, direction * (quote - mid), direction * (price - quote)
 
@@ -112,9 +121,10 @@ def order_fill(mid: Tensor, contracts: Tensor, is_sell: Side, iv: Tensor, log_mo
 
 
 def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
-                  cfg: CostConfig, multiplier: int, ticks: Ticks | None = None) -> Fill:
-    """``order_fill`` with the half spread already known. Costs by kind: every COST_KINDS row, "shares" 0."""
-    price, spread, slipped = _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks)
+                  cfg: CostConfig, multiplier: int, ticks: Ticks | None = None, quote: Tensor | None = None) -> Fill:
+    """``order_fill`` with the half spread (and, on a tick grid, perhaps the quote) already known. Costs by kind:
+    every COST_KINDS row, "shares" 0."""
+    price, spread, slipped = _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks, quote)
     shares = contracts * multiplier
     traded = _orders(contracts)
     zero = torch.zeros_like(mid)
