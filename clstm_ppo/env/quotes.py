@@ -22,9 +22,10 @@ from clstm_ppo.market.costs import (
     half_spread,
     round_trip_fees_one_contract,
     strike_volume,
+    tick_sizes,
 )
 from clstm_ppo.market.inputs import MarketInputs, market_inputs
-from clstm_ppo.market.margin import margin_rates, short_margin, tick_sizes
+from clstm_ppo.market.margin import margin_rates, short_margin
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
 
 OPEN_TO_CLOSE_DAYS = 6.5 / 24.0  # a US session: the open comes 6.5 hours before the close

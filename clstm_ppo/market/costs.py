@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from clstm_ppo.config import CostConfig
+from clstm_ppo.config import CostConfig, MarketConfig
+from clstm_ppo.market.margin import index_rules
 
 # The first seven are an option order's; "shares" is trading the underlying (share_cost_bps of the notional).
 COST_KINDS = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf", "shares")
@@ -26,6 +27,13 @@ class Ticks(NamedTuple):
     small: Tensor | float
     large: Tensor | float
     boundary: float
+
+
+def tick_sizes(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
+    """(S, 2) quote increments (below, at and above ``costs.tick_break``) per underlying: an index's or a
+    stock's, by the rule that also picks the margin rates (``margin.index_rules``)."""
+    index = index_rules(broad_index, n_symbols, cfg)
+    return np.where(index[:, None], np.asarray(cfg.costs.index_ticks), np.asarray(cfg.costs.stock_ticks))
 
 
 class Fill(NamedTuple):

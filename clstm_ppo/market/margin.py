@@ -28,11 +28,6 @@ def margin_rates(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConf
     return np.where(index[:, None], np.asarray(cfg.index_margin), np.asarray(cfg.stock_margin))
 
 
-def tick_sizes(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
-    """(S, 2) quote increments (below, at and above ``costs.tick_break``) per underlying, by the same rule."""
-    index = index_rules(broad_index, n_symbols, cfg)
-    return np.where(index[:, None], np.asarray(cfg.costs.index_ticks), np.asarray(cfg.costs.stock_ticks))
-
 
 def short_margin(premium: Tensor, spot: Tensor, strike: Tensor, is_call: Tensor, rate_a: Tensor,
                  rate_b: Tensor) -> Tensor:
