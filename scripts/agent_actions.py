@@ -46,24 +46,25 @@ def census(path: str, split: str, overrides: list[str], device: torch.device) ->
     """One checkpoint's greedy walk over ``split``: its metrics, fingerprint and action statistics."""
     cfg, data, model = load_agent(path, None, overrides, device)
     actions = ActionSpace.from_config(cfg.market)
-    chosen: Counter[int] = Counter()
-    p_greedy: list[np.ndarray] = []
-    p_uniform: list[np.ndarray] = []
+    choices: list[torch.Tensor] = []
+    p_greedy: list[torch.Tensor] = []
+    p_uniform: list[torch.Tensor] = []
 
     def act(obs: Observation, state: Any) -> tuple[torch.Tensor, Any]:
         logits, state = agent_logits(model, obs, state)
         choice = logits.argmax(-1)
         probs = torch.softmax(logits.float(), -1)  # masked actions have -inf logits: probability 0
-        chosen.update(choice.tolist())
-        p_greedy.append(probs.gather(-1, choice.unsqueeze(-1)).squeeze(-1).cpu().numpy())
-        p_uniform.append((1.0 / obs.mask.sum(-1).float()).cpu().numpy())
+        choices.append(choice)
+        p_greedy.append(probs.gather(-1, choice.unsqueeze(-1)).squeeze(-1))
+        p_uniform.append(1.0 / obs.mask.sum(-1).float())
         return choice, state
 
     with torch.no_grad():
         result = walk("agent", act, model.initial_state(len(data.symbols), device), data, split, cfg, device)
     per = [underlying_metrics(result, s) for s in range(len(data.symbols))]
+    chosen = Counter(torch.cat(choices).tolist())  # read back once, after the walk
     decisions = sum(chosen.values())
-    greedy, uniform = np.concatenate(p_greedy), np.concatenate(p_uniform)
+    greedy, uniform = (torch.cat(x).cpu().numpy() for x in (p_greedy, p_uniform))
     return {
         "checkpoint": path,
         "return": float(np.mean([m["total_return"] for m in per])),

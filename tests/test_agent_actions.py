@@ -1,6 +1,4 @@
 """scripts/agent_actions.py: a checkpoint's greedy walk described by what it chose and how sure it was."""
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
@@ -24,22 +22,16 @@ def checkpoint(tmp_path_factory):
     return root / "synthetic-smoke" / "latest.pt"
 
 
-def census(*args) -> dict:
+def census(capsys, *args) -> dict:
     """The script's JSON line for ``args``."""
-    return strict_loads(_stdout(load_script(SCRIPT).main, [*map(str, args), "--json"]).splitlines()[-1])
+    assert load_script(SCRIPT).main([*map(str, args), "--json"]) == 0
+    return strict_loads(capsys.readouterr().out.splitlines()[-1])
 
 
-def _stdout(main, argv: list[str]) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(argv) == 0
-    return out.getvalue()
-
-
-def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint):
+def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint, capsys):
     """The walk is evaluate's greedy walk (same return); one checkpoint named twice is one walk; the greedy
     action's probability is never below an even split of the valid actions."""
-    out = census(checkpoint, checkpoint, "--split", "validation")
+    out = census(capsys, checkpoint, checkpoint, "--split", "validation")
     assert out["distinct_walks"] == 1 and out["largest_group"] == 2
     row = out["rows"][0]
     cfg, data, model = load_agent(str(checkpoint), None, [], torch.device("cpu"))
@@ -51,10 +43,10 @@ def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint)
     assert row["p_uniform"] <= row["p_greedy"] <= 1 and 0 <= row["sure"] <= 1
 
 
-def test_another_market_walks_the_same_weights_differently(checkpoint):
+def test_another_market_walks_the_same_weights_differently(checkpoint, capsys):
     """--set reaches the walk's market: the smoke agent trades options, and off the tick grid it walks otherwise."""
-    base = census(checkpoint)["rows"][0]
-    off_grid = census(checkpoint, "--set", "market.costs.index_ticks=[0,0]")["rows"][0]
+    base = census(capsys, checkpoint)["rows"][0]
+    off_grid = census(capsys, checkpoint, "--set", "market.costs.index_ticks=[0,0]")["rows"][0]
     assert base["trades"] > 0 and any(name.startswith(("buy", "sell")) for name in base["top_actions"])
     assert base["walk"] != off_grid["walk"]
 

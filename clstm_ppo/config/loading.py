@@ -48,8 +48,9 @@ def as_saved(values: dict[str, Any]) -> dict[str, Any]:
     values = without_obsolete(values)
     for added, stands_for in ADDED.items():
         old = _get(values, stands_for.key) if isinstance(stands_for, SavedAs) else stands_for
-        section = _get(values, added.rpartition(".")[0])
-        if isinstance(section, dict) and added.rpartition(".")[2] not in section and old is not None:
+        path, _, key = added.rpartition(".")
+        section = _get(values, path)
+        if isinstance(section, dict) and key not in section and old is not None:
             values = merge(values, nested(added, old))
     return values
 
