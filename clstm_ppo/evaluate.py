@@ -8,8 +8,10 @@
 
 Every policy walks the same bars with the same costs and cash: the agent (greedy), buy_and_hold (the
 underlying itself), putwrite and buywrite (CBOE's PUT and BXM rules), cash, random (valid actions, seeded),
-macd_rule (a 30-day ATM call on an up-cross, a put on a down-cross) and long_straddle (30-day ATM straddles
-rolled monthly). Several checkpoints (e.g. one per
+macd_rule (a 30-day ATM call on an up-cross, a put on a down-cross), long_straddle (30-day ATM straddles
+rolled monthly) and best_rule: of every fixed rule made of the agent's own actions (shares held or not, one option
+order placed into every free slot or one at a time; clstm_ppo/backtest/rules.py), the best on the validation
+split by --rule-metric, the years the agent's checkpoint was picked on. Several checkpoints (e.g. one per
 seed) are reported each, then as mean +- std. With --folds the checkpoints are one setup's walk-forward folds
 (scripts/reproduce_paper.py --folds): each walks its own fold's split, and every policy's folds are laid end to
 end into one out-of-sample walk (the table, --returns, --plot); --json adds each fold's own report.
@@ -42,6 +44,7 @@ from clstm_ppo.backtest.report import (
     write_tearsheet,
 )
 from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.rules import PICK_METRICS, RulePick, pick_rule, rules_policy
 from clstm_ppo.backtest.stitch import stitch
 from clstm_ppo.backtest.stress import format_stress, plot_fan, stress_dict, walk_paths
 from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_together
@@ -101,12 +104,14 @@ def load_agent(path: str, data_source: str | None, overrides: list[str],
     return cfg, data, model
 
 
-def benchmarks(data: MarketData, split: str, cfg: Config, device: torch.device, seed: int) -> dict[str, WalkResult]:
+def benchmarks(data: MarketData, split: str, cfg: Config, device: torch.device, seed: int,
+               best_rule: RulePick) -> dict[str, WalkResult]:
     """Every benchmark on the same walk: the underlying, CBOE's PutWrite and BuyWrite (simulated directly, not
-    through the action space), cash, random valid actions and two option rules."""
+    through the action space), cash, random valid actions, two option rules and ``best_rule`` (``pick_rule``)."""
     actions, slots = ActionSpace.from_config(cfg.market), cfg.env.max_positions
     rules = {"cash": cash_policy(), "random": random_policy(seed), "macd_rule": macd_rule(data, actions, slots),
-             "long_straddle": long_straddle(actions, slots)}
+             "long_straddle": long_straddle(actions, slots),
+             "best_rule": rules_policy([best_rule.rule], actions, len(data.symbols), slots, device)}
     out = {"buy_and_hold": buy_and_hold(data, split, cfg), "putwrite": putwrite(data, split, cfg),
            "buywrite": buywrite(data, split, cfg)}
     return out | walk_together(rules, data, split, cfg, device)
@@ -149,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a setting of the checkpoint's, e.g. --set data.val_end=2017-12-31")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     parser.add_argument("--seed", type=int, default=None, help="the random policy's seed (default: the run's seed)")
+    parser.add_argument("--rule-metric", default="sharpe_excess", choices=PICK_METRICS,
+                        help="what picks best_rule among the fixed rules on the validation split (default "
+                             "sharpe_excess: Sharpe over the T-bill)")
     parser.add_argument("--json", type=Path, default=None, help="write every number of every policy to this file")
     parser.add_argument("--returns", type=Path, default=None, help="write each policy's daily returns to this CSV")
     parser.add_argument("--plot", type=Path, default=None, help="equity and drawdown on a date axis (.png, .pdf, ...)")
@@ -198,13 +206,14 @@ def stress_test(args: argparse.Namespace, gen: FittedGenerator, agents: list, na
     seed = cfg.seed if args.seed is None else args.seed
     markets = sample_market_data(gen, args.paths, args.length, args.regime, seed, data_config=cfg.data,
                                  normalizer=data.normalizer)
+    rule = pick_rule(data, cfg, device, args.rule_metric)  # on the real validation years
 
     def walk_all(market: MarketData) -> dict[str, WalkResult]:
         out = {}
         for name, (agent_cfg, _, model) in zip(names, agents, strict=True):
             policy, state = agent_policy(model, 1, device)
             out[name] = walk(name, policy, state, market, "test", agent_cfg, device)
-        return out | benchmarks(market, "test", cfg, device, seed)
+        return out | benchmarks(market, "test", cfg, device, seed, rule)
 
     def progress(done: int, total: int) -> None:
         if done == total or done % max(1, total // 10) == 0:
@@ -213,10 +222,11 @@ def stress_test(args: argparse.Namespace, gen: FittedGenerator, agents: list, na
     result = walk_paths(markets, walk_all, cfg.env.initial_cash, cfg.env.ruin_fraction, args.regime,
                         f"{gen.kind} ({args.scenarios})", progress)
     report = stress_dict(result)
+    print(rule.line("test"))
     print(format_stress(report))
     if args.json:
-        args.json.write_text(strict_json({"checkpoints": args.checkpoint, "seed": seed, **report}, indent=2,
-                                         default=str))
+        args.json.write_text(strict_json({"checkpoints": args.checkpoint, "seed": seed, **report,
+                                          "best_rule": rule.as_dict()}, indent=2, default=str))
         print(f"every number written to {args.json}")
     if args.plot:
         plot_fan(result, args.plot)
@@ -256,12 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, (agent_cfg, agent_data, model) in zip(names, agents, strict=True):
         policy, state = agent_policy(model, len(agent_data.symbols), device)
         results[name] = walk(name, policy, state, agent_data, args.split, agent_cfg, device)
-    results.update(benchmarks(data, args.split, cfg, device, cfg.seed if args.seed is None else args.seed))
+    rule = pick_rule(data, cfg, device, args.rule_metric)
+    results.update(benchmarks(data, args.split, cfg, device, cfg.seed if args.seed is None else args.seed, rule))
     summary = None
     if len(agents) > 1:
         summary = {symbol: across_checkpoints([underlying_metrics(results[n], s) for n in names])
                    for s, symbol in enumerate(data.symbols)}
-    return write_reports(args, results, cfg, len(agents), started, {"across_checkpoints": summary})
+    return write_reports(args, results, cfg, len(agents), started,
+                         {"best_rule": rule.as_dict(), "across_checkpoints": summary}, rule)
+
 
 
 def walk_forward(args: argparse.Namespace, agents: list, device: torch.device) -> tuple[dict[str, WalkResult], list]:
@@ -278,12 +291,15 @@ def walk_forward(args: argparse.Namespace, agents: list, device: torch.device) -
         fold_cfg, fold_data, model = agents[i]
         policy, state = agent_policy(model, len(fold_data.symbols), device)
         fold = {"agent": walk("agent", policy, state, fold_data, args.split, fold_cfg, device)}
-        fold |= benchmarks(fold_data, args.split, fold_cfg, device, fold_cfg.seed if args.seed is None else args.seed)
-        per_fold.append({"checkpoint": args.checkpoint[i], **report_dict(fold)})
+        rule = pick_rule(fold_data, fold_cfg, device, args.rule_metric)  # each fold's own years
+        fold |= benchmarks(fold_data, args.split, fold_cfg, device,
+                           fold_cfg.seed if args.seed is None else args.seed, rule)
+        per_fold.append({"checkpoint": args.checkpoint[i], **report_dict(fold), "best_rule": rule.as_dict()})
         for name, result in fold.items():
             walks.setdefault(name, []).append(result)
         start, end = fold_data.split_dates(args.split)
         print(f"fold {len(per_fold)}: {args.checkpoint[i]} walks {start.date()}..{end.date()}")
+        print(f"  {rule.line(args.split)}")
     try:
         return {name: stitch(folds) for name, folds in walks.items()}, per_fold
     except ValueError as err:
@@ -291,13 +307,16 @@ def walk_forward(args: argparse.Namespace, agents: list, device: torch.device) -
 
 
 def write_reports(args: argparse.Namespace, results: dict[str, WalkResult], cfg: Config, checkpoints: int,
-                  started: float, extra: dict) -> int:
-    """The table, then whatever --json, --returns, --plot and --tearsheet ask for."""
+                  started: float, extra: dict, rule: RulePick | None = None) -> int:
+    """The table (below ``rule``'s line: one split's walk), then whatever --json, --returns, --plot and
+    --tearsheet ask for."""
     names = [n for n in results if n.startswith("agent")]
     first, last = results[names[0]].dates[[0, -1]]
     what = "walk-forward folds' " if args.folds else ""
     print(f"{what}{args.split} split walked {first.date()}..{last.date()} ({len(results[names[0]].dates) - 1} daily "
           f"returns), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}")
+    if rule is not None:
+        print(rule.line(args.split))
     print(format_report(results))
     summary = extra.get("across_checkpoints")
     if summary:

@@ -8,11 +8,13 @@ its keep, and does any agent beat owning the index?
 Each cell of the grid (agent kind x reward x window x seed x fold) trains on its fold's training years, saves
 its validation picks (best_composite.pt, the single best walk, and best_composite_smoothed.pt, the best mean of
 the last train.selection_window walks; the test split is never read), and walks both on the fold's test years
-with evaluate's continuous walk beside buy-and-hold and the MACD rule. ``--folds F`` makes F expanding
+with evaluate's continuous walk beside buy-and-hold, the MACD rule and best_rule (the best fixed rule of the
+agent's own actions on the fold's validation years, clstm_ppo/backtest/rules.py). ``--folds F`` makes F expanding
 walk-forward folds (clstm_ppo/data/folds.py; 0: the data's one default split), each with the market's fitted
 settings refitted on its own training years (clstm_ppo/backtest/calibration.py). Reported over seeds x folds:
 mean +- std and bootstrap 95% intervals of every metric, paired differences (kind against kind, excess reward
-against equity, each agent against buy-and-hold, the smoothed pick against the single best), each fold's mean,
+against equity, each agent against buy-and-hold and against best_rule, the smoothed pick against the single
+best), each fold's mean,
 and the deflated Sharpe ratio of the best configuration given how many were tried. With several underlyings
 (the Dow stocks) each is walked on its own and a run's number is their mean. The window ablation (clstm,
 equity reward) runs every window of --windows other than the config's. The section of --results for this
@@ -60,7 +62,7 @@ from clstm_ppo.tables import format_records, strict_json
 KINDS = ("clstm", "lstm", "mlp")
 REWARDS = ("equity", "excess")
 WINDOWS = (5, 15, 30, 50)
-BENCHMARKS = ("buy_and_hold", "macd_rule")
+BENCHMARKS = ("buy_and_hold", "macd_rule", "best_rule")
 PICKS = {"agent": "best_composite.pt", "smoothed": "best_composite_smoothed.pt"}
 
 
@@ -235,8 +237,8 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
                 if any(r["smoothed"] for _, r in pairs)}  # none where no run had enough validation walks
     pairs = [(label(a, w), label(b, w)) for w in rewards for i, a in enumerate(kinds) for b in kinds[i + 1:]]
     pairs += [(label(k, "excess"), label(k, "equity")) for k in kinds if len(rewards) == 2]
-    pairs += [(lab, "buy_and_hold") for lab in labels] + [(f"{lab} [smoothed]", lab) for lab in labels
-                                                            if f"{lab} [smoothed]" in smoothed]
+    pairs += [(lab, bench) for bench in ("buy_and_hold", "best_rule") for lab in labels]
+    pairs += [(f"{lab} [smoothed]", lab) for lab in labels if f"{lab} [smoothed]" in smoothed]
     per_fold = []
     for fold in folds:
         row: dict[str, Any] = {"fold": "split" if fold is None else fold}

@@ -145,7 +145,9 @@ def test_evaluate_folds_walks_each_fold_on_its_own_test_years(tmp_path):
     out = strict_loads(report.read_text())
     assert [f["dates"] for f in out["folds"]] == [["2003-01-01", "2003-12-31"], ["2004-01-01", "2004-12-31"]]
     assert out["dates"] == ["2003-01-01", "2004-12-31"]
-    for policy in ("agent", "buy_and_hold"):
+    # Each fold's best_rule is picked on that fold's own validation year, the one before its test year.
+    assert [f["best_rule"]["on"][len("validation "):][:10] for f in out["folds"]] == ["2002-01-01", "2003-01-01"]
+    for policy in ("agent", "buy_and_hold", "best_rule"):
         symbol = next(iter(out["policies"][policy]))
         by_fold = [1 + f["policies"][policy][symbol]["total_return"] for f in out["folds"]]
         assert out["policies"][policy][symbol]["total_return"] == pytest.approx(np.prod(by_fold) - 1)

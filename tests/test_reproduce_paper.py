@@ -36,10 +36,10 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     assert [f["index"] for f in folds] == [0, 1] and folds[0]["test_end"] < folds[1]["test_end"]
     assert all(f["train_end"] < f["val_end"] < f["test_end"] for f in folds)
     main = {row["policy"]: row for row in out["main"]}
-    assert list(main)[:6] == ["clstm", "mlp", "clstm+excess", "mlp+excess", "buy_and_hold", "macd_rule"]
+    assert list(main)[:7] == ["clstm", "mlp", "clstm+excess", "mlp+excess", "buy_and_hold", "macd_rule", "best_rule"]
     assert [row["policy"] for row in out["ablation"]] == ["clstm TW 5", "clstm TW 10"]  # smoke's TW is 10
     assert len(out["per_run"]) == 2 * 2 * (4 + 1)  # folds x seeds x (two kinds x two rewards, then TW 5)
-    for row in out["main"][:6] + out["ablation"]:
+    for row in out["main"][:7] + out["ablation"]:
         assert row["runs"] == 4  # seeds x folds
         for key in METRICS:
             finite = row[key] is not None and math.isfinite(row[key]) and math.isfinite(row[f"{key}_std"])
@@ -66,6 +66,10 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     bh_fold = {row["fold"]: row["buy_and_hold"] for row in out["per_fold"]}
     diffs = [tw[(5, s, f)] - bh_fold[f] for s in (0, 1) for f in (0, 1)]
     assert ablation[("clstm TW 5 - buy_and_hold", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
+    # Each agent against the best fixed rule of its fold (one deterministic walk a fold, as buy-and-hold)
+    rule_fold = {row["fold"]: row["best_rule"] for row in out["per_fold"]}
+    diffs = [runs[("mlp", s, f)]["sharpe_excess"] - rule_fold[f] for s in (0, 1) for f in (0, 1)]
+    assert pairs[("mlp - best_rule", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
     # Distinct walks per configuration and fold, against a recount from the runs' own metrics: identical walks
     # have identical returns and Sharpe, distinct ones (almost surely) do not.
     walks = {(row["config"], row["fold"]): row for row in out["walks"]}

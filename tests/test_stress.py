@@ -19,7 +19,8 @@ from clstm_ppo.scenarios.market import sample_market_data
 from clstm_ppo.training.checkpoint import atomic_save
 from clstm_ppo.training.runner import Trainer
 
-POLICIES = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle"]
+POLICIES = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle",
+            "best_rule"]
 TINY = FitOptions(steps=3, seq_len=12, batch_size=16, settings={"hidden": 8, "n_critic": 2}, progress=False)
 
 

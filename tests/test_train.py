@@ -334,7 +334,9 @@ def test_evaluate_command_walks_the_agent_and_every_benchmark(smoke_run, tmp_pat
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("test split walked ")
-    policies = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle"]
+    assert lines[1].startswith("best_rule: ") and "fixed rules on validation" in lines[1]
+    policies = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle",
+                "best_rule"]
     header = next(i for i, line in enumerate(lines) if line.startswith("policy"))
     rows = lines[header + 1:header + 1 + len(policies)]
     assert [line.split()[0] for line in rows] == policies
@@ -343,6 +345,9 @@ def test_evaluate_command_walks_the_agent_and_every_benchmark(smoke_run, tmp_pat
     assert plot.stat().st_size > 10_000
     saved = strict_loads(report.read_text())
     assert list(saved["policies"]) == policies
+    picked = saved["best_rule"]  # which fixed rule, picked where, and its rivals
+    assert picked["rule"] in lines[1] and picked["on"].startswith("validation ")
+    assert picked["best"][0]["rule"] == picked["rule"]
     agent = saved["policies"]["agent"]["SYN0"]
     assert saved["policies"]["cash"]["SYN0"]["trades"] == 0.0 and saved["policies"]["cash"]["SYN0"]["costs"] == 0
     assert agent["costs"] == pytest.approx(sum(agent[f"cost_{k}"] for k in ("spread", "slippage", "commission",

@@ -51,17 +51,30 @@ def walk_together(policies: dict[str, tuple[Policy, object]], data: MarketData, 
     copies p*S..p*S+S-1 (copy i on underlying i mod S). A walk's env draws nothing (its starts are given) and
     no copy reads another, so each result is the one a walk alone gives (a test checks it bit for bit), at one
     env step per bar for all of them: a batch-of-S eager step costs its launches, not its arithmetic."""
-    names, n_symbols = list(policies), len(data.symbols)
-    env = walk_env(data, split, cfg, device, walks=len(names))
-    obs = env.reset(starts=torch.full((env.num_envs,), env.first_bar, dtype=torch.long))
-    states = {name: state for name, (_, state) in policies.items()}
-    ends: dict[int, tuple[dict, int]] = {}  # copy -> (its episode statistics, their row)
-    while len(ends) < env.num_envs:
+    n_symbols = len(data.symbols)
+
+    def every_policy(obs: Observation, states: dict[str, object]) -> tuple[torch.Tensor, dict[str, object]]:
         actions = []
         for p, (name, (policy, _)) in enumerate(policies.items()):
             action, states[name] = policy(obs.copies(p * n_symbols, (p + 1) * n_symbols), states[name])
             actions.append(action)
-        result = env.step(torch.cat(actions))
+        return torch.cat(actions), states
+    states = {name: state for name, (_, state) in policies.items()}
+    return walk_batched(list(policies), every_policy, states, data, split, cfg, device)
+
+
+@torch.no_grad()
+def walk_batched(names: list[str], policy: Policy, state: object, data: MarketData, split: str, cfg: Config,
+                 device: torch.device | str) -> dict[str, WalkResult]:
+    """Walk one policy that acts for ``len(names)`` walks at once (copies p*S..p*S+S-1 are walk ``names[p]``)
+    over ``split``: a family of rules as one vectorised policy, without a Python call per rule a bar."""
+    n_symbols = len(data.symbols)
+    env = walk_env(data, split, cfg, device, walks=len(names))
+    obs = env.reset(starts=torch.full((env.num_envs,), env.first_bar, dtype=torch.long))
+    ends: dict[int, tuple[dict, int]] = {}  # copy -> (its episode statistics, their row)
+    while len(ends) < env.num_envs:
+        action, state = policy(obs, state)
+        result = env.step(action)
         obs = result.obs
         if result.episodes is not None:
             for k, copy in enumerate(result.episodes["env"]):

@@ -1,0 +1,114 @@
+"""Fixed rules made of the agent's own actions, and the best of them picked on the validation split: the benchmark
+that says whether an agent adds anything to the rule its greedy walk turns out to be (docs/RESULTS.md, "What the
+greedy agents do": the S&P 500 agents walk rules such as "sell the 30-day 1.05 call into every free slot").
+
+A rule buys the underlying to one of ``market.stock_targets`` at its first fill and holds those shares (not
+rebalanced), or holds none, and keeps placing one option order of the chain: into every free slot, or only while
+no option is open (one at a time, rolled when it expires). Every combination is a rule, "hold cash" included.
+``pick_rule`` walks them all on the validation split, one vectorised policy over one env, and keeps the best by a
+report metric (Sharpe over the T-bill unless told otherwise); evaluate then walks that rule on the split it
+reports, beside the agent, whose checkpoint was picked on the same validation years. Nothing here reads a bar
+after the validation split.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from clstm_ppo.backtest.policies import OPEN_SHARE
+from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.walk import Policy, walk_batched
+from clstm_ppo.config import Config
+from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace, Observation
+
+STOCK_SHARE = PORTFOLIO_FEATURES.index("stock_share")
+PICK_SPLIT = "validation"
+# Report metrics a rule may be picked by: higher is better for each.
+PICK_METRICS = ("sharpe_excess", "sharpe", "sortino", "calmar", "annual_return", "total_return")
+SHOWN = 5  # the best rules the report lists with their validation scores
+
+
+@dataclass(frozen=True)
+class FixedRule:
+    stock: int | None  # index into market.stock_targets, bought at the first fill and held; None: no shares
+    order: int | None  # the option action (1..option_orders) it keeps placing; None: no options
+    every_slot: bool = True  # into every free slot; False: only while no option is open
+
+    def describe(self, actions: ActionSpace) -> str:
+        """Words for the rule, e.g. 'underlying to 100% + sell call 1.05 x 30d, every free slot'."""
+        parts = [] if self.stock is None else [actions.describe(actions.stock(self.stock))]
+        if self.order is not None:
+            parts.append(f"{actions.describe(self.order)}, {'every free slot' if self.every_slot else 'one at a time'}")
+        return " + ".join(parts) or "hold cash"
+
+
+@dataclass(frozen=True)
+class RulePick:
+    rule: FixedRule
+    name: str  # ``rule.describe``
+    metric: str  # what it was picked by, on the validation split
+    score: float  # its validation value of ``metric`` (mean over underlyings)
+    walked: str  # the validation dates it was picked on, 'YYYY-MM-DD..YYYY-MM-DD'
+    best: list[dict]  # the SHOWN best rules and their scores, best first
+    tried: int  # how many rules were walked
+
+    def line(self, split: str) -> str:
+        """One line for the report: which rule, picked where and by what, and whether ``split`` is in sample."""
+        note = " (in sample: the split walked here)" if split == PICK_SPLIT else ""
+        return (f"best_rule: {self.name}, the best {self.metric} ({self.score:.3f}) of {self.tried} fixed rules on "
+                f"{PICK_SPLIT} {self.walked}{note}")
+
+    def as_dict(self) -> dict:
+        return {"rule": self.name, "picked_by": self.metric, "on": f"{PICK_SPLIT} {self.walked}",
+                "score": self.score, "tried": self.tried, "best": self.best}
+
+
+def rule_family(actions: ActionSpace) -> list[FixedRule]:
+    """Every rule: no shares or each positive stock target, times no option or each option order placed into
+    every free slot or one at a time. Simpler rules first (the pick keeps the first of equal scores)."""
+    stocks = [None] + [k for k, target in enumerate(actions.stock_targets) if target > 0]
+    orders = [(None, True)] + [(o, every) for every in (True, False) for o in range(1, actions.option_orders + 1)]
+    return [FixedRule(stock, order, every) for stock in stocks for order, every in orders]
+
+
+def rules_policy(rules: list[FixedRule], actions: ActionSpace, n_symbols: int, max_positions: int,
+                 device: torch.device | str) -> tuple[Policy, None]:
+    """One policy acting for every rule at once: copies p*S..p*S+S-1 follow ``rules[p]`` (``walk_batched``'s
+    layout; with one rule, any S copies). A bar's action: the stock target while the rule wants shares and holds
+    none, else its option order where the mask allows it (and, one at a time, no option is open), else hold."""
+    def per_copy(values: list[int | bool], dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=device).repeat_interleave(n_symbols)
+    stock = per_copy([0 if r.stock is None else actions.stock(r.stock) for r in rules], torch.long)
+    order = per_copy([r.order or 0 for r in rules], torch.long)
+    every_slot = per_copy([r.every_slot for r in rules], torch.bool)
+
+    def act(obs: Observation, state: None) -> tuple[torch.Tensor, None]:
+        allowed = lambda action: obs.mask.gather(1, action.unsqueeze(-1)).squeeze(-1)  # noqa: E731
+        buy_stock = (stock > 0) & (obs.portfolio[:, STOCK_SHARE] <= 0) & allowed(stock)
+        flat = (obs.portfolio[:, OPEN_SHARE] * max_positions).round() == 0
+        place = (order > 0) & allowed(order) & (every_slot | flat)
+        return torch.where(buy_stock, stock, torch.where(place, order, actions.hold)), state
+    return act, None
+
+
+def pick_rule(data: MarketData, cfg: Config, device: torch.device | str,
+              metric: str = "sharpe_excess") -> RulePick:
+    """Walk every rule of ``rule_family`` over the validation split and keep the best by ``metric`` (the mean
+    over underlyings of the report's value; the first of equal ones)."""
+    if metric not in PICK_METRICS:
+        raise ValueError(f"a rule is picked by one of {', '.join(PICK_METRICS)}, not {metric!r}")
+    actions = ActionSpace.from_config(cfg.market)
+    rules = rule_family(actions)
+    names = [rule.describe(actions) for rule in rules]
+    policy = rules_policy(rules, actions, len(data.symbols), cfg.env.max_positions, device)
+    walks = walk_batched(names, *policy, data, PICK_SPLIT, cfg, device)
+    scores = [float(np.mean([underlying_metrics(walks[name], s)[metric] for s in range(len(data.symbols))]))
+              for name in names]
+    order = sorted(range(len(rules)), key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf, i))
+    start, end = data.split_dates(PICK_SPLIT)
+    return RulePick(rules[order[0]], names[order[0]], metric, scores[order[0]], f"{start.date()}..{end.date()}",
+                    [{"rule": names[i], metric: scores[i]} for i in order[:SHOWN]], len(rules))
