@@ -276,7 +276,6 @@ def main(argv: list[str] | None = None) -> int:
                          {"best_rule": rule.as_dict(), "across_checkpoints": summary}, rule)
 
 
-
 def walk_forward(args: argparse.Namespace, agents: list, device: torch.device) -> tuple[dict[str, WalkResult], list]:
     """Each fold's agent and benchmarks over its own split, then every policy's folds laid end to end."""
     cfg = agents[0][0]

@@ -12,7 +12,10 @@ greedily, the argmax of its masked policy on every bar, and the walk records eve
 - ``top_actions``: the three most chosen actions and their share of decisions;
 - ``p_greedy``: the median over decisions of the policy's probability of the action it took, beside
   ``p_uniform``, the median of 1 / (valid actions): a greedy walk of a policy near ``p_uniform`` is a fixed rule
-  that a small tilt of the logits chose, not a confident one; ``sure``: decisions whose action had p > 0.5.
+  that a small tilt of the logits chose, not a confident one; ``sure``: decisions whose action had p > 0.5;
+- ``closest_rule``: of the fixed rules evaluate's ``best_rule`` is picked from (clstm_ppo/backtest/rules.py),
+  walked over the same split, the one whose daily returns correlate most with the walk's, and ``rule_corr``
+  that correlation (1.0: the walk is that rule, or moves with it day for day).
 
 The summary line counts distinct walks. Several seeds of one configuration with one fingerprint are one policy,
 not several draws (docs/RESULTS.md). ``--set`` walks the same weights in another market, e.g.
@@ -30,8 +33,11 @@ import torch
 from clstm_ppo.backtest.across_runs import fingerprint
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
-from clstm_ppo.backtest.walk import walk
+from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.rules import rule_family, rules_policy
+from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.cli import run_cli
+from clstm_ppo.config import to_dict
 from clstm_ppo.data.dataset import SPLITS
 from clstm_ppo.device import DEVICE_CHOICES, pick_device
 from clstm_ppo.env import ActionSpace, Observation
@@ -42,8 +48,11 @@ TOP = 3  # actions listed per checkpoint
 SURE = 0.5  # a decision is sure where its action's probability exceeds this
 
 
-def census(path: str, split: str, overrides: list[str], device: torch.device) -> dict[str, Any]:
-    """One checkpoint's greedy walk over ``split``: its metrics, fingerprint and action statistics."""
+def census(path: str, split: str, overrides: list[str], device: torch.device,
+           rule_walks: dict[str, dict[str, WalkResult]]) -> dict[str, Any]:
+    """One checkpoint's greedy walk over ``split``: its metrics, fingerprint, action statistics and closest fixed
+    rule. ``rule_walks`` keeps the rules' walks of each market and split met so far (checkpoints of one fold share
+    them)."""
     cfg, data, model = load_agent(path, None, overrides, device)
     actions = ActionSpace.from_config(cfg.market)
     choices: list[torch.Tensor] = []
@@ -65,6 +74,13 @@ def census(path: str, split: str, overrides: list[str], device: torch.device) ->
     chosen = Counter(torch.cat(choices).tolist())  # read back once, after the walk
     decisions = sum(chosen.values())
     greedy, uniform = (torch.cat(x).cpu().numpy() for x in (p_greedy, p_uniform))
+    key = strict_json({"split": split, **{k: to_dict(getattr(cfg, k)) for k in ("data", "market", "env")}})
+    if key not in rule_walks:
+        family = rule_family(actions)
+        names = [rule.describe(actions) for rule in family]
+        policy = rules_policy(family, actions, len(data.symbols), cfg.env.max_positions, device)
+        rule_walks[key] = walk_batched(names, *policy, data, split, cfg, device)
+    rule, corr = closest_rule(result, rule_walks[key])
     return {
         "checkpoint": path,
         "return": float(np.mean([m["total_return"] for m in per])),
@@ -75,7 +91,21 @@ def census(path: str, split: str, overrides: list[str], device: torch.device) ->
         "p_greedy": float(np.median(greedy)),
         "p_uniform": float(np.median(uniform)),
         "sure": float(np.mean(greedy > SURE)),
+        "closest_rule": rule,
+        "rule_corr": corr,
     }
+
+
+def closest_rule(result: WalkResult, rules: dict[str, WalkResult]) -> tuple[str | None, float | None]:
+    """The rule whose daily returns (every underlying's, end to end) correlate most with ``result``'s, and that
+    correlation; (None, None) for a walk that never moves off the bill (no correlation is defined)."""
+    mine = result.daily_returns.ravel()
+    if mine.std() == 0:
+        return None, None
+    corr = {name: float(np.corrcoef(mine, w.daily_returns.ravel())[0, 1]) for name, w in rules.items()
+            if w.daily_returns.std() > 0}
+    best = max(corr, key=corr.get)
+    return best, corr[best]
 
 
 def table_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     device = pick_device(args.device)
-    rows = [census(path, args.split, args.overrides, device) for path in args.checkpoints]
+    rule_walks: dict[str, dict[str, WalkResult]] = {}
+    rows = [census(path, args.split, args.overrides, device, rule_walks) for path in args.checkpoints]
     walks = Counter(r["walk"] for r in rows)
     print_table([table_row(r) for r in rows], False, {
         "split": args.split, "overrides": " ".join(args.overrides) or "none",

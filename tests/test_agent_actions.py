@@ -1,14 +1,17 @@
 """scripts/agent_actions.py: a checkpoint's greedy walk described by what it chose and how sure it was."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import load_script, strict_loads
 
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
-from clstm_ppo.backtest.walk import walk
+from clstm_ppo.backtest.rules import FixedRule, rule_family, rules_policy
+from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.cli import run_cli
+from clstm_ppo.env import ActionSpace
 from clstm_ppo.evaluate import load_agent
 from clstm_ppo.train import main as train_main
 
@@ -41,6 +44,29 @@ def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint,
     assert 0 < sum(row["top_actions"].values()) <= 1 + 1e-12
     assert list(row["top_actions"].values()) == sorted(row["top_actions"].values(), reverse=True)
     assert row["p_uniform"] <= row["p_greedy"] <= 1 and 0 <= row["sure"] <= 1
+
+
+def test_the_closest_rule_is_named_with_its_correlation_and_a_rule_is_closest_to_itself(checkpoint, capsys):
+    row = census(capsys, checkpoint)["rows"][0]
+    cfg, data, model = load_agent(str(checkpoint), None, [], torch.device("cpu"))
+    actions = ActionSpace.from_config(cfg.market)
+    family = {rule.describe(actions): rule for rule in rule_family(actions)}
+    assert row["closest_rule"] in family and -1 <= row["rule_corr"] <= 1 + 1e-12
+    # the named rule walked alone: its returns correlate with the agent's walk as reported
+    policy, state = agent_policy(model, len(data.symbols), torch.device("cpu"))
+    agent = walk("agent", policy, state, data, "test", cfg, "cpu").daily_returns.ravel()
+    alone = walk("rule", *rules_policy([family[row["closest_rule"]]], actions, len(data.symbols),
+                                       cfg.env.max_positions, "cpu"), data, "test", cfg, "cpu")
+    assert row["rule_corr"] == pytest.approx(np.corrcoef(agent, alone.daily_returns.ravel())[0, 1], rel=1e-9)
+    # a walk that is a rule finds that rule (or one that walks the same days), at correlation 1
+    rules = [FixedRule(None, actions.sell(True, 2, 0)), FixedRule(None, actions.buy(False, 0, 1), False),
+             FixedRule(len(actions.stock_targets) - 1, None)]
+    names = [rule.describe(actions) for rule in rules]
+    walks = walk_batched(names, *rules_policy(rules, actions, len(data.symbols), cfg.env.max_positions, "cpu"),
+                         data, "test", cfg, "cpu")
+    script = load_script(SCRIPT)
+    for name in names:
+        assert script.closest_rule(walks[name], walks) == (name, pytest.approx(1.0))
 
 
 def test_another_market_walks_the_same_weights_differently(checkpoint, capsys):
