@@ -23,3 +23,13 @@ def handmade_market(close: np.ndarray, window: int = 3, turbulence: np.ndarray |
         turbulence_threshold=threshold, splits={"train": (0, n), "validation": (0, n), "test": (0, n)},
         normalizer=Normalizer(FEATURE_NAMES, np.zeros(f), np.ones(f)), window=window,
     )
+
+
+def recording(policy, state, seen: list, field: str = "row"):
+    """``policy`` (with its carried ``state``) wrapped so every decision's observed ``field`` (row, portfolio,
+    ...) and chosen action are appended to ``seen``."""
+    def act(obs, inner):
+        action, inner = policy(obs, inner)
+        seen.append((getattr(obs, field).clone(), action.clone()))
+        return action, inner
+    return act, state

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from market_fixtures import handmade_market
+from market_fixtures import handmade_market, recording
 
 from clstm_ppo.backtest.policies import cash_policy, long_straddle, macd_rule, random_policy
 from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_env
@@ -17,15 +17,6 @@ from clstm_ppo.env import ActionSpace
 @pytest.fixture(scope="module")
 def two_underlyings():
     return build_market_data(DataConfig(source="synthetic", synthetic=SyntheticConfig(n_bars=900, n_underlyings=2)))
-
-
-def recording(policy, state, seen):
-    """Wrap a policy so every observed row and chosen action is kept."""
-    def act(obs, inner):
-        action, inner = policy(obs, inner)
-        seen.append((obs.row.clone(), action.clone()))
-        return action, inner
-    return act, state
 
 
 @pytest.mark.parametrize("split", ["validation", "test"])

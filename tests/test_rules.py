@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from market_fixtures import recording
 
 from clstm_ppo.backtest.policies import OPEN_SHARE
 from clstm_ppo.backtest.rules import STOCK_SHARE, FixedRule, pick_rule, rule_family, rules_policy
@@ -46,14 +47,6 @@ def reference_rule(rule: FixedRule):
     return act, None
 
 
-def recording(policy, state, seen):
-    def act(obs, inner):
-        action, inner = policy(obs, inner)
-        seen.append((obs.portfolio.clone(), action.clone()))
-        return action, inner
-    return act, state
-
-
 def same_walk(a, b) -> bool:
     fields = [f.name for f in dataclasses.fields(a) if f.name != "policy"]
     return all(np.array_equal(getattr(a, name), getattr(b, name)) for name in fields)
@@ -80,7 +73,7 @@ def test_every_free_slot_fills_the_book_one_at_a_time_holds_one_and_the_shares_s
     seen = {}
     for rule in RULES[:3]:
         seen[rule] = []
-        policy = recording(*rules_policy([rule], ACTIONS, 2, SLOTS, "cpu"), seen[rule])
+        policy = recording(*rules_policy([rule], ACTIONS, 2, SLOTS, "cpu"), seen[rule], "portfolio")
         walk("rule", *policy, market, "test", CFG, "cpu")
     open_counts = {rule: np.array([(p[:, OPEN_SHARE] * SLOTS).round().numpy() for p, _ in obs])
                    for rule, obs in seen.items()}
