@@ -98,7 +98,7 @@ def census(path: str, split: str, overrides: list[str], device: torch.device,
 
 def closest_rule(result: WalkResult, rules: dict[str, WalkResult]) -> tuple[str | None, float | None]:
     """The rule whose daily returns (every underlying's, end to end) correlate most with ``result``'s, and that
-    correlation; (None, None) for a walk that never moves off the bill (no correlation is defined)."""
+    correlation; (None, None) for a walk whose daily return never changes (no correlation is defined)."""
     mine = result.daily_returns.ravel()
     if mine.std() == 0:
         return None, None
