@@ -142,7 +142,10 @@ def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: 
              "single best validation composite unless marked [smoothed]. With several underlyings a run's number "
              "is the mean over them. Sharpe ratios are annualised; `sharpe_excess` is over the T-bill (the headline), "
              "`sharpe` over 0 as the paper quotes it. Profit per trade: closed option trades' own P&L, every cost "
-             "in. `min_equity`: the walk's lowest close over its initial cash; `ruined`: the share of runs (of "
+             "in. `best_rule`: of every fixed rule of the action space, the best by Sharpe over the T-bill on the "
+             "fold's validation years, walked on its test years (one walk a fold, as buy_and_hold; "
+             "docs/BACKTEST.md). "
+             "`min_equity`: the walk's lowest close over its initial cash; `ruined`: the share of runs (of "
              f"accounts, with several underlyings) whose equity fell below env.ruin_fraction ({ruin:g}) of the "
              "initial cash at some close, where a training episode would have ended. `costs`: fees, spreads and "
              "slippage paid over the walk, in dollars.", "",
