@@ -11,7 +11,8 @@ underlying itself), putwrite and buywrite (CBOE's PUT and BXM rules), cash, rand
 macd_rule (a 30-day ATM call on an up-cross, a put on a down-cross), long_straddle (30-day ATM straddles
 rolled monthly) and best_rule: of every fixed rule made of the agent's own actions (shares held or not, one option
 order placed into every free slot or one at a time; clstm_ppo/backtest/rules.py), the best on the validation
-split by --rule-metric, the years the agent's checkpoint was picked on. Several checkpoints (e.g. one per
+split by --rule-metric, the years the agent's checkpoint was picked on (unless --data or --set data.* moves
+them). Several checkpoints (e.g. one per
 seed) are reported each, then as mean +- std. With --folds the checkpoints are one setup's walk-forward folds
 (scripts/reproduce_paper.py --folds): each walks its own fold's split, and every policy's folds are laid end to
 end into one out-of-sample walk (the table, --returns, --plot); --json adds each fold's own report.
@@ -316,6 +317,8 @@ def write_reports(args: argparse.Namespace, results: dict[str, WalkResult], cfg:
           f"returns), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}")
     if rule is not None:
         print(rule.line(args.split))
+    elif args.folds:
+        print("best_rule: one rule a fold, each picked on its fold's validation years (the fold lines above)")
     print(format_report(results))
     summary = extra.get("across_checkpoints")
     if summary:

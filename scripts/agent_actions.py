@@ -98,12 +98,16 @@ def census(path: str, split: str, overrides: list[str], device: torch.device,
 
 def closest_rule(result: WalkResult, rules: dict[str, WalkResult]) -> tuple[str | None, float | None]:
     """The rule whose daily returns (every underlying's, end to end) correlate most with ``result``'s, and that
-    correlation; (None, None) for a walk whose daily return never changes (no correlation is defined)."""
+    correlation; (None, None) where no correlation is defined (a walk, or every rule, whose daily return never
+    changes)."""
     mine = result.daily_returns.ravel()
     if mine.std() == 0:
         return None, None
     corr = {name: float(np.corrcoef(mine, w.daily_returns.ravel())[0, 1]) for name, w in rules.items()
             if w.daily_returns.std() > 0}
+    corr = {name: c for name, c in corr.items() if np.isfinite(c)}
+    if not corr:  # no rule's returns move: nothing to correlate with
+        return None, None
     best = max(corr, key=corr.get)
     return best, corr[best]
 

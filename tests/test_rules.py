@@ -8,7 +8,7 @@ import torch
 from market_fixtures import recording
 
 from clstm_ppo.backtest.policies import OPEN_SHARE
-from clstm_ppo.backtest.rules import STOCK_SHARE, FixedRule, pick_rule, rule_family, rules_policy
+from clstm_ppo.backtest.rules import PICK_METRICS, STOCK_SHARE, FixedRule, pick_rule, rule_family, rules_policy
 from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.config import Config, DataConfig, EnvConfig, SyntheticConfig
 from clstm_ppo.data import build_market_data
@@ -137,6 +137,15 @@ def test_the_pick_is_the_best_validation_sharpe_of_the_family_and_reads_no_later
     assert pick_rule(dataclasses.replace(market, bars=earlier), CFG, "cpu").best != pick.best
 
 
+@pytest.mark.parametrize("metric", PICK_METRICS)
+def test_no_allowed_metric_picks_a_rule_for_earning_only_the_bill(market, metric):
+    """Over 0, cash's Sharpe, Sortino and Calmar are huge (its returns vary only with the rate); the metrics a
+    rule may be picked by rank it by what it earns, so a rule that beats the bill beats it."""
+    pick = pick_rule(market, CFG, "cpu", metric=metric)
+    assert pick.name != "hold cash" and pick.score > 0
+
+
 def test_a_rule_is_picked_only_by_a_metric_where_higher_is_better(market):
-    with pytest.raises(ValueError, match="picked by one of sharpe_excess, .*not 'max_drawdown'"):
-        pick_rule(market, CFG, "cpu", metric="max_drawdown")
+    for wrong in ("max_drawdown", "sharpe", "calmar"):
+        with pytest.raises(ValueError, match=f"picked by one of sharpe_excess, .*not '{wrong}'"):
+            pick_rule(market, CFG, "cpu", metric=wrong)
