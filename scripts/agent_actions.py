@@ -34,8 +34,8 @@ from clstm_ppo.backtest.across_runs import fingerprint
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
-from clstm_ppo.backtest.rules import rule_family, rules_policy
-from clstm_ppo.backtest.walk import walk, walk_batched
+from clstm_ppo.backtest.rules import walk_family
+from clstm_ppo.backtest.walk import walk
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import to_dict
 from clstm_ppo.data.dataset import SPLITS
@@ -76,10 +76,7 @@ def census(path: str, split: str, overrides: list[str], device: torch.device,
     greedy, uniform = (torch.cat(x).cpu().numpy() for x in (p_greedy, p_uniform))
     key = strict_json({"split": split, **{k: to_dict(getattr(cfg, k)) for k in ("data", "market", "env")}})
     if key not in rule_walks:
-        family = rule_family(actions)
-        names = [rule.describe(actions) for rule in family]
-        policy = rules_policy(family, actions, len(data.symbols), cfg.env.max_positions, device)
-        rule_walks[key] = walk_batched(names, *policy, data, split, cfg, device)
+        rule_walks[key] = walk_family(data, split, cfg, device)
     rule, corr = closest_rule(result, rule_walks[key])
     return {
         "checkpoint": path,

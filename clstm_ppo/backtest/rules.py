@@ -20,6 +20,7 @@ import torch
 
 from clstm_ppo.backtest.policies import OPEN_SHARE
 from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.walk import Policy, walk_batched
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
@@ -97,17 +98,23 @@ def rules_policy(rules: list[FixedRule], actions: ActionSpace, n_symbols: int, m
     return act, None
 
 
+def walk_family(data: MarketData, split: str, cfg: Config, device: torch.device | str) -> dict[str, WalkResult]:
+    """Every rule of ``rule_family`` walked over ``split`` at once, keyed by its ``describe`` (in family order)."""
+    actions = ActionSpace.from_config(cfg.market)
+    rules = rule_family(actions)
+    policy = rules_policy(rules, actions, len(data.symbols), cfg.env.max_positions, device)
+    return walk_batched([rule.describe(actions) for rule in rules], *policy, data, split, cfg, device)
+
+
 def pick_rule(data: MarketData, cfg: Config, device: torch.device | str,
               metric: str = "sharpe_excess") -> RulePick:
     """Walk every rule of ``rule_family`` over the validation split and keep the best by ``metric`` (the mean
     over underlyings of the report's value; the first of equal ones)."""
     if metric not in PICK_METRICS:
         raise ValueError(f"a rule is picked by one of {', '.join(PICK_METRICS)}, not {metric!r}")
-    actions = ActionSpace.from_config(cfg.market)
-    rules = rule_family(actions)
-    names = [rule.describe(actions) for rule in rules]
-    policy = rules_policy(rules, actions, len(data.symbols), cfg.env.max_positions, device)
-    walks = walk_batched(names, *policy, data, PICK_SPLIT, cfg, device)
+    rules = rule_family(ActionSpace.from_config(cfg.market))
+    walks = walk_family(data, PICK_SPLIT, cfg, device)
+    names = list(walks)
     scores = [float(np.mean([underlying_metrics(walks[name], s)[metric] for s in range(len(data.symbols))]))
               for name in names]
     order = sorted(range(len(rules)), key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf, i))

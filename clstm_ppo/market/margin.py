@@ -28,7 +28,6 @@ def margin_rates(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConf
     return np.where(index[:, None], np.asarray(cfg.index_margin), np.asarray(cfg.stock_margin))
 
 
-
 def short_margin(premium: Tensor, spot: Tensor, strike: Tensor, is_call: Tensor, rate_a: Tensor,
                  rate_b: Tensor) -> Tensor:
     """Requirement per share of one short option (any shapes that broadcast)."""
