@@ -35,13 +35,27 @@ def copy_keys(seed: int, num_envs: int, device: torch.device | str) -> Tensor:
     return mix32(seed_key ^ torch.arange(num_envs, device=device))
 
 
+def start_hash(key: Tensor, count: Tensor) -> Tensor:
+    """(N,) the hash each stream of a copy's ``count``-th draw derives from: computed once for several streams."""
+    return mix32(key ^ (count & MASK32))
+
+
+def uniform_of(base: Tensor, stream: str) -> Tensor:
+    """(N,) float64 uniforms in [0, 1) of ``stream`` from the copies' ``start_hash``."""
+    return mix32(base ^ STREAMS[stream]).to(torch.float64) * (1.0 / 2**32)
+
+
+def integers_of(base: Tensor, stream: str, low: int | Tensor, high: int | Tensor) -> Tensor:
+    """(N,) int64 uniform on [low, high] (inclusive) of ``stream`` from the copies' ``start_hash``: the bias of a
+    32-bit draw is below 1e-6 for a range of a few thousand bars."""
+    return low + (uniform_of(base, stream) * (high - low + 1)).long()
+
+
 def uniform(key: Tensor, count: Tensor, stream: str) -> Tensor:
     """(N,) float64 uniforms in [0, 1), one per copy: its ``count``-th draw of ``stream``."""
-    h = mix32(mix32(key ^ (count & MASK32)) ^ STREAMS[stream])
-    return h.to(torch.float64) * (1.0 / 2**32)
+    return uniform_of(start_hash(key, count), stream)
 
 
 def integers(key: Tensor, count: Tensor, stream: str, low: int | Tensor, high: int | Tensor) -> Tensor:
-    """(N,) int64 uniform on [low, high] (inclusive): the bias of a 32-bit draw is below 1e-6 for a range of a
-    few thousand bars."""
-    return low + (uniform(key, count, stream) * (high - low + 1)).long()
+    """(N,) int64 uniform on [low, high] (inclusive): each copy's ``count``-th draw of ``stream``."""
+    return integers_of(start_hash(key, count), stream, low, high)

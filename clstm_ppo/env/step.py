@@ -20,7 +20,7 @@ from torch import Tensor
 
 from clstm_ppo.device import compile_graph
 from clstm_ppo.env.accounting import accrue_carry, mark_to_market, settle_expiries
-from clstm_ppo.env.draws import integers, uniform
+from clstm_ppo.env.draws import integers_of, start_hash, uniform, uniform_of
 from clstm_ppo.env.episodes import add_finished
 from clstm_ppo.env.observation import portfolio_features, valid_actions
 from clstm_ppo.env.orders import close_options, open_option, slots_to_close, trade_shares
@@ -161,15 +161,21 @@ def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
 def restart(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
     """Start the ``fresh`` copies afresh at random bars of random underlyings, each from its own next draw."""
     clear_books(spec, s, fresh)
-    if spec.symbol_cdf is None:
-        symbol = integers(s.key, s.draws, "symbol", 0, spec.n_symbols - 1)
-    else:  # weighted: the first underlying whose cumulative share exceeds the draw
-        u = uniform(s.key, s.draws, "symbol")
-        symbol = torch.searchsorted(spec.symbol_cdf, u, right=True).clamp(max=spec.n_symbols - 1)
-    start = integers(s.key, s.draws, "start", spec.first_bar, spec.latest_start)
+    symbol, start = draw_starts(spec, s.key, s.draws)
     s.sym, s.t, s.t_start = blend(fresh, symbol, s.sym), blend(fresh, start, s.t), blend(fresh, start, s.t_start)
     s.t_end = blend(fresh, spec.episode_end(start), s.t_end)
     s.draws = s.draws + fresh.long()
+
+
+def draw_starts(spec: EnvSpec, key: Tensor, draws: Tensor) -> tuple[Tensor, Tensor]:
+    """(underlying, first bar) of the next episode of the copies with keys ``key`` that drew ``draws`` before."""
+    base = start_hash(key, draws)  # shared by both streams
+    if spec.symbol_cdf is None:
+        symbol = integers_of(base, "symbol", 0, spec.n_symbols - 1)
+    else:  # weighted: the first underlying whose cumulative share exceeds the draw
+        symbol = torch.searchsorted(spec.symbol_cdf, uniform_of(base, "symbol"), right=True) \
+            .clamp(max=spec.n_symbols - 1)
+    return symbol, integers_of(base, "start", spec.first_bar, spec.latest_start)
 
 
 def restart_at(spec: EnvSpec, s: EnvState, starts: Tensor) -> None:
