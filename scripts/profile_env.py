@@ -1,6 +1,6 @@
 """Where an env step's time goes: kernels per step and the operations called most (torch.profiler).
 
-    python scripts/profile_env.py [--device cpu|cuda] [--compiled] [--num-envs 4096] [--steps 20] [--json]
+    python scripts/profile_env.py [--device cpu|cuda] [--compiled] [--num-envs 4096] [--steps 20] [--sites 30] [--json]
 
 On a GPU the eager env is bound by kernel launches, not arithmetic: each elementwise op launches a kernel of
 ~1 us of GPU time for ~8 us of host time, so the launch count per step sets its speed until the step is fused
@@ -9,14 +9,21 @@ On a GPU the eager env is bound by kernel launches, not arithmetic: each element
 top-level aten operators that compute (views and allocations aside) plus inductor's fused C++ kernels. The action
 draw (a multinomial over the mask, on the env's device, as the trainer's policy samples) is profiled with the
 step and counted apart.
+
+``--sites K`` (eager only) also counts the same operators by the package function that called them (its innermost
+frame in ``clstm_ppo``), over as many more steps, and lists the K that call most: where to look when the eager
+step is to get fewer operators.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig
 from clstm_ppo.data import build_market_data
@@ -47,6 +54,31 @@ def cpu_kernels(prof: profile) -> Counter:
     return found
 
 
+class SiteCounter(TorchDispatchMode):
+    """Counts the operators that compute (``NOT_KERNELS`` and the draw aside) by the package function calling them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name not in NOT_KERNELS and name not in DRAW:
+            self.found[call_site()] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def call_site() -> str:
+    """``folder/file.py:function`` of the innermost frame in the package; "(outside the package)" if none."""
+    package = str(Path(__file__).resolve().parents[1] / "clstm_ppo") + "/"
+    frame = sys._getframe(2)
+    while frame is not None and not frame.f_code.co_filename.startswith(package):
+        frame = frame.f_back
+    if frame is None:
+        return "(outside the package)"
+    return f"{frame.f_code.co_filename.removeprefix(package)}:{frame.f_code.co_name}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
@@ -54,8 +86,11 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=20, help="profiled env steps, after 50 unprofiled ones")
     parser.add_argument("--rows", type=int, default=25, help="operations listed, by number of calls")
+    parser.add_argument("--sites", type=int, default=0, help="also list the K package functions calling most (eager)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.sites and args.compiled:
+        parser.error("--sites counts eager operators by caller; a compiled step has no callers to count: drop one")
     torch.set_num_threads(1)
     device = pick_device(args.device)
     if args.compiled and device.type == "cpu":
@@ -91,10 +126,17 @@ def main() -> None:
     row = {"device": str(device), "compiled": args.compiled, "num_envs": args.num_envs,
            "kernels_per_step": round(kernels, 1), "draw_ops_per_step": round(draws, 1),
            "host_ms_per_step": round(host_ms, 3), "gpu_ms_per_step": round(gpu_ms, 3)}
+    extra = {"threads": torch.get_num_threads(), "dtype": env.cfg.dtype, "note": "host time is under the profiler"}
+    if args.sites:
+        with SiteCounter() as sites:
+            for _ in range(args.steps):
+                obs = step(obs)
+        extra["sites"] = {site: round(n / args.steps, 1) for site, n in sites.found.most_common(args.sites)}
     if not args.json:
         print(events.table(sort_by="count", row_limit=args.rows))
-    print_table([row], args.json, {"threads": torch.get_num_threads(), "dtype": env.cfg.dtype,
-                                   "note": "host time is under the profiler"})
+        for site, n in extra.get("sites", {}).items():
+            print(f"{n:8.1f}  {site}")
+    print_table([row], args.json, extra)
 
 
 if __name__ == "__main__":
