@@ -25,6 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import clstm_ppo
 from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, pick_device, wait_for
@@ -39,6 +40,7 @@ NOT_KERNELS = ("view", "reshape", "as_strided", "expand", "expand_as", "unsqueez
                "view_as", "contiguous", "to", "_to_copy", "lift_fresh_copy")
 # The action draw, counted apart from the step.
 DRAW = ("multinomial",)
+PACKAGE = str(Path(clstm_ppo.__file__).parent) + "/"  # where --sites looks for the calling function, installed or not
 
 
 def cpu_kernels(prof: profile) -> Counter:
@@ -70,13 +72,12 @@ class SiteCounter(TorchDispatchMode):
 
 def call_site() -> str:
     """``folder/file.py:function`` of the innermost frame in the package; "(outside the package)" if none."""
-    package = str(Path(__file__).resolve().parents[1] / "clstm_ppo") + "/"
     frame = sys._getframe(2)
-    while frame is not None and not frame.f_code.co_filename.startswith(package):
+    while frame is not None and not frame.f_code.co_filename.startswith(PACKAGE):
         frame = frame.f_back
     if frame is None:
         return "(outside the package)"
-    return f"{frame.f_code.co_filename.removeprefix(package)}:{frame.f_code.co_name}"
+    return f"{frame.f_code.co_filename.removeprefix(PACKAGE)}:{frame.f_code.co_name}"
 
 
 def main() -> None:
