@@ -34,12 +34,17 @@ def _ratio(num: float, den: float) -> float:
     return float(num / den) if den > FLAT else 0.0
 
 
+def excess_returns(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> np.ndarray:
+    """(n,) each day's simple return over the T-bill's: the rate known at yesterday's close, over the calendar gap."""
+    days = np.diff(dates.values).astype("timedelta64[s]").astype(float) / 86_400.0
+    return equity[1:] / equity[:-1] - 1.0 - np.expm1(rate[:-1] * days / 365.0)
+
+
 def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> dict[str, float | str]:
     """Return and risk of one equity path of n + 1 closes (n daily returns), rate being each close's annual rate."""
     r = equity[1:] / equity[:-1] - 1.0
     n = len(r)
-    days = np.diff(dates.values).astype("timedelta64[s]").astype(float) / 86_400.0
-    excess = r - np.expm1(rate[:-1] * days / 365.0)  # the rate known at yesterday's close, over the calendar gap
+    excess = excess_returns(equity, dates, rate)
     total = float(equity[-1] / equity[0] - 1.0)
     # an account wiped out (or below zero) has no real compound rate: call it -100% a year
     annual = (1.0 + total) ** (TRADING_DAYS / n) - 1.0 if n and total > -1.0 else (-1.0 if n else 0.0)

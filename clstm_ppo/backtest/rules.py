@@ -13,6 +13,7 @@ after the validation split.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,21 +82,31 @@ def rule_family(actions: ActionSpace) -> list[FixedRule]:
 def rules_policy(rules: list[FixedRule], actions: ActionSpace, n_symbols: int, max_positions: int,
                  device: torch.device | str) -> tuple[Policy, None]:
     """One policy acting for every rule at once: copies p*S..p*S+S-1 follow ``rules[p]`` (``walk_batched``'s
-    layout; with one rule, any S copies). A bar's action: the stock target while the rule wants shares and holds
-    none, else its option order where the mask allows it (and, one at a time, no option is open), else hold."""
-    def per_copy(values: list[int | bool], dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype, device=device).repeat_interleave(n_symbols)
-    stock = per_copy([0 if r.stock is None else actions.stock(r.stock) for r in rules], torch.long)
-    order = per_copy([r.order or 0 for r in rules], torch.long)
-    every_slot = per_copy([r.every_slot for r in rules], torch.bool)
+    layout; with one rule, any S copies). A bar's action: ``follow_rules``'."""
+    follow = follow_rules(rules, actions, max_positions, device)
+    rule_of_copy = torch.arange(len(rules), device=device).repeat_interleave(n_symbols)
+    return (lambda obs, state: (follow(obs, rule_of_copy), state)), None
 
-    def act(obs: Observation, state: None) -> tuple[torch.Tensor, None]:
+
+def follow_rules(rules: list[FixedRule], actions: ActionSpace, max_positions: int,
+                 device: torch.device | str) -> Callable[[Observation, torch.Tensor], torch.Tensor]:
+    """``(obs, k) -> action``: each copy i acts as ``rules[k[i]]`` would at this bar: the stock target while the
+    rule wants shares and holds none, else its option order where the mask allows it (and, one at a time, no option
+    is open), else hold. A copy may follow another rule at each bar (``backtest/regimes.py``)."""
+    def per_rule(values: list[int | bool], dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+    stocks = per_rule([0 if r.stock is None else actions.stock(r.stock) for r in rules], torch.long)
+    orders = per_rule([r.order or 0 for r in rules], torch.long)
+    every_slots = per_rule([r.every_slot for r in rules], torch.bool)
+
+    def act(obs: Observation, k: torch.Tensor) -> torch.Tensor:
+        stock, order, every_slot = stocks[k], orders[k], every_slots[k]
         allowed = lambda action: obs.mask.gather(1, action.unsqueeze(-1)).squeeze(-1)  # noqa: E731
         buy_stock = (stock > 0) & (obs.portfolio[:, STOCK_SHARE] <= 0) & allowed(stock)
         flat = (obs.portfolio[:, OPEN_SHARE] * max_positions).round() == 0
         place = (order > 0) & allowed(order) & (every_slot | flat)
-        return torch.where(buy_stock, stock, torch.where(place, order, actions.hold)), state
-    return act, None
+        return torch.where(buy_stock, stock, torch.where(place, order, actions.hold))
+    return act
 
 
 def walk_family(data: MarketData, split: str, cfg: Config, device: torch.device | str) -> dict[str, WalkResult]:
@@ -104,6 +115,15 @@ def walk_family(data: MarketData, split: str, cfg: Config, device: torch.device 
     rules = rule_family(actions)
     policy = rules_policy(rules, actions, len(data.symbols), cfg.env.max_positions, device)
     return walk_batched([rule.describe(actions) for rule in rules], *policy, data, split, cfg, device)
+
+
+def rank_walks(walks: dict[str, WalkResult], metric: str) -> tuple[list[float], list[int]]:
+    """Each walk's ``metric`` (the mean over underlyings of the report's value), and the walks' indices best first
+    (the first of equal ones; NaN last)."""
+    scores = [float(np.mean([underlying_metrics(w, s)[metric] for s in range(len(w.symbols))]))
+              for w in walks.values()]
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf, i))
+    return scores, order
 
 
 def pick_rule(data: MarketData, cfg: Config, device: torch.device | str,
@@ -115,9 +135,7 @@ def pick_rule(data: MarketData, cfg: Config, device: torch.device | str,
     rules = rule_family(ActionSpace.from_config(cfg.market))
     walks = walk_family(data, PICK_SPLIT, cfg, device)
     names = list(walks)
-    scores = [float(np.mean([underlying_metrics(walks[name], s)[metric] for s in range(len(data.symbols))]))
-              for name in names]
-    order = sorted(range(len(rules)), key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf, i))
+    scores, order = rank_walks(walks, metric)
     start, end = data.split_dates(PICK_SPLIT)
     return RulePick(rules[order[0]], names[order[0]], metric, scores[order[0]], f"{start.date()}..{end.date()}",
                     [{"rule": names[i], metric: scores[i]} for i in order[:SHOWN]], len(rules))

@@ -1,0 +1,135 @@
+"""Is there anything in the market's state that should move an option seller's decisions off the best fixed rule?
+The simplest test: a fixed rule per implied-volatility regime against best_rule, on walk-forward folds.
+
+    python scripts/regime_rules.py [--data sp500] [--folds 3] [--regimes 2] [--signal iv|realized_vol]
+        [--pick walked|days] [--placebos 10] [--json]
+
+For each fold (clstm_ppo/data/folds.py, the market refitted on the fold's training years as reproduce_paper does):
+the 147 rules of best_rule's family are walked over the validation years and best_rule is the best Sharpe over the
+T-bill there. The regime is the underlying's implied volatility (the VIX; ``--signal realized_vol``: its realized
+volatility, which the agents observe) at a bar's close, cut at its training years' quantiles
+(clstm_ppo/backtest/regimes.py). ``--pick walked`` (2 regimes): of all 147 x 147 pairs (rule while
+calm, rule while volatile), the one whose switching walk over the validation years scores best, path and all;
+``--pick days``: each regime's best rule on the validation days that start in it. The same pick is made on
+``--placebos`` random regimes (a label per bar, in equal shares, carrying no information). Then best_rule, the
+volatility pick and the placebo picks are walked over the validation years (in sample) and the test years (out of
+sample), with the volatility pick's calm rule followed at every bar (what the switching adds beyond another rule).
+If the volatility regime carried what a decision needs, its pick would beat best_rule and its own calm rule on test,
+and by more than the placebo picks do: they measure what choosing among more policies gains on noise alone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import torch
+
+from clstm_ppo.backtest.calibration import fold_market_settings
+from clstm_ppo.backtest.regimes import (
+    SIGNALS,
+    pick_pair_walked,
+    pick_per_regime,
+    placebo_regimes,
+    regime_policy,
+    volatility_cuts,
+    volatility_regimes,
+)
+from clstm_ppo.backtest.rules import PICK_SPLIT, rank_walks, rule_family, walk_family
+from clstm_ppo.backtest.walk import walk_batched
+from clstm_ppo.config import Config, ConfigError, load_config
+from clstm_ppo.data import build_market_data
+from clstm_ppo.data.errors import DataError
+from clstm_ppo.data.folds import walk_forward_folds
+from clstm_ppo.env import ActionSpace
+from clstm_ppo.tables import print_table
+
+METRIC = "sharpe_excess"  # best_rule's own pick metric
+
+
+def fold_configs(data_source: str, folds: int) -> list[Config]:
+    """Each walk-forward fold's config: its dates and the market refitted on its training years."""
+    base = load_config(None, [f"data.source={data_source}"])
+    dates = build_market_data(base.data).dates
+    out = []
+    for fold in walk_forward_folds(dates, folds):
+        fit = fold_market_settings(fold, base.data, base.market)
+        out.append(load_config(None, [f"data.source={data_source}", *fold.settings(),
+                                      f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",
+                                      f"market.atm_per_iv={fit['atm_per_iv']}"]))
+    return out
+
+
+def study_fold(cfg: Config, regimes: int, signal: str, placebos: int, pick: str, device: torch.device) -> dict:
+    """best_rule, the volatility-regime rules and the placebo-regime rules picked on the validation years, each
+    walked over the validation and the test years: their Sharpe over the T-bill (mean over underlyings)."""
+    data = build_market_data(cfg.data)
+    rules = rule_family(ActionSpace.from_config(cfg.market))
+    walks = walk_family(data, PICK_SPLIT, cfg, device)
+    names = list(walks)
+    best = rank_walks(walks, METRIC)[1][0]
+    placebo_labels = [placebo_regimes(data, regimes, seed) for seed in range(placebos)]
+    labels = [volatility_regimes(data, regimes, signal), *placebo_labels]
+    if pick == "walked":  # every pair walked as the switching policy it is: its validation Sharpe is what it made
+        chosen = [pick_pair_walked(rules, list(range(len(rules))), label, data, cfg, device) for label in labels]
+    else:  # each regime's best rule on the days that start in it
+        chosen = [pick_per_regime(walks, data, label, regimes, best) for label in labels]
+    # The volatility pick's calm rule followed at every bar: what the switching adds beyond choosing another rule.
+    walked = ["best_rule", "vol_regimes", "calm_rule_alone", *(f"placebo_{k}" for k in range(placebos))]
+    choices = [[best] * regimes, chosen[0], [chosen[0][0]] * regimes, *chosen[1:]]
+    policy = regime_policy(rules, choices, labels, [0, 0, 0, *range(1, len(labels))],
+                           ActionSpace.from_config(cfg.market), len(data.symbols), cfg.env.max_positions, device)
+    sharpe = {split: rank_walks(walk_batched(walked, *policy, data, split, cfg, device), METRIC)[0]
+              for split in (PICK_SPLIT, "test")}
+    test_start, test_end = data.split_dates("test")
+    first, end = data.splits["test"]
+    placebo = {split: np.asarray(sharpe[split][3:]) for split in sharpe}
+    return {
+        "test_years": f"{test_start.year}..{test_end.year}",
+        "best_rule": names[best],
+        "vol_rules": " | ".join(names[k] for k in chosen[0]),
+        "cuts": " ".join(f"{c:.3f}" for c in volatility_cuts(data, regimes, signal).mean(axis=0)),
+        "high_vol_test_days": float(np.mean(labels[0][:, first:end] == regimes - 1)),
+        **{f"{split}_{name}": sharpe[split][i] for split in (PICK_SPLIT, "test")
+           for i, name in enumerate(walked[:3])},
+        **{f"{split}_placebo_median": float(np.median(placebo[split])) if placebos else float("nan")
+           for split in (PICK_SPLIT, "test")},
+        "test_placebos_at_or_above_vol": int(np.sum(placebo["test"] >= sharpe["test"][1])),
+        "test_placebos_above_best": int(np.sum(placebo["test"] > sharpe["test"][0])),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="sp500", help="a data source with implied volatility (an iv column)")
+    parser.add_argument("--folds", type=int, default=3)
+    parser.add_argument("--regimes", type=int, default=2, help="volatility regimes, cut at training quantiles")
+    parser.add_argument("--signal", choices=SIGNALS, default="iv",
+                        help="the regimes' volatility: implied (the VIX) or realized (which the agents observe)")
+    parser.add_argument("--placebos", type=int, default=10, help="random-regime picks to compare against")
+    parser.add_argument("--pick", choices=("walked", "days"), default="walked",
+                        help="walked: the pair of rules whose switching walk scores best (2 regimes only); days: "
+                             "each regime's best rule on its own days")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.regimes < 2 or args.placebos < 0:
+        parser.error("--regimes must be at least 2 and --placebos at least 0")
+    if args.pick == "walked" and args.regimes != 2:
+        parser.error(f"--pick walked walks every pair of rules, so 2 regimes only; use --pick days for {args.regimes}")
+    torch.set_num_threads(1)
+    device = torch.device("cpu")  # the walks are short and vectorised over the rules: a CPU walks them in seconds
+    try:
+        rows = [{"fold": i, **study_fold(cfg, args.regimes, args.signal, args.placebos, args.pick, device)}
+                for i, cfg in enumerate(fold_configs(args.data, args.folds))]
+    except (ConfigError, DataError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print_table(rows, args.json, {"data": args.data, "regimes": args.regimes, "signal": args.signal, "pick": args.pick,
+                                  "placebos": args.placebos,
+                                  "metric": f"{METRIC} (Sharpe over the T-bill), mean over underlyings"})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
