@@ -28,6 +28,7 @@ import torch
 
 from clstm_ppo.backtest.calibration import fold_market_settings
 from clstm_ppo.backtest.regimes import (
+    PICK_METRIC,
     SIGNALS,
     pick_pair_walked,
     pick_per_regime,
@@ -44,8 +45,6 @@ from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.folds import walk_forward_folds
 from clstm_ppo.env import ActionSpace
 from clstm_ppo.tables import print_table
-
-METRIC = "sharpe_excess"  # best_rule's own pick metric
 
 
 def fold_configs(data_source: str, folds: int) -> list[Config]:
@@ -68,7 +67,7 @@ def study_fold(cfg: Config, regimes: int, signal: str, placebos: int, pick: str,
     rules = rule_family(ActionSpace.from_config(cfg.market))
     walks = walk_family(data, PICK_SPLIT, cfg, device)
     names = list(walks)
-    best = rank_walks(walks, METRIC)[1][0]
+    best = rank_walks(walks, PICK_METRIC)[1][0]
     placebo_labels = [placebo_regimes(data, regimes, seed) for seed in range(placebos)]
     labels = [volatility_regimes(data, regimes, signal), *placebo_labels]
     if pick == "walked":  # every pair walked as the switching policy it is: its validation Sharpe is what it made
@@ -80,7 +79,7 @@ def study_fold(cfg: Config, regimes: int, signal: str, placebos: int, pick: str,
     choices = [[best] * regimes, chosen[0], [chosen[0][0]] * regimes, *chosen[1:]]
     policy = regime_policy(rules, choices, labels, [0, 0, 0, *range(1, len(labels))],
                            ActionSpace.from_config(cfg.market), len(data.symbols), cfg.env.max_positions, device)
-    sharpe = {split: rank_walks(walk_batched(walked, *policy, data, split, cfg, device), METRIC)[0]
+    sharpe = {split: rank_walks(walk_batched(walked, *policy, data, split, cfg, device), PICK_METRIC)[0]
               for split in (PICK_SPLIT, "test")}
     test_start, test_end = data.split_dates("test")
     first, end = data.splits["test"]
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_table(rows, args.json, {"data": args.data, "regimes": args.regimes, "signal": args.signal, "pick": args.pick,
                                   "placebos": args.placebos,
-                                  "metric": f"{METRIC} (Sharpe over the T-bill), mean over underlyings"})
+                                  "metric": f"{PICK_METRIC} (Sharpe over the T-bill), mean over underlyings"})
     return 0
 
 

@@ -82,7 +82,7 @@ def rule_family(actions: ActionSpace) -> list[FixedRule]:
 def rules_policy(rules: list[FixedRule], actions: ActionSpace, n_symbols: int, max_positions: int,
                  device: torch.device | str) -> tuple[Policy, None]:
     """One policy acting for every rule at once: copies p*S..p*S+S-1 follow ``rules[p]`` (``walk_batched``'s
-    layout; with one rule, any S copies). A bar's action: ``follow_rules``'."""
+    layout; with one rule, any S copies), each acting at a bar as ``follow_rules`` says."""
     follow = follow_rules(rules, actions, max_positions, device)
     rule_of_copy = torch.arange(len(rules), device=device).repeat_interleave(n_symbols)
     return (lambda obs, state: (follow(obs, rule_of_copy), state)), None
