@@ -2,9 +2,10 @@
 
 best_rule (``backtest/rules.py``) is one rule for every day. If what an agent observes should move its decisions,
 the simplest such move is to follow another rule of the same family when implied volatility is high: the regime is
-the underlying's implied volatility (the VIX for the S&P 500) at a bar's close, cut at quantiles of its training
-years, and the rule of each regime is the one with the best Sharpe over the T-bill on the validation days that
-start in that regime. The switching policy is then walked as one policy, like any other: at each bar a copy acts as
+the underlying's implied volatility (the VIX for the S&P 500) or its realized volatility at a bar's close, cut at
+quantiles of its training years. The regimes' rules are picked on the validation years, either as a walk picks them
+(``pick_pair_walked``: every pair of rules walked as the switching policy it is) or each from its regime's own days
+(``pick_per_regime``). The switching policy is walked as one policy, like any other: at each bar a copy acts as
 its regime's rule (positions opened under the other rule stay until they close or expire; shares once bought are
 held, as every rule holds them). Nothing here reads a bar after the validation split to pick; the test walk is the
 out-of-sample answer, and the same pick on a placebo regime (a random label per bar, in the same shares) says how
