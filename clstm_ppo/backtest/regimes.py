@@ -1,7 +1,7 @@
 """Does the best fixed rule depend on the market's state? A fixed rule per volatility regime, against best_rule.
 
 best_rule (``backtest/rules.py``) is one rule for every day. If what an agent observes should move its decisions,
-the simplest such move is to follow another rule of the same family when implied volatility is high: the regime is
+the simplest such move is to follow another rule of the same family when volatility is high: the regime is
 the underlying's implied volatility (the VIX for the S&P 500) or its realized volatility at a bar's close, cut at
 quantiles of its training years. The regimes' rules are picked on the validation years, either as a walk picks them
 (``pick_pair_walked``: every pair of rules walked as the switching policy it is) or each from its regime's own days
