@@ -20,13 +20,12 @@ and by more than the placebo picks do: they measure what choosing among more pol
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 import torch
 
-from clstm_ppo.backtest.calibration import fold_market_settings
+from clstm_ppo.backtest.calibration import fold_market_settings, fold_overrides
 from clstm_ppo.backtest.regimes import (
     PICK_METRIC,
     SIGNALS,
@@ -54,9 +53,7 @@ def fold_configs(data_source: str, folds: int) -> list[Config]:
     out = []
     for fold in walk_forward_folds(dates, folds):
         fit = fold_market_settings(fold, base.data, base.market)
-        out.append(load_config(None, [f"data.source={data_source}", *fold.settings(),
-                                      f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",
-                                      f"market.atm_per_iv={fit['atm_per_iv']}"]))
+        out.append(load_config(None, [f"data.source={data_source}", *fold_overrides(fold, fit)]))
     return out
 
 
@@ -64,7 +61,8 @@ def study_fold(cfg: Config, regimes: int, signal: str, placebos: int, pick: str,
     """best_rule, the volatility-regime rules and the placebo-regime rules picked on the validation years, each
     walked over the validation and the test years: their Sharpe over the T-bill (mean over underlyings)."""
     data = build_market_data(cfg.data)
-    rules = rule_family(ActionSpace.from_config(cfg.market))
+    actions = ActionSpace.from_config(cfg.market)
+    rules = rule_family(actions)
     walks = walk_family(data, PICK_SPLIT, cfg, device)
     names = list(walks)
     best = rank_walks(walks, PICK_METRIC)[1][0]
@@ -77,8 +75,8 @@ def study_fold(cfg: Config, regimes: int, signal: str, placebos: int, pick: str,
     # The volatility pick's calm rule followed at every bar: what the switching adds beyond choosing another rule.
     walked = ["best_rule", "vol_regimes", "calm_rule_alone", *(f"placebo_{k}" for k in range(placebos))]
     choices = [[best] * regimes, chosen[0], [chosen[0][0]] * regimes, *chosen[1:]]
-    policy = regime_policy(rules, choices, labels, [0, 0, 0, *range(1, len(labels))],
-                           ActionSpace.from_config(cfg.market), len(data.symbols), cfg.env.max_positions, device)
+    policy = regime_policy(rules, choices, labels, [0, 0, 0, *range(1, len(labels))], actions, len(data.symbols),
+                           cfg.env.max_positions, device)
     sharpe = {split: rank_walks(walk_batched(walked, *policy, data, split, cfg, device), PICK_METRIC)[0]
               for split in (PICK_SPLIT, "test")}
     test_start, test_end = data.split_dates("test")
@@ -101,7 +99,8 @@ def study_fold(cfg: Config, regimes: int, signal: str, placebos: int, pick: str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="sp500", help="a data source with implied volatility (an iv column)")
+    parser.add_argument("--data", default="sp500",
+                        help="a data source (--signal iv needs its implied volatility, an iv column)")
     parser.add_argument("--folds", type=int, default=3)
     parser.add_argument("--regimes", type=int, default=2, help="volatility regimes, cut at training quantiles")
     parser.add_argument("--signal", choices=SIGNALS, default="iv",

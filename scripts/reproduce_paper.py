@@ -50,7 +50,7 @@ from clstm_ppo.backtest.across_runs import (
     run_name,
     summary_rows,
 )
-from clstm_ppo.backtest.calibration import fold_market_settings
+from clstm_ppo.backtest.calibration import fold_market_settings, fold_overrides
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.data import DataError, build_market_data
@@ -75,8 +75,7 @@ def cell_settings(cell: dict[str, Any], fits: dict[str, dict[str, Any]]) -> list
     sets = [f"agent.kind={cell['kind']}", f"env.reward={cell['reward']}", f"data.window={cell['window']}"]
     if cell["fold"] is not None:
         fold, fit = Fold(**fits[str(cell["fold"])]["fold"]), fits[str(cell["fold"])]
-        sets += [*fold.settings(), f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",
-                 f"market.atm_per_iv={fit['atm_per_iv']}"]
+        sets += fold_overrides(fold, fit)
     return sets
 
 

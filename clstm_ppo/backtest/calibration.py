@@ -14,6 +14,7 @@ scripts/fit_iv_model.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,12 @@ def fold_market_settings(fold: Fold, data_cfg: DataConfig, market: MarketConfig)
         atm, mad = best["atm_per_iv"], best["mean_mad"]
     return {"iv_model_coefs": coefs, "iv_model_source": "own iv column" if reference is own else IV_REFERENCE,
             "atm_per_iv": atm, "atm_per_iv_years": [years[0], years[-1]] if years else None, "atm_per_iv_mad": mad}
+
+
+def fold_overrides(fold: Fold, fit: dict[str, Any]) -> list[str]:
+    """``fold``'s dates and its ``fold_market_settings`` as ``--set`` values for train, evaluate and the studies."""
+    return [*fold.settings(), f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",
+            f"market.atm_per_iv={fit['atm_per_iv']}"]
 
 
 def _dates(fold: Fold) -> dict[str, str]:

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from clstm_ppo.backtest.report import excess_returns
+from clstm_ppo.backtest.report import TRADING_DAYS, excess_returns
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import PICK_METRICS, PICK_SPLIT, FixedRule, follow_rules, rank_walks
 from clstm_ppo.backtest.walk import Policy, walk_batched
@@ -26,7 +26,6 @@ from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import ActionSpace, Observation
 
-TRADING_DAYS = 252
 PICK_METRIC = PICK_METRICS[0]  # Sharpe over the T-bill: best_rule's own default
 MIN_DAYS = 20  # a regime with fewer validation days than this gets no rule of its own (best_rule's)
 
