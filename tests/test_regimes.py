@@ -17,7 +17,8 @@ from clstm_ppo.backtest.regimes import (
     placebo_regimes,
     regime_policy,
     regime_sharpes,
-    volatility_regimes,
+    signal_regimes,
+    signal_values,
 )
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
@@ -41,7 +42,7 @@ def with_iv(market, iv: np.ndarray):
 def test_regimes_are_cut_at_training_quantiles_and_no_later_bar_moves_them(market):
     rng = np.random.default_rng(0)  # the synthetic market's own vol moves in steps: a continuous one for the shares
     market = with_iv(market, 0.2 * np.exp(np.cumsum(rng.normal(0, 0.05, market.bars["iv"].shape), axis=1)))
-    regime = volatility_regimes(market, 3)
+    regime = signal_regimes(market, 3)
     start, end = market.splits["train"]
     for s in range(2):
         iv = market.bars["iv"][s]
@@ -51,19 +52,38 @@ def test_regimes_are_cut_at_training_quantiles_and_no_later_bar_moves_them(marke
         assert np.bincount(regime[s, start:end], minlength=3) / (end - start) == pytest.approx([1 / 3] * 3, abs=0.01)
     later = market.bars["iv"].copy()
     later[:, end:] *= 3.0  # every bar after the training years
-    assert np.array_equal(volatility_regimes(with_iv(market, later), 3)[:, :end], regime[:, :end])
-    ties = volatility_regimes(with_iv(market, np.full_like(later, 0.2)), 2)
+    assert np.array_equal(signal_regimes(with_iv(market, later), 3)[:, :end], regime[:, :end])
+    ties = signal_regimes(with_iv(market, np.full_like(later, 0.2)), 2)
     assert (ties == 0).all(), "a bar at a cut joins the calmer side"
 
 
 def test_bad_inputs_say_what_is_wrong(market):
     with pytest.raises(ValueError, match="at least 2"):
-        volatility_regimes(market, 1)
+        signal_regimes(market, 1)
     without = {k: v for k, v in market.bars.items() if k != "iv"}
-    with pytest.raises(ValueError, match="one of iv, realized_vol, not 'close'"):
-        volatility_regimes(market, 2, signal="close")
-    with pytest.raises(ValueError, match="by iv need that column"):
-        volatility_regimes(type(market)(**{**market.__dict__, "bars": without}), 2)
+    with pytest.raises(ValueError, match="one of iv, vrp, log_return, .*turbulence, not 'close'"):
+        signal_regimes(market, 2, signal="close")
+    for signal in ("iv", "vrp"):
+        with pytest.raises(ValueError, match=f"by {signal} need an iv column"):
+            signal_regimes(type(market)(**{**market.__dict__, "bars": without}), 2, signal=signal)
+
+
+def test_a_premium_or_a_feature_signal_is_what_plain_pandas_computes_from_past_closes(market):
+    """vrp is implied less realized volatility; a feature signal is the agents' raw feature: both from closes up to
+    the bar's own, so the regimes before a split never read a bar after it."""
+    cfg = DataConfig()
+    for s in range(2):
+        close = pd.Series(market.bars["close"][s])
+        realized = np.log(close).diff().rolling(cfg.vol_window).std() * math.sqrt(cfg.periods_per_year)
+        trend = close / close.rolling(30).mean() - 1.0
+        warm = slice(cfg.vol_window + 30, None)  # the market's first bar follows the indicators' warm-up
+        np.testing.assert_allclose(signal_values(market, "vrp")[s][warm],
+                                   (market.bars["iv"][s] - realized.to_numpy())[warm], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(signal_values(market, "sma_ratio_30")[s][warm], trend.to_numpy()[warm], rtol=1e-9)
+    regime = signal_regimes(market, 2, signal="sma_ratio_30")
+    start, end = market.splits["train"]
+    median = np.median(signal_values(market, "sma_ratio_30")[:, start:end], axis=1)
+    assert np.array_equal(regime, (signal_values(market, "sma_ratio_30") > median[:, None]).astype(int))
 
 
 def test_a_placebo_is_random_in_equal_shares_and_repeatable(market):
@@ -160,8 +180,8 @@ def test_the_study_script_walks_best_rule_as_evaluate_would_and_counts_its_place
     alone = walk("best_rule", *rules_policy([pick.rule], ACTIONS, 1, cfg.env.max_positions, "cpu"), data, "test", cfg,
                  "cpu")
     assert row["test_best_rule"] == pytest.approx(underlying_metrics(alone, 0)["sharpe_excess"], rel=1e-12)
-    assert 0 <= row["test_placebos_at_or_above_vol"] <= 1 and 0 <= row["test_placebos_above_best"] <= 1
-    assert len(row["vol_rules"].split(" | ")) == 2
+    assert 0 <= row["test_placebos_at_or_above_signal"] <= 1 and 0 <= row["test_placebos_above_best"] <= 1
+    assert len(row["signal_rules"].split(" | ")) == 2
 
 
 def test_the_study_script_refuses_data_without_enough_years_in_one_line(capsys):

@@ -1,9 +1,10 @@
-"""Does the best fixed rule depend on the market's state? A fixed rule per volatility regime, against best_rule.
+"""Does the best fixed rule depend on the market's state? A fixed rule per regime of one signal, against best_rule.
 
 best_rule (``backtest/rules.py``) is one rule for every day. If what an agent observes should move its decisions,
-the simplest such move is to follow another rule of the same family when volatility is high: the regime is
-the underlying's implied volatility (the VIX for the S&P 500) or its realized volatility at a bar's close, cut at
-quantiles of its training years. The regimes' rules are picked on the validation years, either as a walk picks them
+the simplest such move is to follow another rule of the same family when one signal is high: the regime is a signal
+at a bar's close (``SIGNALS``: the underlying's implied volatility, the VIX for the S&P 500; the volatility risk
+premium; or any of the agents' market features, realized volatility among them), cut at quantiles of its training
+years. The regimes' rules are picked on the validation years, either as a walk picks them
 (``pick_pair_walked``: every pair of rules walked as the switching policy it is) or each from its regime's own days
 (``pick_per_regime``). The switching policy is walked as one policy, like any other: at each bar a copy acts as
 its regime's rule (positions opened under the other rule stay until they close or expire; shares once bought are
@@ -24,32 +25,47 @@ from clstm_ppo.backtest.rules import PICK_METRICS, PICK_SPLIT, FixedRule, follow
 from clstm_ppo.backtest.walk import Policy, walk_batched
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.data.features import FEATURE_NAMES
 from clstm_ppo.env import ActionSpace, Observation
 
 PICK_METRIC = PICK_METRICS[0]  # Sharpe over the T-bill: best_rule's own default
 MIN_DAYS = 20  # a regime with fewer validation days than this gets no rule of its own (best_rule's)
 
 
-SIGNALS = ("iv", "realized_vol")  # implied volatility (the VIX; no agent observes it) or realized (agents do)
+# The regime's signal at a bar's close: implied volatility (the VIX; no agent observes it), the volatility risk
+# premium (implied less realized: what an option seller is paid over what the index has been moving), or any of the
+# agents' own market features (data/features.py) before normalisation, realized volatility among them.
+SIGNALS = ("iv", "vrp", *FEATURE_NAMES)
 
 
-def volatility_cuts(data: MarketData, regimes: int, signal: str = "iv") -> np.ndarray:
-    """(S, regimes - 1) the quantiles of each underlying's ``signal`` (a volatility column of ``data.bars``) over
-    its training-split bars that cut ``regimes`` equally full regimes there."""
+def signal_values(data: MarketData, signal: str) -> np.ndarray:
+    """(S, T) ``signal`` at each bar's close: a column of ``data.bars`` (iv), implied less realized volatility
+    (vrp), or an agent feature's raw value."""
     if signal not in SIGNALS:
         raise ValueError(f"a regime signal is one of {', '.join(SIGNALS)}, not {signal!r}")
-    if signal not in data.bars:
-        raise ValueError(f"volatility regimes by {signal} need that column in the data (for iv: e.g. the VIX)")
+    if signal in ("iv", "vrp") and "iv" not in data.bars:
+        raise ValueError(f"regimes by {signal} need an iv column in the data (for the S&P 500: the VIX)")
+    if signal == "iv":
+        return data.bars["iv"]
+    if signal == "vrp":
+        return data.bars["iv"] - data.bars["realized_vol"]
+    return data.raw_features[:, :, data.feature_names.index(signal)]
+
+
+def signal_cuts(data: MarketData, regimes: int, signal: str = "iv") -> np.ndarray:
+    """(S, regimes - 1) the quantiles of each underlying's ``signal`` (``signal_values``) over its training-split
+    bars that cut ``regimes`` equally full regimes there."""
+    values = signal_values(data, signal)
     if regimes < 2:
         raise ValueError(f"regimes must be at least 2, got {regimes}")
     start, end = data.splits["train"]
-    return np.quantile(data.bars[signal][:, start:end], np.arange(1, regimes) / regimes, axis=1).T
+    return np.quantile(values[:, start:end], np.arange(1, regimes) / regimes, axis=1).T
 
 
-def volatility_regimes(data: MarketData, regimes: int, signal: str = "iv") -> np.ndarray:
+def signal_regimes(data: MarketData, regimes: int, signal: str = "iv") -> np.ndarray:
     """(S, T) int: each bar's regime 0..regimes-1 by the underlying's ``signal`` at its close against
-    ``volatility_cuts`` (a bar at a cut joins the calmer side; regime 0 the calmest)."""
-    cuts, values = volatility_cuts(data, regimes, signal), data.bars[signal]
+    ``signal_cuts`` (a bar at a cut joins the lower side; regime 0 the lowest values)."""
+    cuts, values = signal_cuts(data, regimes, signal), signal_values(data, signal)
     return np.stack([np.searchsorted(cuts[s], values[s], side="left") for s in range(len(values))])
 
 
@@ -104,8 +120,8 @@ def regime_policy(rules: list[FixedRule], choices: list[list[int]], labels: list
 
 def pick_pair_walked(rules: list[FixedRule], candidates: list[int], label: np.ndarray, data: MarketData, cfg: Config,
                      device: torch.device | str) -> list[int]:
-    """Two regimes' rules as a walk picks them: of every pair (calm rule, stormy rule) of ``candidates`` (indices
-    into ``rules``), the one whose switching walk over the validation years has the best Sharpe over the T-bill
+    """Two regimes' rules as a walk picks them: of every pair (low-regime rule, high-regime rule) of ``candidates``
+    (indices into ``rules``), the one whose switching walk over the validation years has the best Sharpe over the T-bill
     (the first of equal ones), path and all: positions opened under one rule live on into the other's bars."""
     actions = ActionSpace.from_config(cfg.market)
     pairs = [[i, j] for i in candidates for j in candidates]
