@@ -1,7 +1,7 @@
 """Nothing lost under chaos: random SIGKILLs of a random rank, resumed each time, against an uninterrupted run;
 and the faults a run must survive with one line and nothing damaged.
 
-    python scripts/chaos.py [--workers 1 2] [--kills 3] [--seed 0] [--json]
+    python scripts/chaos.py [--workers 1 2] [--kills 3] [--updates 24] [--seed 0] [--json]
 
 For each worker count the smoke config trains once uninterrupted, then again with a SIGKILL of a random rank
 (the launcher or one of its workers) at a random moment, K times, each followed by ``--resume-from latest``.
@@ -127,10 +127,11 @@ def identical(a: dict, b: dict) -> bool:
     return all(same(a[k], b[k]) for k in ("model", "optimizer", "update", "global_step", "episodes", "best"))
 
 
-def chaos_run(root: Path, workers: int, kills: int, rng: random.Random) -> dict:
+def chaos_run(root: Path, workers: int, kills: int, updates: int, rng: random.Random) -> dict:
     clean, chaotic = root / f"clean-{workers}", root / f"chaos-{workers}"
-    # A budget the kills cannot outrun: each kill comes 1-4 updates after its run's start.
-    steps = 512 * workers * max(UPDATES, 4 * kills + 12)
+    # A budget the kills cannot outrun: each kill comes 1-4 updates after its run's start, and a run resumes from a
+    # checkpoint of every 4th update, so the k-th kill lands by update 4k.
+    steps = 512 * workers * max(updates, 4 * kills + 4)
     done = finish(clean, workers, resume=False, steps=steps)
     if done.returncode != 0:
         raise SystemExit(f"error: the clean run failed: {last_line(done)}")
@@ -187,7 +188,7 @@ def fault_kill_during_write(root: Path) -> dict:
     if not caught:
         return {"passed": False, "line": "no checkpoint write was caught in progress"}
     previous = torch.load(run / "latest.pt", map_location="cpu", weights_only=False)["update"]  # must load
-    done = finish(folder, 1, resume=True)
+    done = finish(folder, 1, resume=True, steps=(previous + 2) * 512)  # two updates past it: the leftover is gone
     leftover = list(run.glob(".*.tmp-*"))
     line = next((x for x in done.stdout.splitlines() if x.startswith("removed ")), "")
     return {"passed": done.returncode == 0 and not leftover and bool(line), "line": line,
@@ -249,6 +250,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to kill runs of")
     parser.add_argument("--kills", type=int, default=3, help="random kills per worker count")
+    parser.add_argument("--updates", type=int, default=UPDATES,
+                        help="updates of each run (at least 4 per kill, plus 4; CI's short version takes 12)")
     parser.add_argument("--seed", type=int, default=0, help="where and when the kills land")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -256,7 +259,7 @@ def main() -> None:
     # own folder and its own random stream, so what one checks does not depend on what runs beside it.
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=2) as pool:
         root = Path(tmp)
-        rows = list(pool.map(lambda w: chaos_run(root, w, args.kills, random.Random(f"{args.seed}-{w}")),
+        rows = list(pool.map(lambda w: chaos_run(root, w, args.kills, args.updates, random.Random(f"{args.seed}-{w}")),
                              args.workers))
         clean = root / f"clean-{args.workers[0]}"
         running = {"kill_during_write": pool.submit(fault_kill_during_write, root),

@@ -1,11 +1,14 @@
-"""Hashes of env trajectories: every state tensor, reward, observation and episode record of every step.
+"""Long env trajectories of several market settings, stepped on actions drawn from a seeded generator, and their
+digests: every state tensor, reward, observation and episode record of every step.
 
-``tests/data/env_trajectories.json`` holds the digests of the env as it was before the step became a pure
-function (commit 5089d13, its reset draws switched to ``env/draws.py``'s counter hash, the one change the
-functional step needed), computed with this module; ``test_functional_step.py`` recomputes them with today's env.
+``test_functional_step.py`` steps the eager env and the sync-free step side by side on these cases, resumes one
+halfway from its saved state, and runs a case twice; a digest is compared only with one computed on the same
+machine in the same run (float bits differ between CPUs: ATen picks its vector kernels by instruction set).
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -13,6 +16,8 @@ import numpy as np
 import torch
 
 from clstm_ppo.config import CostConfig, DataConfig, EnvConfig, MarketConfig, SyntheticConfig
+from clstm_ppo.env import BatchedOptionsEnv
+from clstm_ppo.env import step as pure
 
 # The statistics and record fields the golden digests were made with; added later ones are checked elsewhere.
 STATS = ("closed", "invalid", "margin_calls", "rejected", "reward", "traded", "wins")
@@ -84,22 +89,43 @@ def step_digest(h: "hashlib._Hash", env, result) -> None:
             _update(h, np.concatenate(list(value)) if key == "equity_curve" else value)
 
 
-def run(case: Case, make_env, data, steps: int = 1000) -> str:
-    """The digest of ``steps`` steps of ``case`` on ``make_env(data, split, market, env_cfg, n, seed, autoreset)``."""
+def make(data, split, market, cfg, n, seed, autoreset) -> BatchedOptionsEnv:
+    """The env as the CPU runs it: eager, closes priced on the closing copies alone."""
+    return BatchedOptionsEnv(data, split, market, cfg, n, seed=seed, autoreset=autoreset)
+
+
+def make_sync_free(data, split, market, cfg, n, seed, autoreset) -> BatchedOptionsEnv:
+    """The env with the step as compiled code runs it (every copy priced at a close, no host sync), run eagerly."""
+    env = make(data, split, market, cfg, n, seed, autoreset)
+    env.spec = dataclasses.replace(env.spec, gather_closes=False)
+    env._step = functools.partial(pure.step, env.spec, autoreset=autoreset, keep_ended=True)
+    return env
+
+
+def draw_action(case: Case, mask: torch.Tensor, n_actions: int, gen: torch.Generator) -> torch.Tensor:
+    """The case's next actions: any action ("wild", often invalid) or drawn from the mask, holding four times as
+    often as any other valid action, as a policy does, so positions live to expiry."""
+    if case.actions == "wild":
+        return torch.randint(0, n_actions, (mask.shape[0],), generator=gen)
+    weight = torch.ones(n_actions, dtype=torch.float64)
+    weight[0] = 4.0
+    return torch.multinomial(mask.double() * weight, 1, generator=gen).squeeze(-1)
+
+
+def start(case: Case, make_env, data, seed: int | None = None):
+    """(env, its first observation) of ``case`` on ``make_env(data, split, market, env_cfg, n, seed, autoreset)``."""
     market, env_cfg = settings(case)
     n = len(data.symbols) if case.walk else case.num_envs
-    env = make_env(data, case.split, market, env_cfg, n, case.seed, not case.walk)
-    obs = env.reset(starts=torch.full((n,), env.first_bar)) if case.walk else env.reset()
-    gen = torch.Generator().manual_seed(case.seed)
-    weight = torch.ones(env.actions.n, dtype=torch.float64)
-    weight[0] = 4.0  # hold often, as a policy does, so positions live to expiry
-    h = hashlib.sha256()
+    env = make_env(data, case.split, market, env_cfg, n, case.seed if seed is None else seed, not case.walk)
+    return env, (env.reset(starts=torch.full((n,), env.first_bar)) if case.walk else env.reset())
+
+
+def run(case: Case, make_env, data, steps: int = 1000) -> str:
+    """The digest of ``steps`` steps of ``case`` on ``make_env``."""
+    env, obs = start(case, make_env, data)
+    gen, h = torch.Generator().manual_seed(case.seed), hashlib.sha256()
     for _ in range(steps):
-        if case.actions == "wild":
-            action = torch.randint(0, env.actions.n, (n,), generator=gen)
-        else:
-            action = torch.multinomial(obs.mask.double() * weight, 1, generator=gen).squeeze(-1)
-        result = env.step(action)
+        result = env.step(draw_action(case, obs.mask, env.actions.n, gen))
         step_digest(h, env, result)
         obs = result.obs
     return h.hexdigest()

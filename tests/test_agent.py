@@ -109,9 +109,10 @@ def test_a_non_finite_gradient_is_reported_once_the_update_is_over(precision):
         s = copy.deepcopy(storage)
         if poisoned:
             s.returns[3, 1] = float("inf")  # one minibatch's value loss, in the first epoch
-        m = copy.deepcopy(model)
+        m, prec = copy.deepcopy(model), Precision(torch.device("cpu"), precision)
+        m.run_lstms_in_float32(prec.lstms_in_float32)  # as the trainer does: fp32 LSTMs where the CPU has no bf16 one
         stats = ppo_update(m, torch.optim.Adam(m.parameters(), lr=1e-3), s, env.market_windows, cfg,
-                           torch.Generator().manual_seed(0), precision=Precision(torch.device("cpu"), precision))
+                           torch.Generator().manual_seed(0), precision=prec)
         assert stats["nonfinite"] == float(poisoned)
         weights_finite = all(bool(p.isfinite().all()) for p in m.parameters())
         assert weights_finite != poisoned, "a non-finite step leaves NaN weights, which the trainer never saves"
@@ -179,11 +180,9 @@ def test_encoding_each_distinct_bar_once_gives_the_per_window_logits_and_gradien
 
 
 def test_lstms_can_run_in_float32_inside_a_half_precision_autocast():
-    """What bf16 on CUDA does (cuDNN's autocast LSTM would be fp16 there): the LSTMs see float32 inputs and
-    weights, the MLP and heads stay in the autocast dtype, and the logits match the float32 model's closely."""
-    from clstm_ppo.agent.precision import Precision
-
-    assert Precision(torch.device("cpu"), "bf16").lstms_in_float32 is False  # oneDNN's bf16 LSTM is real bf16
+    """What bf16 does on CUDA (cuDNN's autocast LSTM would be fp16 there) and on a CPU without a bf16 LSTM: the
+    LSTMs see float32 inputs and weights, the MLP and heads stay in the autocast dtype, and the logits match the
+    float32 model's closely."""
     model = CascadedActorCritic(5, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
     seen = []
     for lstm in (model.encoder.lstm, model.lstm2):
@@ -199,6 +198,47 @@ def test_lstms_can_run_in_float32_inside_a_half_precision_autocast():
         logits, values, _ = model(windows, portfolio, mask, starts, state)
     assert seen == [torch.float32, torch.float32]
     torch.testing.assert_close(logits, reference, rtol=0.05, atol=0.02)
+
+
+def test_bf16_runs_the_lstms_in_float32_where_the_cpu_has_no_bf16_lstm(monkeypatch):
+    """The fallback, checked on every CPU: where the probe finds no bf16 LSTM (an AVX2-only CPU), bf16 runs the
+    LSTMs in float32 and says so; where it finds one, they run in bf16. fp32 and fp16 never change their LSTMs."""
+    from clstm_ppo.agent import precision as module
+
+    cpu = torch.device("cpu")
+    for native in (True, False):
+        monkeypatch.setattr(module, "cpu_runs_bf16_lstm", lambda native=native: native)
+        bf16 = module.Precision(cpu, "bf16")
+        assert bf16.lstms_in_float32 is not native
+        assert bf16.describe() == ("bf16" if native else "bf16 (LSTMs in fp32: no bf16 LSTM on this CPU)")
+        assert module.Precision(cpu, "fp32").lstms_in_float32 is False
+        assert module.Precision(cpu, "fp32").describe() == "fp32"
+    assert module.Precision(torch.device("cuda"), "bf16").describe() == \
+        "bf16 (LSTMs in fp32: cuDNN would run them in fp16)"
+
+
+def test_the_bf16_lstm_probe_matches_what_this_cpu_does():
+    """The probe says what a real model's LSTM does here: on a CPU with a bf16 LSTM (AVX-512) the clstm's LSTM 1
+    runs forward and backward in bf16 under autocast; on one without (AVX2-only, or ``ONEDNN_MAX_CPU_ISA=AVX2``)
+    it fails, and the trainer's fallback (LSTMs in float32) runs."""
+    from clstm_ppo.agent.precision import cpu_runs_bf16_lstm
+
+    model = CascadedActorCritic(5, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
+    windows = torch.randn(6, 7, 5)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, _ = model.encoder.lstm(windows)
+        out.float().sum().backward()
+        native = out.dtype == torch.bfloat16
+    except RuntimeError as error:
+        assert "primitive descriptor" in str(error), error
+        native = False
+    assert cpu_runs_bf16_lstm() is native
+    model.run_lstms_in_float32(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        code = model.encoder(windows)
+    code.float().sum().backward()
+    assert torch.isfinite(model.encoder.lstm.weight_hh_l0.grad).all()
 
 
 def test_fp16_on_the_cpu_is_a_clear_error():
@@ -220,11 +260,12 @@ def test_mixed_precision_updates_stay_close_to_fp32(precision):
     model, storage, env = collect_rollout()
     updated = {}
     for name in ("fp32", precision):
-        m = copy.deepcopy(model)
+        m, prec = copy.deepcopy(model), Precision(torch.device("cpu"), name)
+        m.run_lstms_in_float32(prec.lstms_in_float32)
         optimizer = torch.optim.Adam(m.parameters(), lr=1e-3)
         stats = ppo_update(m, optimizer, storage, env.market_windows,
                            PPOConfig(update_epochs=1, num_minibatches=1),
-                           torch.Generator().manual_seed(0), precision=Precision(torch.device("cpu"), name))
+                           torch.Generator().manual_seed(0), precision=prec)
         assert stats["nonfinite"] == 0.0
         updated[name] = torch.cat([p.detach().flatten() for p in m.parameters()])
     start = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -264,11 +305,12 @@ def test_the_optimizer_step_object_updates_as_the_precisions_step_and_flags_nonf
             s.returns[3, 1] = float("inf")
         weights, flags = [], []
         for use_step in (False, True):
-            m = copy.deepcopy(model)
+            m, prec = copy.deepcopy(model), Precision(torch.device("cpu"), precision)
+            m.run_lstms_in_float32(prec.lstms_in_float32)
             optimizer = make_adam(m.parameters(), 1e-3, cfg)
             step = OptimizerStep(optimizer, cfg.max_grad_norm, capture=True) if use_step else None
             stats = ppo_update(m, optimizer, s, env.market_windows, cfg, torch.Generator().manual_seed(0),
-                               precision=Precision(torch.device("cpu"), precision), optimizer_step=step)
+                               precision=prec, optimizer_step=step)
             assert step is None or not step.capture, "nothing is captured off CUDA"
             weights.append(m.state_dict())
             flags.append(stats["nonfinite"])

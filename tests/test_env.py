@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
+from env_trajectory import make, make_sync_free
 from market_fixtures import handmade_market
 from reference_env import Layout, Point, ReferenceCopy, ReferenceMarket, black_scholes
 
@@ -119,14 +120,14 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
 
 def agree_with_reference(data, market: MarketConfig, env_cfg: EnvConfig, steps: int = 120, num_envs: int = 48,
                          starts: torch.Tensor | None = None, reference_market=None, reference_copy=None,
-                         weights: dict | None = None) -> dict:
+                         weights: dict | None = None, make_env=make) -> dict:
     """Step the batched env and one tests/reference_env.py copy per env copy on the same random valid actions;
     check every copy's observed portfolio and action mask, then its cash, shares, equity, reward, costs by kind,
     closes, wins and margin calls after each step. A copy whose episode ends is compared on its episode
     statistics and followed by a fresh reference copy. Returns counts of what was checked and of the paths the
     references went through. ``weights``: extra weight per action group (buy, sell, target, close) on the
-    copies that act uniformly."""
-    env = BatchedOptionsEnv(data, "train", market, env_cfg, num_envs=num_envs, seed=3)
+    copies that act uniformly. ``make_env``: the eager env, or ``make_sync_free`` (the step compiled code runs)."""
+    env = make_env(data, "train", market, env_cfg, num_envs, 3, True)
     obs = env.reset(starts)
     a = env.actions
     layout = Layout(market)
@@ -203,11 +204,12 @@ SELLS = {"sell": 3.0}
 # Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys. Margin:
 # shorts up to the cash room, called when the market moves against them.
 @pytest.mark.parametrize("env_cfg", [EXACT, TIGHT, MARGIN], ids=["rich", "tight", "margin"])
-def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
+@pytest.mark.parametrize("make_env", [make, make_sync_free], ids=["eager", "sync-free"])
+def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg, make_env):
     """The synthetic market: a model implied vol, one flat rate, a dividend yield, no stale opens, a thin option
-    market (the order cap binds often), index margin rates."""
+    market (the order cap binds often), index margin rates. On the eager env and on the sync-free step."""
     checked = agree_with_reference(synthetic_data, MarketConfig(), env_cfg,
-                                   weights=SELLS if env_cfg is MARGIN else None)
+                                   weights=SELLS if env_cfg is MARGIN else None, make_env=make_env)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 1000, checked
     if env_cfg is EXACT:
         assert checked["capped_buys"] > 100 and checked["expiries"] > 20, checked
@@ -238,9 +240,11 @@ NOTIONAL_CAP = EnvConfig(dtype="float64", initial_cash=300_000.0, position_frac=
                                                                     position_frac=0.1)),
                                                 ("auto", SP500_MARGIN), ("auto", NOTIONAL_CAP)],
                          ids=["vix-rich", "model-tight", "vix-margin", "vix-notional-cap"])
-def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg):
+@pytest.mark.parametrize("make_env", [make, make_sync_free], ids=["eager", "sync-free"])
+def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg, make_env):
     checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source), env_cfg, starts=SP500_STARTS,
-                                   weights=SELLS if env_cfg in (SP500_MARGIN, NOTIONAL_CAP) else None)
+                                   weights=SELLS if env_cfg in (SP500_MARGIN, NOTIONAL_CAP) else None,
+                                   make_env=make_env)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 500, checked
     assert checked["stale_fills"] > 500 and checked["open_fills"] > 500, checked
     assert checked["expiries"] > 0 and checked["early_expiries"] > 0, checked

@@ -146,7 +146,7 @@ def test_a_train_row_reads_speed_and_the_checkpoint_cost_from_the_runs_own_recor
     [r] = step.read(subprocess.CompletedProcess([], 0, stdout=out, stderr=""), 5.0)
     assert r["passed"] is True and r["env_steps_per_s"] > 0
     ran, cost = r["note"].split("; ")
-    assert ran == "ran as: rollout eager, env step eager, update eager, optimizer step eager"
+    assert ran == "ran as: rollout eager, env step eager, update eager, optimizer step eager, precision fp32"
     size = (tmp_path / "run" / "latest.pt").stat().st_size / 1e6
     assert cost.startswith("last update ") and cost.endswith(f" write of {size:.0f} MB")
     assert " s rollout + " in cost and " s update, its checkpoint " in cost and " s gather + " in cost

@@ -96,7 +96,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, capsys)
     rollout = "compiled" if compile == "on" and num_envs == 32 else "eager"  # one line says how it ran, once
     compiled = "compiled" if compile == "on" else "eager"
     assert capsys.readouterr().out.count(f"ran as: rollout {rollout}, env step {compiled}, update {compiled}, "
-                                         "optimizer step eager\n") == 1
+                                         "optimizer step eager, precision fp32\n") == 1
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common) == 0
     a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(tmp_path / "b" / "synthetic-smoke")
@@ -428,8 +428,14 @@ def test_early_stopping_ends_the_run_after_patience_evaluations(tmp_path, capsys
 
 
 def test_bf16_training_runs_and_fp16_on_cpu_is_refused(tmp_path, capsys):
+    """bf16 trains on any CPU: with oneDNN's bf16 LSTMs where the CPU has them, else with the LSTMs in float32,
+    and the run's "ran as" line says which, once."""
+    from clstm_ppo.agent.precision import cpu_runs_bf16_lstm
+
     assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--set", "train.precision=bf16",
                  "--set", "ppo.grad_accumulation=2") == 0
+    said = "precision bf16\n" if cpu_runs_bf16_lstm() else "precision bf16 (LSTMs in fp32: no bf16 LSTM on this CPU)\n"
+    assert capsys.readouterr().out.count(said) == 1
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
     assert state["config"]["train"]["precision"] == "bf16" and state["update"] == 4
     assert all(torch.isfinite(v).all() and v.dtype == torch.float32 for v in state["model"].values())

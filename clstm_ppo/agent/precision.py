@@ -1,7 +1,9 @@
-"""Mixed precision: autocast for the forward, GradScaler for fp16, the same calls in fp32."""
+"""Mixed precision: autocast for the forward, GradScaler for fp16, the same calls in fp32 (docs/TRAINING.md,
+"Precision and batching")."""
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 from torch import nn
@@ -10,6 +12,23 @@ from clstm_ppo.agent.optimizer_step import clipped_step
 from clstm_ppo.config import ConfigError
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@functools.cache
+def cpu_runs_bf16_lstm() -> bool:
+    """Whether this CPU runs a bfloat16 LSTM forward and backward under autocast: oneDNN builds its bf16 LSTM only
+    on AVX-512 CPUs (natively with AVX512-BF16 or AMX), and refuses on an AVX2-only one ("could not create a
+    primitive descriptor"), as it does when ``ONEDNN_MAX_CPU_ISA=AVX2`` holds it to AVX2. A tiny LSTM, once a
+    process (~10 ms)."""
+    lstm = nn.LSTM(4, 4, batch_first=True)
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    try:
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            out, _ = lstm(x)
+        out.float().sum().backward()
+    except RuntimeError:
+        return False
+    return out.dtype == torch.bfloat16 and x.grad is not None
 
 
 class Precision:
@@ -27,10 +46,21 @@ class Precision:
 
     @property
     def lstms_in_float32(self) -> bool:
-        """bf16 on CUDA: autocast would run cuDNN's LSTMs in fp16 without loss scaling, so they run in float32
-        (the MLP and heads still in bf16). fp16 keeps cuDNN's fp16 LSTMs under its GradScaler; the CPU's bf16
-        LSTM (oneDNN) really is bf16."""
-        return self.device.type == "cuda" and self.name == "bf16"
+        """Whether bf16 runs the LSTMs in float32 (the MLP and heads still in bf16). On CUDA always: autocast would
+        run cuDNN's LSTMs in fp16 without loss scaling. On a CPU where oneDNN has no bf16 LSTM (AVX2-only): the
+        alternative is a crash. Elsewhere the CPU's bf16 LSTM really is bf16. fp16 keeps cuDNN's fp16 LSTMs under
+        its GradScaler."""
+        if self.name != "bf16":
+            return False
+        return self.device.type == "cuda" or (self.device.type == "cpu" and not cpu_runs_bf16_lstm())
+
+    def describe(self) -> str:
+        """The precision as the run's "ran as" line names it, e.g. "bf16 (LSTMs in fp32: no bf16 LSTM on this
+        CPU)"."""
+        if not self.lstms_in_float32:
+            return self.name
+        why = "cuDNN would run them in fp16" if self.device.type == "cuda" else "no bf16 LSTM on this CPU"
+        return f"{self.name} (LSTMs in fp32: {why})"
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.dtype is None:

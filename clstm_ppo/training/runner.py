@@ -245,7 +245,7 @@ class Trainer:
         """How the last update ran, in one line: what compiled, what replayed as CUDA graphs."""
         step = self.optimizer_step_path if self.optimizer_step is not None else "eager (fp16 scaler)"
         return (f"ran as: rollout {self.rollout_path}, env step {'compiled' if self.env.compiled else 'eager'}, "
-                f"update {self.update_path}, optimizer step {step}")
+                f"update {self.update_path}, optimizer step {step}, precision {self.precision.describe()}")
 
     @property
     def update_path(self) -> str:
