@@ -62,6 +62,29 @@ def load_script(path: Path) -> ModuleType:
     return module
 
 
+def answers_help(argv: list[str], capsys) -> str:
+    """What ``python <argv> --help`` prints, run in this process (a new interpreter costs seconds of imports):
+    ``argv`` is ``["-m", "module", ...]`` or ``["path/to/script.py", ...]``, run as ``__main__`` with its own argv."""
+    import runpy
+    import warnings
+
+    target, rest = (argv[1], argv[2:]) if argv[0] == "-m" else (argv[0], argv[1:])
+    saved = sys.argv
+    sys.argv = [target, *rest, "--help"]
+    try:
+        with pytest.raises(SystemExit) as done, warnings.catch_warnings():
+            # runpy's note that a module the tests imported already is run again as __main__: that is the point
+            warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+            if argv[0] == "-m":
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
+    finally:
+        sys.argv = saved
+    assert done.value.code in (0, None), capsys.readouterr().err[-2000:]
+    return capsys.readouterr().out
+
+
 # Each pytest-xdist worker on a core of its own, and with it every process it starts (the trainer counts the cores
 # it may use): two workers each running a two-thread trainer oversubscribed the two cores, and OpenMP threads
 # spinning at their barriers made some tests ten times slower than in one process.

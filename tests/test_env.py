@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from gymnasium.utils.env_checker import check_env
 from env_trajectory import make, make_sync_free
+from gymnasium.utils.env_checker import check_env
 from market_fixtures import handmade_market
 from reference_env import Layout, Point, ReferenceCopy, ReferenceMarket, black_scholes
 
@@ -204,12 +204,11 @@ SELLS = {"sell": 3.0}
 # Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys. Margin:
 # shorts up to the cash room, called when the market moves against them.
 @pytest.mark.parametrize("env_cfg", [EXACT, TIGHT, MARGIN], ids=["rich", "tight", "margin"])
-@pytest.mark.parametrize("make_env", [make, make_sync_free], ids=["eager", "sync-free"])
-def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg, make_env):
+def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
     """The synthetic market: a model implied vol, one flat rate, a dividend yield, no stale opens, a thin option
-    market (the order cap binds often), index margin rates. On the eager env and on the sync-free step."""
+    market (the order cap binds often), index margin rates."""
     checked = agree_with_reference(synthetic_data, MarketConfig(), env_cfg,
-                                   weights=SELLS if env_cfg is MARGIN else None, make_env=make_env)
+                                   weights=SELLS if env_cfg is MARGIN else None)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 1000, checked
     if env_cfg is EXACT:
         assert checked["capped_buys"] > 100 and checked["expiries"] > 20, checked
@@ -240,11 +239,9 @@ NOTIONAL_CAP = EnvConfig(dtype="float64", initial_cash=300_000.0, position_frac=
                                                                     position_frac=0.1)),
                                                 ("auto", SP500_MARGIN), ("auto", NOTIONAL_CAP)],
                          ids=["vix-rich", "model-tight", "vix-margin", "vix-notional-cap"])
-@pytest.mark.parametrize("make_env", [make, make_sync_free], ids=["eager", "sync-free"])
-def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg, make_env):
+def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg):
     checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source), env_cfg, starts=SP500_STARTS,
-                                   weights=SELLS if env_cfg in (SP500_MARGIN, NOTIONAL_CAP) else None,
-                                   make_env=make_env)
+                                   weights=SELLS if env_cfg in (SP500_MARGIN, NOTIONAL_CAP) else None)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 500, checked
     assert checked["stale_fills"] > 500 and checked["open_fills"] > 500, checked
     assert checked["expiries"] > 0 and checked["early_expiries"] > 0, checked
@@ -262,6 +259,17 @@ def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_s
         assert checked["buys"] > 100 and checked["sales"] > 100, checked
     if env_cfg is not NOTIONAL_CAP:
         assert checked["notional_bound"] == checked["notional_masked"] == checked["covered_past_cap"] == 0, checked
+
+
+def test_the_sync_free_step_agrees_with_the_reference_too(synthetic_data, sp500_data):
+    """The step compiled code and GPUs run (every copy priced at a close, no host sync), run eagerly, against the
+    reference on a rich synthetic account and on the S&P 500 under margin calls: the same checks as the eager env's
+    (tests/test_functional_step.py holds the two paths to each other over longer trajectories)."""
+    checked = agree_with_reference(synthetic_data, MarketConfig(), EXACT, make_env=make_sync_free)
+    assert checked["steps"] == 48 * 120 and checked["expiries"] > 20 and checked["buybacks"] > 500, checked
+    checked = agree_with_reference(sp500_data, MarketConfig(), SP500_MARGIN, starts=SP500_STARTS, weights=SELLS,
+                                   make_env=make_sync_free)
+    assert checked["margin_calls"] > 100 and checked["stale_fills"] > 500, checked
 
 
 def intraday_market(days: int = 40, seed: int = 0) -> MarketData:

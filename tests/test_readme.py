@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import answers_help
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -28,8 +29,13 @@ def test_the_readme_is_short_and_shows_the_commands():
 
 
 @pytest.mark.parametrize("command", shown_commands(), ids=lambda c: " ".join(c[2:5]))
-def test_every_command_in_the_readme_answers_help(command):
-    done = subprocess.run([sys.executable, *command[1:], "--help"], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "usage:" in done.stdout
+def test_every_command_in_the_readme_answers_help(command, capsys):
+    """Each shown command as ``python -m ... --help`` runs it, in this process (runpy, as ``-m`` does)."""
+    assert "usage:" in answers_help(command[1:], capsys)
+
+
+def test_a_command_answers_help_in_a_fresh_interpreter():
+    """One of them as a user starts it, in a new interpreter from the repository root."""
+    done = subprocess.run([sys.executable, "-m", "clstm_ppo.train", "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]

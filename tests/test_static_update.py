@@ -1,7 +1,8 @@
 """The PPO update's minibatch loss in fixed shapes (SPEC section 13, ``agent/static_update.py``): LSTM 2 as a fixed
 loop with resets is the fused runs of ``decide``; the static loss and its gradients equal the eager loss's for every
 agent kind, both ways of encoding, fp32 and bf16; compiled, it is a fixed set of graphs that later updates never
-recompile; two DDP workers on it keep identical weights (tests/test_distributed.py)."""
+recompile (the trainer's whole set: tests/test_train.py's compiled resume); two DDP workers on it keep identical
+weights (tests/test_distributed.py)."""
 import copy
 import tempfile
 from pathlib import Path
@@ -134,38 +135,13 @@ def test_the_compiled_loss_equals_the_eager_static_loss_and_a_whole_update_with_
     assert not counters["graph_break"], dict(counters["graph_break"])
 
 
-def test_the_trainers_compiled_update_is_a_fixed_set_of_graphs_that_later_updates_never_recompile():
-    """env.compile on: the rollout decision, LSTM 2's recurrence block and the losses compile in the first update;
-    two more updates (new weights, new rollouts, new minibatch orders) add no graph, recompile nothing, break none."""
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
-    # minibatches of 8 copies x 32 steps, as in tests/test_train.py's compiled resume: one compile on a cold machine
-    cfg = load_config("smoke", ["env.compile=on", "train.num_envs=16", "ppo.num_minibatches=2", "ppo.update_epochs=2"])
-    trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
-    assert trainer.static_loss is not None and trainer.fused is not None
-    assert trainer.train_model is trainer.model, "the static update trains the raw module"
-    stats, _ = trainer.train_step()
-    assert stats["nonfinite"] == 0.0
-    graphs = counters["stats"]["unique_graphs"]
-    assert graphs >= 3
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    for _ in range(2):
-        stats, _ = trainer.train_step()
-        assert stats["nonfinite"] == 0.0
-    assert counters["stats"]["unique_graphs"] == graphs
-    assert not counters["recompiles"], dict(counters["recompiles"])
-    assert not counters["graph_break"], dict(counters["graph_break"])
-    assert all(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters()), "every weight trains"
-
-
 def test_update_graphs_replay_on_cuda_only_and_the_trainer_says_how_its_update_ran():
     """``train.update_graphs`` asks for the loss's CUDA graphs beside the captured optimizer step; a CPU has neither,
     so its update runs compiled as before, and the trainer's "ran as" line says so."""
     cfg = load_config("smoke", ["env.compile=on", "train.update_graphs=true"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
-    assert trainer.static_loss is not None and not trainer.static_loss.cuda_graphs
+    assert trainer.static_loss is not None and not trainer.static_loss.cuda_graphs and trainer.fused is not None
+    assert trainer.train_model is trainer.model, "the static update trains the raw module"
     assert trainer.update_path == "compiled" and "update compiled, optimizer step eager" in trainer.paths()
     assert Trainer(load_config("smoke", ["env.compile=off"]), Path(tempfile.mkdtemp()), CPU).update_path == "eager"
 

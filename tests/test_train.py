@@ -89,10 +89,23 @@ def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
 # tests/test_distributed.py's, so a cold CI machine compiles its graphs once for all of them.
 @pytest.mark.parametrize(("num_envs", "compile"), [(8, "off"), (32, "off"), (32, "on"), (16, "on")])
 def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, capsys):
+    """Compiled (32 copies), the first run is also the check that the trainer's graphs are a fixed set: the rollout
+    decision, LSTM 2's recurrence block and the losses compile in its first update, and five more updates (new
+    weights, rollouts and minibatch orders) recompile nothing and break no graph, while every weight trains."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
     common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
               "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"env.compile={compile}"]
     batch = num_envs * 32
+    torch._dynamo.reset()
+    counters.clear()
     assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
+    if compile == "on" and num_envs == 32:
+        assert counters["stats"]["unique_graphs"] >= 3
+        assert not counters["recompiles"], dict(counters["recompiles"])
+        assert not counters["graph_break"], dict(counters["graph_break"])
+        assert_every_weight_trained(tmp_path / "a" / "synthetic-smoke" / "latest.pt")
     rollout = "compiled" if compile == "on" and num_envs == 32 else "eager"  # one line says how it ran, once
     compiled = "compiled" if compile == "on" else "eager"
     assert capsys.readouterr().out.count(f"ran as: rollout {rollout}, env step {compiled}, update {compiled}, "
@@ -103,6 +116,20 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, capsys)
     assert load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")["update"] == 6
     for name in a:
         assert torch.equal(b[name], a[name]), f"{name}: the resumed run differs by {(b[name] - a[name]).abs().max()}"
+
+
+def assert_every_weight_trained(path: Path) -> None:
+    """Every weight of the checkpoint at ``path`` moved from the initial weights its run drew from its seed."""
+    from clstm_ppo.agent import CascadedActorCritic
+    from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
+
+    state = load_checkpoint(path)
+    cfg = from_dict(Config, state["config"])
+    torch.manual_seed(cfg.seed)  # as the trainer draws its initial weights
+    initial = CascadedActorCritic(len(state["normalizer"]["names"]), len(PORTFOLIO_FEATURES),
+                                  ActionSpace.from_config(cfg.market).n, cfg.agent).state_dict()
+    unchanged = [name for name, value in state["model"].items() if torch.equal(value, initial[name])]
+    assert not unchanged, f"untrained weights: {unchanged}"
 
 
 def test_rank_states_saved_every_n_updates_still_resume_the_last_update_exactly(tmp_path, capsys):

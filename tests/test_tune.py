@@ -124,7 +124,7 @@ def test_a_worker_with_other_settings_cannot_join_the_study(tmp_path):
 
 def test_a_four_trial_sqlite_study_reports_its_best_config(tmp_path):
     out = tmp_path / "study"
-    done = subprocess.run([sys.executable, "-m", "clstm_ppo.tune", *FAST, "--trials", "4", "--steps", "1024",
+    done = subprocess.run([sys.executable, "-m", "clstm_ppo.tune", *FAST, "--trials", "4", "--steps", "512",
                            "--seeds", "2", "--space", space_file(tmp_path), "--out", str(out), "--study", "t",
                            "--sampler-seed", "0"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
@@ -132,7 +132,7 @@ def test_a_four_trial_sqlite_study_reports_its_best_config(tmp_path):
     trials = study.get_trials()
     assert [t.number for t in trials] == [0, 1, 2, 3]
     assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
-    marks = set(report_steps(1024))
+    marks = set(report_steps(512))
     for t in trials:
         assert set(t.intermediate_values) <= marks and t.intermediate_values  # the same marks for every trial
         if t.state != optuna.trial.TrialState.COMPLETE:
@@ -143,7 +143,7 @@ def test_a_four_trial_sqlite_study_reports_its_best_config(tmp_path):
             seed_values.append(max(r["composite"] for r in records if r["kind"] == "eval"))
         assert t.user_attrs["seed_values"] == pytest.approx(seed_values)
         assert t.value == pytest.approx(sum(seed_values) / 2)
-        assert t.intermediate_values[1024] == pytest.approx(t.value)
+        assert t.intermediate_values[512] == pytest.approx(t.value)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trials"] == 4 and summary["best"]["trial"] == study.best_trial.number
     assert set(summary["importances"]) == set(SPACE["params"]) or summary["importances_note"]
