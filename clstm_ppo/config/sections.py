@@ -188,13 +188,25 @@ class EnvConfig(Section):
     episode_length: int = setting(252, "bars; 0: from the split's first valid bar to its end", limits=">= 0")
     ruin_fraction: float = setting(0.5, "the episode ends early once equity falls below this share of initial "
                                         "cash", limits="[0, 1)")
-    reward_scale: float = setting(10.0, "reward = change in equity / initial cash x this: a 1% gain is 0.1",
-                                  limits="> 0")
+    reward_scale: float = setting(10.0, "reward = change in equity / initial cash x this: a 1% gain is 0.1 (dsr: "
+                                        "dsr_rate x D_t x this)", limits="> 0")
     # With "equity" a copy that only holds the index is paid the index's return, so a policy can look skilled by
-    # owning the market; "excess" pays only what it makes beyond that (SPEC section 10).
+    # owning the market; "excess" pays only what it makes beyond that; "dsr" pays for return per unit of risk
+    # (docs/ENVIRONMENT.md, "Reward" and "Differential Sharpe ratio").
     reward: str = setting("equity", "equity: the change in equity; excess: the change in equity less what holding "
-                                    "the underlying with the same equity (dividends in) made over the bar",
-                          choices=("equity", "excess"))
+                                    "the underlying with the same equity (dividends in) made over the bar; dsr: the "
+                                    "differential Sharpe ratio D_t of the bar's return over the T-bill "
+                                    "(Moody & Saffell 2001)",
+                          choices=("equity", "excess", "dsr"))
+    # A quarter (63 bars) of memory: long enough to judge a Sharpe ratio, short enough that the moments settle
+    # well inside a 252-bar episode (the start's prior keeps (1 - 1/63)^252, under 2%, of its weight by the end).
+    dsr_rate: float = setting(1 / 63, "reward dsr: the moving moments' rate eta per bar (1/63: about a quarter of "
+                                      "daily bars of memory)", limits="(0, 1)")
+    # The moments start at a mean of 0 and this squared, and the variance in D_t's denominator never falls below
+    # (a tenth of it)^2: D_t is finite and bounded from the first bar (0, to rounding, for an all-cash copy).
+    dsr_prior_vol: float = setting(0.01, "reward dsr: the standard deviation per bar the moments start from "
+                                         "(0.01: about 16% a year on daily bars); a tenth of it floors the "
+                                         "volatility D_t divides by", limits="[0.0001, 1]")
     drawdown_penalty: float = setting(0.0, "optional shaping: minus this x (drawdown share of peak equity) per "
                                            "bar", limits=">= 0")
     turbulence_penalty: float = setting(0.0, "optional shaping: minus this x (open positions while turbulent) "

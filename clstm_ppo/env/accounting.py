@@ -25,11 +25,23 @@ def side(spec: EnvSpec, s: EnvState) -> Tensor:
     return 1.0 - 2.0 * as_float(s.short, spec.dtype)
 
 
+def carry_years(spec: EnvSpec, bar: Tensor, next_bar: Tensor) -> Tensor:
+    """(N,) calendar years from ``bar``'s close to ``next_bar``'s: what cash interest and dividends accrue over."""
+    close_time = spec.quotes.close_time
+    return (close_time.index_select(0, next_bar) - close_time.index_select(0, bar)) / DAYS_PER_YEAR
+
+
+def tbill_return(spec: EnvSpec, row: Tensor, bar: Tensor, next_bar: Tensor) -> Tensor:
+    """(N,) what cash earns from ``bar``'s close (flat ``row``) to ``next_bar``'s: the rate known at ``bar`` over
+    the years between, the growth ``accrue_carry`` pays cash, less 1."""
+    return torch.expm1(at_rows(spec.quotes.rate_close, row) * carry_years(spec, bar, next_bar))
+
+
 def accrue_carry(spec: EnvSpec, s: EnvState, row: Tensor, next_bar: Tensor) -> None:
     """From t's close (flat ``row``) to ``next_bar``'s close cash earns the rate known at t, and the shares
     held earn the underlying's dividends."""
     q = spec.quotes
-    years = (q.close_time.index_select(0, next_bar) - q.close_time.index_select(0, s.t)) / DAYS_PER_YEAR
+    years = carry_years(spec, s.t, next_bar)
     dividend = torch.expm1(q.dividend_yield.index_select(0, s.sym) * years) * at_rows(q.close_px, row)
     s.cash = s.cash * torch.exp(at_rows(q.rate_close, row) * years) + s.shares * dividend
 

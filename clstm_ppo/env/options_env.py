@@ -152,8 +152,10 @@ class BatchedOptionsEnv:
                        else value.detach().cpu()) for name, value in self.state.to_dict().items()}
 
     def fits(self, saved: dict) -> bool:
-        """Whether ``saved`` (from ``state_dict``) has this env's fields, copies, slots and layout."""
-        mine = self.state.to_dict()
+        """Whether ``saved`` (from ``state_dict``) has this env's fields, copies, slots and layout. A field that
+        ``saved`` lacks fits where this env keeps nothing in it: a state saved before the field existed (the Sharpe
+        ratio moments, empty under any reward but dsr) resumes as it ran."""
+        mine = {name: value for name, value in self.state.to_dict().items() if name in saved or kept(value)}
         if not all(name in saved for name in mine) or set(saved["stats"]) != set(mine["stats"]):
             return False
         flat = lambda d: {**{k: v for k, v in d.items() if k != "stats"}, **d["stats"]}  # noqa: E731
@@ -164,8 +166,9 @@ class BatchedOptionsEnv:
     def load_state_dict(self, saved: dict) -> None:
         if not self.fits(saved):
             raise ValueError("saved env state does not fit this env (other --num-envs, max_positions, "
-                             "episode length or an older layout)")
-        fields = {name: saved[name].to(self.device) for name in STATE_FIELDS if name != "stats"}
+                             "episode length, env.reward dsr on one side only, or an older layout)")
+        fields = {name: (saved[name] if name in saved else getattr(self.state, name)).to(self.device)
+                  for name in STATE_FIELDS if name != "stats"}  # one it lacks is empty here (``fits``)
         self.state = EnvState(**fields, stats={k: v.to(self.device) for k, v in saved["stats"].items()})
 
     def take_episode_sums(self) -> np.ndarray:
@@ -226,6 +229,11 @@ class BatchedOptionsEnv:
 
     def action_mask(self) -> Tensor:
         return self.state.mask.clone()
+
+
+def kept(value: Tensor | dict[str, Tensor]) -> bool:
+    """Whether a state field holds anything (the stats, a dict, always count)."""
+    return isinstance(value, dict) or value.numel() > 0
 
 
 def _eager_step(spec: EnvSpec, autoreset: bool, keep_ended: bool) -> Callable[[EnvState, Tensor], pure.StepOutput]:

@@ -157,6 +157,9 @@ class EnvState:
     key: Tensor  # (N,) long: each copy's random stream (``draws.py``)
     draws: Tensor  # (N,) long: how many episode starts each copy has drawn
     finished: Tensor  # (len(EPISODE_SUMS), N) float64: sums over finished full-length episodes, unread
+    # (2, N) under env.reward dsr: the moving mean A and second moment B of the bar's return over the T-bill
+    # (``sharpe.py``); (0, N) under any other reward, so a state saved before the field existed still fits.
+    sharpe_moments: Tensor
 
     def working_copy(self) -> EnvState:
         """A new state sharing this one's tensors, whose fields a step may rebind (never change in place)."""
@@ -187,6 +190,7 @@ def empty_state(spec: EnvSpec, seed: int) -> EnvState:
         costs_paid=zeros(len(COST_KINDS), n), stats={k: zeros(n) for k in STAT_NAMES},
         mask=zeros(n, spec.actions.n, kind=flag), key=copy_keys(seed, n, device), draws=zeros(n, kind=long),
         finished=zeros(len(EPISODE_SUMS), n, kind=torch.float64),
+        sharpe_moments=zeros(2 if spec.cfg.reward == "dsr" else 0, n),
     )
 
 

@@ -2,7 +2,8 @@
 
 Timing (no look-ahead): the observation at bar t uses data up to t's close; the action chosen from it fills at
 bar t+1's open; positions then age to t+1's close, expire there at intrinsic value, and are marked at mid. The
-reward is the change in marked equity (every cost already inside it, counted once).
+reward is the change in marked equity (every cost already inside it, counted once), or with ``env.reward`` that
+change less the underlying's, or the differential Sharpe ratio of the bar's return (``sharpe.py``).
 
 No host sync, no data-dependent shape, no Python branch on a tensor's value: ended copies restart by blending
 fresh values into every copy's fields, and their episode figures are summed on the device. So the same code runs
@@ -19,12 +20,13 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.device import compile_graph
-from clstm_ppo.env.accounting import accrue_carry, mark_to_market, settle_expiries
+from clstm_ppo.env.accounting import accrue_carry, mark_to_market, settle_expiries, tbill_return
 from clstm_ppo.env.draws import integers_of, start_hash, uniform, uniform_of
 from clstm_ppo.env.episodes import add_finished
 from clstm_ppo.env.observation import portfolio_features, valid_actions
 from clstm_ppo.env.orders import close_options, open_option, slots_to_close, trade_shares
 from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.sharpe import dsr_reward, prior_variance
 from clstm_ppo.env.state import EnvSpec, EnvState, flat_row
 from clstm_ppo.market.flags import as_float
 from clstm_ppo.market.volatility import DAYS_PER_YEAR
@@ -85,6 +87,7 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     s.stats["margin_calls"] = s.stats["margin_calls"] + margin_call
 
     # 0. From t's close to t+1's close cash earns interest and the shares their dividends.
+    cash_return = tbill_return(spec, now, s.t, t_next) if cfg.reward == "dsr" else None
     accrue_carry(spec, s, now, t_next)
     # 1. Closes at t+1's fill (its open, or its close after a stale open): forced or chosen.
     close_options(spec, s, slots_to_close(spec, s, action, margin_call, nxt), now, nxt)
@@ -99,10 +102,13 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     mark_to_market(spec, s, spot_close, nxt)
 
     # 4. Reward, shaping, episode ends.
-    gain = s.equity - prev_equity
-    if cfg.reward == "excess":  # less what the same equity in the underlying made from t's close to t+1's
-        gain = gain - prev_equity * index_return(spec, s.sym, t_next - 1, prev_close, spot_close)
-    reward = gain * (cfg.reward_scale / cfg.initial_cash)
+    if cfg.reward == "dsr":
+        reward = dsr_reward(spec, s, prev_equity, cash_return)
+    else:
+        gain = s.equity - prev_equity
+        if cfg.reward == "excess":  # less what the same equity in the underlying made from t's close to t+1's
+            gain = gain - prev_equity * index_return(spec, s.sym, t_next - 1, prev_close, spot_close)
+        reward = gain * (cfg.reward_scale / cfg.initial_cash)
     s.peak = torch.maximum(s.peak, s.equity)
     if cfg.drawdown_penalty:
         reward = reward - cfg.drawdown_penalty * (1.0 - s.equity / s.peak)
@@ -145,7 +151,8 @@ def blend(fresh: Tensor, new: Tensor | float, old: Tensor) -> Tensor:
 
 
 def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
-    """Empty the ``fresh`` copies' books: initial cash, no positions, shares, costs or statistics."""
+    """Empty the ``fresh`` copies' books: initial cash, no positions, shares, costs or statistics (and under reward
+    dsr, the Sharpe ratio moments back at their prior)."""
     cash = spec.cfg.initial_cash
     s.cash, s.equity, s.peak = blend(fresh, cash, s.cash), blend(fresh, cash, s.equity), blend(fresh, cash, s.peak)
     keep = as_float(~fresh, spec.dtype)
@@ -156,6 +163,9 @@ def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
     s.expiry_bar, s.expiry_time = s.expiry_bar * keep, s.expiry_time * keep
     s.greeks, s.costs_paid = s.greeks * keep, s.costs_paid * keep
     s.stats = {k: v * keep for k, v in s.stats.items()}
+    if spec.cfg.reward == "dsr":  # the moving moments start again from their prior: A = 0, B = the prior variance
+        a, b = s.sharpe_moments[0], s.sharpe_moments[1]
+        s.sharpe_moments = torch.stack([blend(fresh, 0.0, a), blend(fresh, prior_variance(spec.cfg), b)])
 
 
 def restart(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
