@@ -1,4 +1,5 @@
-"""The policies a walk can run: the agent (greedy), and the benchmarks that trade options through the same env.
+"""The policies a walk can run: the agent (greedy), an ensemble of agents, and the benchmarks that trade options
+through the same env.
 
 A policy maps an observation and its carried state to one action per copy and the next state. Rules read
 only what is known at the observation's bar (the raw features of its row), like the agent.
@@ -27,6 +28,24 @@ def agent_policy(model: CascadedActorCritic, num_envs: int, device: torch.device
         logits, state = agent_logits(model, obs, state)
         return logits.argmax(-1), state
     return act, model.initial_state(num_envs, device)
+
+
+def ensemble_policy(models: list[CascadedActorCritic], num_envs: int, device: torch.device) -> tuple:
+    """Greedy actions of the mean of ``models``' action probabilities (the softmax of each one's masked logits),
+    each model carrying its own LSTM 2 state; ties go to the first action, as argmax breaks them. The members
+    read the same observation: evaluate --ensemble admits only checkpoints of one normaliser and walk
+    (docs/BACKTEST.md, "Ensembles")."""
+    def act(obs: Observation, states: list[State]) -> tuple[torch.Tensor, list[State]]:
+        total, next_states = None, []
+        for model, state in zip(models, states, strict=True):
+            logits, state = agent_logits(model, obs, state)
+            # In float64: float32 rounding can make two near-equal probabilities equal where the logits still
+            # order them, and an ensemble of one must act as its model does.
+            probs = torch.softmax(logits.double(), dim=-1)
+            total = probs if total is None else total + probs
+            next_states.append(state)
+        return (total / len(models)).argmax(-1), next_states
+    return act, [model.initial_state(num_envs, device) for model in models]
 
 
 def random_policy(seed: int) -> tuple:
