@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from gymnasium.utils.env_checker import check_env
 from env_trajectory import make, make_sync_free
+from gymnasium.utils.env_checker import check_env
 from market_fixtures import handmade_market
 from reference_env import Layout, Point, ReferenceCopy, ReferenceMarket, black_scholes
 
