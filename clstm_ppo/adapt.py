@@ -28,13 +28,13 @@ from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.walk import buy_and_hold, walk
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError
-from clstm_ppo.data.dataset import SPLITS, build_market_data
+from clstm_ppo.data.dataset import SPLITS
 from clstm_ppo.data.errors import DataError
-from clstm_ppo.data.features import FEATURE_NAMES
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.evaluate import checkpoint_config, load_agent
+from clstm_ppo.market.observed import observed_feature_names, observed_market_data
 from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import has_run, load_checkpoint
 from clstm_ppo.training.selection import Selection
@@ -42,11 +42,11 @@ from clstm_ppo.training.selection import Selection
 ROWS = ("adapted", "zero_shot", "scratch", "buy_and_hold")
 
 
-def check_feature_set(state: dict[str, Any], path: str, source: str) -> None:
+def check_feature_set(state: dict[str, Any], path: str, source: str, cfg: Config) -> None:
     """The checkpoint's encoder reads the features it was normalised on; another set is refused in one line."""
-    saved = tuple(state["normalizer"]["names"])
-    if saved != FEATURE_NAMES:
-        raise DataError(f"{path} was trained on features {list(saved)}; '{source}' gives {list(FEATURE_NAMES)}: "
+    saved, observed = tuple(state["normalizer"]["names"]), observed_feature_names(cfg.data.option_features)
+    if saved != observed:
+        raise DataError(f"{path} was trained on features {list(saved)}; '{source}' gives {list(observed)}: "
                         "adapt a checkpoint of this version's feature set, or retrain")
 
 
@@ -62,8 +62,8 @@ def start_state(state: dict[str, Any], model: dict[str, Any], optimizer: dict[st
 def fresh_start(cfg: Config, state: dict[str, Any]) -> dict[str, Any]:
     """A new agent of the checkpoint's settings, initialised as the trainer would, and a fresh Adam."""
     torch.manual_seed(cfg.seed)
-    model = CascadedActorCritic(len(FEATURE_NAMES), len(PORTFOLIO_FEATURES), ActionSpace.from_config(cfg.market).n,
-                                cfg.agent)
+    model = CascadedActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
+                                ActionSpace.from_config(cfg.market).n, cfg.agent)
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo)
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     state = load_checkpoint(args.checkpoint)
-    check_feature_set(state, args.checkpoint, args.data)
     cfg = checkpoint_config(state, args.checkpoint, args.data, args.overrides)
-    build_market_data(cfg.data, normalizer=Normalizer.from_state_dict(state["normalizer"]))  # bad data: one line
+    check_feature_set(state, args.checkpoint, args.data, cfg)
+    observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))  # bad data: one line
     stem = Path(args.data).name.split(".")[0]
     out = args.out or Path(cfg.train.checkpoint_dir) / f"adapt-{Path(args.checkpoint).parent.name}-{stem}-{args.steps}"
     for sub in ("adapted", "scratch"):

@@ -58,10 +58,11 @@ from clstm_ppo.backtest.stress import format_stress, plot_fan, stress_dict, walk
 from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_together
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, first_line, load_config, to_dict
-from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data
+from clstm_ppo.data.dataset import SPLITS, MarketData
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, keep_freed_host_memory, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 from clstm_ppo.scenarios.market import check_fits, sample_market_data
 from clstm_ppo.tables import strict_json
@@ -106,7 +107,7 @@ def load_agent(path: str, data_source: str | None, overrides: list[str],
                device: torch.device) -> tuple[Config, MarketData, CascadedActorCritic]:
     state = load_checkpoint(path)
     cfg = checkpoint_config(state, path, data_source, overrides)
-    data = build_market_data(cfg.data, normalizer=Normalizer.from_state_dict(state["normalizer"]))
+    data = observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))
     model = model_from_checkpoint(state, data, cfg, device)
     model.eval()
     return cfg, data, model
@@ -218,7 +219,7 @@ def stress_test(args: argparse.Namespace, gen: FittedGenerator, agents: list, na
     check_fits(gen, data, f"--scenarios {args.scenarios}")
     seed = cfg.seed if args.seed is None else args.seed
     markets = sample_market_data(gen, args.paths, args.length, args.regime, seed, data_config=cfg.data,
-                                 normalizer=data.normalizer)
+                                 normalizer=data.normalizer, market=cfg.market)
     rule = pick_rule(data, cfg, device, args.rule_metric)  # on the real validation years
 
     def walk_all(market: MarketData) -> dict[str, WalkResult]:

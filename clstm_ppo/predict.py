@@ -22,10 +22,10 @@ import torch
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError
-from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition
 from clstm_ppo.evaluate import checkpoint_config, model_from_checkpoint
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import load_checkpoint
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     book = read_book(args.positions) if args.positions else []
     state = load_checkpoint(args.checkpoint)
     cfg = checkpoint_config(state, args.checkpoint, args.data, args.overrides)
-    data = build_market_data(cfg.data, normalizer=Normalizer.from_state_dict(state["normalizer"]))
+    data = observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))
     model = model_from_checkpoint(state, data, cfg, torch.device("cpu")).eval()
     n = len(data.symbols)
     if book and n > 1:

@@ -18,7 +18,6 @@ import torch
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, ConfigError, load_config, named_configs, to_dict, walk_rules
-from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.device import (
     check_compile_toolchain,
     configure_backends,
@@ -27,6 +26,7 @@ from clstm_ppo.device import (
     usable_cores,
 )
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.training.checkpoint import (
     RESUME_CHOICES,
     has_run,
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     elif has_run(run_dir) and not args.fresh_start:
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume-from latest, "
                           "start over with --fresh-start (the old run is moved aside), or pick --run-name")
-    build_market_data(cfg.data)  # bad data fails here, in one line, before any worker starts
+    observed_market_data(cfg)  # bad data fails here, in one line, before any worker starts
     if cfg.train.compile:
         check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
     cores = usable_cores()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, load_config
-from clstm_ppo.data.dataset import build_market_data
+from clstm_ppo.market.observed import observed_market_data
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or base.train.total_steps
     if base.train.num_episodes > 0 and not args.steps:
         raise ConfigError("the config budgets episodes (train.num_episodes); pass --steps N for the trials")
-    build_market_data(base.data)  # a bad --data fails here, in one line, not in every trial
+    observed_market_data(base)  # a bad --data fails here, in one line, not in every trial
     name = args.study or f"tune-{label(base.data.source)}-{label(args.config)}"
     out = args.out or Path("checkpoints") / "tune" / name
 

@@ -22,9 +22,9 @@ import time
 import torch
 
 from clstm_ppo.config import Config
-from clstm_ppo.data import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
 from clstm_ppo.env import BatchedOptionsEnv
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.tables import print_table
 
 OLDER_SYSTEM_STEPS_PER_S = 340  # the seed documents' figure for the older system
@@ -86,7 +86,7 @@ def main() -> None:
     if not args.glibc_defaults:
         configure_backends(device)  # as the trainer's workers do
     cfg = Config()
-    data = build_market_data(cfg.data)
+    data = observed_market_data(cfg)  # what an agent of cfg observes
     reference_before = reference_op_us()
     rows = []
     for n in args.sizes:

@@ -23,9 +23,9 @@ from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.config import Config, load_config
-from clstm_ppo.data import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device, wait_for
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.tables import print_table
 
 SIZES = ("default", "paper")  # the agent sizes of these named configs (configs/*.yaml)
@@ -107,7 +107,7 @@ def main() -> None:
         parser.error("the captured path replays CUDA graphs: it needs --device cuda")
     cfg = Config()
     cfg.agent = load_config(args.sizes).agent
-    data = build_market_data(cfg.data)
+    data = observed_market_data(cfg)  # what an agent of cfg observes
     rows = []
     for num_envs in args.num_envs:
         reference: dict[str, dict[str, torch.Tensor]] = {}

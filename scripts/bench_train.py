@@ -106,10 +106,10 @@ def sb3(cfg: Config, updates: int, device: torch.device = torch.device("cpu"), w
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from clstm_ppo.data import build_market_data
     from clstm_ppo.env.gym_env import OptionsTradingEnv
+    from clstm_ppo.market.observed import observed_market_data
 
-    data = build_market_data(cfg.data)
+    data = observed_market_data(cfg)  # what an agent of cfg observes
 
     class WindowExtractor(BaseFeaturesExtractor):
         """Our LSTM 1 + MLP on the window, with the portfolio state beside it."""

@@ -39,7 +39,6 @@ from clstm_ppo.agent.ppo import DistinctBarsLoss, MinibatchLoss
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
 from clstm_ppo.config import Config, load_config
-from clstm_ppo.data import build_market_data
 from clstm_ppo.device import (
     DEVICE_CHOICES,
     configure_backends,
@@ -49,6 +48,7 @@ from clstm_ppo.device import (
     wait_for,
 )
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.tables import print_table
 
 SIZES = ("default", "paper")  # the agent sizes of these named configs (configs/*.yaml)
@@ -166,7 +166,7 @@ def main() -> None:
         parser.error("a captured optimizer step does not unscale fp16 gradients: use --precision fp32 or bf16")
     cfg = Config()
     cfg.agent = load_config(args.sizes).agent
-    data = build_market_data(cfg.data)
+    data = observed_market_data(cfg)  # what an agent of cfg observes
     precision = Precision(device, args.precision)
     rows = []
     for num_envs in args.num_envs:

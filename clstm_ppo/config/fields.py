@@ -167,6 +167,7 @@ ADDED: dict[str, Any] = {
     "market.iv_call_skew": SavedAs("market.iv_skew"),  # one skew served both wings of the surface before 2026-11-27
     "market.costs.index_ticks": [0.0, 0.0],  # quotes had no tick grid before 2026-11-27
     "market.costs.stock_ticks": [0.0, 0.0],
+    "data.option_features": False,  # agents observed the bar features alone before 2026-11-28
 }
 
 

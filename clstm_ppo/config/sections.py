@@ -54,6 +54,9 @@ class DataConfig(Section):
     turbulence_lookback: int = setting(252, "bars before t that give mu and Sigma (FinRL: 252)", limits=">= 2")
     turbulence_quantile: float = setting(0.90, "threshold = this quantile of training-split turbulence "
                                                "(paper: 0.90)", limits="(0, 1]")
+    option_features: bool = setting(True, "the agent also observes the option market: the implied vol the env "
+                                          "prices with, its premium over realized vol, its 5- and 20-bar changes "
+                                          "and its z-score over a year (docs/ENVIRONMENT.md)")
     augment: float = setting(0.0, "share of the training env's episodes started on generated paths (issue 22); "
                                   "validation and test stay real", limits="[0, 1)")
     augment_checkpoint: str = setting("", "scenario generator the augmentation pool is sampled from "

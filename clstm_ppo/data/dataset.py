@@ -98,7 +98,8 @@ def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[i
 def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> MarketData:
     """Everything the market and env need, from ``cfg``.
 
-    ``normalizer``: re-apply saved statistics (from a checkpoint) instead of fitting new ones.
+    ``normalizer``: re-apply saved statistics (from a checkpoint) instead of fitting new ones; the bar features'
+    part of them, where they go on with the option market's (``market.observed``).
     """
     _check_config(cfg)
     frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic)
@@ -139,9 +140,11 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     train = slice(*splits["train"])
     if normalizer is None:
         normalizer = Normalizer.fit(raw[:, train, :], FEATURE_NAMES)
-    elif normalizer.names != FEATURE_NAMES:
+    elif normalizer.names[:len(FEATURE_NAMES)] != FEATURE_NAMES:
         raise DataError(f"saved normalisation covers features {list(normalizer.names)}, "
                         f"this version computes {list(FEATURE_NAMES)}; retrain or use the matching version")
+    else:  # a checkpoint's normaliser may go on with the option market's features (market/observed.py)
+        normalizer = normalizer.select(FEATURE_NAMES)
     return MarketData(
         symbols=symbols, dates=dates, feature_names=FEATURE_NAMES, features=normalizer.apply(raw), raw_features=raw,
         bars=bars, turbulence=turb, turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),

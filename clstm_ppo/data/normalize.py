@@ -21,6 +21,16 @@ class Normalizer:
         flat = np.asarray(train_rows, dtype=np.float64).reshape(-1, len(names))
         return cls(tuple(names), flat.mean(axis=0), np.maximum(flat.std(axis=0), STD_FLOOR))
 
+    def select(self, names: tuple[str, ...]) -> "Normalizer":
+        """The statistics of ``names`` alone (each must be one of this normaliser's)."""
+        rows = [self.names.index(n) for n in names]
+        return Normalizer(tuple(names), self.mean[rows], self.std[rows])
+
+    def join(self, other: "Normalizer") -> "Normalizer":
+        """This normaliser's features, then ``other``'s."""
+        return Normalizer((*self.names, *other.names), np.concatenate([self.mean, other.mean]),
+                          np.concatenate([self.std, other.std]))
+
     def apply(self, raw: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray((np.asarray(raw, dtype=np.float64) - self.mean) / self.std, dtype=np.float32)
 

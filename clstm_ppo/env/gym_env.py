@@ -13,10 +13,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig
-from clstm_ppo.data.dataset import MarketData, build_market_data
+from clstm_ppo.config import Config, DataConfig, EnvConfig, MarketConfig
+from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env.observation import PORTFOLIO_FEATURES, Observation
 from clstm_ppo.env.options_env import BatchedOptionsEnv
+from clstm_ppo.market.observed import observed_market_data
 
 
 class OptionsTradingEnv(gym.Env):
@@ -28,7 +29,7 @@ class OptionsTradingEnv(gym.Env):
             data_cfg = DataConfig(source=data)
             if window is not None:
                 data_cfg.window = window
-            data = build_market_data(data_cfg)
+            data = observed_market_data(Config(data=data_cfg, market=market or MarketConfig()))
         elif window is not None and window != data.window:
             raise ValueError(f"window={window} differs from the data's window {data.window}; build the data with it")
         self.data, self.split = data, split

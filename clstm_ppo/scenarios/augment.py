@@ -24,6 +24,7 @@ import pandas as pd
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
+from clstm_ppo.market.observed import add_observed_features
 from clstm_ppo.scenarios.features import bar_features, feature_names, reconstruct, split_bars
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 from clstm_ppo.scenarios.market import WARMUP_MARGIN, check_fits
@@ -107,6 +108,7 @@ def augmented_data(real: MarketData, cfg: Config,
             one = build_market_data(replace(d, source=str(file), symbols=None, train_end=train_last,
                                             val_end=val_last, augment=0.0, augment_checkpoint=""),
                                     normalizer=real.normalizer)
+            one = add_observed_features(one, d, cfg.market, real.normalizer)
             built.append((one, _on_real_dates(one, real, symbol)))
 
     def stack(real_rows: np.ndarray, pick: Callable[[MarketData], np.ndarray]) -> np.ndarray:

@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.config import ConfigError, DataConfig
+from clstm_ppo.config import ConfigError, DataConfig, MarketConfig
 from clstm_ppo.config.fields import from_dict
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.normalize import Normalizer
+from clstm_ppo.market.observed import add_observed_features
 from clstm_ppo.scenarios.features import feature_names
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 
@@ -40,11 +41,13 @@ def history_frame(real: MarketData, bars: int) -> pd.DataFrame:
 
 def sample_market_data(generator: FittedGenerator | str | Path, paths: int, length: int = 252,
                        regime: str | None = None, seed: int = 0, data_config: DataConfig | None = None,
-                       normalizer: Normalizer | None = None) -> list[MarketData]:
+                       normalizer: Normalizer | None = None, market: MarketConfig | None = None) -> list[MarketData]:
     """One MarketData per generated path, its ``test`` split the ``length`` generated bars.
 
     ``data_config``: the agent's data settings (window, indicator windows); default: the generator's own.
     ``normalizer``: the agent checkpoint's feature statistics; default: the real training split's.
+    ``market``: the agent's market settings; with them each path also carries the option market's features where
+    ``data_config.option_features`` says so (market/observed.py), as the agent observes them.
     """
     gen = generator if isinstance(generator, FittedGenerator) else load_generator(generator)
     gen.check_regime(regime)
@@ -69,6 +72,8 @@ def sample_market_data(generator: FittedGenerator | str | Path, paths: int, leng
             built = build_market_data(replace(cfg, source=str(file), symbols=None, train_end=str(train_end.date()),
                                               val_end=str(last.date())), normalizer=normalizer or real.normalizer)
             assert built.splits["test"][1] - built.splits["test"][0] == length  # the split is the path, no more
+            if market is not None:
+                built = add_observed_features(built, cfg, market, normalizer)
             out.append(built)
     return out
 

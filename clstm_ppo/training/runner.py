@@ -28,11 +28,11 @@ from clstm_ppo.agent.static_update import StaticMinibatchLoss
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk
 from clstm_ppo.config import Config, check_values, first_line, save_config, to_dict
-from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.training import rank_state as ranks
 from clstm_ppo.training.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.training.monitor import ResourceMonitor
@@ -63,7 +63,7 @@ class Trainer:
         self.cfg, self.run_dir, self.device, self.ctx = cfg, run_dir, device, ctx
         t, p = cfg.train, cfg.ppo
         normalizer = Normalizer.from_state_dict(resume["normalizer"]) if resume else None
-        self.data = build_market_data(cfg.data, normalizer)
+        self.data = observed_market_data(cfg, normalizer)
         # Each rank its own streams; a resumed run whose env copies start afresh must not replay the first run's.
         seeds = rank_seeds(cfg.seed, ctx.rank, ctx.world_size, resume["update"] if resume else 0)
         # No per-episode records: the copies' episode figures are summed on the device, read once per update.
