@@ -41,10 +41,16 @@ def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor],
     return (advantages - mean) / (std + 1e-8)
 
 
+STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "prior_nll")
+
+
 def ppo_losses(logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Tensor, advantages: Tensor,
-               returns: Tensor, old_values: Tensor, cfg: PPOConfig) -> tuple[Tensor, Tensor]:
-    """One minibatch's PPO loss and its statistics (policy loss, value loss, entropy, approx KL, clip fraction),
-    in float32 under any precision. A pure function of tensors: the static update compiles it as it stands."""
+               returns: Tensor, old_values: Tensor, prior_actions: Tensor, prior_coef: Tensor,
+               cfg: PPOConfig) -> tuple[Tensor, Tensor]:
+    """One minibatch's PPO loss and its statistics (``STAT_NAMES``), in float32 under any precision. A pure function
+    of tensors: the static update compiles it as it stands. ``prior_coef`` x the mean -log pi(``prior_actions``) is
+    the penalty that keeps a policy near the rule it was cloned from (the KL from that deterministic rule to the
+    policy; docs/TRAINING.md, "A prior from the rules")."""
     logits, values = logits.float(), values.float()
     normalised = logits - logits.logsumexp(dim=-1, keepdim=True)  # Categorical's normalised logits
     log_ratio = action_logprob(logits, actions) - old_logprobs
@@ -60,8 +66,9 @@ def ppo_losses(logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Te
     else:
         value_loss = 0.5 * ((values - returns) ** 2).mean()
     entropy = -(normalised.exp() * normalised).sum(-1).mean()  # a masked action adds 0 * -1e9 = 0
-    loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
-    return loss, torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_fraction]).detach()
+    prior_nll = -normalised.gather(-1, prior_actions.unsqueeze(-1)).mean()  # the rule's action is never masked
+    loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss + prior_coef * prior_nll
+    return loss, torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_fraction, prior_nll]).detach()
 
 
 class MinibatchLoss(Protocol):
@@ -92,7 +99,7 @@ class DistinctBarsLoss:
             logits, values, _ = self.model(self.windows.gather(bars), s.portfolio[:, idx], s.mask[:, idx],
                                            s.starts[:, idx], (h0[:, idx], c0[:, idx]), bar_index)
         return ppo_losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
-                          s.returns[:, idx], s.values[:, idx], self.cfg)
+                          s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef, self.cfg)
 
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: RolloutStorage,
@@ -119,7 +126,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     advantages = normalise_advantages(s.advantages, all_reduce_mean) if cfg.norm_adv else s.advantages
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
-    totals = torch.zeros(5, device=s.rows.device)  # policy, value loss, entropy, approx KL, clip fraction
+    totals = torch.zeros(len(STAT_NAMES), device=s.rows.device)
     finite = torch.ones((), dtype=torch.bool, device=s.rows.device)  # gradients and weights finite: read at the end
     batches, encoded = 0, 0
     for _ in range(cfg.update_epochs):
@@ -155,7 +162,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     explained = torch.where(variance > 0, 1 - (s.returns - s.values).var() / variance, float("nan"))
     # A step can also overflow the weights themselves; either way this update is unsound and the caller stops.
     finite &= torch.stack([p.isfinite().all() for p in model.parameters()]).all()
-    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "nonfinite")
+    names = (*STAT_NAMES, "explained_variance", "nonfinite")
     values = torch.cat([totals / max(batches, 1), explained.view(1).to(totals.dtype),
                         (~finite).view(1).to(totals.dtype)]).tolist()  # one host sync
     stats = dict(zip(names, values, strict=True))

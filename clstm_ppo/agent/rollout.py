@@ -1,6 +1,8 @@
 """Collecting one rollout: every copy steps ``num_steps`` times under the current policy, no gradients."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -68,17 +70,18 @@ def policy_step(model: nn.Module, obs: Observation, lstm_state: State,
 
 @torch.no_grad()
 def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, obs: Observation,
-            lstm_state: State, precision: Precision, cfg: PPOConfig,
-            codes: Tensor | None) -> tuple[Observation, State]:
+            lstm_state: State, precision: Precision, cfg: PPOConfig, codes: Tensor | None,
+            act: Callable[[Observation], Tensor] | None = None) -> tuple[Observation, State]:
     """Fill ``storage`` with one rollout from ``obs``; returns the next observation and the carried LSTM state.
-    The episodes that ended are summed in the env (``env.take_episode_sums``)."""
+    The episodes that ended are summed in the env (``env.take_episode_sums``). ``act``: another policy's actions
+    (a rule being cloned) in place of the model's draws; the model still gives the stored values and log-probs."""
     storage.initial_state = tuple(x.clone() for x in lstm_state)
     uniforms = torch.rand(cfg.num_steps, env.num_envs, device=obs.row.device)  # the rollout's draws, in one call
     for step in range(cfg.num_steps):
         with precision.autocast():
             logits, value, state = policy_step(model, obs, lstm_state, codes)
         lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
-        action = sample_actions(logits[0], uniforms[step])
+        action = sample_actions(logits[0], uniforms[step]) if act is None else act(obs)
         result = env.step(action)
         storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, action_logprob(logits[0], action),
                     value[0], result.reward, result.terminated | result.truncated)

@@ -92,7 +92,7 @@ class StaticMinibatchLoss:
             logits, values, _ = model.decide_static(code, s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
                                                     state, self.block, self.steps)
         loss, stats = self.losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
-                                  s.returns[:, idx], s.values[:, idx])
+                                  s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef)
         self.cudagraph_skips += cudagraph_skips() - skips
         # A CUDA graph's outputs are overwritten by its next replay; the update keeps the statistics longer.
         return loss, stats.clone() if self.cuda_graphs else stats

@@ -56,18 +56,19 @@ class RulePick:
     name: str  # ``rule.describe``
     metric: str  # what it was picked by, on the validation split
     score: float  # its validation value of ``metric`` (mean over underlyings)
-    walked: str  # the validation dates it was picked on, 'YYYY-MM-DD..YYYY-MM-DD'
+    walked: str  # the dates it was picked on, 'YYYY-MM-DD..YYYY-MM-DD'
     best: list[dict]  # the SHOWN best rules and their scores, best first
     tried: int  # how many rules were walked
+    split: str = PICK_SPLIT  # the split it was picked on: validation for best_rule, train for a prior
 
     def line(self, split: str) -> str:
         """One line for the report: which rule, picked where and by what, and whether ``split`` is in sample."""
-        note = " (in sample: the split walked here)" if split == PICK_SPLIT else ""
+        note = " (in sample: the split walked here)" if split == self.split else ""
         return (f"best_rule: {self.name}, the best {self.metric} ({self.score:.3f}) of {self.tried} fixed rules on "
-                f"{PICK_SPLIT} {self.walked}{note}")
+                f"{self.split} {self.walked}{note}")
 
     def as_dict(self) -> dict:
-        return {"rule": self.name, "picked_by": self.metric, "on": f"{PICK_SPLIT} {self.walked}",
+        return {"rule": self.name, "picked_by": self.metric, "on": f"{self.split} {self.walked}",
                 "score": self.score, "tried": self.tried, "best": self.best}
 
 
@@ -126,16 +127,16 @@ def rank_walks(walks: dict[str, WalkResult], metric: str) -> tuple[list[float], 
     return scores, order
 
 
-def pick_rule(data: MarketData, cfg: Config, device: torch.device | str,
-              metric: str = "sharpe_excess") -> RulePick:
-    """Walk every rule of ``rule_family`` over the validation split and keep the best by ``metric`` (the mean
-    over underlyings of the report's value; the first of equal ones)."""
+def pick_rule(data: MarketData, cfg: Config, device: torch.device | str, metric: str = "sharpe_excess",
+              split: str = PICK_SPLIT) -> RulePick:
+    """Walk every rule of ``rule_family`` over ``split`` (validation for best_rule, train for a policy's prior) and
+    keep the best by ``metric`` (the mean over underlyings of the report's value; the first of equal ones)."""
     if metric not in PICK_METRICS:
         raise ValueError(f"a rule is picked by one of {', '.join(PICK_METRICS)}, not {metric!r}")
     rules = rule_family(ActionSpace.from_config(cfg.market))
-    walks = walk_family(data, PICK_SPLIT, cfg, device)
+    walks = walk_family(data, split, cfg, device)
     names = list(walks)
     scores, order = rank_walks(walks, metric)
-    start, end = data.split_dates(PICK_SPLIT)
+    start, end = data.split_dates(split)
     return RulePick(rules[order[0]], names[order[0]], metric, scores[order[0]], f"{start.date()}..{end.date()}",
-                    [{"rule": names[i], metric: scores[i]} for i in order[:SHOWN]], len(rules))
+                    [{"rule": names[i], metric: scores[i]} for i in order[:SHOWN]], len(rules), split)

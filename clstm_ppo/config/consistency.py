@@ -34,6 +34,9 @@ def check_values(cfg: Any) -> None:
          f"data.train_frac + data.val_frac ({d.train_frac} + {d.val_frac}) must leave a test split (sum below 1)"),
         (d.augment > 0 and not d.augment_checkpoint,
          f"data.augment ({d.augment}) needs data.augment_checkpoint, a scenario generator's .pt"),
+        (t.prior_kl > 0 and not (t.pretraining and t.pretrain_method == "rule"),
+         f"train.prior_kl ({t.prior_kl}) keeps the policy near the rule it was cloned from: set train.pretraining "
+         "true and train.pretrain_method rule (or prior_kl 0)"),
         (len(p.adam_betas) != 2, f"ppo.adam_betas needs two entries (beta1, beta2), got {p.adam_betas}"),
         (t.num_envs % p.num_minibatches != 0,
          f"train.num_envs ({t.num_envs}) must be a multiple of ppo.num_minibatches ({p.num_minibatches}): "

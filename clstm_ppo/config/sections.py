@@ -310,13 +310,27 @@ class TrainConfig(Section):
     rank_state_every: int = setting(1, "updates between checkpoints that carry every rank's env copies, LSTM 2 "
                                        "state and random streams (the last update's always does); a resume from "
                                        "one without them starts fresh episodes", limits=">= 1")
-    pretraining: bool = setting(False, "pretrain LSTM 1 on next-bar returns first", flag="--pretraining")
-    pretrain_method: str = setting("supervised", "what --pretraining does: supervised (next-bar return), maml or "
-                                                 "protonet (3-way few-shot tasks, clstm_ppo/meta/)",
-                                   choices=("supervised", "maml", "protonet"))
+    pretraining: bool = setting(False, "pretrain before the first update, by train.pretrain_method",
+                                flag="--pretraining")
+    pretrain_method: str = setting("supervised", "what --pretraining does: supervised (LSTM 1 on the next bar's "
+                                                 "return), maml or protonet (3-way few-shot tasks, clstm_ppo/meta/), "
+                                                 "or rule (the whole policy cloned from the best fixed rule of the "
+                                                 "training years: docs/TRAINING.md)",
+                                   choices=("supervised", "maml", "protonet", "rule"))
     pretrain_epochs: int = setting(5, "pretraining passes over the training split", limits=">= 1")
     pretrain_batch_size: int = setting(256, "windows per pretraining batch", limits=">= 1")
     pretrain_lr: float = setting(1.0e-3, "pretraining's Adam learning rate", limits="> 0")
+    prior_rollouts: int = setting(40, "pretrain_method rule: at most this many rollouts of the rule cloned, fewer "
+                                      "once a fresh one's decisions match it at train.prior_accuracy", limits=">= 1")
+    prior_epochs: int = setting(20, "pretrain_method rule: passes over each cloned rollout", limits=">= 1")
+    prior_lr: float = setting(3.0e-3, "pretrain_method rule: cloning's Adam learning rate", limits="> 0")
+    prior_accuracy: float = setting(0.98, "pretrain_method rule: cloning stops once this share of a fresh rollout's "
+                                          "greedy decisions are the rule's", limits="(0, 1]")
+    prior_kl: float = setting(0.0, "pretrain_method rule: weight of -log pi(the rule's action) in the PPO loss at "
+                                   "the first update (the KL from the rule to the policy), falling linearly to 0 at "
+                                   "train.prior_kl_until of the planned env steps; 0: off", limits=">= 0")
+    prior_kl_until: float = setting(0.5, "share of the planned env steps after which the prior's penalty is 0",
+                                     limits="(0, 1]")
     wandb: bool = setting(False, "log to Weights & Biases (WANDB_MODE=offline works)", flag="--wandb")
     wandb_project: str = setting("clstm_ppo", "the W&B project")
     tensorboard: str = setting("", "a folder: metrics.jsonl's records also as TensorBoard scalars there; empty: "

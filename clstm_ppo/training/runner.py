@@ -38,6 +38,7 @@ from clstm_ppo.training.checkpoint import FORMAT, CheckpointError, CheckpointMan
 from clstm_ppo.training.monitor import ResourceMonitor
 from clstm_ppo.training.pretraining import pretrain
 from clstm_ppo.training.reporting import Reporter, describe, farewell
+from clstm_ppo.training.rule_prior import RulePrior
 from clstm_ppo.training.selection import Selection
 from clstm_ppo.training.stopping import StopRequest, agree
 from clstm_ppo.training.tracking import Tracker
@@ -107,6 +108,9 @@ class Trainer:
         if wrap is not None and self.static_loss is not None:
             ctx.broadcast_parameters(self.model)  # as DDP's wrapping would: every rank starts from rank 0's weights
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
+        # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
+        starts_from_rule = t.pretraining and t.pretrain_method == "rule" and not resume
+        self.prior = RulePrior(self.data, cfg, device) if starts_from_rule or t.prior_kl > 0 else None
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
         self.update, self.global_step, self.episodes = 0, 0, 0
@@ -283,10 +287,11 @@ class Trainer:
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
         # The static loss trains the raw module (train_model is it), so its gradients are averaged here, not by DDP.
         average = None if self.static_loss is None else partial(self.ctx.average_gradients, self.model)
+        coef = self.prior.fill(self.storage, self.global_step, self.planned_steps) if self.prior else 0.0
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
                            self.minibatch_generator, mean, self.precision, self.static_loss, average,
                            self.optimizer_step)
-        return {**stats, "learning_rate": lr}
+        return {**stats, "learning_rate": lr, "prior_coef": coef}
 
     # ------------------------------------------------------------------ evaluation
 
@@ -338,7 +343,13 @@ class Trainer:
     def _loop(self, reporter: Reporter | None, tracker: Tracker | None) -> bool:
         """Updates until the budget is spent; True when a stop request or early stop ended them."""
         t, main = self.cfg.train, self.ctx.is_main
-        if t.pretraining and self.update == 0:
+        if t.pretraining and self.update == 0 and self.prior is not None:
+            line, self.obs, self.lstm_state = self.prior.clone(self.model, self.env, self.obs, self.lstm_state,
+                                                               torch.Generator().manual_seed(self.cfg.seed))
+            self.ctx.broadcast_parameters(self.model)  # every rank starts PPO from rank 0's clone
+            if reporter is not None:
+                reporter.tracker.write(line)
+        elif t.pretraining and self.update == 0:
             pretrain(self.model, self.env.market_windows, self.data, self.cfg, self.ctx, self.run_dir, reporter)
         said_paths = False
         while not self.budget_reached():

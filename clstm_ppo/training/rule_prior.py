@@ -1,0 +1,141 @@
+"""A prior from the rules (``train.pretrain_method: rule``): the policy starts as the best fixed rule of the training
+years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from the rules").
+
+1. The rule: every rule of ``backtest.rules.rule_family`` walked over the training split, the best by Sharpe over
+   the T-bill kept (``pick_rule`` on "train": no validation or test bar is read).
+2. Cloning: the training env's copies follow the rule for a rollout at a time, the model's greedy decisions are
+   scored against the rule's on that fresh rollout, and the whole policy (LSTM 1, MLP, LSTM 2, actor) is fitted to
+   the rule's actions by cross-entropy, the critic to the rule's returns (GAE, as PPO's value loss), until a fresh
+   rollout's decisions match at ``train.prior_accuracy`` or ``train.prior_rollouts`` are spent.
+3. Optionally, ``train.prior_kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling linearly to 0
+   at ``train.prior_kl_until`` of the planned env steps (``prior_coef``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import torch
+from torch import Tensor, nn
+
+from clstm_ppo.agent.model import State
+from clstm_ppo.agent.precision import Precision
+from clstm_ppo.agent.rollout import action_logprob, collect
+from clstm_ppo.agent.storage import RolloutStorage
+from clstm_ppo.backtest.rules import RulePick, follow_rules, pick_rule
+from clstm_ppo.config import Config
+from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.env import ActionSpace, BatchedOptionsEnv, Observation
+
+PRIOR_SPLIT = "train"
+PRIOR_METRIC = "sharpe_excess"  # what the policy is judged by
+
+RuleActions = Callable[[Tensor, Tensor], Tensor]  # (portfolio (..., P), mask (..., A)) -> the rule's actions (...)
+
+
+def pick_prior(data: MarketData, cfg: Config, device: torch.device) -> RulePick:
+    """The best fixed rule of the training split by Sharpe over the T-bill."""
+    return pick_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
+
+
+def rule_actions(pick: RulePick, cfg: Config, device: torch.device) -> RuleActions:
+    """The rule's action for observed portfolios and masks of any leading shape: a function of the observation
+    alone, so the update reads it from the stored rollout, whichever path collected it."""
+    follow = follow_rules([pick.rule], ActionSpace.from_config(cfg.market), cfg.env.max_positions, device)
+
+    def act(portfolio: Tensor, mask: Tensor) -> Tensor:
+        flat = SimpleNamespace(portfolio=portfolio.reshape(-1, portfolio.shape[-1]),
+                               mask=mask.reshape(-1, mask.shape[-1]))
+        chosen = follow(flat, torch.zeros(flat.mask.shape[0], dtype=torch.long, device=mask.device))
+        return chosen.view(mask.shape[:-1])
+    return act
+
+
+def prior_coef(cfg: Config, env_steps: int, planned_steps: int) -> float:
+    """The prior penalty's weight for an update taken after ``env_steps`` of ``planned_steps``."""
+    t = cfg.train
+    return t.prior_kl * max(0.0, 1.0 - env_steps / (t.prior_kl_until * planned_steps))
+
+
+def _sequence_forward(model: nn.Module, windows, s: RolloutStorage, idx: Tensor,
+                      precision: Precision) -> tuple[Tensor, Tensor]:
+    """The model's logits and values over the stored sequences of copies ``idx`` (as the eager PPO loss runs them)."""
+    h0, c0 = s.initial_state
+    bars, bar_index = torch.unique(s.rows[:, idx], return_inverse=True)
+    with precision.autocast():
+        logits, values, _ = model(windows.gather(bars), s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
+                                  (h0[:, idx], c0[:, idx]), bar_index)
+    return logits.float(), values.float()
+
+
+def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_state: State, act: RuleActions,
+               cfg: Config, generator: torch.Generator) -> tuple[list[dict], Observation, State]:
+    """Fit ``model`` to the rule ``act`` on the training env's copies, from ``obs``, in float32; one record per
+    rollout (the share of its decisions the model's greedy choice matched before fitting on it, the cross-entropy
+    after). Returns the records and where the env and LSTM 2 state stand."""
+    t, p = cfg.train, cfg.ppo
+    precision = Precision(obs.row.device, "fp32")
+    storage = RolloutStorage(p.num_steps, env.num_envs, obs.portfolio.shape[-1], env.actions.n, obs.row.device)
+    params = [q for q in model.parameters() if q.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=t.prior_lr)
+    per_batch = max(1, env.num_envs // p.num_minibatches)
+    history = []
+    for rollout in range(t.prior_rollouts):
+        obs, lstm_state = collect(model, env, storage, obs, lstm_state, precision, p, None,
+                                  act=lambda o: act(o.portfolio, o.mask))
+        env.take_episode_sums()  # the rule's episodes are not the agent's: the training log starts after cloning
+        with torch.no_grad():
+            logits, _ = _sequence_forward(model, env.market_windows, storage, torch.arange(env.num_envs), precision)
+            matched = float((logits.argmax(-1) == storage.actions).float().mean())
+        record = {"rollout": rollout, "matched": matched}
+        history.append(record)
+        if matched >= t.prior_accuracy:
+            break
+        # Each action the rule took weighs as much as any other: a rule that sells once a month and holds between
+        # would otherwise be cloned as "always hold", right on 95% of the decisions and useless.
+        taken = torch.bincount(storage.actions.flatten(), minlength=env.actions.n).float()
+        weight = torch.where(taken > 0, taken.sum() / (taken * (taken > 0).sum()), torch.zeros_like(taken))
+        for _ in range(t.prior_epochs):
+            order = torch.randperm(env.num_envs, generator=generator).to(obs.row.device)
+            for idx in order.split(per_batch):
+                logits, values = _sequence_forward(model, env.market_windows, storage, idx, precision)
+                chosen = storage.actions[:, idx]
+                cross_entropy = -(weight[chosen] * action_logprob(logits, chosen)).mean()
+                value_loss = 0.5 * ((values - storage.returns[:, idx]) ** 2).mean()
+                loss = cross_entropy + p.vf_coef * value_loss
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, p.max_grad_norm)
+                optimizer.step()
+        record["cross_entropy"] = float(cross_entropy.detach())
+    return history, obs, lstm_state
+
+
+class RulePrior:
+    """The rule a run starts from, and its penalty in every update (``train.prior_kl``)."""
+
+    def __init__(self, data: MarketData, cfg: Config, device: torch.device):
+        self.cfg = cfg
+        self.pick = pick_prior(data, cfg, device)  # the same on every rank and on a resume: a pure function of data
+        self.act = rule_actions(self.pick, cfg, device)
+
+    def describe(self) -> str:
+        return (f"prior: {self.pick.name}, the best {self.pick.metric} ({self.pick.score:.3f}) of {self.pick.tried} "
+                f"fixed rules on {self.pick.split} {self.pick.walked}")
+
+    def clone(self, model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_state: State,
+              generator: torch.Generator) -> tuple[str, Observation, State]:
+        """Clone the rule into ``model``; a line saying how far it got, and where the env and LSTM 2 stand."""
+        history, obs, lstm_state = clone_rule(model, env, obs, lstm_state, self.act, self.cfg, generator)
+        last = history[-1]
+        line = (f"{self.describe()}; behaviour cloning matched {last['matched']:.1%} of a fresh rollout's decisions "
+                f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.train.prior_accuracy:.0%})")
+        return line, obs, lstm_state
+
+    def fill(self, storage: RolloutStorage, env_steps: int, planned_steps: int) -> float:
+        """The rule's actions at the stored decisions and this update's penalty weight, for the update's loss; the
+        weight."""
+        coef = prior_coef(self.cfg, env_steps, planned_steps)
+        storage.prior_coef.fill_(coef)
+        storage.prior_actions.copy_(self.act(storage.portfolio, storage.mask))  # its -log pi is logged either way
+        return coef

@@ -1,0 +1,128 @@
+"""A prior from the rules (training/rule_prior.py): the rule is the best fixed rule of the training years alone, the
+policy cloned from it takes its action on nearly every training decision, and PPO's penalty to it is exactly its
+weight times -log pi(the rule's action), falling to 0 on schedule."""
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import strict_loads
+
+from clstm_ppo.agent.ppo import ppo_losses
+from clstm_ppo.agent.precision import Precision
+from clstm_ppo.agent.rollout import collect
+from clstm_ppo.agent.storage import RolloutStorage
+from clstm_ppo.backtest.rules import pick_rule
+from clstm_ppo.cli import run_cli
+from clstm_ppo.config import ConfigError, PPOConfig, load_config
+from clstm_ppo.market.observed import observed_market_data
+from clstm_ppo.train import main as train_main
+from clstm_ppo.training.rule_prior import RulePrior, clone_rule, prior_coef, rule_actions
+from clstm_ppo.training.runner import Trainer
+
+CPU = torch.device("cpu")
+
+
+def test_the_prior_is_picked_on_the_training_years_alone():
+    """Validation and test bars scaled wildly leave the pick, its score and the dates it walked unchanged; the
+    pick is the best of every fixed rule walked over the training split."""
+    cfg = load_config("smoke", [])
+    data = observed_market_data(cfg)
+    prior = RulePrior(data, cfg, CPU)
+    start, end = data.split_dates("train")
+    assert prior.pick.split == "train" and prior.pick.walked == f"{start.date()}..{end.date()}"
+    altered = observed_market_data(cfg)
+    later = slice(data.splits["train"][1], None)
+    for key in ("open", "high", "low", "close"):
+        altered.bars[key][:, later] *= np.linspace(1.0, 3.0, altered.bars[key][:, later].shape[1])
+    altered.bars["iv"][:, later] *= 2.5
+    again = RulePrior(altered, cfg, CPU)
+    assert (again.pick.rule, again.pick.score) == (prior.pick.rule, prior.pick.score)
+    on_validation = pick_rule(data, cfg, CPU)
+    assert on_validation.split == "validation" and on_validation.walked != prior.pick.walked
+    assert prior.describe().startswith(f"prior: {prior.pick.name}, the best sharpe_excess")
+
+
+def test_behaviour_cloning_takes_the_rules_action_on_nearly_every_training_decision():
+    """After cloning, a fresh rollout of the rule on the training env: the policy's greedy choice is the rule's on
+    at least 95% of the decisions (counted here independently of the cloner's own score)."""
+    cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule"])
+    trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
+    obs = trainer.env.reset()
+    history, obs, state = clone_rule(trainer.model, trainer.env, obs, trainer.lstm_state, trainer.prior.act, cfg,
+                                     torch.Generator().manual_seed(0))
+    assert history[0]["matched"] < 0.5, "the untrained policy is not the rule already (else this proves nothing)"
+    storage = RolloutStorage(cfg.ppo.num_steps, trainer.env.num_envs, obs.portfolio.shape[-1],
+                             trainer.env.actions.n, CPU)
+    greedy = []
+
+    def rule_and_record(o):
+        return trainer.prior.act(o.portfolio, o.mask)
+    collect(trainer.model, trainer.env, storage, obs, state, Precision(CPU, "fp32"), cfg.ppo, None,
+            act=rule_and_record)
+    with torch.no_grad():
+        h0, c0 = storage.initial_state
+        bars, index = torch.unique(storage.rows, return_inverse=True)
+        logits, _, _ = trainer.model(trainer.env.market_windows.gather(bars), storage.portfolio, storage.mask,
+                                     storage.starts, (h0, c0), index)
+    greedy = logits.argmax(-1)
+    rule = rule_actions(trainer.prior.pick, cfg, CPU)(storage.portfolio, storage.mask)
+    assert torch.equal(rule, storage.actions), "the rollout followed the rule"
+    assert (rule != 0).any() and (rule == 0).any(), "the rule both trades and holds here"
+    assert float((greedy == rule).float().mean()) >= 0.95
+
+
+def test_the_penalty_is_its_weight_times_the_rules_negative_log_probability_and_decays_on_schedule():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4, 7)
+    logits[..., 6] = -1e9  # a masked action
+    prior = torch.randint(0, 6, (5, 4))
+    args = (torch.zeros(5, 4), torch.randint(0, 6, (5, 4)), torch.zeros(5, 4), torch.randn(5, 4), torch.zeros(5, 4),
+            torch.zeros(5, 4), prior)
+    cfg = PPOConfig()
+    base, stats = ppo_losses(logits, *args, torch.tensor(0.0), cfg)
+    weighted, _ = ppo_losses(logits, *args, torch.tensor(0.3), cfg)
+    expected = -torch.log_softmax(logits, -1).gather(-1, prior.unsqueeze(-1)).mean()
+    torch.testing.assert_close(stats[5], expected)
+    torch.testing.assert_close(weighted - base, 0.3 * expected)
+    train = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule", "train.prior_kl=0.4",
+                                  "train.prior_kl_until=0.5"])
+    assert [prior_coef(train, steps, 1000) for steps in (0, 250, 500, 900)] == pytest.approx([0.4, 0.2, 0.0, 0.0])
+
+
+def test_a_prior_penalty_without_a_rule_to_start_from_is_one_line(tmp_path, capsys):
+    assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path),
+                                "--set", "train.prior_kl=0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: config: train.prior_kl (0.1) keeps the policy near the rule") and "\n" not in err
+    with pytest.raises(ConfigError, match="choose one of supervised, maml, protonet, rule"):
+        load_config("smoke", ["train.pretrain_method=bad"])
+
+
+def test_a_run_started_from_the_rule_says_which_and_resumes_exactly(tmp_path, capsys):
+    """The run's log names the rule and how closely it was cloned, and the penalty's weight and -log pi(rule) are
+    in every update's record; a resume from the middle ends on the uninterrupted run's weights. (The penalty's
+    schedule, like the learning rate's, runs over the launch's planned steps: the resumed halves take it off.)"""
+    from clstm_ppo.training.checkpoint import load_checkpoint
+
+    common = ["--config", "smoke", "--pretraining", "--set", "train.pretrain_method=rule", "--set",
+              "train.prior_rollouts=3", "--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2",
+              "--set", "train.num_envs=8", "--set", "ppo.num_minibatches=1", "--set", "train.threads_per_worker=1"]
+    batch = 8 * 32
+    assert run_cli(train_main, [*common, "--checkpoint-dir", str(tmp_path / "kl"), "--total-steps", str(4 * batch),
+                                "--set", "train.prior_kl=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "prior: " in out and "behaviour cloning matched" in out and "of 147 fixed rules on train" in out
+    records = [strict_loads(line) for line in (tmp_path / "kl" / "synthetic-smoke" / "metrics.jsonl").read_text()
+               .splitlines()]
+    updates = [r for r in records if r["kind"] == "update"]
+    assert len(updates) == 4 and all(r["prior_nll"] > 0 for r in updates)
+    for root, steps in (("a", 4), ("b", 2), ("b", 4)):
+        resume = ["--resume-from", "latest"] if (root, steps) == ("b", 4) else []
+        assert run_cli(train_main, [*common, "--checkpoint-dir", str(tmp_path / root), "--total-steps",
+                                    str(steps * batch), *resume]) == 0
+    a = load_checkpoint(tmp_path / "a" / "synthetic-smoke" / "latest.pt")["model"]
+    b = load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")["model"]
+    for name, value in a.items():
+        assert torch.equal(b[name], value), name
