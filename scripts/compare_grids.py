@@ -1,6 +1,7 @@
 """Two runs of the paper comparison side by side, run by run: what changed when one thing changed between them.
 
-    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--by config fold] [--json]
+    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--by config fold]
+        [--configs clstm clstm+dsr] [--json]
 
 A and B are what ``scripts/reproduce_paper.py --json`` printed (its log will do: the JSON is its last line), e.g.
 the same grid at two training budgets, or before and after a change to the market; or ``FILE.md#DATA``, the
@@ -82,6 +83,11 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]],
     return rows, left_out
 
 
+def renamed(runs: list[dict[str, Any]], config: str, as_config: str) -> list[dict[str, Any]]:
+    """The runs of ``config`` alone, called ``as_config``: so that two grids' runs of different labels pair."""
+    return [{**r, "config": as_config} for r in runs if r["config"] == config]
+
+
 def _number(value: Any) -> float:
     return math.nan if value is None else float(value)  # null in the JSON: a number that does not exist
 
@@ -105,9 +111,14 @@ def main() -> None:
                         help="each grid's run folders for its data, to compare what the runs learnt")
     parser.add_argument("--by", nargs="+", default=["config"], choices=KEY,
                         help="what a row pairs within: the configuration (default), or e.g. config fold")
+    parser.add_argument("--configs", nargs=2, metavar=("A_CONFIG", "B_CONFIG"),
+                        help="pair A's configuration A_CONFIG with B's B_CONFIG (e.g. clstm with clstm+dsr: the same "
+                             "agent under another reward), and leave their other configurations out")
     parser.add_argument("--json", action="store_true", help="print every number as one JSON object last")
     args = parser.parse_args()
     a_runs, b_runs = read_grid(args.a), read_grid(args.b)
+    if args.configs:
+        a_runs, b_runs = renamed(a_runs, args.configs[0], args.configs[0]), renamed(b_runs, *reversed(args.configs))
     if args.runs:
         a_runs, b_runs = with_learning(a_runs, args.runs[0]), with_learning(b_runs, args.runs[1])
     rows, left_out = compare(a_runs, b_runs, tuple(args.by))

@@ -2,7 +2,7 @@
 its keep, and does any agent beat owning the index?
 
     python scripts/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--folds F]
-        [--kinds clstm lstm mlp] [--rewards equity excess] [--windows 5 15 30 50] [--num-gpus N]
+        [--kinds clstm lstm mlp] [--rewards equity excess dsr] [--windows 5 15 30 50] [--num-gpus N]
         [--out DIR] [--results docs/RESULTS.md] [--json] [--storage URL [--study NAME]]
 
 Each cell of the grid (agent kind x reward x window x seed x fold) trains on its fold's training years, saves
@@ -12,9 +12,9 @@ with evaluate's continuous walk beside buy-and-hold, the MACD rule and best_rule
 agent's own actions on the fold's validation years, clstm_ppo/backtest/rules.py). ``--folds F`` makes F expanding
 walk-forward folds (clstm_ppo/data/folds.py; 0: the data's one default split), each with the market's fitted
 settings refitted on its own training years (clstm_ppo/backtest/calibration.py). Reported over seeds x folds:
-mean +- std and bootstrap 95% intervals of every metric, paired differences (kind against kind, excess reward
-against equity, each agent against buy-and-hold and against best_rule, the smoothed pick against the single
-best), each fold's mean,
+mean +- std and bootstrap 95% intervals of every metric, paired differences (kind against kind, each other reward
+against equity, each agent against buy-and-hold, best_rule and the PutWrite replica, the smoothed pick against the
+single best), each fold's mean,
 and the deflated Sharpe ratio of the best configuration given how many were tried. With several underlyings
 (the Dow stocks) each is walked on its own and a run's number is their mean. The window ablation (clstm,
 equity reward) runs every window of --windows other than the config's. The section of --results for this
@@ -60,9 +60,9 @@ from clstm_ppo.studies import train_run
 from clstm_ppo.tables import format_records, strict_json
 
 KINDS = ("clstm", "lstm", "mlp")
-REWARDS = ("equity", "excess")
+REWARDS = ("equity", "excess", "dsr")  # --rewards' choices; the paper's comparison: equity and excess
 WINDOWS = (5, 15, 30, 50)
-BENCHMARKS = ("buy_and_hold", "macd_rule", "best_rule")
+BENCHMARKS = ("buy_and_hold", "macd_rule", "best_rule", "putwrite")
 PICKS = {"agent": "best_composite.pt", "smoothed": "best_composite_smoothed.pt"}
 
 
@@ -238,8 +238,9 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
     smoothed = {f"{lab} [smoothed]": [r["smoothed"] or _missing() for _, r in pairs] for lab, pairs in by_label.items()
                 if any(r["smoothed"] for _, r in pairs)}  # none where no run had enough validation walks
     pairs = [(label(a, w), label(b, w)) for w in rewards for i, a in enumerate(kinds) for b in kinds[i + 1:]]
-    pairs += [(label(k, "excess"), label(k, "equity")) for k in kinds if len(rewards) == 2]
-    pairs += [(lab, bench) for bench in ("buy_and_hold", "best_rule") for lab in labels]
+    pairs += [(label(k, w), label(k, "equity")) for w in rewards if w != "equity" and "equity" in rewards
+              for k in kinds]
+    pairs += [(lab, bench) for bench in ("buy_and_hold", "best_rule", "putwrite") for lab in labels]
     pairs += [(f"{lab} [smoothed]", lab) for lab in labels if f"{lab} [smoothed]" in smoothed]
     per_fold = []
     for fold in folds:
@@ -298,7 +299,8 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=0, help="walk-forward folds (0: the data's default split)")
     parser.add_argument("--num-gpus", type=int, default=1, help="passed through to the trainer")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
-    parser.add_argument("--rewards", nargs="+", default=list(REWARDS), choices=REWARDS, help="env.reward values")
+    parser.add_argument("--rewards", nargs="+", default=["equity", "excess"], choices=REWARDS,
+                        help="env.reward values (default equity excess)")
     parser.add_argument("--windows", nargs="+", type=int, default=list(WINDOWS), help="TW values of the ablation")
     parser.add_argument("--out", type=Path, default=Path("checkpoints/reproduce_paper"), help="run folders")
     parser.add_argument("--results", type=Path, default=Path("docs/RESULTS.md"), help="markdown to update")

@@ -1,6 +1,7 @@
-"""Training augmentation (data.augment, issue 22 item 5): generated underlyings join the training env only, on the
-real dates, normalised with the real statistics; validation and test never see them; about ``augment`` of the
-random episode starts land on them."""
+"""Training augmentation (data.augment): the pool's paths (generated, bootstrapped from the training bars, or other
+underlyings' histories) join the training env only, on the real dates, normalised with the real statistics;
+validation and test never see them; the bootstrap and other underlyings read no bar after the training split; about
+``augment`` of the random episode starts land on them."""
 import numpy as np
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch
 from clstm_ppo.config import ConfigError, load_config, to_dict
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env import BatchedOptionsEnv
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.scenarios.augment import augmented_data
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.training.runner import Trainer
@@ -33,7 +35,7 @@ def _cfg(gen_path, share):
 
 def test_augmented_data_keeps_the_real_underlyings_and_their_statistics(gen_path):
     cfg = _cfg(gen_path, 0.3)
-    real = build_market_data(cfg.data)
+    real = observed_market_data(cfg)
     data, weights = augmented_data(real, cfg)
     s = len(real.symbols)
     assert data.symbols[:s] == real.symbols and len(data.symbols) == s + PATHS
@@ -52,7 +54,7 @@ def test_augmented_data_keeps_the_real_underlyings_and_their_statistics(gen_path
 
 def test_about_augment_of_the_episodes_start_on_generated_underlyings(gen_path):
     cfg = _cfg(gen_path, 0.3)
-    real = build_market_data(cfg.data)
+    real = observed_market_data(cfg)
     data, weights = augmented_data(real, cfg)
     env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, 512, device="cpu", seed=0, symbol_weights=weights)
     draws = []
@@ -84,7 +86,80 @@ def test_augment_without_a_checkpoint_or_of_another_feature_set_is_one_line(gen_
     with pytest.raises(ConfigError, match="must be in \\[0, 1\\)"):
         load_config("smoke", ["data.augment=1.0", f"data.augment_checkpoint={gen_path}"])
     cfg = load_config("smoke", ["data.augment=0.3", f"data.augment_checkpoint={gen_path}", "market.iv_source=model"])
-    real = build_market_data(cfg.data)
+    real = observed_market_data(cfg)
     del real.bars["iv"]  # a source without an iv column: the generator's logiv has nowhere to go
     with pytest.raises(ConfigError, match="the agent's data has gap, ret, up, down, dvol;"):
         augmented_data(real, cfg)
+
+
+def _bars_of(data, s: int, rows: slice) -> np.ndarray:
+    """(T, F) the scenario columns (gap, return, wicks, volume change, log iv) and rate of underlying ``s``."""
+    from clstm_ppo.scenarios.features import bar_features, feature_names
+
+    bars = {k: v[s:s + 1, rows] for k, v in data.bars.items()}
+    rate = [bars["rate"][0, 1:, None]] if "rate" in bars else []  # a source without rates: the market's one rate
+    return np.concatenate([bar_features(bars, feature_names(data))[0], *rate], axis=1)
+
+
+@pytest.mark.parametrize("config", ["smoke", "default"])
+def test_a_bootstrap_pool_is_made_of_whole_training_bars_and_reads_no_later_one(config):
+    """Every bar of every bootstrapped path (its gap, return, wicks, volume change, implied vol and, on the S&P 500,
+    the T-bill rate together) is one of the real training bars; scaling the validation and test bars changes no
+    path; the pool is the seed's."""
+    cfg = load_config(config, ["data.augment=0.3", "data.augment_source=bootstrap", f"data.augment_paths={PATHS}",
+                               "data.augment_block=8"])
+    real = observed_market_data(cfg)
+    data, weights = augmented_data(real, cfg)
+    s, train_end = len(real.symbols), real.splits["train"][1]
+    assert len(data.symbols) == s + PATHS and weights[-1] == pytest.approx(0.3 / PATHS)
+    np.testing.assert_array_equal(data.features[:s], real.features)
+    training = {tuple(np.round(row, 9)) for row in _bars_of(real, 0, slice(0, train_end))}
+    for p in range(s, s + PATHS):
+        path = _bars_of(data, p, slice(1, train_end))  # bar 0's gap reads the warm-up: from bar 1 on
+        assert all(tuple(np.round(row, 9)) in training for row in path[1:])
+        runs = np.mean(np.all(np.isclose(path[1:, :4], np.roll(path, -1, axis=0)[1:, :4]), axis=1))
+        assert runs < 0.5  # not one block: the bars come in blocks of mean length 8
+    later = observed_market_data(cfg)
+    for key in ("open", "high", "low", "close"):
+        later.bars[key][:, train_end:] *= 1.7
+    again, _ = augmented_data(later, cfg)
+    np.testing.assert_array_equal(again.bars["close"][s:, :train_end], data.bars["close"][s:, :train_end])
+    np.testing.assert_array_equal(again.features[s:, :train_end], data.features[s:, :train_end])
+
+
+def test_other_underlyings_train_on_their_own_bars_up_to_the_training_end_under_their_own_rules(tmp_path):
+    """A folder of two stocks beside the synthetic index: their returns are theirs, laid from the first real date;
+    a bar of theirs after the real training split's last date is never read; they margin as stocks (not a broad
+    index) and, without an implied-vol column, trade at the model's implied vol."""
+    from conftest import make_bars
+
+    folder = tmp_path / "stocks"
+    folder.mkdir()
+    for i, name in enumerate(("AAA", "BBB")):
+        make_bars(1400, seed=10 + i, start="2000-01-03").to_csv(folder / f"{name}.csv", index=False)
+    cfg = load_config("smoke", ["data.augment=0.5", "data.augment_source=underlyings",
+                                f"data.augment_underlyings={folder}"])
+    real = observed_market_data(cfg)
+    data, _ = augmented_data(real, cfg)
+    s = len(real.symbols)
+    assert len(data.symbols) == s + 2 and list(data.broad_index[s:]) == [False, False]
+    assert data.broad_index[0] and np.isfinite(data.features).all() and "iv" in data.bars
+    own = np.diff(np.log(data.bars["close"][s]))
+    source = np.diff(np.log(build_market_data(load_config("smoke", [f"data.source={folder / 'AAA.csv'}"]).data)
+                            .bars["close"][0]))
+    assert np.isin(np.round(own[:200], 10), np.round(source, 10)).mean() > 0.95
+    last = real.split_dates("train")[1]
+    for name in ("AAA", "BBB"):  # bars after the training split's last date, reshaped: the pool is unchanged
+        frame = make_bars(1400, seed=10 + ("AAA", "BBB").index(name), start="2000-01-03")
+        later = frame["Date"] > str(last.date())
+        frame.loc[later, ["Open", "High", "Low", "Close"]] *= 3.0
+        frame.to_csv(folder / f"{name}.csv", index=False)
+    again, _ = augmented_data(real, cfg)
+    np.testing.assert_array_equal(again.bars["close"], data.bars["close"])
+
+
+def test_augmentation_sources_need_their_own_settings_in_one_line():
+    with pytest.raises(ConfigError, match="from underlyings needs data.augment_underlyings"):
+        load_config("smoke", ["data.augment=0.2", "data.augment_source=underlyings"])
+    with pytest.raises(ConfigError, match="choose one of generator, bootstrap, underlyings"):
+        load_config("smoke", ["data.augment_source=gan"])

@@ -75,6 +75,18 @@ def test_a_known_shift_is_found_and_a_grid_against_itself_differs_by_nothing(tmp
     assert all(r["b_minus_a"] == 0.0 and r["ci_low"] == r["ci_high"] == 0.0 for r in same["rows"])
 
 
+def test_configurations_of_two_labels_pair_when_named(tmp_path):
+    """--configs clstm clstm+dsr: the same agent under another reward in the other grid, paired run by run."""
+    a = grid_runs(0.0, 1)
+    b = [dict(r, config="clstm+dsr" if r["config"] == "clstm" else "other", sharpe_excess=r["sharpe_excess"] - 0.5)
+         for r in a]
+    out = strict_loads(run(write(tmp_path / "a.log", a), write(tmp_path / "b.log", b), "--configs", "clstm",
+                           "clstm+dsr", "--json").stdout.splitlines()[-1])
+    row = next(r for r in out["rows"] if r["metric"] == "sharpe_excess")
+    assert row["config"] == "clstm" and row["runs"] == 8 and row["b_minus_a"] == pytest.approx(-0.5)
+    assert {r["config"] for r in out["rows"]} == {"clstm"} and (out["only_a"], out["only_b"]) == (0, 0)
+
+
 def test_a_grid_recorded_in_results_md_is_read_from_its_each_run_block(tmp_path):
     """docs/RESULTS.md keeps each grid's runs when their logs and folders are gone: FILE.md#DATA reads them, a row
     per run as the block prints it, and a later grid pairs with them."""

@@ -18,6 +18,7 @@ from clstm_ppo.data import MarketData, build_market_data
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.env.gym_env import OptionsTradingEnv
 from clstm_ppo.market import COST_KINDS, bs_price
+from clstm_ppo.market.observed import observed_feature_names
 
 EXACT = EnvConfig(dtype="float64", initial_cash=1_000_000.0)
 
@@ -764,7 +765,7 @@ def test_gym_wrapper_passes_the_env_checker_and_is_registered():
     env = gymnasium.make("clstm_ppo/OptionsTrading-v0", data="synthetic", window=10)
     check_env(env.unwrapped, skip_render_check=True)
     obs, info = env.reset(seed=0)
-    assert obs["market"].shape == (10, len(clstm_ppo.data.FEATURE_NAMES))
+    assert obs["market"].shape == (10, len(observed_feature_names(True)))  # the bar features and the option market's
     grid = len(MarketConfig().moneyness) * len(MarketConfig().expiries_days)
     # hold, buy and sell calls and puts, three targets for the underlying, three closes
     assert env.action_space.n == 1 + 4 * grid + len(MarketConfig().stock_targets) + 3 == 31

@@ -59,7 +59,8 @@ def test_stress_command_walks_every_policy_over_every_path(setup, tmp_path, caps
 
 def test_walk_paths_walks_each_path_once_and_keeps_its_own_equity(setup):
     cfg, data, model = load_agent(str(setup / "agent.pt"), None, [], torch.device("cpu"))
-    markets = sample_market_data(setup / "cgan.pt", 4, 25, None, 7, data_config=cfg.data, normalizer=data.normalizer)
+    markets = sample_market_data(setup / "cgan.pt", 4, 25, None, 7, data_config=cfg.data, normalizer=data.normalizer,
+                                 market=cfg.market)
     seen = []
 
     def walk_all(market):

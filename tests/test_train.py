@@ -14,8 +14,9 @@ from clstm_ppo.backtest.policies import agent_policy, random_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk, walk_together
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
-from clstm_ppo.data import Normalizer, build_market_data
+from clstm_ppo.data import Normalizer
 from clstm_ppo.evaluate import model_from_checkpoint
+from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS
 from clstm_ppo.train import main as train_main
 from clstm_ppo.training.checkpoint import load_checkpoint
@@ -37,7 +38,7 @@ def smoke_run(tmp_path_factory):
 def test_trained_agent_beats_a_random_policy_on_validation(smoke_run):
     state = load_checkpoint(smoke_run / "latest.pt")
     cfg = from_dict(Config, state["config"])
-    data = build_market_data(cfg.data, Normalizer.from_state_dict(state["normalizer"]))
+    data = observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))
     model = model_from_checkpoint(state, data, cfg, torch.device("cpu")).eval()
     cpu = torch.device("cpu")
     agent = selection_metrics(walk("agent", *agent_policy(model, 1, cpu), data, "validation", cfg, cpu))

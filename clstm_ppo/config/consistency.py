@@ -32,8 +32,11 @@ def check_values(cfg: Any) -> None:
          f"market.costs.spread_min ({m.costs.spread_min}) must not exceed spread_max ({m.costs.spread_max})"),
         (d.train_frac + d.val_frac >= 1,
          f"data.train_frac + data.val_frac ({d.train_frac} + {d.val_frac}) must leave a test split (sum below 1)"),
-        (d.augment > 0 and not d.augment_checkpoint,
-         f"data.augment ({d.augment}) needs data.augment_checkpoint, a scenario generator's .pt"),
+        (d.augment > 0 and d.augment_source == "generator" and not d.augment_checkpoint,
+         f"data.augment ({d.augment}) needs data.augment_checkpoint, a scenario generator's .pt (or another "
+         "data.augment_source: bootstrap, underlyings)"),
+        (d.augment > 0 and d.augment_source == "underlyings" and not d.augment_underlyings,
+         f"data.augment ({d.augment}) from underlyings needs data.augment_underlyings, a data source such as dow"),
         (t.prior_kl > 0 and not (t.pretraining and t.pretrain_method == "rule"),
          f"train.prior_kl ({t.prior_kl}) keeps the policy near the rule it was cloned from: set train.pretraining "
          "true and train.pretrain_method rule (or prior_kl 0)"),

@@ -57,11 +57,20 @@ class DataConfig(Section):
     option_features: bool = setting(True, "the agent also observes the option market: the implied vol the env "
                                           "prices with, its premium over realized vol, its 5- and 20-bar changes "
                                           "and its z-score over a year (docs/ENVIRONMENT.md)")
-    augment: float = setting(0.0, "share of the training env's episodes started on generated paths (issue 22); "
+    augment: float = setting(0.0, "share of the training env's episodes started on the augmentation pool's paths; "
                                   "validation and test stay real", limits="[0, 1)")
     augment_checkpoint: str = setting("", "scenario generator the augmentation pool is sampled from "
                                           "(python -m clstm_ppo.scenarios train)")
-    augment_paths: int = setting(16, "generated underlyings in the augmentation pool", limits=">= 1")
+    augment_paths: int = setting(16, "paths in the augmentation pool (generator, bootstrap)", limits=">= 1")
+    augment_source: str = setting("generator", "where the augmentation pool comes from: generator "
+                                               "(data.augment_checkpoint), bootstrap (the real training bars, whole, in "
+                                               "stationary blocks) or underlyings (data.augment_underlyings' own "
+                                               "histories up to the training split's end): docs/TRAINING.md",
+                                  choices=("generator", "bootstrap", "underlyings"))
+    augment_block: float = setting(0.0, "augment_source bootstrap: mean block length in bars; 0: Politis and White's "
+                                        "on the squared returns", limits=">= 0")
+    augment_underlyings: str = setting("", "augment_source underlyings: a data source (a built-in name such as dow, "
+                                           "or files) whose underlyings train beside the real ones")
     synthetic: SyntheticConfig = section(SyntheticConfig, "the synthetic market (data.source: synthetic)")
 
 

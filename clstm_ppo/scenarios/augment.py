@@ -1,15 +1,17 @@
-"""Training augmentation (``data.augment``): generated underlyings beside the real ones, in the training env only.
+"""Training augmentation (``data.augment``): more histories beside the real ones, in the training env only.
 
-A pool of ``data.augment_paths`` paths is sampled once, seeded by the run's seed, from ``data.augment_checkpoint``.
+A pool of paths is built once, seeded by the run's seed, from ``data.augment_source``: a scenario generator
+(``generator``, ``data.augment_checkpoint``), a stationary bootstrap of the real training bars (``bootstrap``), or
+another data source's underlyings up to the real training split's end (``underlyings``, scenarios/histories.py).
 Each path lies on the real data's own dates (the same T axis), so the augmented MarketData is the real one with
-extra rows of S: real symbols first, unchanged, then ``GEN00``, ``GEN01``, ... Random episode starts draw a
-generated underlying with total chance ``data.augment`` (``symbol_weights``). The trainer keeps the real
-MarketData for every validation walk and saves the real normaliser; the test walk never sees the pool.
+extra rows of S: real symbols first, unchanged, then ``GEN00``, ``GEN01``, ... Random episode starts draw a pool
+path with total chance ``data.augment`` (``symbol_weights``). The trainer keeps the real MarketData for every
+validation walk and saves the real normaliser; validation and test walks never see the pool.
 
 Each path is built by the data layer from a file (the loader's checks, the indicators, a one-symbol turbulence
-feature of its own) and normalised with the REAL training split's statistics. Three series are shared with the
-real data rather than generated: the risk-free rate (a generated underlying lives on the same days), the
-turbulence the trading rule reads (one (T,) series per MarketData: the real market's) and its threshold.
+feature of its own) and normalised with the REAL training split's statistics. Shared with the real data: the
+turbulence the trading rule reads (one (T,) series per MarketData: the real market's) and its threshold, and,
+for generated paths and other underlyings, the risk-free rate of each date (a bootstrapped bar keeps its own).
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ import pandas as pd
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
+from clstm_ppo.market.inputs import market_inputs
 from clstm_ppo.market.observed import add_observed_features
 from clstm_ppo.scenarios.features import bar_features, feature_names, reconstruct, split_bars
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
+from clstm_ppo.scenarios.histories import PathTable, bootstrap_tables, path_dates, underlying_tables
 from clstm_ppo.scenarios.market import WARMUP_MARGIN, check_fits
 
 PREFIX = "GEN"
@@ -55,8 +59,7 @@ def _path_frames(gen: FittedGenerator, real: MarketData, paths: int, seed: int, 
     length = warm + len(real.dates)
     scaled = gen.sample_scaled(paths, length, None, seed, labels=_labels(gen, real, paths, warm))
     prices = reconstruct(gen.scaler.invert(scaled), gen.feature_names, start)
-    before = pd.bdate_range(end=real.dates[0] - pd.offsets.BDay(1), periods=warm)
-    dates = before.append(real.dates)
+    dates = path_dates(real, warm)
     rate = None
     if "rate" in real.bars:  # the real day's rate: the same days, the same money market
         rate = np.concatenate([np.full(warm, real.bars["rate"][0, 0]), real.bars["rate"][0]])
@@ -87,40 +90,65 @@ def _on_real_dates(built: MarketData, real: MarketData, symbol: str) -> np.ndarr
     return rows
 
 
-def augmented_data(real: MarketData, cfg: Config,
-                   generator: FittedGenerator | None = None) -> tuple[MarketData, list[float]]:
-    """The training env's data (real underlyings, then ``data.augment_paths`` generated ones on the same dates)
-    and the symbol weights that give the generated ones total chance ``data.augment`` at a random start."""
+def pool_tables(real: MarketData, cfg: Config, warm: int, generator: FittedGenerator | None = None) -> list[PathTable]:
+    """The pool's loader tables from ``data.augment_source``, on the real dates after ``warm`` warm-up days."""
     d = cfg.data
+    if d.augment_source == "bootstrap":
+        return bootstrap_tables(real, d.augment_paths, cfg.seed, warm, d.augment_block)
+    if d.augment_source == "underlyings":
+        return underlying_tables(real, d.augment_underlyings, warm)
     gen = generator or load_generator(d.augment_checkpoint)
     check_fits(gen, real, f"data.augment_checkpoint {d.augment_checkpoint}")
+    flags = lambda x: bool(x[0]) if x is not None else False  # noqa: E731 - a generated path trades as the first
+    return [PathTable(frame, flags(real.broad_index), flags(real.dividend_adjusted))
+            for frame in _path_frames(gen, real, d.augment_paths, cfg.seed, warm)]
+
+
+def _with_model_iv(one: MarketData, cfg: Config) -> MarketData:
+    """A path without an implied-vol column beside real data with one: the model's, as a column (in the column's
+    variance-swap terms, which the market scales to at-the-money), so every underlying's is read one way."""
+    iv = market_inputs(one, replace(cfg.market, iv_source="model")).iv_close / cfg.market.atm_per_iv
+    return replace(one, bars={**one.bars, "iv": iv, "iv_open": np.concatenate([iv[:, :1], iv[:, :-1]], axis=1)})
+
+
+def augmented_data(real: MarketData, cfg: Config,
+                   generator: FittedGenerator | None = None) -> tuple[MarketData, list[float]]:
+    """The training env's data (real underlyings, then the pool's paths on the same dates) and the symbol weights
+    that give the pool total chance ``data.augment`` at a random start."""
+    d = cfg.data
     # Indicators (MACD 26 + 9, ADX) and the path's own one-symbol turbulence warm up before the first real date.
     warm = d.turbulence_lookback + 1 + WARMUP_MARGIN + max(d.vol_window, d.volume_window)
-    frames = _path_frames(gen, real, d.augment_paths, cfg.seed, warm)
-    width = len(str(max(d.augment_paths - 1, 1)))
-    symbols = [f"{PREFIX}{i:0{width}d}" for i in range(d.augment_paths)]
+    tables = pool_tables(real, cfg, warm, generator)
+    width = len(str(max(len(tables) - 1, 1)))
+    symbols = [f"{PREFIX}{i:0{width}d}" for i in range(len(tables))]
     train_last, val_last = (str(real.split_dates(s)[1].date()) for s in ("train", "validation"))
     built = []
     with tempfile.TemporaryDirectory(prefix="clstm_ppo-augment-") as folder:
-        for symbol, frame in zip(symbols, frames, strict=True):
+        for symbol, table in zip(symbols, tables, strict=True):
             file = Path(folder) / f"{symbol}.parquet"
-            frame.to_parquet(file, index=False)
+            table.frame.to_parquet(file, index=False)
             one = build_market_data(replace(d, source=str(file), symbols=None, train_end=train_last,
                                             val_end=val_last, augment=0.0, augment_checkpoint=""),
                                     normalizer=real.normalizer)
+            one = replace(one, dividend_adjusted=np.array([table.dividend_adjusted]),
+                          broad_index=np.array([table.broad_index]))
+            if "iv" in real.bars and "iv" not in one.bars:
+                one = _with_model_iv(one, cfg)
             one = add_observed_features(one, d, cfg.market, real.normalizer)
             built.append((one, _on_real_dates(one, real, symbol)))
 
     def stack(real_rows: np.ndarray, pick: Callable[[MarketData], np.ndarray]) -> np.ndarray:
         return np.concatenate([real_rows, *[pick(one)[:, rows] for one, rows in built]], axis=0)
 
-    n = d.augment_paths
-    flags = lambda x: None if x is None else np.concatenate([x, np.full(n, x[0])])  # noqa: E731 - as the real ones
+    def flags(real_flags: np.ndarray | None, name: str) -> np.ndarray | None:
+        return None if real_flags is None else np.concatenate([real_flags, [getattr(t, name) for t in tables]])
+
     data = replace(real, symbols=[*real.symbols, *symbols],
                    features=stack(real.features, lambda one: one.features),
                    raw_features=stack(real.raw_features, lambda one: one.raw_features),
                    bars={k: stack(v, lambda one, k=k: _bar(one, k)) for k, v in real.bars.items()},
-                   dividend_adjusted=flags(real.dividend_adjusted), broad_index=flags(real.broad_index))
-    s = len(real.symbols)
+                   dividend_adjusted=flags(real.dividend_adjusted, "dividend_adjusted"),
+                   broad_index=flags(real.broad_index, "broad_index"))
+    s, n = len(real.symbols), len(tables)
     weights = [(1.0 - d.augment) / s] * s + [d.augment / n] * n
     return data, weights
