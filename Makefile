@@ -22,9 +22,10 @@ run: $(VENV)/.installed
 TEST_WORKERS ?= 2
 PYTEST := WANDB_MODE=offline $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-# CI's command: lint, then every test.
+# CI's command: lint, then every test. PYTEST_ARGS adds pytest options, e.g. --junitxml=F for
+# scripts/bench/suite_times.py.
 test: lint
-	$(PYTEST) --durations=25  # the slowest tests, where CI time goes
+	$(PYTEST) --durations=25 $(PYTEST_ARGS)  # the slowest tests, where CI time goes
 
 # Minutes less: skips the tests marked slow (several processes, torchrun, long training).
 test-fast: $(VENV)/.installed

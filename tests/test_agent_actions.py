@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agent_actions.py"
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(root)]) == 0
+    assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(root), "--total-steps", "4096"]) == 0
     return root / "synthetic-smoke" / "latest.pt"
 
 

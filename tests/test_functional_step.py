@@ -45,18 +45,18 @@ def agree(x, y, where: str, rtol: float = 1e-9, atol: float = 1e-7) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_sync_free_step_agrees_with_the_eager_env_and_resumes_bit_for_bit(datasets, case):
-    """1,000 steps in float64 of the eager env and of the sync-free step (every copy priced at a close, no host
+    """600 steps in float64 of the eager env and of the sync-free step (every copy priced at a close, no host
     sync: what compiled code and GPUs run, here eagerly) on the same actions. Bars, positions, flags, masks and
     counts are equal at every step; money, marks, Greeks, rewards and observations agree to 1e-9 (the two price
-    closes in batches of other shapes, so their last bits may differ). For the last 300 steps, the sync-free env's
+    closes in batches of other shapes, so their last bits may differ). For the last 200 steps, the sync-free env's
     saved state runs on in a fresh env made with another seed, which steps bit for bit as the one it came from."""
     data = datasets[case.source]
     eager, obs = start(case, make, data)
     sync_free, _ = start(case, make_sync_free, data)
     resumed = None
     gen = torch.Generator().manual_seed(case.seed)
-    for step_number in range(1000):
-        if step_number == 700:
+    for step_number in range(600):
+        if step_number == 400:
             resumed, _ = start(case, make_sync_free, data, seed=case.seed + 1000)
             resumed.load_state_dict(sync_free.state_dict())
         action = draw_action(case, obs.mask, eager.actions.n, gen)

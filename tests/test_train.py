@@ -83,13 +83,14 @@ def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(run_dir / "latest.pt")["model"]
 
 
-# 32: the rollout uses cached bar codes; compiled: and then one compiled decision per step (agent/fused_rollout.py)
-# and the static update; 16 compiled: the eager rollout over the compiled env step. A resume must not recompute the
-# observation eagerly: the compiled step summed it in another order, and its last bits parted the runs.
-# Minibatches of 8 copies: the compiled update has the shapes of tests/test_static_update.py's and
-# tests/test_distributed.py's, so a cold CI machine compiles its graphs once for all of them.
-@pytest.mark.parametrize(("num_envs", "compile"), [(8, "off"), (32, "off"), (32, "on"), (16, "on")])
-def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, capsys):
+# 32 copies x 32 steps: the rollout uses cached bar codes; compiled: and then one compiled decision per step
+# (agent/fused_rollout.py) and the static update; 32 x 16 compiled: too few decisions to cache every bar's code, so
+# the eager rollout over the compiled env step (the same env step graph: a cold machine compiles it once). A resume
+# must not recompute the observation eagerly: the compiled step summed it in another order, and its last bits parted
+# the runs. Minibatches of 8 copies: the compiled update has the shapes of tests/test_distributed.py's.
+@pytest.mark.parametrize(("num_envs", "compile", "num_steps"), [(8, "off", 32), (32, "off", 32), (32, "on", 32),
+                                                              (32, "on", 16)])
+def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, num_steps, capsys):
     """Compiled (32 copies), the first run is also the check that the trainer's graphs are a fixed set: the rollout
     decision, LSTM 2's recurrence block and the losses compile in its first update, and five more updates (new
     weights, rollouts and minibatch orders) recompile nothing and break no graph, while every weight trains."""
@@ -97,17 +98,18 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, capsys)
     from torch._dynamo.utils import counters
 
     common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
-              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"env.compile={compile}"]
-    batch = num_envs * 32
+              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"env.compile={compile}",
+              "--set", f"ppo.num_steps={num_steps}"]
+    batch = num_envs * num_steps
     torch._dynamo.reset()
     counters.clear()
     assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
-    if compile == "on" and num_envs == 32:
+    if compile == "on" and num_steps == 32:
         assert counters["stats"]["unique_graphs"] >= 3
         assert not counters["recompiles"], dict(counters["recompiles"])
         assert not counters["graph_break"], dict(counters["graph_break"])
         assert_every_weight_trained(tmp_path / "a" / "synthetic-smoke" / "latest.pt")
-    rollout = "compiled" if compile == "on" and num_envs == 32 else "eager"  # one line says how it ran, once
+    rollout = "compiled" if compile == "on" and num_steps == 32 else "eager"  # one line says how it ran, once
     compiled = "compiled" if compile == "on" else "eager"
     assert capsys.readouterr().out.count(f"ran as: rollout {rollout}, env step {compiled}, update {compiled}, "
                                          "optimizer step eager, precision fp32\n") == 1
