@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import load_config
-from clstm_ppo.studies import paired_differences, run_record, train_run
+from clstm_ppo.studies.seeded_runs import paired_differences, run_record, train_run
 from clstm_ppo.tables import format_records
 
 ARMS = ("real", "augmented")

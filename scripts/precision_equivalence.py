@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import load_config
-from clstm_ppo.studies import arm_rows, run_record, train_run
+from clstm_ppo.studies.seeded_runs import arm_rows, run_record, train_run
 from clstm_ppo.tables import format_records
 
 # What is compared, with the key each seed's record holds it under.

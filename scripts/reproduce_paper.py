@@ -58,7 +58,7 @@ from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.data import DataError, build_market_data
 from clstm_ppo.data.folds import Fold, walk_forward_folds
 from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.studies import train_run
+from clstm_ppo.studies.seeded_runs import train_run
 from clstm_ppo.tables import format_records, strict_json
 
 KINDS = ("clstm", "lstm", "mlp")

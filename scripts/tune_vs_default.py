@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import ConfigError, load_config
-from clstm_ppo.studies import arm_rows, paired_differences, run_record, train_run
+from clstm_ppo.studies.seeded_runs import arm_rows, paired_differences, run_record, train_run
 from clstm_ppo.tables import format_records, strict_json
 
 ARMS = ("default", "tuned")

@@ -63,9 +63,10 @@ class DataConfig(Section):
                                           "(python -m clstm_ppo.scenarios train)")
     augment_paths: int = setting(16, "paths in the augmentation pool (generator, bootstrap)", limits=">= 1")
     augment_source: str = setting("generator", "where the augmentation pool comes from: generator "
-                                               "(data.augment_checkpoint), bootstrap (the real training bars, whole, in "
-                                               "stationary blocks) or underlyings (data.augment_underlyings' own "
-                                               "histories up to the training split's end): docs/TRAINING.md",
+                                               "(data.augment_checkpoint), bootstrap (the real training bars, "
+                                               "whole, in stationary blocks) or underlyings "
+                                               "(data.augment_underlyings' own histories up to the training "
+                                               "split's end): docs/TRAINING.md",
                                   choices=("generator", "bootstrap", "underlyings"))
     augment_block: float = setting(0.0, "augment_source bootstrap: mean block length in bars; 0: Politis and White's "
                                         "on the squared returns", limits=">= 0")
