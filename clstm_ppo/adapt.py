@@ -68,7 +68,7 @@ def fresh_start(cfg: Config, state: dict[str, Any]) -> dict[str, Any]:
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 
 
-def train_run(cfg: Config, run_dir: Path, device: torch.device, start: dict[str, Any], part: str) -> Path:
+def train_from_start(cfg: Config, run_dir: Path, device: torch.device, start: dict[str, Any], part: str) -> Path:
     """K env steps of PPO from ``start`` into ``run_dir`` through the trainer; returns its latest.pt."""
     from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
@@ -126,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg.train.device, cfg.train.compile = device.type, False
     if args.seed is not None:
         cfg.seed = args.seed
-    paths = {"adapted": train_run(cfg, out / "adapted", device,
+    paths = {"adapted": train_from_start(cfg, out / "adapted", device,
                                   start_state(state, state["model"], state["optimizer"], cfg.train.num_envs),
                                   args.part)}
     if not args.no_scratch:
-        paths["scratch"] = train_run(cfg, out / "scratch", device, fresh_start(cfg, state), "all")
+        paths["scratch"] = train_from_start(cfg, out / "scratch", device, fresh_start(cfg, state), "all")
     paths["zero_shot"] = Path(args.checkpoint)
     results: dict[str, WalkResult] = {}
     data = None

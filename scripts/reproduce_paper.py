@@ -58,7 +58,7 @@ from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.data import DataError, build_market_data
 from clstm_ppo.data.folds import Fold, walk_forward_folds
 from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.studies.seeded_runs import train_run
+from clstm_ppo.studies.seeded_runs import train_to_budget
 from clstm_ppo.tables import format_records, strict_json
 
 KINDS = ("clstm", "lstm", "mlp")
@@ -87,8 +87,8 @@ def train_and_backtest(args: argparse.Namespace, cell: dict[str, Any], fits: dic
     name = run_name(label(cell["kind"], cell["reward"]), cell["window"], cell["seed"])
     folder = args.out / data_label(args.data) / ("split" if cell["fold"] is None else f"fold{cell['fold']}")
     run = folder / name
-    train_run(args.config, args.data, cell["seed"], args.steps, folder, name,
-              [*args.overrides, *cell_settings(cell, fits)], ("--num-gpus", str(args.num_gpus)))
+    train_to_budget(args.config, args.data, cell["seed"], args.steps, folder, name,
+              [*args.overrides, *cell_settings(cell, fits)], num_gpus=args.num_gpus)
     picks = {pick: run / file for pick, file in PICKS.items() if (run / file).exists()}
     report, returns = run / "test_report.json", run / "test_returns.csv"
     code = run_cli(evaluate_main, ["--checkpoint", *map(str, picks.values()), "--split", "test", "--json",

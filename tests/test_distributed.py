@@ -14,8 +14,8 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.distributed import find_free_port
 from clstm_ppo.train import main as train_main
-from clstm_ppo.train import run_worker, spawn_workers
 from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.launch import WorkersFailed, run_worker, spawn_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
@@ -188,10 +188,9 @@ def test_an_exception_in_rank_1_ends_both_workers_quickly(tmp_path, monkeypatch,
     monkeypatch.setenv("FAIL_RANK", "1")
     cfg = smoke_config(100 * 512)
     started = time.time()
-    code = spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker)
-    assert code != 0 and time.time() - started < 60
-    err = capsys.readouterr().err
-    assert "error: worker" in err and "failed" in err
+    with pytest.raises(WorkersFailed, match=r"^worker \d failed: ") as failed:
+        spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker)
+    assert time.time() - started < 60 and "\n" not in str(failed.value)
     assert not (tmp_path / "rank0.pt").exists(), "rank 0 must not carry on alone"
 
 

@@ -14,9 +14,10 @@ import numpy as np
 from clstm_ppo.backtest.across_runs import mean_over_underlyings
 from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.cli import run_cli
+from clstm_ppo.config import ConfigError
 from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.train import main as train_main
 from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.launch import WorkersFailed, train_run
 
 
 def run_finished(run: Path, steps: int) -> bool:
@@ -27,19 +28,20 @@ def run_finished(run: Path, steps: int) -> bool:
     return load_checkpoint(latest)["global_step"] >= steps
 
 
-def train_run(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str],
-              flags: tuple[str, ...] = ()) -> None:
-    """Train ``folder/name`` to ``steps`` env steps with ``--set``s (and trainer ``flags``): fresh, or continued
-    from latest.pt where an earlier launch was stopped; nothing when it is done already."""
+def train_to_budget(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str],
+                    num_gpus: int = 1) -> None:
+    """Train ``folder/name`` to ``steps`` env steps with ``KEY=VALUE`` ``sets``: fresh, or continued from
+    latest.pt where an earlier launch was stopped; nothing when it is done already."""
     run = folder / name
     if run_finished(run, steps):
         return
-    start = ["--resume-from", "latest"] if (run / "latest.pt").exists() else ["--fresh-start"]
-    code = run_cli(train_main, ["--config", config, "--data", data, "--seed", str(seed), "--total-steps", str(steps),
-                                "--checkpoint-dir", str(folder), "--run-name", name, *start, *flags,
-                                *[x for s in sets for x in ("--set", s)]])
-    if code != 0:
-        raise SystemExit(f"error: training {name} failed (exit {code})")
+    resume = (run / "latest.pt").exists()
+    try:
+        train_run(config, sets, settings={"data.source": data, "seed": seed, "train.total_steps": steps,
+                                          "train.checkpoint_dir": str(folder), "train.run_name": name},
+                  resume_from="latest" if resume else None, fresh_start=not resume, num_gpus=num_gpus)
+    except (ConfigError, WorkersFailed) as err:
+        raise SystemExit(f"error: training {name} failed: {err}") from None
 
 
 def test_split_metrics(run: Path) -> dict[str, float]:
