@@ -9,6 +9,7 @@ its command line (docs/TRAINING.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import os
@@ -97,7 +98,7 @@ def plan_workers(num_gpus: int, num_workers: int | None, cfg: Config) -> tuple[i
     if num_workers is not None:
         raise ConfigError("--num-workers is for CPU workers; on GPUs use --num-gpus N (one worker per GPU)")
     gpus = visible if num_gpus == -1 else num_gpus
-    if gpus > visible:
+    if gpus > visible * cfg.train.ranks_per_gpu:
         raise ConfigError(f"--num-gpus {gpus} asks for more GPUs than the {visible} visible to this process "
                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
                           f"use --num-gpus {visible} or -1")
@@ -109,7 +110,8 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
     """One worker: join the group, train, leave. Spawned workers get ``ctx=None`` and derive it from their index."""
     if ctx is None:
         ctx = DistContext(rank=local_rank, world_size=int(os.environ["CLSTM_PPO_WORLD_SIZE"]), local_rank=local_rank)
-    device = pick_device(cfg.train.device, ctx.local_rank)
+    ctx = dataclasses.replace(ctx, ranks_per_gpu=cfg.train.ranks_per_gpu)
+    device = pick_device(cfg.train.device, ctx.gpu_index)
     if device.type == "cpu":
         torch.set_num_threads(threads)
     configure_backends(device)

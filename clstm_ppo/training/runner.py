@@ -363,9 +363,12 @@ class Trainer:
             if main and not failed and not said_paths:  # once a process: captures happen in its first update
                 tracker.write(self.paths())
                 said_paths = True
+            collectives = self.ctx.record.take()  # this update's, every rank: none may run inside a capture
             if main and not failed:
-                reporter.update(self.update, self.episodes, self.global_step, stats, sums, self.resources.host(),
-                                self.rank_gpus, self.gpu_notes)
+                reporter.update(self.update, self.episodes, self.global_step,
+                                {**stats, **({f"collectives_{k}": v for k, v in collectives.items()}
+                                             if self.ctx.enabled else {})},
+                                sums, self.resources.host(), self.rank_gpus, self.gpu_notes)
                 if self.update % t.eval_every == 0:
                     self._evaluate_and_report(reporter)
                     patience = t.early_stopping_patience
