@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.agent.loading import checkpoint_config, load_agent
 from clstm_ppo.agent.model import CascadedActorCritic
 from clstm_ppo.agent.optimizer_step import make_adam
 from clstm_ppo.backtest.policies import agent_policy
@@ -33,7 +34,6 @@ from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
-from clstm_ppo.evaluate import checkpoint_config, load_agent
 from clstm_ppo.market.observed import observed_feature_names, observed_market_data
 from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import has_run, load_checkpoint

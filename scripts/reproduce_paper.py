@@ -53,13 +53,14 @@ from clstm_ppo.backtest.across_runs import (
     write_grid_csv,
 )
 from clstm_ppo.backtest.calibration import fold_market_settings, fold_overrides
-from clstm_ppo.cli import run_cli
+from clstm_ppo.backtest.checkpoints import backtest_checkpoints
+from clstm_ppo.backtest.report import write_returns_csv
 from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.data import DataError, build_market_data
 from clstm_ppo.data.folds import Fold, walk_forward_folds
-from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.studies.seeded_runs import train_to_budget
 from clstm_ppo.tables import format_records, strict_json
+from clstm_ppo.training.checkpoint import CheckpointError
 
 KINDS = ("clstm", "lstm", "mlp")
 REWARDS = ("equity", "excess", "dsr")  # --rewards' choices; the paper's comparison: equity and excess
@@ -91,11 +92,13 @@ def train_and_backtest(args: argparse.Namespace, cell: dict[str, Any], fits: dic
               [*args.overrides, *cell_settings(cell, fits)], num_gpus=args.num_gpus)
     picks = {pick: run / file for pick, file in PICKS.items() if (run / file).exists()}
     report, returns = run / "test_report.json", run / "test_returns.csv"
-    code = run_cli(evaluate_main, ["--checkpoint", *map(str, picks.values()), "--split", "test", "--json",
-                                   str(report), "--returns", str(returns)])
-    if code != 0:
-        raise SystemExit(f"error: evaluating {name} failed (exit {code})")
-    policies = json.loads(report.read_text())["policies"]
+    try:
+        done = backtest_checkpoints([str(path) for path in picks.values()], split="test")
+    except (ConfigError, CheckpointError) as err:
+        raise SystemExit(f"error: evaluating {name}: {err}") from None
+    report.write_text(strict_json(done.report, indent=2, default=str))
+    write_returns_csv(done.results, returns)
+    policies = done.report["policies"]
     daily = pd.read_csv(returns, index_col="date")
     names = ["agent"] if len(picks) == 1 else [f"agent_{i + 1}" for i in range(len(picks))]
     out: dict[str, Any] = {b: mean_over_underlyings(policies[b]) for b in BENCHMARKS}

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 
 from clstm_ppo.backtest.across_runs import mean_over_underlyings
+from clstm_ppo.backtest.checkpoints import backtest_checkpoints
 from clstm_ppo.backtest.statistics import paired_difference
-from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError
-from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.tables import strict_json
+from clstm_ppo.training.checkpoint import CheckpointError, load_checkpoint
 from clstm_ppo.training.launch import WorkersFailed, train_run
 
 
@@ -49,9 +49,11 @@ def test_split_metrics(run: Path) -> dict[str, float]:
     best, report = run / "best_composite.pt", run / "test_report.json"
     # A report older than the checkpoint belongs to an earlier best: walk again.
     if not report.exists() or report.stat().st_mtime < best.stat().st_mtime:
-        code = run_cli(evaluate_main, ["--checkpoint", str(best), "--split", "test", "--json", str(report)])
-        if code != 0:
-            raise SystemExit(f"error: evaluating {run.name} failed (exit {code})")
+        try:
+            done = backtest_checkpoints([str(best)], split="test")
+        except (ConfigError, CheckpointError) as err:
+            raise SystemExit(f"error: evaluating {run.name}: {err}") from None
+        report.write_text(strict_json(done.report, indent=2, default=str))
     agent = mean_over_underlyings(json.loads(report.read_text())["policies"]["agent"])
     return {"test_sharpe": agent["sharpe"], "test_total_return": agent["total_return"]}
 
