@@ -30,100 +30,38 @@ and max drawdown, CVaR(5%) and the probability of ruin over paths (clstm_ppo/bac
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from clstm_ppo.agent.model import CascadedActorCritic
-from clstm_ppo.backtest.cboe import buywrite, putwrite
-from clstm_ppo.backtest.ensemble import ENSEMBLE, check_members, group_folds, walk_ensemble
-from clstm_ppo.backtest.policies import agent_policy, cash_policy, long_straddle, macd_rule, random_policy
+from clstm_ppo.backtest.checkpoints import (
+    Backtest,
+    agent_names,
+    backtest_checkpoints,
+    benchmarks,
+    check_one_setup,
+    load_agents,
+    walk_agents,
+)
 from clstm_ppo.backtest.report import (
-    across_checkpoints,
     check_tearsheet,
     format_report,
     plot_equity,
-    report_dict,
-    underlying_metrics,
     write_returns_csv,
     write_tearsheet,
 )
 from clstm_ppo.backtest.result import WalkResult
-from clstm_ppo.backtest.rules import PICK_METRICS, RulePick, pick_rule, rules_policy
-from clstm_ppo.backtest.stitch import stitch
+from clstm_ppo.backtest.rules import PICK_METRICS, pick_rule
 from clstm_ppo.backtest.stress import format_stress, plot_fan, stress_dict, walk_paths
-from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_together
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, ConfigError, first_line, load_config, to_dict
+from clstm_ppo.config import ConfigError
 from clstm_ppo.data.dataset import SPLITS, MarketData
-from clstm_ppo.data.normalize import Normalizer
-from clstm_ppo.device import DEVICE_CHOICES, configure_backends, keep_freed_host_memory, pick_device
-from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
-from clstm_ppo.market.observed import observed_market_data
+from clstm_ppo.device import DEVICE_CHOICES
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 from clstm_ppo.scenarios.market import check_fits, sample_market_data
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.checkpoint import CheckpointError, load_checkpoint
-
-
-def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
-    """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an older one's as clstm)."""
-    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
-                                ActionSpace.from_config(cfg.market).n, cfg.agent).to(device)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as err:
-        raise CheckpointError(f"the checkpoint's model does not fit this version's agent ({first_line(err, 100)}); "
-                              "it was written before the actions or the observed portfolio changed: retrain") from None
-    return model
-
-
-def checkpoint_config(state: dict, path: str, data_source: str | None, overrides: list[str]) -> Config:
-    """The checkpoint's own settings, then ``--data`` and ``--set``; refused where the model could not read
-    what they make (another window or action space) or would be another model (agent kind or sizes)."""
-    base = json.loads(json.dumps(state["config"]))  # a deep copy
-    # Written before agent.kind existed: the cascaded LSTM, whatever the default kind becomes.
-    base.setdefault("agent", {}).setdefault("kind", "clstm")
-    saved = load_config(None, [], base=json.loads(json.dumps(base)))
-    if data_source is not None:  # another source: its own dates decide the splits, unless --set says
-        base["data"].update(source=data_source, symbols=None, train_end=None, val_end=None, test_end=None)
-    cfg = load_config(None, overrides, base=base)
-    if cfg.data.window != saved.data.window:
-        raise ConfigError(f"{path} was trained on {saved.data.window}-bar windows, not {cfg.data.window}; "
-                          "evaluate it with its own data.window")
-    if ActionSpace.from_config(cfg.market) != ActionSpace.from_config(saved.market):
-        raise ConfigError(f"{path} was trained on the chain {saved.market.moneyness} x {saved.market.expiries_days} "
-                          "days; keep market.moneyness and market.expiries_days as they were")
-    if cfg.agent != saved.agent:
-        raise ConfigError(f"{path}: agent sizes come from the checkpoint, as does agent.kind; drop the --set "
-                          "agent.* overrides")
-    return cfg
-
-
-def load_agent(path: str, data_source: str | None, overrides: list[str],
-               device: torch.device) -> tuple[Config, MarketData, CascadedActorCritic]:
-    state = load_checkpoint(path)
-    cfg = checkpoint_config(state, path, data_source, overrides)
-    data = observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))
-    model = model_from_checkpoint(state, data, cfg, device)
-    model.eval()
-    return cfg, data, model
-
-
-def benchmarks(data: MarketData, split: str, cfg: Config, device: torch.device, seed: int,
-               best_rule: RulePick) -> dict[str, WalkResult]:
-    """Every benchmark on the same walk: the underlying, CBOE's PutWrite and BuyWrite (simulated directly, not
-    through the action space), cash, random valid actions, two option rules and ``best_rule`` (``pick_rule``)."""
-    actions, slots = ActionSpace.from_config(cfg.market), cfg.env.max_positions
-    rules = {"cash": cash_policy(), "random": random_policy(seed), "macd_rule": macd_rule(data, actions, slots),
-             "long_straddle": long_straddle(actions, slots),
-             "best_rule": rules_policy([best_rule.rule], actions, len(data.symbols), slots, device)}
-    out = {"buy_and_hold": buy_and_hold(data, split, cfg), "putwrite": putwrite(data, split, cfg),
-           "buywrite": buywrite(data, split, cfg)}
-    return out | walk_together(rules, data, split, cfg, device)
 
 
 def check_output_path(flag: str, path: Path | None, suffixes: tuple[str, ...] | None = None) -> None:
@@ -223,13 +161,8 @@ def stress_test(args: argparse.Namespace, gen: FittedGenerator, agents: list, na
     rule = pick_rule(data, cfg, device, args.rule_metric)  # on the real validation years
 
     def walk_all(market: MarketData) -> dict[str, WalkResult]:
-        out = {}
-        for name, (agent_cfg, _, model) in zip(names, agents, strict=True):
-            policy, state = agent_policy(model, 1, device)
-            out[name] = walk(name, policy, state, market, "test", agent_cfg, device)
-        if args.ensemble:
-            out[ENSEMBLE] = walk_ensemble([model for _, _, model in agents], market, "test", cfg, device)
-        return out | benchmarks(market, "test", cfg, device, seed, rule)
+        return walk_agents(names, agents, market, "test", device, args.ensemble) | \
+            benchmarks(market, "test", cfg, device, seed, rule)
 
     def progress(done: int, total: int) -> None:
         if done == total or done % max(1, total // 10) == 0:
@@ -261,118 +194,38 @@ def main(argv: list[str] | None = None) -> int:
         check_plot_path(args.plot)
     gen = check_stress_flags(args)
     started = time.perf_counter()
-    device = pick_device(args.device)
-    configure_backends(device)
-    keep_freed_host_memory()
-    agents = [load_agent(path, args.data, args.overrides, device) for path in args.checkpoint]
-    cfg, data, _ = agents[0]
-    if args.folds:
-        results, extra = walk_forward(args, agents, device)
-        return write_reports(args, results, cfg, len(agents), started, extra)
-    if args.ensemble:
-        check_members(args.checkpoint, agents)
-    for path, (other, _, _) in zip(args.checkpoint[1:], agents[1:], strict=True):
-        if to_dict(other.data) != to_dict(cfg.data) or to_dict(other.market) != to_dict(cfg.market):
-            raise ConfigError(f"{path} and {args.checkpoint[0]} have different data or market settings; "
-                              "compare checkpoints of one setup in one command")
-    names = agent_names(len(agents))
+    agents, device = load_agents(args.checkpoint, args.data, args.overrides, args.device)
     if gen is not None:
-        code = stress_test(args, gen, agents, names, device)
+        check_one_setup(args.checkpoint, agents, args.ensemble)
+        code = stress_test(args, gen, agents, agent_names(len(agents)), device)
         print(f"evaluated in {time.perf_counter() - started:.1f} s")
         return code
-    results = walk_agents(args, names, agents, device)
-    rule = pick_rule(data, cfg, device, args.rule_metric)
-    results.update(benchmarks(data, args.split, cfg, device, cfg.seed if args.seed is None else args.seed, rule))
-    return write_reports(args, results, cfg, len(agents), started,
-                         {"best_rule": rule.as_dict(), "across_checkpoints": seed_summary(results, names)}, rule)
+    done = backtest_checkpoints(args.checkpoint, split=args.split, folds=args.folds, ensemble=args.ensemble,
+                                seed=args.seed, rule_metric=args.rule_metric, agents=agents, progress=print)
+    return write_reports(args, done, len(agents), started)
 
 
-def agent_names(seeds: int) -> list[str]:
-    return ["agent"] if seeds == 1 else [f"agent_{i + 1}" for i in range(seeds)]
-
-
-def walk_agents(args: argparse.Namespace, names: list[str], agents: list,
-                device: torch.device) -> dict[str, WalkResult]:
-    """Each checkpoint's greedy walk over ``--split``, then with ``--ensemble`` their ensemble's."""
-    results = {}
-    for name, (agent_cfg, agent_data, model) in zip(names, agents, strict=True):
-        policy, state = agent_policy(model, len(agent_data.symbols), device)
-        results[name] = walk(name, policy, state, agent_data, args.split, agent_cfg, device)
-    if args.ensemble:
-        cfg, data, _ = agents[0]  # check_members made every member's walk this one
-        results[ENSEMBLE] = walk_ensemble([model for _, _, model in agents], data, args.split, cfg, device)
-    return results
-
-
-def seed_summary(results: dict[str, WalkResult], names: list[str]) -> dict | None:
-    """Mean +- std across the checkpoints' walks, per underlying; None for one checkpoint."""
-    if len(names) < 2:
-        return None
-    return {symbol: across_checkpoints([underlying_metrics(results[n], s) for n in names])
-            for s, symbol in enumerate(results[names[0]].symbols)}
-
-
-def walk_forward(args: argparse.Namespace, agents: list, device: torch.device) -> tuple[dict[str, WalkResult], dict]:
-    """Each fold's agents (and their ensemble) and benchmarks over its own split, then every policy's folds laid
-    end to end; seed i's walk is the i-th checkpoint of every fold."""
-    cfg = agents[0][0]
-    for path, (other, _, _) in zip(args.checkpoint[1:], agents[1:], strict=True):
-        if other.data.source != cfg.data.source or other.data.symbols != cfg.data.symbols or other.agent != cfg.agent:
-            raise ConfigError(f"--folds: {path} and {args.checkpoint[0]} are not folds of one setup (another data "
-                              "source, underlyings or agent); give the folds of one run")
-    folds = group_folds(args.checkpoint, agents, args.split)
-    if args.ensemble:  # before any walk: each fold's seeds must make one ensemble
-        for fold in folds:
-            check_members([args.checkpoint[i] for i in fold], [agents[i] for i in fold])
-    names = agent_names(len(folds[0]))
-    walks: dict[str, list[WalkResult]] = {}
-    per_fold = []
-    for fold in folds:
-        paths = [args.checkpoint[i] for i in fold]
-        fold_cfg, fold_data, _ = agents[fold[0]]
-        walked = walk_agents(args, names, [agents[i] for i in fold], device)
-        rule = pick_rule(fold_data, fold_cfg, device, args.rule_metric)  # each fold's own years
-        walked |= benchmarks(fold_data, args.split, fold_cfg, device,
-                             fold_cfg.seed if args.seed is None else args.seed, rule)
-        which = {"checkpoint": paths[0]} if len(paths) == 1 else {"checkpoints": paths}
-        per_fold.append({**which, **report_dict(walked), "best_rule": rule.as_dict()})
-        for name, result in walked.items():
-            walks.setdefault(name, []).append(result)
-        start, end = fold_data.split_dates(args.split)
-        print(f"fold {len(per_fold)}: {', '.join(paths)} walk{'s' if len(paths) == 1 else ''} "
-              f"{start.date()}..{end.date()}")
-        print(f"  {rule.line(args.split)}")
-    try:
-        results = {name: stitch(fold_walks) for name, fold_walks in walks.items()}
-    except ValueError as err:
-        raise ConfigError(f"--folds: {err}; give each fold's checkpoint once") from None
-    return results, {"folds": per_fold, "across_checkpoints": seed_summary(results, names)}
-
-
-def write_reports(args: argparse.Namespace, results: dict[str, WalkResult], cfg: Config, checkpoints: int,
-                  started: float, extra: dict, rule: RulePick | None = None) -> int:
-    """The table (below ``rule``'s line: one split's walk), then whatever --json, --returns, --plot and
-    --tearsheet ask for."""
+def write_reports(args: argparse.Namespace, done: Backtest, checkpoints: int, started: float) -> int:
+    """The table (below the rule's line), then whatever --json, --returns, --plot and --tearsheet ask for."""
+    results, cfg = done.results, done.config
     names = [n for n in results if n.startswith("agent")]
     first, last = results[names[0]].dates[[0, -1]]
     what = "walk-forward folds' " if args.folds else ""
     print(f"{what}{args.split} split walked {first.date()}..{last.date()} ({len(results[names[0]].dates) - 1} daily "
           f"returns), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}")
-    if rule is not None:
-        print(rule.line(args.split))
-    elif args.folds:
+    if done.rule is not None:
+        print(done.rule.line(args.split))
+    else:
         print("best_rule: one rule a fold, each picked on its fold's validation years (the fold lines above)")
     print(format_report(results))
-    summary = extra.get("across_checkpoints")
+    summary = done.report.get("across_checkpoints")
     if summary:
         print("\nagent across checkpoints (mean +- std):")
         for symbol, stats in summary.items():
             for key in ("total_return", "annual_return", "sharpe", "max_drawdown", "win_rate", "trades"):
                 print(f"  {symbol:<8} {key:<14} {stats[key]['mean']:>10.4f} +- {stats[key]['std']:.4f}")
     if args.json:
-        report = {"split": args.split, "checkpoints": args.checkpoint, "data": cfg.data.source,
-                  **report_dict(results), **extra}
-        args.json.write_text(strict_json(report, indent=2, default=str))
+        args.json.write_text(strict_json(done.report, indent=2, default=str))
         print(f"every number written to {args.json}")
     if args.returns:
         write_returns_csv(results, args.returns)

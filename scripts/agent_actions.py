@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.agent.loading import load_agent
 from clstm_ppo.backtest.across_runs import fingerprint
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
@@ -41,7 +42,6 @@ from clstm_ppo.config import to_dict
 from clstm_ppo.data.dataset import SPLITS
 from clstm_ppo.device import DEVICE_CHOICES, pick_device
 from clstm_ppo.env import ActionSpace, Observation
-from clstm_ppo.evaluate import load_agent
 from clstm_ppo.tables import print_table, strict_json
 
 TOP = 3  # actions listed per checkpoint

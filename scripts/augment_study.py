@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import load_config
-from clstm_ppo.studies import paired_differences, run_record, train_run
+from clstm_ppo.studies.seeded_runs import paired_differences, run_record, train_to_budget
 from clstm_ppo.tables import format_records
 
 ARMS = ("real", "augmented")
@@ -37,7 +37,7 @@ def train(args: argparse.Namespace, arm: str, seed: int, folder: Path, name: str
         sets.append(f"data.augment_checkpoint={args.generator}")
     if args.threads:
         sets.append(f"train.threads_per_worker={args.threads}")
-    train_run(args.config, args.data, seed, args.steps, folder, name, sets)
+    train_to_budget(args.config, args.data, seed, args.steps, folder, name, sets)
 
 
 def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:

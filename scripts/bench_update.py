@@ -35,7 +35,7 @@ import torch
 
 from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
 from clstm_ppo.agent.optimizer_step import OptimizerStep, make_adam
-from clstm_ppo.agent.ppo import DistinctBarsLoss, MinibatchLoss
+from clstm_ppo.agent.ppo import DistinctBarsLoss, MinibatchLoss, UpdatePaths
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
 from clstm_ppo.config import Config, load_config
@@ -111,7 +111,7 @@ def measure(start: torch.nn.Module, storage: RolloutStorage, windows, cfg: Confi
 
     def update() -> dict[str, float]:
         return ppo_update(model, optimizer, storage, windows, cfg.ppo, torch.Generator().manual_seed(0),
-                          precision=precision, minibatch_loss=loss, optimizer_step=step)
+                          UpdatePaths(precision=precision, minibatch_loss=loss, optimizer_step=step))
 
     wait_for(device)
     before_gb = start_peak_memory(device)  # the stored rollout and the model (on a GPU)

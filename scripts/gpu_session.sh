@@ -21,16 +21,16 @@
 # "check [PART...]" runs scripts/gpu_check.py (its docstring lists the parts and their order) within DEADLINE
 # seconds (default 530: with the install and the final table the call ends inside its 600 s), streaming each row to
 # $OUT/rows.jsonl as its step ends (a call killed from outside still brings back every row measured before), and
-# leaves the whole log and its JSON line under $OUT. Then give the machine back, and put the figures in
-# docs/BENCHMARKS.md with the device named.
+# leaves the whole log and its JSON line under $OUT. Then give the machine back, copy $OUT/rows.jsonl into
+# docs/data/gpu_runs/ and put the figures in docs/BENCHMARKS.md's table of that device.
 #     bash scripts/gpu_session.sh grid sp500 3 8 --steps 5000000 --seeds 10 --set train.num_envs=512 \
 #         --set ppo.update_epochs=1 --set train.eval_every=6   # fewer gradient steps: docs/RESULTS.md
 # (carry also ".gpu_state"). The grid is for a session lent more time than the checks need: 15 minutes hold a few
 # of its cells at most. "grid DATA FOLDS MINUTES [reproduce_paper options]" runs reproduce_paper.py's grid for
 # MINUTES through the SQLite study in .gpu_state/DATA.db, with WORKERS processes (default 4) sharing the GPU; then it
 # kills the workers and copies the study to $OUT (the next call queues the cells they were cut off in again). Copy
-# it back into .gpu_state/ before the next call. The call in which the grid finishes also leaves RESULTS.md
-# (docs/RESULTS.md with DATA's section rewritten on the GPU machine, whose header then names it) under $OUT.
+# it back into .gpu_state/ before the next call. The call in which the grid finishes also leaves the grid's CSV
+# (one row per run and benchmark walk, whose machine column names the GPU) under $OUT, for docs/data/grids/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Pure Python, any interpreter (ta is published as a source archive only, so pip builds its wheel here) ...
@@ -140,9 +140,8 @@ for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
 PY
     pids=()
     for w in $(seq 1 "${WORKERS:-4}"); do
-      cp docs/RESULTS.md "/tmp/results-$w.md"  # each worker's own copy: the finished grid's section replaces its own
       python3 scripts/reproduce_paper.py --data "$data" --folds "$folds" --out "/tmp/runs-$w" \
-        --results "/tmp/results-$w.md" --storage "$storage" --study "$data-at-scale" "$@" \
+        --grid "$data-at-scale" --grid-dir "/tmp/grids-$w" --storage "$storage" --study "$data-at-scale" "$@" \
         > "/tmp/worker-$w.log" 2>&1 &
       pids+=($!)
     done
@@ -155,8 +154,8 @@ PY
     python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone())" \
       ".gpu_state/$data.db"
     cp ".gpu_state/$data.db" "$OUT/"
-    # Written once the grid is done, on this machine (its header names the GPU): docs/RESULTS.md with DATA's section.
-    if grep -q "^results written to" /tmp/worker-1.log; then cp /tmp/results-1.md "$OUT/RESULTS.md"; fi
+    # Written once the grid is done, on this machine (its machine column names the GPU): the grid's CSV.
+    if grep -q "^grid written to" /tmp/worker-1.log; then cp "/tmp/grids-1/$data-at-scale.csv" "$OUT/"; fi
     tail -n 20 /tmp/worker-1.log | tee "$OUT/worker-1.log" ;;
   *)
     echo "usage: bash scripts/gpu_session.sh download | check [PART...] | start [STAGE...] | follow" \

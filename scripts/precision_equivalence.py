@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import load_config
-from clstm_ppo.studies import arm_rows, run_record, train_run
+from clstm_ppo.studies.seeded_runs import arm_rows, run_record, train_to_budget
 from clstm_ppo.tables import format_records
 
 # What is compared, with the key each seed's record holds it under.
@@ -38,7 +38,7 @@ def train(args: argparse.Namespace, precision: str, seed: int, folder: Path, nam
     sets = [f"train.precision={precision}", *args.overrides]
     if args.threads:
         sets.append(f"train.threads_per_worker={args.threads}")
-    train_run(args.config, args.data, seed, args.steps, folder, name, sets)
+    train_to_budget(args.config, args.data, seed, args.steps, folder, name, sets)
 
 
 def one_run(args: argparse.Namespace, precision: str, seed: int) -> dict[str, Any]:

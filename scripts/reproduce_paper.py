@@ -3,7 +3,7 @@ its keep, and does any agent beat owning the index?
 
     python scripts/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--folds F]
         [--kinds clstm lstm mlp] [--rewards equity excess dsr] [--windows 5 15 30 50] [--num-gpus N]
-        [--out DIR] [--results docs/RESULTS.md] [--json] [--storage URL [--study NAME]]
+        [--out DIR] [--grid NAME] [--grid-dir docs/data/grids] [--json] [--storage URL [--study NAME]]
 
 Each cell of the grid (agent kind x reward x window x seed x fold) trains on its fold's training years, saves
 its validation picks (best_composite.pt, the single best walk, and best_composite_smoothed.pt, the best mean of
@@ -17,10 +17,11 @@ against equity, each agent against buy-and-hold, best_rule and the PutWrite repl
 single best), each fold's mean,
 and the deflated Sharpe ratio of the best configuration given how many were tried. With several underlyings
 (the Dow stocks) each is walked on its own and a run's number is their mean. The window ablation (clstm,
-equity reward) runs every window of --windows other than the config's. The section of --results for this
-data source is replaced (other sources' sections stay). With --storage URL (an Optuna storage) the grid
-becomes the trials of a study: start the same command in several processes or machines, each runs the cells
-no other has claimed, and each gathers every cell's result from the storage.
+equity reward) runs every window of --windows other than the config's. Every run's test metrics, and each
+benchmark's walk of the same folds, are rows of docs/data/grids/<--grid>.csv with the commit, machine and command;
+scripts/results_tables.py makes docs/RESULTS.md's tables from those files. With --storage URL (an Optuna
+storage) the grid becomes the trials of a study: start the same command in several processes or machines, each
+runs the cells no other has claimed, and each gathers every cell's result from the storage.
 """
 from __future__ import annotations
 
@@ -49,15 +50,17 @@ from clstm_ppo.backtest.across_runs import (
     paired_rows,
     run_name,
     summary_rows,
+    write_grid_csv,
 )
 from clstm_ppo.backtest.calibration import fold_market_settings, fold_overrides
-from clstm_ppo.cli import run_cli
+from clstm_ppo.backtest.checkpoints import backtest_checkpoints
+from clstm_ppo.backtest.report import write_returns_csv
 from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.data import DataError, build_market_data
 from clstm_ppo.data.folds import Fold, walk_forward_folds
-from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.studies import train_run
+from clstm_ppo.studies.seeded_runs import train_to_budget
 from clstm_ppo.tables import format_records, strict_json
+from clstm_ppo.training.checkpoint import CheckpointError
 
 KINDS = ("clstm", "lstm", "mlp")
 REWARDS = ("equity", "excess", "dsr")  # --rewards' choices; the paper's comparison: equity and excess
@@ -85,15 +88,17 @@ def train_and_backtest(args: argparse.Namespace, cell: dict[str, Any], fits: dic
     name = run_name(label(cell["kind"], cell["reward"]), cell["window"], cell["seed"])
     folder = args.out / data_label(args.data) / ("split" if cell["fold"] is None else f"fold{cell['fold']}")
     run = folder / name
-    train_run(args.config, args.data, cell["seed"], args.steps, folder, name,
-              [*args.overrides, *cell_settings(cell, fits)], ("--num-gpus", str(args.num_gpus)))
+    train_to_budget(args.config, args.data, cell["seed"], args.steps, folder, name,
+              [*args.overrides, *cell_settings(cell, fits)], num_gpus=args.num_gpus)
     picks = {pick: run / file for pick, file in PICKS.items() if (run / file).exists()}
     report, returns = run / "test_report.json", run / "test_returns.csv"
-    code = run_cli(evaluate_main, ["--checkpoint", *map(str, picks.values()), "--split", "test", "--json",
-                                   str(report), "--returns", str(returns)])
-    if code != 0:
-        raise SystemExit(f"error: evaluating {name} failed (exit {code})")
-    policies = json.loads(report.read_text())["policies"]
+    try:
+        done = backtest_checkpoints([str(path) for path in picks.values()], split="test")
+    except (ConfigError, CheckpointError) as err:
+        raise SystemExit(f"error: evaluating {name}: {err}") from None
+    report.write_text(strict_json(done.report, indent=2, default=str))
+    write_returns_csv(done.results, returns)
+    policies = done.report["policies"]
     daily = pd.read_csv(returns, index_col="date")
     names = ["agent"] if len(picks) == 1 else [f"agent_{i + 1}" for i in range(len(picks))]
     out: dict[str, Any] = {b: mean_over_underlyings(policies[b]) for b in BENCHMARKS}
@@ -124,60 +129,16 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {where}, torch {torch.__version__}"
 
 
-def markdown_section(args: argparse.Namespace, tables: dict[str, Any], seconds: float, ruin: float) -> str:
-    """The data set's RESULTS.md section; ``ruin``: the runs' env.ruin_fraction, which its ``ruined`` column counts."""
-    name = data_label(args.data)
-    command = " ".join(["python", "scripts/reproduce_paper.py", *sys.argv[1:]])
-    folds = tables["folds"]
-    tests = ", ".join(f"{int(f['fold']['val_end'][:4]) + 1}..{f['fold']['test_end']}" for f in folds)
-    where = f"{len(folds)} walk-forward folds (test {tests})" if folds else "the data's default split"
-    dsr = tables["deflated"]
-    block = lambda rows, digits=3: ["```", format_records(rows, digits=digits), "```", ""]  # noqa: E731
-    lines = [f"<!-- begin {name} -->", f"## {name}", "",
-             f"`{command}` at commit `{commit()}`, {datetime.date.today().isoformat()}; {machine()}; "
-             f"{args.steps:,} env steps per run ({args.config} config otherwise), {args.seeds} seeds, {where}, "
-             f"{seconds / 60:.0f} min in all. Every number is on test years no run of that fold saw; a run is one "
-             "(seed, fold); mean +- std and bootstrap 95% intervals are over runs. Each run's checkpoint is its "
-             "single best validation composite unless marked [smoothed]. With several underlyings a run's number "
-             "is the mean over them. Sharpe ratios are annualised; `sharpe_excess` is over the T-bill (the headline), "
-             "`sharpe` over 0 as the paper quotes it. Profit per trade: closed option trades' own P&L, every cost "
-             "in. `best_rule`: of every fixed rule of the action space, the best by Sharpe over the T-bill on the "
-             "fold's validation years, walked on its test years (one walk a fold, as buy_and_hold; "
-             "docs/BACKTEST.md). "
-             "`min_equity`: the walk's lowest close over its initial cash; `ruined`: the share of runs (of "
-             f"accounts, with several underlyings) whose equity fell below env.ruin_fraction ({ruin:g}) of the "
-             "initial cash at some close, where a training episode would have ended. `costs`: fees, spreads and "
-             "slippage paid over the walk, in dollars.", "",
-             "### Agents against the benchmarks", "", *block(display(tables["main"]), 1),
-             "### Paired differences (the same seed and fold; bootstrap 95% interval of the mean; wins: share of "
-             "runs)", "", *block(tables["paired"]),
-             "### Each fold: Sharpe over the T-bill, mean over seeds", "", *block(tables["per_fold"]),
-             "### Distinct walks: seeds whose agents walked the test years identically (one greedy rule) count once "
-             "here; the intervals above treat runs as independent and are too narrow where they repeat", "",
-             *block(tables["walks"]),
-             f"### Deflated Sharpe ratio of the best of {dsr['trials']} configurations", "",
-             f"`{dsr['best']}`: annualised Sharpe over cash {dsr['sharpe_annual']:.3f} over {dsr['days']} test "
-             f"days (its runs' mean daily return, folds end to end), against "
-             f"{dsr['benchmark_sharpe_annual']:.3f} expected of the best of {dsr['trials']} skill-less "
-             "configurations: deflated Sharpe ratio (the probability its true Sharpe is above that)"
-             f" {dsr['deflated_sharpe']:.3f}.", ""]
-    if tables["ablation"]:
-        lines += ["### Window ablation (clstm, equity reward)", "", *block(display(tables["ablation"]), 1),
-                  "Paired, run by run (the same seed and fold):", "", *block(tables["ablation_paired"])]
-    lines += ["### Each run", "", *block(tables["per_run"], 4)[:-1], f"<!-- end {name} -->"]
-    return "\n".join(lines)
-
-
-def write_results(path: Path, label: str, section: str) -> None:
-    """Replace this data source's section of ``path`` (or append it), keeping the others."""
-    text = path.read_text() if path.exists() else "# Results: the paper's comparison on this market\n"
-    begin, end = f"<!-- begin {label} -->", f"<!-- end {label} -->"
-    if begin in text and end in text:
-        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+def grid_rows(cells: list[dict[str, Any]], results: list[dict[str, Any]], tables: dict[str, Any],
+              default_window: int) -> list[dict[str, Any]]:
+    """The grid's CSV rows: every run (``per_run``), then each benchmark's walk of the same fold under each seed of
+    the first configuration at the default window, so that a benchmark pairs with a run by seed and fold."""
+    first = label(cells[0]["kind"], cells[0]["reward"])
+    benchmarks = [{"config": bench, "window": c["window"], "seed": c["seed"], "fold": "split" if c["fold"] is None
+                   else c["fold"], **{k: r[bench][k] for k in METRICS}}
+                  for bench in BENCHMARKS for c, r in zip(cells, results, strict=True)
+                  if c["window"] == default_window and label(c["kind"], c["reward"]) == first]
+    return [*tables["per_run"], *benchmarks]
 
 
 def run_cells(args: argparse.Namespace, cells: list[dict[str, Any]], fits: dict) -> list[dict[str, Any]]:
@@ -303,7 +264,10 @@ def main() -> None:
                         help="env.reward values (default equity excess)")
     parser.add_argument("--windows", nargs="+", type=int, default=list(WINDOWS), help="TW values of the ablation")
     parser.add_argument("--out", type=Path, default=Path("checkpoints/reproduce_paper"), help="run folders")
-    parser.add_argument("--results", type=Path, default=Path("docs/RESULTS.md"), help="markdown to update")
+    parser.add_argument("--grid", default=None, help="the grid's name (default: the data's), its CSV's file name")
+    parser.add_argument("--grid-dir", type=Path, default=Path("docs/data/grids"),
+                        help="where the grid's CSV goes: one row per run and per benchmark walk (default "
+                             "docs/data/grids)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for every run, e.g. --set train.eval_every=5 (repeatable)")
     parser.add_argument("--json", action="store_true", help="print every number as one JSON object last")
@@ -328,10 +292,13 @@ def main() -> None:
     print()
     print(format_records(tables["paired"], digits=3))
     print(f"deflated Sharpe: {tables['deflated']}")
-    seconds = (datetime.datetime.now() - started).total_seconds()
-    section = markdown_section(args, tables, seconds, base.env.ruin_fraction)
-    write_results(args.results, data_label(args.data), section)
-    print(f"results written to {args.results}")
+    name = args.grid or data_label(args.data)
+    meta = {"grid": name, "commit": commit(), "date": started.date().isoformat(), "machine": machine(),
+            "command": " ".join(["python", "scripts/reproduce_paper.py", *sys.argv[1:]])}
+    path = args.grid_dir / f"{name}.csv"
+    write_grid_csv(path, grid_rows(cells, results, tables, default_window), meta)
+    print(f"grid written to {path} ({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min); "
+          "scripts/results_tables.py makes docs/RESULTS.md's tables from it")
     if args.json:
         print(strict_json({"data": args.data, "steps": args.steps, "seeds": args.seeds, **tables}))
 

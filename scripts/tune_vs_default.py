@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import ConfigError, load_config
-from clstm_ppo.studies import arm_rows, paired_differences, run_record, train_run
+from clstm_ppo.studies.seeded_runs import arm_rows, paired_differences, run_record, train_to_budget
 from clstm_ppo.tables import format_records, strict_json
 
 ARMS = ("default", "tuned")
@@ -43,7 +43,8 @@ def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     folder = args.out / Path(args.data).name.split(".")[0]
     name = f"{arm}-seed{seed}"
     sets = [*args.overrides, *([f"train.threads_per_worker={args.threads}"] if args.threads else [])]
-    train_run(args.default if arm == "default" else str(args.tuned), args.data, seed, args.steps, folder, name, sets)
+    train_to_budget(args.default if arm == "default" else str(args.tuned), args.data, seed, args.steps, folder, name,
+                    sets)
     return {"arm": arm, "seed": seed, **run_record(folder / name)}
 
 

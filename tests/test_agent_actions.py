@@ -6,13 +6,13 @@ import pytest
 import torch
 from conftest import load_script, strict_loads
 
+from clstm_ppo.agent.loading import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.rules import FixedRule, rule_family, rules_policy
 from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.cli import run_cli
 from clstm_ppo.env import ActionSpace
-from clstm_ppo.evaluate import load_agent
 from clstm_ppo.train import main as train_main
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agent_actions.py"

@@ -12,7 +12,7 @@ import torch
 from test_agent import collect_rollout
 
 from clstm_ppo.agent.model import KINDS, CascadedActorCritic
-from clstm_ppo.agent.ppo import DistinctBarsLoss, normalise_advantages, ppo_update
+from clstm_ppo.agent.ppo import DistinctBarsLoss, UpdatePaths, normalise_advantages, ppo_update
 from clstm_ppo.agent.precision import Precision, cpu_runs_bf16_lstm
 from clstm_ppo.agent.static_update import StaticMinibatchLoss, recurrence_block
 from clstm_ppo.config import AgentConfig, PPOConfig, load_config
@@ -124,7 +124,7 @@ def test_the_compiled_loss_equals_the_eager_static_loss_and_a_whole_update_with_
                                                                          cfg, prec, compile=True)
         stats = ppo_update(model, optimizer, storage, env.market_windows,
                            PPOConfig(num_minibatches=2, update_epochs=2, grad_accumulation=2),
-                           torch.Generator().manual_seed(0), precision=prec, minibatch_loss=loss)
+                           torch.Generator().manual_seed(0), UpdatePaths(precision=prec, minibatch_loss=loss))
         assert stats["nonfinite"] == 0.0
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     start = torch.cat([p.detach().flatten() for p in trained.parameters()])

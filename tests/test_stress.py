@@ -6,13 +6,13 @@ import pytest
 import torch
 from conftest import make_bars, strict_loads
 
+from clstm_ppo.agent.loading import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.stress import QUANTILES, policy_stats, walk_paths
 from clstm_ppo.backtest.walk import walk
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig, load_config, to_dict
 from clstm_ppo.data import build_market_data
-from clstm_ppo.evaluate import load_agent
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.market import sample_market_data

@@ -359,6 +359,9 @@ class TrainConfig(Section):
     ddp_gradient_as_bucket_view: bool = setting(True, "DDP's gradient_as_bucket_view")
     dist_timeout_s: float = setting(600.0, "a rank waiting longer than this at a collective fails the run "
                                            "instead of hanging", limits="> 0")
+    ranks_per_gpu: int = setting(1, "a test mode: this many ranks share each GPU, over gloo (NCCL refuses two ranks "
+                                    "on one device), so --num-gpus 2 runs the multi-rank path on one GPU; it "
+                                    "measures nothing about speed (docs/DISTRIBUTED.md)", limits=">= 1")
 
 
 @dataclass

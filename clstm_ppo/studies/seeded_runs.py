@@ -1,7 +1,7 @@
 """Seeded studies built from the public commands (scripts/precision_equivalence.py, scripts/augment_study.py,
 scripts/tune_vs_default.py, scripts/reproduce_paper.py): train a run to its budget, resumably, read its best
 checkpoint's walk over the test split, and the statistics over seeds (x folds) that separate skill from luck
-(SPEC section 10)."""
+(docs/RESULTS.md, "Method")."""
 from __future__ import annotations
 
 import json
@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from clstm_ppo.backtest.across_runs import mean_over_underlyings
+from clstm_ppo.backtest.checkpoints import backtest_checkpoints
 from clstm_ppo.backtest.statistics import paired_difference
-from clstm_ppo.cli import run_cli
-from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.train import main as train_main
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.config import ConfigError
+from clstm_ppo.tables import strict_json
+from clstm_ppo.training.checkpoint import CheckpointError, load_checkpoint
+from clstm_ppo.training.launch import WorkersFailed, train_run
 
 
 def run_finished(run: Path, steps: int) -> bool:
@@ -27,19 +28,20 @@ def run_finished(run: Path, steps: int) -> bool:
     return load_checkpoint(latest)["global_step"] >= steps
 
 
-def train_run(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str],
-              flags: tuple[str, ...] = ()) -> None:
-    """Train ``folder/name`` to ``steps`` env steps with ``--set``s (and trainer ``flags``): fresh, or continued
-    from latest.pt where an earlier launch was stopped; nothing when it is done already."""
+def train_to_budget(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str],
+                    num_gpus: int = 1) -> None:
+    """Train ``folder/name`` to ``steps`` env steps with ``KEY=VALUE`` ``sets``: fresh, or continued from
+    latest.pt where an earlier launch was stopped; nothing when it is done already."""
     run = folder / name
     if run_finished(run, steps):
         return
-    start = ["--resume-from", "latest"] if (run / "latest.pt").exists() else ["--fresh-start"]
-    code = run_cli(train_main, ["--config", config, "--data", data, "--seed", str(seed), "--total-steps", str(steps),
-                                "--checkpoint-dir", str(folder), "--run-name", name, *start, *flags,
-                                *[x for s in sets for x in ("--set", s)]])
-    if code != 0:
-        raise SystemExit(f"error: training {name} failed (exit {code})")
+    resume = (run / "latest.pt").exists()
+    try:
+        train_run(config, sets, settings={"data.source": data, "seed": seed, "train.total_steps": steps,
+                                          "train.checkpoint_dir": str(folder), "train.run_name": name},
+                  resume_from="latest" if resume else None, fresh_start=not resume, num_gpus=num_gpus)
+    except (ConfigError, WorkersFailed) as err:
+        raise SystemExit(f"error: training {name} failed: {err}") from None
 
 
 def test_split_metrics(run: Path) -> dict[str, float]:
@@ -47,9 +49,11 @@ def test_split_metrics(run: Path) -> dict[str, float]:
     best, report = run / "best_composite.pt", run / "test_report.json"
     # A report older than the checkpoint belongs to an earlier best: walk again.
     if not report.exists() or report.stat().st_mtime < best.stat().st_mtime:
-        code = run_cli(evaluate_main, ["--checkpoint", str(best), "--split", "test", "--json", str(report)])
-        if code != 0:
-            raise SystemExit(f"error: evaluating {run.name} failed (exit {code})")
+        try:
+            done = backtest_checkpoints([str(best)], split="test")
+        except (ConfigError, CheckpointError) as err:
+            raise SystemExit(f"error: evaluating {run.name}: {err}") from None
+        report.write_text(strict_json(done.report, indent=2, default=str))
     agent = mean_over_underlyings(json.loads(report.read_text())["policies"]["agent"])
     return {"test_sharpe": agent["sharpe"], "test_total_return": agent["total_return"]}
 
