@@ -13,7 +13,7 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 # The suite checks the CPU path, which every device shares, and means the same on a GPU machine as on CI:
 # without this, `--device auto` picks the GPU there and tests of CPU-only behaviour (fp16 refused on a CPU,
-# "1 worker(s) on cpu", a CUDA checkpoint resumed on a machine without one) fail. scripts/gpu_check.py
+# "1 worker(s) on cpu", a CUDA checkpoint resumed on a machine without one) fail. scripts/ops/gpu_check.py
 # is the check that runs on CUDA; set CLSTM_PPO_TEST_GPU=1 to let the suite see the GPUs anyway.
 if os.environ.get("CLSTM_PPO_TEST_GPU") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""

@@ -1,4 +1,4 @@
-"""scripts/agent_actions.py: a checkpoint's greedy walk described by what it chose and how sure it was."""
+"""scripts/studies/agent_actions.py: a checkpoint's greedy walk described by what it chose and how sure it was."""
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,7 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.env import ActionSpace
 from clstm_ppo.train import main as train_main
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agent_actions.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "agent_actions.py"
 
 
 @pytest.fixture(scope="module")

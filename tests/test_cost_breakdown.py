@@ -1,4 +1,4 @@
-"""scripts/cost_breakdown.py: a grid's trading costs against its losses, from each run's test walk."""
+"""scripts/studies/cost_breakdown.py: a grid's trading costs against its losses, from each run's test walk."""
 import json
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import load_script, strict_loads
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cost_breakdown.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "cost_breakdown.py"
 CASH = 250_000.0
 SYMBOLS = ("AAA", "BBB")
 

@@ -14,8 +14,8 @@ from conftest import load_script
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("script, first_line", [("gpu_check.py", "no CUDA device is visible: nothing to check"),
-                                                ("count_syncs.py", "no CUDA device is visible: host syncs")])
+@pytest.mark.parametrize("script, first_line", [("ops/gpu_check.py", "no CUDA device is visible: nothing to check"),
+                                                ("bench/count_syncs.py", "no CUDA device is visible: host syncs")])
 def test_a_gpu_script_without_cuda_says_so_and_exits_0(script, first_line):
     env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin",
            **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}}  # where the package is not installed
@@ -28,7 +28,7 @@ def test_a_gpu_script_without_cuda_says_so_and_exits_0(script, first_line):
 
 
 def load_gpu_check():
-    return load_script(ROOT / "scripts" / "gpu_check.py")
+    return load_script(ROOT / "scripts" / "ops" / "gpu_check.py")
 
 
 class Parsed(Exception):
@@ -110,7 +110,7 @@ def test_a_failed_step_leaves_its_error_output_in_the_log_and_its_last_line_in_t
 
 @pytest.mark.parametrize("flag", ["--deadline", "--step-cap"])
 def test_a_deadline_or_step_cap_that_is_not_positive_is_refused_in_one_line(flag):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), flag, "0"],
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "gpu_check.py"), flag, "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith(f"{flag} must be a positive number of seconds, not 0")

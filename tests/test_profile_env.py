@@ -1,4 +1,4 @@
-"""scripts/profile_env.py: operators per env step, and with --sites the package functions that call them."""
+"""scripts/bench/profile_env.py: operators per env step, and with --sites the package functions that call them."""
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ from conftest import load_script, strict_loads
 
 from clstm_ppo.market.black_scholes import bs_price
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "profile_env.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "profile_env.py"
 profile_env = load_script(SCRIPT)
 
 

@@ -27,7 +27,7 @@ from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.config import DataConfig, SyntheticConfig
 from clstm_ppo.data import build_market_data
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "regime_rules.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "regime_rules.py"
 
 
 @pytest.fixture(scope="module")
@@ -166,8 +166,8 @@ def test_a_switching_copy_acts_at_each_bar_as_its_regimes_rule(market):
 
 
 def test_the_study_script_walks_best_rule_as_evaluate_would_and_counts_its_placebos(capsys):
-    """scripts/regime_rules.py on the embedded S&P 500 as one fold: its best_rule is pick_rule's for that fold, and
-    the test Sharpe it reports for it is that rule walked alone over the test years."""
+    """scripts/studies/regime_rules.py on the embedded S&P 500 as one fold: its best_rule is pick_rule's for that fold,
+    and the test Sharpe it reports for it is that rule walked alone over the test years."""
     script = load_script(SCRIPT)
     assert script.main(["--folds", "1", "--placebos", "1", "--pick", "days", "--json"]) == 0
     out = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])

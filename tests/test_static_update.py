@@ -197,7 +197,7 @@ def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(m
 
 def test_a_compile_that_cannot_write_its_code_is_one_line(tmp_path):
     """A full disk meets inductor first, writing the compiled code: the run must end in one line as a checkpoint
-    write does, not in dynamo's traceback (scripts/chaos.py's write-fails fault with env.compile on)."""
+    write does, not in dynamo's traceback (scripts/ops/chaos.py's write-fails fault with env.compile on)."""
     import subprocess
     import sys
 
@@ -230,7 +230,7 @@ def test_the_update_memory_benchmark_splits_saved_tensors_into_per_decision_and_
 
     from conftest import load_script
 
-    bench = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench_update.py")
+    bench = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_update.py")
     steps, envs = 128, 64
     weight = torch.randn(1000, requires_grad=True)
 

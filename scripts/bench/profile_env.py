@@ -1,6 +1,7 @@
 """Where an env step's time goes: kernels per step and the operations called most (torch.profiler).
 
-    python scripts/profile_env.py [--device cpu|cuda] [--compiled] [--num-envs 4096] [--steps 20] [--sites 30] [--json]
+    python scripts/bench/profile_env.py [--device cpu|cuda] [--compiled] [--num-envs 4096] [--steps 20] [--sites 30]
+        [--json]
 
 On a GPU the eager env is bound by kernel launches, not arithmetic: each elementwise op launches a kernel of
 ~1 us of GPU time for ~8 us of host time, so the launch count per step sets its speed until the step is fused

@@ -1,6 +1,6 @@
 """Cost of rank 0 gathering every rank's env copies and random streams for its checkpoints.
 
-    python scripts/bench_gather.py [--json] [--repeats 20] [--sizes 32 1024 4096] [--config default|paper]
+    python scripts/bench/bench_gather.py [--json] [--repeats 20] [--sizes 32 1024 4096] [--config default|paper]
         [--transports tensors pickled]
 
 Two CPU workers over gloo, one thread each, each with a real Trainer (``--config``) of N env copies after one

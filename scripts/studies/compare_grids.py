@@ -1,10 +1,10 @@
 """Two runs of the paper comparison side by side, run by run: what changed when one thing changed between them.
 
-    python scripts/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--by config fold]
+    python scripts/studies/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--by config fold]
         [--configs clstm clstm+dsr] [--json]
 
-A and B are what ``scripts/reproduce_paper.py --json`` printed (its log will do: the JSON is its last line), e.g.
-the same grid at two training budgets, or before and after a change to the market; or ``FILE.md#DATA``, the
+A and B are what ``scripts/studies/reproduce_paper.py --json`` printed (its log will do: the JSON is its last line),
+e.g. the same grid at two training budgets, or before and after a change to the market; or ``FILE.md#DATA``, the
 "Each run" block reproduce_paper.py wrote into that data's section of a results file (``docs/RESULTS.md#sp500``: a
 recorded grid whose log and run folders are gone, to 4 decimals). Runs are paired by
 configuration, window, seed and fold: a pair differs only in what differs between the two grids. For each

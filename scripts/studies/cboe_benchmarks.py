@@ -1,6 +1,6 @@
 """The simulated CBOE PutWrite and BuyWrite against the real PUT and BXM indices, year by year.
 
-    python scripts/cboe_benchmarks.py [--atm-per-iv X] [--calibrate] [--json]
+    python scripts/studies/cboe_benchmarks.py [--atm-per-iv X] [--calibrate] [--json]
 
 Walks the embedded S&P 500 once, 1999-2018, with ``putwrite``, ``buywrite`` and ``buy_and_hold``
 (``clstm_ppo.backtest``) and prints each calendar year's return (%) beside the real index's (to 2012), the

@@ -1,7 +1,7 @@
 """The CLSTM-PPO paper's comparison on our market, with seeds and walk-forward folds: does the cascaded LSTM earn
 its keep, and does any agent beat owning the index?
 
-    python scripts/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--folds F]
+    python scripts/studies/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--folds F]
         [--kinds clstm lstm mlp] [--rewards equity excess dsr] [--windows 5 15 30 50] [--num-gpus N]
         [--out DIR] [--grid NAME] [--grid-dir docs/data/grids] [--json] [--storage URL [--study NAME]]
 
@@ -19,7 +19,7 @@ and the deflated Sharpe ratio of the best configuration given how many were trie
 (the Dow stocks) each is walked on its own and a run's number is their mean. The window ablation (clstm,
 equity reward) runs every window of --windows other than the config's. Every run's test metrics, and each
 benchmark's walk of the same folds, are rows of docs/data/grids/<--grid>.csv with the commit, machine and command;
-scripts/results_tables.py makes docs/RESULTS.md's tables from those files. With --storage URL (an Optuna
+scripts/studies/results_tables.py makes docs/RESULTS.md's tables from those files. With --storage URL (an Optuna
 storage) the grid becomes the trials of a study: start the same command in several processes or machines, each
 runs the cells no other has claimed, and each gathers every cell's result from the storage.
 """
@@ -294,11 +294,11 @@ def main() -> None:
     print(f"deflated Sharpe: {tables['deflated']}")
     name = args.grid or data_label(args.data)
     meta = {"grid": name, "commit": commit(), "date": started.date().isoformat(), "machine": machine(),
-            "command": " ".join(["python", "scripts/reproduce_paper.py", *sys.argv[1:]])}
+            "command": " ".join(["python", "scripts/studies/reproduce_paper.py", *sys.argv[1:]])}
     path = args.grid_dir / f"{name}.csv"
     write_grid_csv(path, grid_rows(cells, results, tables, default_window), meta)
     print(f"grid written to {path} ({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min); "
-          "scripts/results_tables.py makes docs/RESULTS.md's tables from it")
+          "scripts/studies/results_tables.py makes docs/RESULTS.md's tables from it")
     if args.json:
         print(strict_json({"data": args.data, "steps": args.steps, "seeds": args.seeds, **tables}))
 

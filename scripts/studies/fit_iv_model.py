@@ -1,7 +1,7 @@
 """Fit the implied-vol model (log IV = a + b log sigma_ewma + c leverage) on a source with a real IV series,
 over its training split only, and show how it does on every split against that series.
 
-    python scripts/fit_iv_model.py [--data sp500] [--json]
+    python scripts/studies/fit_iv_model.py [--data sp500] [--json]
 
 The coefficients it prints for the embedded S&P 500 with the VIX are the shipped default,
 ``market.iv_model_coefs`` (docs/MARKET.md section 3).

@@ -1,6 +1,6 @@
 """Time to load and featurise the embedded S&P 500 series and a 100,000-bar synthetic series.
 
-    python scripts/bench_data.py [--json]
+    python scripts/bench/bench_data.py [--json]
 """
 from __future__ import annotations
 

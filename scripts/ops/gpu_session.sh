@@ -2,7 +2,7 @@
 # One lent GPU session's calls, prepared on the CPU machine (issue 21's checks, then issue 24's at-scale grid).
 #
 # Here, once per session (the network reaches the package registries from this machine, never from the GPU one):
-#     bash scripts/gpu_session.sh download
+#     bash scripts/ops/gpu_session.sh download
 # fills .whl/ (git-ignored through .git/info/exclude) with what the GPU image lacks: ta, gymnasium, stable-baselines3,
 # sb3-contrib, optuna and its storage's packages, at the versions this project's .venv tests with.
 #
@@ -10,20 +10,20 @@
 # most 10 minutes; a second call finds the machine warm only if made within 30 s of the first's end. So (as on
 # 2026-11-26, which brought back 17 rows this way, and 2026-11-27 with stages, below: docs/BENCHMARKS.md), with
 # carry [".whl"]:
-#     FOLLOW=575 bash scripts/gpu_session.sh start          # timeout_s 600
-#     FOLLOW=260 bash scripts/gpu_session.sh follow         # at once; timeout_s what the lease has left, less 20 s
+#     FOLLOW=575 bash scripts/ops/gpu_session.sh start          # timeout_s 600
+#     FOLLOW=260 bash scripts/ops/gpu_session.sh follow         # at once; timeout_s what the lease has left, less 20 s
 # "start [STAGE...]" runs the check in the background, in a process session of its own, for DEADLINE seconds
 # (default 760), each step at most STEP_CAP (default 300), and copies its rows and logs to $OUT every 5 s for FOLLOW
 # seconds; "follow", made at once on the still-warm machine, brings back the rest (a machine given back meanwhile
 # has lost it). A stage is a part or parts joined by commas, which then run side by side (the GPU has room for
 # more than one at a time): "start sb3 checks,scale,update" timed sb3-contrib's comparison alone (241 s), then ran
 # the rest side by side, all in 506 s. Give a timing quoted as a ratio a stage of its own.
-# "check [PART...]" runs scripts/gpu_check.py (its docstring lists the parts and their order) within DEADLINE
+# "check [PART...]" runs scripts/ops/gpu_check.py (its docstring lists the parts and their order) within DEADLINE
 # seconds (default 530: with the install and the final table the call ends inside its 600 s), streaming each row to
 # $OUT/rows.jsonl as its step ends (a call killed from outside still brings back every row measured before), and
 # leaves the whole log and its JSON line under $OUT. Then give the machine back, copy $OUT/rows.jsonl into
 # docs/data/gpu_runs/ and put the figures in docs/BENCHMARKS.md's table of that device.
-#     bash scripts/gpu_session.sh grid sp500 3 8 --steps 5000000 --seeds 10 --set train.num_envs=512 \
+#     bash scripts/ops/gpu_session.sh grid sp500 3 8 --steps 5000000 --seeds 10 --set train.num_envs=512 \
 #         --set ppo.update_epochs=1 --set train.eval_every=6   # fewer gradient steps: docs/RESULTS.md
 # (carry also ".gpu_state"). The grid is for a session lent more time than the checks need: 15 minutes hold a few
 # of its cells at most. "grid DATA FOLDS MINUTES [reproduce_paper options]" runs reproduce_paper.py's grid for
@@ -60,7 +60,7 @@ prepare() {  # the device machine: carried wheels into /tmp/site, the source tre
 }
 
 # The check as both "check" and "start" run it (each adds its deadline, rows file and parts).
-CHECK=(python3 scripts/gpu_check.py --json --step-cap "${STEP_CAP:-300}")
+CHECK=(python3 scripts/ops/gpu_check.py --json --step-cap "${STEP_CAP:-300}")
 
 follow() {  # copy the background check's rows and logs to $OUT every 5 s, for FOLLOW seconds or until it ends
   local end=$((SECONDS + ${FOLLOW:-575}))
@@ -90,7 +90,7 @@ case "${1:-}" in
     shift
     prepare
     mkdir -p /tmp/gpu
-    setsid nohup bash "$PWD/scripts/gpu_session.sh" stages "$@" > /tmp/gpu-stages.log 2>&1 < /dev/null &
+    setsid nohup bash "$PWD/scripts/ops/gpu_session.sh" stages "$@" > /tmp/gpu-stages.log 2>&1 < /dev/null &
     follow ;;
   stages)
     # (start's background) Each argument is a stage, run in order; a stage's comma-separated parts run side by side,
@@ -140,15 +140,15 @@ for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
 PY
     pids=()
     for w in $(seq 1 "${WORKERS:-4}"); do
-      python3 scripts/reproduce_paper.py --data "$data" --folds "$folds" --out "/tmp/runs-$w" \
+      python3 scripts/studies/reproduce_paper.py --data "$data" --folds "$folds" --out "/tmp/runs-$w" \
         --grid "$data-at-scale" --grid-dir "/tmp/grids-$w" --storage "$storage" --study "$data-at-scale" "$@" \
         > "/tmp/worker-$w.log" 2>&1 &
       pids+=($!)
     done
     end=$((SECONDS + minutes * 60))  # until the time is up or every worker has ended (the grid is done)
-    while [ $SECONDS -lt $end ] && pgrep -f scripts/reproduce_paper.py > /dev/null; do sleep 5; done
+    while [ $SECONDS -lt $end ] && pgrep -f scripts/studies/reproduce_paper.py > /dev/null; do sleep 5; done
     # SIGKILL, not SIGTERM: a trainer stopped gracefully would hand its short run on to be walked as if finished.
-    pkill -KILL -f scripts/reproduce_paper.py || true
+    pkill -KILL -f scripts/studies/reproduce_paper.py || true
     wait || true
     # Opening the study rolls back a transaction a killed worker left half-written (SQLite's journal), then copy.
     python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone())" \
@@ -158,7 +158,7 @@ PY
     if grep -q "^grid written to" /tmp/worker-1.log; then cp "/tmp/grids-1/$data-at-scale.csv" "$OUT/"; fi
     tail -n 20 /tmp/worker-1.log | tee "$OUT/worker-1.log" ;;
   *)
-    echo "usage: bash scripts/gpu_session.sh download | check [PART...] | start [STAGE...] | follow" \
+    echo "usage: bash scripts/ops/gpu_session.sh download | check [PART...] | start [STAGE...] | follow" \
       "| grid DATA FOLDS MINUTES [options]" >&2
     exit 2 ;;
 esac

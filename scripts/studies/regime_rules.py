@@ -2,8 +2,8 @@
 The simplest test: a fixed rule per regime of one signal (implied volatility by default) against best_rule, on
 walk-forward folds.
 
-    python scripts/regime_rules.py [--data sp500] [--folds 3] [--regimes 2] [--signal iv|vrp|realized_vol|rsi|...]
-        [--pick walked|days] [--placebos 10] [--json]
+    python scripts/studies/regime_rules.py [--data sp500] [--folds 3] [--regimes 2]
+        [--signal iv|vrp|realized_vol|rsi|...] [--pick walked|days] [--placebos 10] [--json]
 
 For each fold (clstm_ppo/data/folds.py, the market refitted on the fold's training years as reproduce_paper does):
 the 147 rules of best_rule's family are walked over the validation years and best_rule is the best Sharpe over the

@@ -1,6 +1,6 @@
 """What 2, 4 and 8 GPUs would give, from quantities measured on one GPU and the links' bandwidths.
 
-    python scripts/project_scaling.py [--config default] [--num-envs 4096] [--update-s 0.70] [--rollout-s 0.03]
+    python scripts/studies/project_scaling.py [--config default] [--num-envs 4096] [--update-s 0.70] [--rollout-s 0.03]
         [--eval-s 0] [--checkpoint-s 0.02] [--state-mb 6.4] [--gpus 1 2 4 8] [--latency-us US] [--json]
 
 Each GPU trains its own copies (weak scaling: the batch grows with the GPUs), so a step of n GPUs does n times one

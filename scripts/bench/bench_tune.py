@@ -1,7 +1,8 @@
 """Wall time of one tuning study run by one worker process and by two worker processes sharing one SQLite
 study (the issue's goal: two take <= 0.6x the time of one, from parallelism plus pruning).
 
-    python scripts/bench_tune.py [--config smoke] [--trials 8] [--steps 5120] [--pruner median] [--repeats 3] [--json]
+    python scripts/bench/bench_tune.py [--config smoke] [--trials 8] [--steps 5120] [--pruner median] [--repeats 3]
+        [--json]
 
 Each configuration runs the same study (same --config, --space, --steps, --trials; worker i has --sampler-seed i)
 from an empty SQLite file in a temporary folder: `clstm-ppo-tune` processes, one thread per training run. The

@@ -1,7 +1,7 @@
 """What a trained agent does on its greedy walk: its action mix, how sure it is of each choice, and which
 checkpoints walk identically.
 
-    python scripts/agent_actions.py CHECKPOINT [CHECKPOINT ...] [--split test] [--set KEY=VALUE ...] [--json]
+    python scripts/studies/agent_actions.py CHECKPOINT [CHECKPOINT ...] [--split test] [--set KEY=VALUE ...] [--json]
 
 Each checkpoint walks its own split (as ``python -m clstm_ppo.evaluate`` does: its settings, then ``--set``)
 greedily, the argmax of its masked policy on every bar, and the walk records every chosen action. Per checkpoint:

@@ -1,7 +1,7 @@
 """Make docs/RESULTS.md's tables from the grids' rows (docs/data/grids/*.csv), or check they are current.
 
-    python scripts/results_tables.py [--doc docs/RESULTS.md] [--grids docs/data/grids] [--write | --check]
-    python scripts/results_tables.py --show "against sp500-ticks"
+    python scripts/studies/results_tables.py [--doc docs/RESULTS.md] [--grids docs/data/grids] [--write | --check]
+    python scripts/studies/results_tables.py --show "against sp500-ticks"
 
 Each ``<!-- table NAME -->`` block of the doc is made again from the CSVs (clstm_ppo/studies/results_tables.py
 says what NAME may be). Without --write or --check, the refreshed doc is printed; --check exits 1 when the doc is
@@ -35,7 +35,7 @@ def main() -> int:
     new = refreshed(text, grids)
     if args.check:
         if new != text:
-            print(f"{args.doc}'s tables are not what {args.grids} gives: run scripts/results_tables.py --write")
+            print(f"{args.doc}'s tables are not what {args.grids} gives: run scripts/studies/results_tables.py --write")
             return 1
         return 0
     if args.write:

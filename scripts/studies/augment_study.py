@@ -1,6 +1,6 @@
 """Does training on generated paths (data.augment) change the agent's Sharpe on the real test split?
 
-    python scripts/augment_study.py --generator scenarios/cgan.pt [--augment 0.3] [--seeds K] [--data NAME]
+    python scripts/studies/augment_study.py --generator scenarios/cgan.pt [--augment 0.3] [--seeds K] [--data NAME]
         [--steps N] [--config NAME] [--threads N] [--arms real augmented] [--set KEY=VALUE ...] [--out DIR] [--json]
 
 For each seed, two runs that differ only in data.augment: 0 ("real") and --augment ("augmented", a pool of
@@ -107,7 +107,7 @@ def main() -> None:
         print(json.dumps({"data": args.data, "config": args.config, "steps": args.steps, "augment": args.augment,
                           "generator": str(args.generator), "seeds": args.seeds, "per_seed": records,
                           "comparison": result, "verdict": text,
-                          "command": " ".join(["python", "scripts/augment_study.py", *sys.argv[1:]])}))
+                          "command": " ".join(["python", "scripts/studies/augment_study.py", *sys.argv[1:]])}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Nothing lost under chaos: random SIGKILLs of a random rank, resumed each time, against an uninterrupted run;
 and the faults a run must survive with one line and nothing damaged.
 
-    python scripts/chaos.py [--workers 1 2] [--kills 3] [--updates 24] [--seed 0] [--json]
+    python scripts/ops/chaos.py [--workers 1 2] [--kills 3] [--updates 24] [--seed 0] [--json]
 
 For each worker count the smoke config trains once uninterrupted, then again with a SIGKILL of a random rank
 (the launcher or one of its workers) at a random moment, K times, each followed by ``--resume-from latest``.

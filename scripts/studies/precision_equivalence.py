@@ -1,6 +1,6 @@
 """Does bf16 mixed precision learn what fp32 learns? Seeds of each precision at one budget, compared.
 
-    python scripts/precision_equivalence.py [--seeds K] [--precisions fp32 bf16] [--data NAME_OR_FILE]
+    python scripts/studies/precision_equivalence.py [--seeds K] [--precisions fp32 bf16] [--data NAME_OR_FILE]
         [--steps N] [--config NAME] [--threads N] [--set KEY=VALUE ...] [--out DIR] [--json]
 
 For each precision (train.precision) and seed, trains one run (the config's settings otherwise), takes the
@@ -130,7 +130,7 @@ def main() -> None:
         print(json.dumps({"data": args.data, "config": args.config, "steps": args.steps, "seeds": args.seeds,
                           "precisions": args.precisions, "criterion": CRITERION, "summary": rows,
                           "comparisons": comparisons, "verdict": verdict(comparisons), "per_seed": records,
-                          "command": " ".join(["python", "scripts/precision_equivalence.py", *sys.argv[1:]])}))
+                          "command": " ".join(["python", "scripts/studies/precision_equivalence.py", *sys.argv[1:]])}))
 
 
 if __name__ == "__main__":

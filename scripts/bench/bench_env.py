@@ -1,6 +1,6 @@
 """Env steps per second of the batched options env on CPU with one thread.
 
-    python scripts/bench_env.py [--json] [--seconds 3] [--compiled] [--cuda-graphs] [--device cpu|cuda]
+    python scripts/bench/bench_env.py [--json] [--seconds 3] [--compiled] [--cuda-graphs] [--device cpu|cuda]
 
 Actions are drawn uniformly among the valid ones outside the timed region, so the
 table measures the env alone: every step fills orders, ages, expires and marks

@@ -1,6 +1,6 @@
 """Systematic option buying held to expiry in the simulated market: mean P&L as % of premium, all costs.
 
-    python scripts/market_strategies.py [--data sp500] [--json]
+    python scripts/studies/market_strategies.py [--data sp500] [--json]
 
 Each strategy (ATM call, 1.05 call, ATM put, 0.95 put, ATM straddle; the 30-day expiry) is bought on every
 eligible bar of each split at once through the real env and held to expiry (``clstm_ppo.env.held_to_expiry``).

@@ -1,7 +1,7 @@
 """Host syncs the trainer makes on a GPU, counted by CUDA itself: per env step of the rollout, per minibatch
 of the update, and per update in all.
 
-    python scripts/count_syncs.py [--json] [--num-envs 256] [--config default] [--precision fp32]
+    python scripts/bench/count_syncs.py [--json] [--num-envs 256] [--config default] [--precision fp32]
 
 PyTorch's sync debug mode raises a warning at every operation that makes the host wait for the device
 (``.item()``, ``nonzero``, ``torch.unique``, a copy to host memory, ...); this script records them while the

@@ -1,6 +1,6 @@
 """The PPO update alone, by how its minibatch loss runs, on one stored rollout.
 
-    python scripts/bench_update.py [--json] [--device cpu|cuda] [--num-envs 32 256] [--sizes default|paper]
+    python scripts/bench/bench_update.py [--json] [--device cpu|cuda] [--num-envs 32 256] [--sizes default|paper]
         [--paths eager static compiled step_captured graphs captured] [--precision fp32|bf16|fp16] [--updates 2]
 
 Paths: "eager" is ``ppo.DistinctBarsLoss``: LSTM 1 once per distinct bar of the minibatch, LSTM 2 in fused runs cut

@@ -1,6 +1,6 @@
 """Samples per second with 1 and with 2 CPU workers (one thread each), in one run, and their ratio.
 
-    python scripts/bench_scaling.py [--json] [--updates 4] [--repeats 3] [--config default] [--ddp-variants]
+    python scripts/bench/bench_scaling.py [--json] [--updates 4] [--repeats 3] [--config default] [--ddp-variants]
 
 The two cases alternate (1, 2, 1, 2, ...) so that each pair sees the same phase of a shared
 machine; the table gives each case's median and the footer each pair's own ratio.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from clstm_ppo.tables import print_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # name -> the settings it changes from the defaults (clstm_ppo/config/sections.py, train.ddp_*)

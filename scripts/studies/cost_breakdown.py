@@ -1,10 +1,10 @@
 """Where a grid's money went: trading costs against losses, fold by fold (or configuration by configuration).
 
-    python scripts/cost_breakdown.py GRID.json --runs DIR [--by fold|config] [--pick best|smoothed]
+    python scripts/studies/cost_breakdown.py GRID.json --runs DIR [--by fold|config] [--pick best|smoothed]
         [--before 2018-02-01] [--json]
 
-GRID.json is what ``scripts/reproduce_paper.py --json`` printed (its log will do); DIR is where it trained the runs
-(its ``--out`` / the data's name). Each run's test walk (``test_report.json``, written by that same command) gives,
+GRID.json is what ``scripts/studies/reproduce_paper.py --json`` printed (its log will do); DIR is where it trained the
+runs (its ``--out`` / the data's name). Each run's test walk (``test_report.json``, written by that same command) gives,
 per account (an underlying walked alone; the S&P 500 has one, the Dow stocks 17 a run), the fees, spreads and
 slippage it paid, the commission among them, its closed option trades, its return and whether it was ruined.
 For each group:

@@ -1,6 +1,6 @@
 """Rollout throughput: the policy and the env together, as the trainer collects, by how each decision runs.
 
-    python scripts/bench_rollout.py [--json] [--device cpu|cuda] [--num-envs 256 4096] [--sizes default|paper]
+    python scripts/bench/bench_rollout.py [--json] [--device cpu|cuda] [--num-envs 256 4096] [--sizes default|paper]
         [--paths eager compiled captured] [--seconds 3]
 
 Paths: "eager" is ``rollout.collect`` (the policy op by op, the env's eager step); "compiled" is one compiled graph

@@ -1,7 +1,7 @@
 """What only a GPU can show: every precision trains, a GPU checkpoint resumes on the CPU and evaluates, and the
 env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 
-    python scripts/gpu_check.py [--json] [--parts train env rollout checks scale update sb3] [--deadline 530]
+    python scripts/ops/gpu_check.py [--json] [--parts train env rollout checks scale update sb3] [--deadline 530]
         [--step-cap 300] [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
 Parts, run in the order given. By default what a GPU has still to show comes first: "train" (train.update_graphs
@@ -52,7 +52,7 @@ import torch
 
 from clstm_ppo.tables import print_table, strict_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = "smoke"
 PARTS = ("train", "env", "rollout", "checks", "scale", "update", "sb3")
 ERROR_LINES = 40  # of a failed step's error output, into the log (an H200's failures once showed only a last line)
@@ -179,7 +179,8 @@ def bench_step(part: str, script: str, extra: list[str], label: str, timeout: fl
             out.append(row(label, passed, round(seconds, 1), rate,
                            note=", ".join(f"{k} {v}" for k, v in notes.items())))
         return out
-    return Step(part, label, [str(Path("scripts") / script), "--device", "cuda", "--json", *extra], read, timeout)
+    return Step(part, label, [str(Path("scripts") / "bench" / script), "--device", "cuda", "--json", *extra], read,
+                timeout)
 
 
 def syncs_step(part: str) -> Step:
@@ -189,7 +190,7 @@ def syncs_step(part: str) -> Step:
         counts = json.loads(done.stdout.strip().splitlines()[-1])["rows"] if ok else []
         return [row("host syncs (count_syncs.py)", ok, round(seconds, 1),
                     note="; ".join(f"{c['where']}: {c['syncs']}" for c in counts) or last_error(done, seconds))]
-    return Step(part, "host syncs (count_syncs.py)", ["scripts/count_syncs.py", "--json"], read)
+    return Step(part, "host syncs (count_syncs.py)", ["scripts/bench/count_syncs.py", "--json"], read)
 
 
 def part_steps(part: str, folder: Path, args: argparse.Namespace) -> list[Step]:

@@ -1,6 +1,6 @@
 """Does a tuned config beat the default? Both trained on fresh seeds at one budget, compared on validation and test.
 
-    python scripts/tune_vs_default.py --tuned checkpoints/tune/<study>/best.yaml [--default default]
+    python scripts/studies/tune_vs_default.py --tuned checkpoints/tune/<study>/best.yaml [--default default]
         [--seeds K] [--first-seed S] [--data NAME_OR_FILE] [--steps N] [--threads N] [--arms default tuned]
         [--set KEY=VALUE ...] [--out DIR] [--json]
 
@@ -134,7 +134,7 @@ def main() -> None:
                           "seeds": list(range(args.first_seed, args.first_seed + args.seeds)), "summary": rows,
                           "paired": paired, "study": study, "criterion": CRITERION, "verdict": text,
                           "per_seed": records,
-                          "command": " ".join(["python", "scripts/tune_vs_default.py", *sys.argv[1:]])}))
+                          "command": " ".join(["python", "scripts/studies/tune_vs_default.py", *sys.argv[1:]])}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Training throughput: our trainer against sb3-contrib's RecurrentPPO on the same env, side by side.
 
-    python scripts/bench_train.py [--json] [--updates 2] [--settings default paper paper-256] [--device cpu|cuda]
+    python scripts/bench/bench_train.py [--json] [--updates 2] [--settings default paper paper-256] [--device cpu|cuda]
         [--compiled] [--cuda-graphs [--update-graphs]] [--precision fp32|bf16|fp16] [--num-envs N] [--skip-sb3]
         [--sb3-warmup-steps N]
 

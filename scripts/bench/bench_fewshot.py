@@ -2,7 +2,7 @@
 steps, the default encoder: LSTM 1 64, MLP 64, 30-bar windows), second and first order, one thread; and, given a
 checkpoint, ``adapt`` with K env steps (the adapted run alone, no scratch row).
 
-    python scripts/bench_fewshot.py [--tasks 32] [--repeats 5] [--adapt-checkpoint PT --adapt-data dow
+    python scripts/bench/bench_fewshot.py [--tasks 32] [--repeats 5] [--adapt-checkpoint PT --adapt-data dow
         --adapt-set data.symbols=[CAT] --adapt-steps 50000] [--json]
 
 Times are the median of --repeats iterations after one warm-up (the first vmap call traces for seconds).
