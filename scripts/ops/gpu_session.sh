@@ -32,7 +32,7 @@
 # it back into .gpu_state/ before the next call. The call in which the grid finishes also leaves the grid's CSV
 # (one row per run and benchmark walk, whose machine column names the GPU) under $OUT, for docs/data/grids/.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # Pure Python, any interpreter (ta is published as a source archive only, so pip builds its wheel here) ...
 WHEELS=(ta==0.11.0 gymnasium==1.4.0 farama-notifications==0.0.4 stable-baselines3==2.9.2 sb3-contrib==2.9.2
         optuna==5.0.0 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3)
