@@ -1,9 +1,6 @@
-import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pandas as pd
@@ -47,19 +44,6 @@ def strict_loads(text: str):
     def refuse(constant: str):
         raise ValueError(f"{constant} is not JSON: a command wrote a number that does not exist")
     return json.loads(text, parse_constant=refuse)
-
-
-def load_script(path: Path) -> ModuleType:
-    """A script under scripts/ as a module, imported as Python imports one: registered in sys.modules while its
-    body runs (a dataclass looks its module up there)."""
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
 
 
 def answers_help(argv: list[str], capsys) -> str:
