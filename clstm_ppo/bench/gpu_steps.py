@@ -14,7 +14,7 @@ from pathlib import Path
 import clstm_ppo
 from clstm_ppo.tables import strict_json
 
-ROOT = Path(clstm_ppo.__file__).resolve().parents[1]  # the checkout: steps run scripts/ by path from here
+ROOT = Path(clstm_ppo.__file__).resolve().parents[1]  # the package's checkout: steps run scripts/ by path from it
 SMOKE = "smoke"
 ERROR_LINES = 40  # of a failed step's error output, into the log (an H200's failures once showed only a last line)
 MIN_START_S = 20.0  # less than this left: a step would only be killed halfway (torch's import alone is ~5 s)
@@ -67,15 +67,16 @@ def last_error(done: subprocess.CompletedProcess | None, seconds: float) -> str:
     return lines[-1][:160] if lines else f"exit status {done.returncode}"
 
 
-def execute(step: Step, budget: Budget) -> list[dict]:
-    """Run one step within what is left of the budget; a "not run" row when too little is left to start it."""
+def execute(step: Step, budget: Budget, cwd: Path = ROOT) -> list[dict]:
+    """Run one step from ``cwd`` (a checkout) within what is left of the budget; a "not run" row when too little is
+    left to start it."""
     left = budget.left()
     if left < budget.min_start:
         return [row(step.label, None, note=f"not run: {max(left, 0.0):.0f} s of the budget left")]
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, *step.argv], capture_output=True, text=True,
-                              timeout=min(step.timeout, left, budget.step_cap), cwd=ROOT)
+                              timeout=min(step.timeout, left, budget.step_cap), cwd=cwd)
     except subprocess.TimeoutExpired:  # subprocess.run has killed it
         done = None
     if done is not None and done.returncode != 0:  # the row keeps one line; the log gets the traceback's end
@@ -157,10 +158,10 @@ def syncs_step(part: str) -> Step:
     return Step(part, "host syncs (count_syncs.py)", ["scripts/bench/count_syncs.py", "--json"], read)
 
 
-def run_steps(steps: list[Step], budget: Budget, rows_out: Path | None) -> Iterator[dict]:
+def run_steps(steps: list[Step], budget: Budget, rows_out: Path | None, cwd: Path = ROOT) -> Iterator[dict]:
     """Every step's rows in order, each appended to ``rows_out`` (JSON lines) as soon as its step ends."""
     for step in steps:
-        for r in execute(step, budget):
+        for r in execute(step, budget, cwd):
             if rows_out is not None:
                 with rows_out.open("a") as f:
                     f.write(strict_json({"part": step.part, **r}) + "\n")

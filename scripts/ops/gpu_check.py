@@ -78,7 +78,7 @@ def main() -> None:
     budget = Budget(args.deadline, args.step_cap)
     with tempfile.TemporaryDirectory() as tmp:
         steps = [step for part in parts for step in part_steps(part, Path(tmp), args.seconds, args.skip_compile)]
-        rows = list(run_steps(steps, budget, args.rows_out))
+        rows = list(run_steps(steps, budget, args.rows_out, Path(__file__).resolve().parents[2]))  # this checkout
     print_table(rows, args.json, {"cuda": True, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                                   "all_passed": all(r["passed"] is True for r in rows),
                                   "not_run": sum(r["passed"] is None for r in rows)})
