@@ -98,7 +98,8 @@ def test_bad_input_gets_one_line_that_says_what_to_do(tmp_path):
     for args, options, message in cases:
         with pytest.raises(GridInputError, match=message):
             cost_breakdown(*args, **options)
-    with pytest.raises(SystemExit, match="not found: give the file reproduce_paper.py --json"):  # read_grid's own
+    with pytest.raises(SystemExit, match=r"not found: give a grid's CSV \(docs/data/grids/\) or the file "
+                                         r"reproduce_paper.py --json"):  # read_grid's own
         cost_breakdown(tmp_path / "none.log", runs)
     report = runs / "fold1" / "mlp+excess-tw30-seed2" / "test_report.json"
     old = json.loads(report.read_text())
