@@ -15,7 +15,7 @@ order placed into every free slot or one at a time; clstm_ppo/backtest/rules.py)
 split by --rule-metric, the years the agent's checkpoint was picked on (unless --data or --set data.* moves
 them). Several checkpoints (e.g. one per
 seed) are reported each, then as mean +- std. With --folds the checkpoints are one setup's walk-forward folds
-(scripts/reproduce_paper.py --folds): each walks its own fold's split, and every policy's folds are laid end to
+(scripts/studies/reproduce_paper.py --folds): each walks its own fold's split, and every policy's folds are laid end to
 end into one out-of-sample walk (the table, --returns, --plot); --json adds each fold's own report. Checkpoints
 with the same split dates are seeds of one fold (agent_1, agent_2, ...: each fold's in the order given).
 

@@ -1,5 +1,5 @@
-"""scripts/compare_grids.py: two paper-comparison grids paired run by run (configuration, window, seed, fold), from
-what reproduce_paper.py printed or the CSV it wrote."""
+"""scripts/studies/compare_grids.py: two paper-comparison grids paired run by run (configuration, window, seed,
+fold), from what reproduce_paper.py printed or the CSV it wrote."""
 import json
 import subprocess
 import sys
@@ -13,7 +13,7 @@ from conftest import strict_loads
 from clstm_ppo.backtest.statistics import bootstrap_ci
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "compare_grids.py"
+SCRIPT = ROOT / "scripts" / "studies" / "compare_grids.py"
 DATA = Path(__file__).parent / "data"
 
 

@@ -1,6 +1,6 @@
 """The docs cannot rot: every command README.md's code blocks show runs with --help appended, every doc stays within
 its budget (a newcomer reads reference, not a lab notebook), and docs/RESULTS.md's tables are what the grids' rows
-under docs/data/grids/ give (scripts/results_tables.py). The one test that reads numbers out of a doc."""
+under docs/data/grids/ give (scripts/studies/results_tables.py). The one test that reads numbers out of a doc."""
 import re
 import shlex
 import subprocess
@@ -43,14 +43,14 @@ def test_every_doc_is_within_its_budget():
 
 
 def test_the_results_tables_are_what_the_grids_give():
-    """Each ``<!-- table NAME -->`` block of docs/RESULTS.md is scripts/results_tables.py's output for NAME from
+    """Each ``<!-- table NAME -->`` block of docs/RESULTS.md is scripts/studies/results_tables.py's output for NAME from
     docs/data/grids/*.csv: the doc shows the data, and an edit of either without the other fails here."""
     from clstm_ppo.studies.results_tables import BLOCK, load_grids, refreshed
 
     text = (ROOT / "docs" / "RESULTS.md").read_text()
     assert len(BLOCK.findall(text)) >= 3, "RESULTS.md shows its answers as tables made from the grids"
     assert refreshed(text, load_grids(ROOT / "docs" / "data" / "grids")) == text, \
-        "run python scripts/results_tables.py --write"
+        "run python scripts/studies/results_tables.py --write"
 
 
 @pytest.mark.parametrize("command", shown_commands(), ids=lambda c: " ".join(c[2:5]))

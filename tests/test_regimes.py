@@ -1,13 +1,15 @@
 """A fixed rule per volatility regime (clstm_ppo/backtest/regimes.py): regimes cut on training years only, each
 regime's Sharpe as plain numpy computes it, and the switching policy acting bar by bar as its regime's rule."""
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import load_script, strict_loads
+from conftest import strict_loads
 from test_rules import ACTIONS, CFG, RULES, SLOTS, reference_rule, same_walk, sharpe_over_bill
 
 from clstm_ppo.backtest.regimes import (
@@ -26,8 +28,10 @@ from clstm_ppo.backtest.rules import pick_rule, rules_policy
 from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.config import DataConfig, SyntheticConfig
 from clstm_ppo.data import build_market_data
+from clstm_ppo.studies.regime_rules import fold_configs, regime_study
+from clstm_ppo.tables import strict_json
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "regime_rules.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "regime_rules.py"
 
 
 @pytest.fixture(scope="module")
@@ -165,14 +169,11 @@ def test_a_switching_copy_acts_at_each_bar_as_its_regimes_rule(market):
     assert not np.array_equal(vectorised.equity, calls_only.equity)
 
 
-def test_the_study_script_walks_best_rule_as_evaluate_would_and_counts_its_placebos(capsys):
-    """scripts/regime_rules.py on the embedded S&P 500 as one fold: its best_rule is pick_rule's for that fold, and
-    the test Sharpe it reports for it is that rule walked alone over the test years."""
-    script = load_script(SCRIPT)
-    assert script.main(["--folds", "1", "--placebos", "1", "--pick", "days", "--json"]) == 0
-    out = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])
-    (row,) = out["rows"]
-    cfg = script.fold_configs("sp500", 1)[0]
+def test_the_study_walks_best_rule_as_evaluate_would_and_counts_its_placebos():
+    """The study (scripts/studies/regime_rules.py) on the embedded S&P 500 as one fold: its best_rule is pick_rule's
+    for that fold, and the test Sharpe it reports for it is that rule walked alone over the test years."""
+    (row,) = strict_loads(strict_json(regime_study("sp500", folds=1, placebos=1, pick="days")))
+    cfg = fold_configs("sp500", 1)[0]
     data = build_market_data(cfg.data)
     pick = pick_rule(data, cfg, "cpu")
     start, end = data.split_dates("test")
@@ -184,11 +185,9 @@ def test_the_study_script_walks_best_rule_as_evaluate_would_and_counts_its_place
     assert len(row["signal_rules"].split(" | ")) == 2
 
 
-def test_the_study_script_refuses_data_without_enough_years_in_one_line(capsys):
-    script = load_script(SCRIPT)
-    assert script.main(["--folds", "30"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:") and "fold" in err[0]
+def test_the_study_refuses_data_without_enough_years():
+    with pytest.raises(ValueError, match="fold"):
+        regime_study("sp500", folds=30)
 
 
 def test_the_walked_pick_is_the_best_pair_walked_one_by_one(market):
@@ -205,7 +204,9 @@ def test_the_walked_pick_is_the_best_pair_walked_one_by_one(market):
     assert len(set(np.round(list(scores.values()), 9))) > 3, "the pairs walk differently"
 
 
-def test_the_walked_pick_refuses_more_than_two_regimes(capsys):
-    with pytest.raises(SystemExit):
-        load_script(SCRIPT).main(["--regimes", "3"])
-    assert "2 regimes only; use --pick days for 3" in capsys.readouterr().err
+def test_the_walked_pick_refuses_more_than_two_regimes_in_one_line():
+    """The command as a user runs it: exit status 2 and one line that names the way out."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--regimes", "3"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("error: --pick walked walks every pair of rules, so 2 regimes only; use --pick days "
+                                   "for 3")

@@ -1,4 +1,5 @@
-"""The paper comparison: scripts/reproduce_paper.py at a tiny budget, and model selection blind to the test split."""
+"""The paper comparison: scripts/studies/reproduce_paper.py at a tiny budget, and model selection blind to the test
+split."""
 import json
 import math
 import subprocess
@@ -22,7 +23,8 @@ METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_draw
 
 
 def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_json(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_paper.py"), "--config", "smoke",
+    script = ROOT / "scripts" / "studies" / "reproduce_paper.py"
+    done = subprocess.run([sys.executable, str(script), "--config", "smoke",
                            "--data", "synthetic", "--steps", "256", "--seeds", "2", "--folds", "2",
                            "--kinds", "clstm", "mlp", "--windows", "5", "10", "--out", str(tmp_path / "runs"),
                            "--grid-dir", str(tmp_path / "grids"), "--json", "--set", "train.num_envs=8",
@@ -94,8 +96,8 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
         for fold in (0, 1):
             assert {r["sharpe_excess"] for r in mine if r["fold"] == fold} == \
                 {pytest.approx(next(row[bench] for row in out["per_fold"] if row["fold"] == fold))}
-    assert all(r["grid"] == "synthetic" and r["command"].startswith("python scripts/reproduce_paper.py --config "
-                                                                     "smoke") for r in rows)
+    command = "python scripts/studies/reproduce_paper.py --config smoke"
+    assert all(r["grid"] == "synthetic" and r["command"].startswith(command) for r in rows)
     assert all(r[key] for r in rows for key in GRID_META)
 
 

@@ -89,7 +89,7 @@ def test_two_processes_join_one_postgres_study_and_record_each_trial_once(tmp_pa
 @pytest.mark.slow
 def test_reproduce_paper_shares_its_grid_through_a_storage(tmp_path):
     url = f"sqlite:///{tmp_path / 'grid.db'}"
-    command = [sys.executable, str(ROOT / "scripts" / "reproduce_paper.py"), "--config", "smoke", "--data",
+    command = [sys.executable, str(ROOT / "scripts" / "studies" / "reproduce_paper.py"), "--config", "smoke", "--data",
                "synthetic", "--steps", "512", "--seeds", "1", "--kinds", "clstm", "mlp", "--rewards", "equity",
                "--windows", "10", "--storage", url, "--json", "--set", "train.num_envs=8",
                "--set", "train.eval_every=1"]

@@ -8,8 +8,8 @@
   years (2000..2012 at most: the real series shipped here ends in 2012). Fewer than ``MIN_YEARS`` such years:
   the config's value stays.
 
-The shipped defaults are what this gives for training years to 2012 (scripts/cboe_benchmarks.py --calibrate,
-scripts/fit_iv_model.py).
+The shipped defaults are what this gives for training years to 2012 (scripts/studies/cboe_benchmarks.py --calibrate,
+scripts/studies/fit_iv_model.py).
 """
 from __future__ import annotations
 

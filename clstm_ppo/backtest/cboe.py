@@ -41,7 +41,7 @@ ATM_MONEYNESS = 1.0  # CBOE takes a listed strike next to the index; the chain's
 SHARE_COST = COST_KINDS.index("shares")  # trading the index itself (market.costs.share_cost_bps)
 # What the simulation is checked against: annual returns (%) 1999-2012 as the issue that asked for these
 # benchmarks quotes them: Cboe's S&P 500 PutWrite (PUT) and BuyWrite (BXM) indices and the S&P 500's total
-# return (dividends reinvested). scripts/cboe_benchmarks.py and tests/test_cboe.py compare with them.
+# return (dividends reinvested). scripts/studies/cboe_benchmarks.py and tests/test_cboe.py compare with them.
 REAL_YEARS = tuple(range(1999, 2013))
 REAL_ANNUAL_RETURNS = {
     "PUT": (21.0, 13.1, -10.6, -8.6, 21.8, 9.5, 6.7, 15.2, 9.5, -26.8, 31.5, 9.0, 6.2, 8.1),

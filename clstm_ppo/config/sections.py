@@ -141,14 +141,14 @@ class MarketConfig(Section):
     # The VIX is a variance-swap rate that sits above ATM vol by about the skew's share. 0.89: fitted on the
     # training years only (S&P 500 with VIX, 2000-2012), the grid 0.80..1.05 minimising the simulated CBOE
     # PutWrite/BuyWrite's mean absolute difference from the real PUT/BXM annual returns
-    # (python scripts/cboe_benchmarks.py --calibrate; docs/MARKET.md section 5).
+    # (python scripts/studies/cboe_benchmarks.py --calibrate; docs/MARKET.md section 5).
     atm_per_iv: float = setting(0.89, "30-day ATM vol = this x the data's iv column (or the model); 1.0 for a "
                                       "column that already holds ATM vol", limits="(0, 2]")
     ewma_lambda: float = setting(0.94, "the model's volatility estimate: RiskMetrics' daily EWMA decay",
                                  limits="(0, 1)")
     leverage_lambda: float = setting(0.90, "decay of the EWMA of signed returns in the model's leverage term",
                                      limits="(0, 1)")
-    # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/fit_iv_model.py reproduces these).
+    # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/studies/fit_iv_model.py reproduces these).
     iv_model_coefs: list[float] = setting([-0.3277, 0.6994, -1.4935], "log IV = a + b log(sigma_ewma) + c "
                                           "leverage", limits="(-100, 100)")
     # iv(K, T) = atm(T) - skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z, skew =
@@ -303,8 +303,8 @@ class TrainConfig(Section):
                                        "write) and the update's optimizer step (fp32, bf16) each as one CUDA graph: "
                                        "auto (on CUDA when env.compile compiles), on, off; no effect on a CPU",
                                choices=("auto", "on", "off"))
-    # Measured on an H200 only as the update alone (scripts/bench_update.py's "captured" path): off until a GPU
-    # lease has checked it inside the trainer (scripts/gpu_check.py's "train update graphs" rows).
+    # Measured on an H200 only as the update alone (scripts/bench/bench_update.py's "captured" path): off until a GPU
+    # lease has checked it inside the trainer (scripts/ops/gpu_check.py's "train update graphs" rows).
     update_graphs: bool = setting(False, "also replay the update's compiled minibatch loss as CUDA graphs (inductor's "
                                          "reduce-overhead mode): 1.8-2.7x the update alone on an H200; needs "
                                          "train.cuda_graphs, ppo.grad_accumulation 1 and fp32 or bf16; no effect on "

@@ -10,7 +10,7 @@ at the split's last bar (expiry beyond the split) are flagged and left out of ev
 
 Volatility regimes are terciles of the ATM implied vol at the decision bar (``MarketInputs.iv_close``); their
 cut points are the 1/3 and 2/3 quantiles of that series over the TRAINING split only, whichever split is
-measured. docs/MARKET.md section 2 reports the numbers (``scripts/market_strategies.py``).
+measured. docs/MARKET.md section 2 reports the numbers (``scripts/studies/market_strategies.py``).
 """
 from __future__ import annotations
 

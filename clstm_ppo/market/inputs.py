@@ -4,7 +4,7 @@ Implied vol comes, in order of preference (SPEC section 4a), from a real series 
 S&P 500 carries the CBOE VIX; a user file may carry an ``iv``/``vix`` column), else from a model: an EWMA
 volatility estimate mapped to implied vol by ``log IV = a + b log(sigma_ewma) + c leverage``, whose
 coefficients were fitted on the S&P 500 with the VIX over the training split only (``fit_iv_model``,
-``scripts/fit_iv_model.py``). Every series here is causal: bar t's values read bars up to t only, and the
+``scripts/studies/fit_iv_model.py``). Every series here is causal: bar t's values read bars up to t only, and the
 only statistics taken from a whole split (the model's floor, the long-run vol) come from the training split.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """docs/RESULTS.md's tables, made from the grids' rows (docs/data/grids/<grid>.csv, written by
-scripts/reproduce_paper.py): a table is a block between ``<!-- table NAME -->`` and ``<!-- end table -->`` lines
+scripts/studies/reproduce_paper.py): a table is a block between ``<!-- table NAME -->`` and ``<!-- end table -->`` lines
 whose body is what ``render`` gives for NAME, so the doc is regenerated, never edited by hand
-(``scripts/results_tables.py --write``), and a test checks it is current.
+(``scripts/studies/results_tables.py --write``), and a test checks it is current.
 
 NAME is ``against GRID``: each agent configuration of GRID against the benchmarks walked on the same folds
 (buy_and_hold, best_rule, putwrite where the grid has them), paired by seed and fold; or ``pair GRID_A:CONFIG_A

@@ -1,5 +1,5 @@
-"""Projected multi-GPU speed from one GPU's measured update and the links' bandwidths (scripts/project_scaling.py has
-the method and its sources; docs/BENCHMARKS.md the figures)."""
+"""Projected multi-GPU speed from one GPU's measured update and the links' bandwidths
+(scripts/studies/project_scaling.py has the method and its sources; docs/BENCHMARKS.md the figures)."""
 from __future__ import annotations
 
 from clstm_ppo.agent import CascadedActorCritic

@@ -1,7 +1,7 @@
-"""Seeded studies built from the public commands (scripts/precision_equivalence.py, scripts/augment_study.py,
-scripts/tune_vs_default.py, scripts/reproduce_paper.py): train a run to its budget, resumably, read its best
-checkpoint's walk over the test split, and the statistics over seeds (x folds) that separate skill from luck
-(docs/RESULTS.md, "Method")."""
+"""Seeded studies built from the public commands (scripts/studies/precision_equivalence.py,
+scripts/studies/augment_study.py, scripts/studies/tune_vs_default.py, scripts/studies/reproduce_paper.py): train a run
+to its budget, resumably, read its best checkpoint's walk over the test split, and the statistics over seeds
+(x folds) that separate skill from luck (docs/RESULTS.md, "Method")."""
 from __future__ import annotations
 
 import json
