@@ -96,6 +96,11 @@ def test_stamps_whose_offset_changes_with_dst_are_read_on_one_clock(tmp_path):
     dates = load_bars(str(tmp_path / "stock.csv"))["stock"]["date"]
     first = dates.groupby(dates.dt.date).min().dt.strftime("%H:%M")
     assert first[pd.Timestamp("2017-03-10").date()] == "14:35" and first[pd.Timestamp("2017-03-13").date()] == "13:35"
+    # the same bars as pandas keeps them: a zoned, unnamed DatetimeIndex in parquet
+    frame = pd.read_csv(tmp_path / "stock.csv").drop(columns="Date")
+    frame.index = stock_stamps()
+    frame.to_parquet(tmp_path / "indexed.parquet")
+    assert load_bars(str(tmp_path / "indexed.parquet"))["indexed"]["date"].equals(dates)
 
 
 def test_daily_and_longer_bars():

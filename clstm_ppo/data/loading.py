@@ -104,7 +104,8 @@ def _read_table(path: Path) -> pd.DataFrame:
         if path.name.endswith((".parquet", ".pq")):
             frame = pd.read_parquet(path)
             if isinstance(frame.index, pd.DatetimeIndex) or frame.index.name:
-                frame = frame.reset_index()  # a parquet file often keeps its dates as the index
+                # a parquet file often keeps its dates as the index, often unnamed (pandas' own to_parquet)
+                frame = frame.rename_axis(frame.index.name or "date").reset_index()
             return frame
         return pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as err:
