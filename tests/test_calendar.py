@@ -115,6 +115,26 @@ def test_daily_and_longer_bars():
     assert weekly.periods_per_year == pytest.approx(365.25 / 7)
 
 
+@pytest.mark.parametrize("source", ["sp500", "dow"])
+def test_the_embedded_daily_data_is_annualised_at_252_as_before(source):
+    """Daily stocks keep 252 bars a year, read from the dates as the number was set before: the realised-vol
+    feature of every underlying and the report's figures of holding the first are pandas' with √252 and 252."""
+    data = build_market_data(DataConfig(source=source))
+    assert (data.clock.interval, data.clock.periods_per_year, data.clock.set_by) == (pd.Timedelta(days=1), 252,
+                                                                                      "the data")
+    vol = data.feature_names.index("realized_vol")
+    for s in range(len(data.symbols)):
+        by_hand = np.log(pd.Series(data.bars["close"][s])).diff().rolling(20).std() * math.sqrt(252)
+        np.testing.assert_allclose(data.raw_features[s, 21:, vol], by_hand.to_numpy()[21:], rtol=1e-9)
+    close = data.bars["close"][0]
+    r = pd.Series(close).pct_change().dropna()
+    got = curve_metrics(close, pd.DatetimeIndex(data.dates), np.zeros(len(close)), data.clock)
+    assert got["bars"] == len(r)
+    assert got["annual_vol"] == pytest.approx(r.std() * math.sqrt(252), rel=1e-9)
+    assert got["sharpe"] == pytest.approx(r.mean() / r.std() * math.sqrt(252), rel=1e-9)
+    assert got["annual_return"] == pytest.approx((close[-1] / close[0]) ** (252 / len(r)) - 1, rel=1e-9)
+
+
 @pytest.mark.parametrize("name", MARKETS)
 def test_annualised_vol_return_and_sharpe_equal_pandas_from_the_timestamps(tmp_path, name):
     """The realised-vol feature and the report's annual return, vol and Sharpe of holding the underlying, against
