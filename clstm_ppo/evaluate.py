@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what picks best_rule among the fixed rules on the validation split (default "
                              "sharpe_excess: Sharpe over the T-bill)")
     parser.add_argument("--json", type=Path, default=None, help="write every number of every policy to this file")
-    parser.add_argument("--returns", type=Path, default=None, help="write each policy's daily returns to this CSV")
+    parser.add_argument("--returns", type=Path, default=None, help="write each policy's bar returns to this CSV")
     parser.add_argument("--plot", type=Path, default=None, help="equity and drawdown on a date axis (.png, .pdf, ...)")
     parser.add_argument("--tearsheet", type=Path, default=None,
                         help="an HTML tearsheet of the agent against buy_and_hold (needs the report extra: quantstats)")
@@ -209,10 +209,11 @@ def write_reports(args: argparse.Namespace, done: Backtest, checkpoints: int, st
     """The table (below the rule's line), then whatever --json, --returns, --plot and --tearsheet ask for."""
     results, cfg = done.results, done.config
     names = [n for n in results if n.startswith("agent")]
-    first, last = results[names[0]].dates[[0, -1]]
+    walked = results[names[0]]
+    first, last = (walked.clock.label(stamp) for stamp in walked.dates[[0, -1]])
     what = "walk-forward folds' " if args.folds else ""
-    print(f"{what}{args.split} split walked {first.date()}..{last.date()} ({len(results[names[0]].dates) - 1} daily "
-          f"returns), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}")
+    print(f"{what}{args.split} split walked {first}..{last} ({len(walked.dates) - 1} returns of "
+          f"{walked.clock.bars()}), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}")
     if done.rule is not None:
         print(done.rule.line(args.split))
     else:
@@ -229,7 +230,7 @@ def write_reports(args: argparse.Namespace, done: Backtest, checkpoints: int, st
         print(f"every number written to {args.json}")
     if args.returns:
         write_returns_csv(results, args.returns)
-        print(f"daily returns written to {args.returns}")
+        print(f"bar returns written to {args.returns}")
     if args.plot:
         plot_equity(results, args.plot)
         print(f"equity and drawdown written to {args.plot}")

@@ -28,6 +28,7 @@ from clstm_ppo.backtest.rules import pick_rule, rules_policy
 from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.config import DataConfig, SyntheticConfig
 from clstm_ppo.data import build_market_data
+from clstm_ppo.data.calendar import detect_clock
 from clstm_ppo.studies.regime_rules import fold_configs, regime_study
 from clstm_ppo.tables import strict_json
 
@@ -78,7 +79,7 @@ def test_a_premium_or_a_feature_signal_is_what_plain_pandas_computes_from_past_c
     cfg = DataConfig()
     for s in range(2):
         close = pd.Series(market.bars["close"][s])
-        realized = np.log(close).diff().rolling(cfg.vol_window).std() * math.sqrt(cfg.periods_per_year)
+        realized = np.log(close).diff().rolling(cfg.vol_window).std() * math.sqrt(252)  # daily weekday bars
         trend = close / close.rolling(30).mean() - 1.0
         warm = slice(cfg.vol_window + 30, None)  # the market's first bar follows the indicators' warm-up
         np.testing.assert_allclose(signal_values(market, "vrp")[s][warm],
@@ -99,7 +100,7 @@ def test_a_placebo_is_random_in_equal_shares_and_repeatable(market):
 def toy_walk(equity: np.ndarray, dates: pd.DatetimeIndex, rate: float) -> WalkResult:
     s = len(equity)
     return WalkResult("toy", [f"S{i}" for i in range(s)], dates, equity, np.full(equity.shape, rate),
-                      np.zeros(s), np.zeros(s), np.zeros(s), np.zeros(s), np.zeros((s, 1)), 0.5)
+                      np.zeros(s), np.zeros(s), np.zeros(s), np.zeros(s), np.zeros((s, 1)), 0.5, detect_clock(dates))
 
 
 def test_each_regimes_sharpe_is_over_the_bill_on_the_days_that_start_in_it(market):

@@ -134,16 +134,17 @@ def paired_rows(runs: Runs, pairs: list[tuple[str, str]]) -> list[dict[str, Any]
     return rows
 
 
-def deflated_best(returns: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The deflated Sharpe ratio of the configuration whose daily test returns over cash (``returns[label]``:
-    its runs' mean each day, the folds end to end) have the highest Sharpe, given that all of them were tried;
-    the variance of the trials' Sharpe ratios is taken across these configurations."""
+def deflated_best(returns: dict[str, np.ndarray], periods_per_year: float) -> dict[str, Any]:
+    """The deflated Sharpe ratio of the configuration whose test bar returns over cash (``returns[label]``:
+    its runs' mean each bar, the folds end to end) have the highest Sharpe, given that all of them were tried;
+    the variance of the trials' Sharpe ratios is taken across these configurations. ``periods_per_year``: the
+    data's bars a year (evaluate's ``clock``), which annualise the Sharpe ratios."""
     sharpes = {label: _sharpe(r) for label, r in returns.items()}
     best = max(sharpes, key=lambda label: sharpes[label])
     variance = float(np.var(list(sharpes.values()), ddof=1)) if len(sharpes) > 1 else 0.0
     out = deflated_sharpe(returns[best], len(sharpes), variance)
-    root = math.sqrt(252.0)
-    return {"best": best, "trials": len(sharpes), "days": int(np.isfinite(returns[best]).sum()),
+    root = math.sqrt(periods_per_year)
+    return {"best": best, "trials": len(sharpes), "bars": int(np.isfinite(returns[best]).sum()),
             "sharpe_annual": out["sharpe"] * root, "benchmark_sharpe_annual": out["benchmark_sharpe"] * root,
             "deflated_sharpe": out["deflated_sharpe"], "sharpe_variance": variance}
 

@@ -216,4 +216,4 @@ def _simulate(name: str, data: MarketData, split: str, cfg: Config, covered: boo
         open_at_end[s] = int(held >= 0) + int(shares > 0)  # the option, and the shares of a buywrite
     return WalkResult(policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
                       rate=rate[:, first:last + 1], closed=closed, wins=wins, open_at_end=open_at_end,
-                      traded=traded, costs=costs, ruin_fraction=cfg.env.ruin_fraction)
+                      traded=traded, costs=costs, ruin_fraction=cfg.env.ruin_fraction, clock=data.clock)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from clstm_ppo.backtest.report import TRADING_DAYS, excess_returns
+from clstm_ppo.backtest.report import excess_returns
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import PICK_METRICS, PICK_SPLIT, FixedRule, follow_rules, rank_walks
 from clstm_ppo.backtest.walk import Policy, walk_batched
@@ -85,7 +85,7 @@ def regime_sharpes(result: WalkResult, data: MarketData, regime: np.ndarray, reg
             days = excess[regime[s, bars] == g]
             if len(days) >= MIN_DAYS:
                 std = days.std(ddof=1)
-                out[s, g] = days.mean() / std * math.sqrt(TRADING_DAYS) if std > 0 else 0.0
+                out[s, g] = days.mean() / std * math.sqrt(result.clock.periods_per_year) if std > 0 else 0.0
     return out.mean(axis=0)
 
 

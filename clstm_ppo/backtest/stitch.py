@@ -33,4 +33,4 @@ def stitch(walks: list[WalkResult]) -> WalkResult:
                       equity=np.concatenate(equity, axis=1), rate=np.concatenate(rate, axis=1),
                       closed=total("closed"), wins=total("wins"), open_at_end=walks[-1].open_at_end,
                       traded=total("traded"), costs=total("costs"), ruin_fraction=first.ruin_fraction,
-                      option_pnl=option_pnl)
+                      clock=first.clock, option_pnl=option_pnl)

@@ -20,6 +20,10 @@ class SyntheticConfig(Section):
     n_underlyings: int = setting(1, "underlyings, driven by one common factor")
     seed: int = setting(0, "the generator's seed")
     start_date: str = setting("2000-01-03", "date of the first bar")
+    interval: str = setting("1D", "bar interval, a pandas frequency up to a day: 1D, 1h, 15min, 5min")
+    hours: str = setting("exchange", "when the market trades: exchange (weekdays; intraday 09:30-16:00), 24/5 (FX: "
+                                     "Sunday 22:00 to Friday 22:00) or 24/7 (crypto)",
+                         choices=("exchange", "24/5", "24/7"))
     initial_price: float = setting(100.0, "price of the first bar")
     regime_drift: list[float] = setting([0.10, -0.15], "annualised drift, one per regime")
     regime_vol: list[float] = setting([0.12, 0.35], "annualised vol, one per regime")
@@ -48,7 +52,10 @@ class DataConfig(Section):
                                          "loaded; None: the data's last date")
     train_frac: float = setting(0.70, "used only when no split dates are known", limits="(0, 1)")
     val_frac: float = setting(0.15, "used only when no split dates are known", limits="(0, 1)")
-    periods_per_year: int = setting(252, "bars per year, for annualising volatility (daily: 252)", limits=">= 1")
+    periods_per_year: float | str = setting("auto", "bars a year, which annualise every volatility, return and "
+                                                    "Sharpe ratio: auto reads them from the timestamps (daily stocks "
+                                                    "252, hourly FX 6240, 15-minute crypto 35040: docs/DATA.md); a "
+                                                    "number overrides", choices=("auto",), limits="[1, 1e9]")
     vol_window: int = setting(20, "bars in the realised-volatility estimate", limits=">= 2")
     volume_window: int = setting(20, "bars in the volume z-score", limits=">= 2")
     turbulence_lookback: int = setting(252, "bars before t that give mu and Sigma (FinRL: 252)", limits=">= 2")
@@ -144,10 +151,10 @@ class MarketConfig(Section):
     # (python scripts/studies/cboe_benchmarks.py --calibrate; docs/MARKET.md section 5).
     atm_per_iv: float = setting(0.89, "30-day ATM vol = this x the data's iv column (or the model); 1.0 for a "
                                       "column that already holds ATM vol", limits="(0, 2]")
-    ewma_lambda: float = setting(0.94, "the model's volatility estimate: RiskMetrics' daily EWMA decay",
-                                 limits="(0, 1)")
-    leverage_lambda: float = setting(0.90, "decay of the EWMA of signed returns in the model's leverage term",
-                                     limits="(0, 1)")
+    ewma_lambda: float = setting(0.94, "the model's volatility estimate: RiskMetrics' daily EWMA decay, per bar "
+                                       "(annualised at the data's bars a year)", limits="(0, 1)")
+    leverage_lambda: float = setting(0.90, "decay per bar of the EWMA of signed returns in the model's leverage "
+                                           "term", limits="(0, 1)")
     # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/studies/fit_iv_model.py reproduces these).
     iv_model_coefs: list[float] = setting([-0.3277, 0.6994, -1.4935], "log IV = a + b log(sigma_ewma) + c "
                                           "leverage", limits="(-100, 100)")

@@ -15,7 +15,7 @@ import numpy as np
 
 from clstm_ppo.config import MarketConfig
 from clstm_ppo.data.dataset import MarketData
-from clstm_ppo.data.stale import stale_opens
+from clstm_ppo.data.stale import market_stale_opens
 
 
 @dataclass
@@ -29,7 +29,7 @@ class MarketInputs:
     iv_source: str  # "column" (a real series) or "model"
 
 
-def ewma_vol(log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods_per_year: int) -> np.ndarray:
+def ewma_vol(log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods_per_year: float) -> np.ndarray:
     """Annualised EWMA volatility (RiskMetrics) of (S, T) log returns; bar t's value reads returns up to t.
 
     ``first_var``: (S,) per-bar variance before the first return (a causal start, e.g. the realised
@@ -43,7 +43,7 @@ def ewma_vol(log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods
     return np.sqrt(var * periods_per_year)
 
 
-def leverage(log_returns: np.ndarray, lam: float, periods_per_year: int) -> np.ndarray:
+def leverage(log_returns: np.ndarray, lam: float, periods_per_year: float) -> np.ndarray:
     """EWMA of signed returns (annualised by sqrt(periods)): implied vol falls after rallies, rises after falls."""
     out = np.empty_like(log_returns)
     prev = np.zeros(log_returns.shape[0])
@@ -111,5 +111,5 @@ def market_inputs(data: MarketData, cfg: MarketConfig) -> MarketInputs:
         iv_close=iv_close, iv_open=iv_open, rate=rate,
         dividend_yield=np.where(adjusted, 0.0, cfg.dividend_yield),
         long_run_iv=np.median(iv_close[:, slice(*data.splits["train"])], axis=1),
-        stale_open=stale_opens(data.bars["open"], data.bars["close"]), iv_source="column" if use_column else "model",
+        stale_open=market_stale_opens(data), iv_source="column" if use_column else "model",
     )

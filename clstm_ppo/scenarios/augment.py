@@ -127,8 +127,10 @@ def augmented_data(real: MarketData, cfg: Config,
         for symbol, table in zip(symbols, tables, strict=True):
             file = Path(folder) / f"{symbol}.parquet"
             table.frame.to_parquet(file, index=False)
+            # the path's bars annualise as the real ones do (its warm-up days would not move a daily clock)
             one = build_market_data(replace(d, source=str(file), symbols=None, train_end=train_last,
-                                            val_end=val_last, augment=0.0, augment_checkpoint=""),
+                                            val_end=val_last, augment=0.0, augment_checkpoint="",
+                                            periods_per_year=real.periods_per_year),
                                     normalizer=real.normalizer)
             one = replace(one, dividend_adjusted=np.array([table.dividend_adjusted]),
                           broad_index=np.array([table.broad_index]))

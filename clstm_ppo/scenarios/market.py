@@ -70,7 +70,8 @@ def sample_market_data(generator: FittedGenerator | str | Path, paths: int, leng
             file = Path(folder) / f"{symbol}.parquet"
             table.to_parquet(file, index=False)
             built = build_market_data(replace(cfg, source=str(file), symbols=None, train_end=str(train_end.date()),
-                                              val_end=str(last.date())), normalizer=normalizer or real.normalizer)
+                                              val_end=str(last.date()), periods_per_year=real.periods_per_year),
+                                      normalizer=normalizer or real.normalizer)
             assert built.splits["test"][1] - built.splits["test"][0] == length  # the split is the path, no more
             if market is not None:
                 built = add_observed_features(built, cfg, market, normalizer)

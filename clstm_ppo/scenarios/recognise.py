@@ -158,10 +158,10 @@ def measure(clf: RegimeClassifier, real: np.ndarray, real_labels: np.ndarray,
     }
 
 
-def _stats(r: np.ndarray) -> dict[str, float]:
+def _stats(r: np.ndarray, periods_per_year: float) -> dict[str, float]:
     if r.size < 3:
         return {"vol": float("nan"), "skew": float("nan"), "kurtosis": float("nan"), "mean_return": float("nan")}
-    return {"vol": float(r.std() * np.sqrt(252)), "skew": skew(r), "kurtosis": excess_kurtosis(r),
+    return {"vol": float(r.std() * np.sqrt(periods_per_year)), "skew": skew(r), "kurtosis": excess_kurtosis(r),
             "mean_return": float(r.mean())}
 
 
@@ -172,10 +172,11 @@ def _order(stats: dict[str, dict[str, float]]) -> bool:
 
 
 def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, length: int,
-                  seed: int) -> dict[str, Any]:
+                  seed: int, periods_per_year: float) -> dict[str, Any]:
     """The report's ``regimes`` block for a conditional generator (``gen.regimes`` set).
 
-    ``held_ret`` (S, T): the returns after the training split. Per regime, ``paths`` paths of ``length`` bars
+    ``held_ret`` (S, T): the returns after the training split; ``periods_per_year``: the data's bars a year, which
+    annualise the vols. Per regime, ``paths`` paths of ``length`` bars
     (seed + 10 + regime index) give both the classifier's generated windows and the generated vol and skew.
     """
     rule = gen.regimes
@@ -188,11 +189,12 @@ def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, l
     for i, name in enumerate(REGIMES):
         r = gen.sample_features(paths, max(length, n_bars), name, seed + 10 + i)[..., ret_col]
         generated[i] = path_windows(r, n_bars)
-        gen_stats[name] = _stats(r)
+        gen_stats[name] = _stats(r, periods_per_year)
     train_ret = ts.raw[..., ret_col]
     held_labels = rule.label(held_ret)
-    real_stats = {"real_train": {n: _stats(train_ret[ts.labels == i]) for i, n in enumerate(REGIMES)},
-                  "real_held_out": {n: _stats(held_ret[held_labels == i]) for i, n in enumerate(REGIMES)}}
+    real_stats = {"real_train": {n: _stats(train_ret[ts.labels == i], periods_per_year) for i, n in enumerate(REGIMES)},
+                  "real_held_out": {n: _stats(held_ret[held_labels == i], periods_per_year)
+                                    for i, n in enumerate(REGIMES)}}
     out = {
         "classifier": f"softmax regression on the trailing {rule.window}-bar return and volatility of windows of "
                       f"{n_bars} bars (and their squares and product), fitted on real training-split windows",
@@ -234,8 +236,9 @@ def format_regimes(block: dict[str, Any]) -> list[str]:
     order = block["order_met"]
     lines.append("held%: share of real held-out windows; recall: real held-out accuracy per regime; gen: generated "
                  "windows labelled as requested; rule: generated windows the labelling rule itself puts in the "
-                 "requested regime; vol, skew, mean: daily log returns of the real training bars with that label "
-                 "and of the generated paths. Bear and crash more volatile and more negatively skewed than bull: "
+                 "requested regime; vol (annualised at the data's bars a year), skew, mean: bar log returns of the "
+                 "real training bars with that label and of the generated paths. Bear and crash more volatile and "
+                 "more negatively skewed than bull: "
                  f"generated {'yes' if order['generated'] else 'no'}, real training bars "
                  f"{'yes' if order['real_train'] else 'no'}, real held-out bars "
                  f"{'yes' if order['real_held_out'] else 'no'}")

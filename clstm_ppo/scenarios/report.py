@@ -92,7 +92,7 @@ def build_report(gen: FittedGenerator, data: MarketData, paths: int = 1000, leng
                                                        ret_col, iters, seed)
     if gen.regimes is not None:
         # per regime: the classifier goal, and vol and skew of generated and real bars (recognise.py)
-        report["regimes"] = regime_report(gen, ts, real_ret, min(paths, 200), length, seed)
+        report["regimes"] = regime_report(gen, ts, real_ret, min(paths, 200), length, seed, data.periods_per_year)
     if plot_dir is not None:
         from clstm_ppo.scenarios.plots import write_plots  # matplotlib only when plots are asked for
 

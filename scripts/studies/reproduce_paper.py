@@ -187,9 +187,18 @@ def fold_fits(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return fits
 
 
+def bars_a_year(args: argparse.Namespace) -> float:
+    """The data's bars a year (its clock, or data.periods_per_year), which annualise the deflated Sharpe ratio."""
+    cfg = load_config(args.config, [*args.overrides, f"data.source={args.data}"])
+    try:
+        return build_market_data(cfg.data).periods_per_year
+    except DataError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
 def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: list[str], rewards: list[str],
-           default_window: int, folds: list[Any]) -> dict[str, Any]:
-    """Every table of the report from the cells' results."""
+           default_window: int, folds: list[Any], periods_per_year: float) -> dict[str, Any]:
+    """Every table of the report from the cells' results; ``periods_per_year``: the data's bars a year."""
     at_default = [(c, r) for c, r in zip(cells, results, strict=True) if c["window"] == default_window]
     labels = [label(k, w) for w in rewards for k in kinds]
     by_label = {lab: [(c, r) for c, r in at_default if label(c["kind"], c["reward"]) == lab] for lab in labels}
@@ -232,7 +241,7 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
                 "smoothed_sharpe_excess": (r["smoothed"] or _missing())["sharpe_excess"]}
                for c, r in zip(cells, results, strict=True)]
     return {"main": summary_rows(main_runs | smoothed), "paired": paired_rows(main_runs | smoothed, pairs),
-            "per_fold": per_fold, "walks": walks, "deflated": deflated_best(daily),
+            "per_fold": per_fold, "walks": walks, "deflated": deflated_best(daily, periods_per_year),
             "ablation": summary_rows(ablation),
             "ablation_paired": paired_rows(ablation | {"buy_and_hold": main_runs["buy_and_hold"]}, ablation_pairs),
             "per_run": per_run}
@@ -286,7 +295,7 @@ def main() -> None:
     cells = [{"kind": k, "reward": w, "window": t, "seed": seed, "fold": fold}
              for fold in folds for k, w, t in configs for seed in range(args.seeds)]
     results = run_cells(args, cells, fits)
-    tables = gather(cells, results, list(args.kinds), list(args.rewards), default_window, folds)
+    tables = gather(cells, results, list(args.kinds), list(args.rewards), default_window, folds, bars_a_year(args))
     tables["folds"] = list(fits.values())
     print(format_records(display(tables["main"])))
     print()
