@@ -68,13 +68,14 @@ class DataConfig(Section):
                                   "validation and test stay real", limits="[0, 1)")
     augment_checkpoint: str = setting("", "scenario generator the augmentation pool is sampled from "
                                           "(python -m clstm_ppo.scenarios train)")
-    augment_paths: int = setting(16, "paths in the augmentation pool (generator, bootstrap)", limits=">= 1")
+    augment_paths: int = setting(16, "paths in the augmentation pool (generator, bootstrap, fhs)", limits=">= 1")
     augment_source: str = setting("generator", "where the augmentation pool comes from: generator "
-                                               "(data.augment_checkpoint), bootstrap (the real training bars, "
-                                               "whole, in stationary blocks) or underlyings "
-                                               "(data.augment_underlyings' own histories up to the training "
-                                               "split's end): docs/TRAINING.md",
-                                  choices=("generator", "bootstrap", "underlyings"))
+                                               "(data.augment_checkpoint), bootstrap (the real training bars, whole, "
+                                               "in stationary blocks), fhs (filtered historical simulation of the "
+                                               "training bars: docs/SCENARIOS.md) or underlyings "
+                                               "(data.augment_underlyings' own histories up to the training split's "
+                                               "end): docs/TRAINING.md",
+                                  choices=("generator", "bootstrap", "fhs", "underlyings"))
     augment_block: float = setting(0.0, "augment_source bootstrap: mean block length in bars; 0: Politis and White's "
                                         "on the squared returns", limits=">= 0")
     augment_underlyings: str = setting("", "augment_source underlyings: a data source (a built-in name such as dow, "
