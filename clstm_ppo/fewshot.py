@@ -1,4 +1,4 @@
-"""``python -m clstm_ppo.fewshot``: 3-way BUY/HOLD/SELL few-shot learning on held-out underlyings (SPEC section 12).
+"""``python -m clstm_ppo.fewshot``: 3-way BUY/HOLD/SELL few-shot learning on held-out underlyings (docs/ADAPTATION.md).
 
     clstm-ppo-fewshot --data dow --method all --json fewshot.json --plot fewshot.png
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics (SPEC section 5) from the env's per-episode statistics."""
+"""Evaluation metrics (docs/BACKTEST.md) from the env's per-episode statistics."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The optimizer step (gradient clipping, then Adam) replayed as one CUDA graph (SPEC section 13).
+"""The optimizer step (gradient clipping, then Adam) replayed as one CUDA graph (docs/ENVIRONMENT.md).
 
 Eager, a clipped Adam step on CUDA is nearly thirty kernel launches from Python over the parameter lists (the norms,
 the clip, Adam's two moments, its bias corrections and the update). Captured, it is one replay. Capture needs:

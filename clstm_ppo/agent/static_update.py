@@ -1,4 +1,4 @@
-"""The PPO update's minibatch loss with fixed shapes and no host sync, compiled (SPEC section 13).
+"""The PPO update's minibatch loss with fixed shapes and no host sync, compiled (docs/ENVIRONMENT.md).
 
 The eager loss (``ppo.DistinctBarsLoss``) encodes the minibatch's distinct bars (``torch.unique``: a shape set by the
 data) and cuts LSTM 2 into fused runs at episode starts (read on the host). Neither compiles, and at GPU sizes,

@@ -1,4 +1,4 @@
-"""The market's two fitted settings, refitted from a fold's training years only (issue 24, item 1).
+"""The market's two fitted settings, refitted from a fold's training years only (docs/BACKTEST.md).
 
 - ``market.iv_model_coefs``: least squares of log VIX on the EWMA vol and leverage of the S&P 500
   (``clstm_ppo.market.inputs.fit_iv_model``), over the bars up to the fold's ``data.train_end``. Used by every

@@ -1,5 +1,5 @@
 """CBOE's PutWrite (PUT) and BuyWrite (BXM) indices replayed in the simulated market: practitioners' benchmarks
-the market can be checked against year by year (SPEC section 4; docs/MARKET.md section 5 has the comparison).
+the market can be checked against year by year (docs/MARKET.md section 5 has the comparison).
 
 Both are direct simulations, not policies of the env: they sell options in fractional contracts, sized as an
 index is, which the env's action space does not offer. They walk exactly the continuous walk's bars

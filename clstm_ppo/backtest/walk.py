@@ -1,5 +1,5 @@
 """A continuous, date-indexed walk over a whole split: one env copy per underlying from the split's first bar to
-its last, deterministic, the same walk for the agent and every benchmark (SPEC section 5).
+its last, deterministic, the same walk for the agent and every benchmark (docs/BACKTEST.md).
 
 The first bar is the split's first bar whose window is complete; the window may reach back into earlier
 splits' bars, which are past. Nothing ends the walk early: no episode length, no ruin.

@@ -143,7 +143,7 @@ class MarketConfig(Section):
                                     limits="(-1, 1)")  # negative rates do occur
     dividend_yield: float = setting(0.015, "q for prices without dividends in them (0 where Adj Close was "
                                            "applied)", limits="(-1, 1)")
-    iv_source: str = setting("auto", "implied vol (SPEC 4a, docs/MARKET.md): auto = the data's iv/vix column if "
+    iv_source: str = setting("auto", "implied vol (docs/MARKET.md): auto = the data's iv/vix column if "
                                      "it has one, else the model; model ignores any iv column",
                              choices=("auto", "column", "model"))
     # The VIX is a variance-swap rate that sits above ATM vol by about the skew's share. 0.89: fitted on the
@@ -161,7 +161,7 @@ class MarketConfig(Section):
                                           "leverage", limits="(-100, 100)")
     # iv(K, T) = atm(T) - skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z, skew =
     # iv_skew below the money and iv_call_skew above it: the 0.95 strike ~6.2 vol points over the money at 30
-    # days (SPX in calm markets, SPEC 4a: 5-8 points), the 1.05 strike ~2.0 under (the index's call wing is
+    # days (SPX in calm markets, docs/MARKET.md: 5-8 points), the 1.05 strike ~2.0 under (the index's call wing is
     # flatter than its put wing: 1-3 points at 5% out of the money); flat beyond the wing so far strikes stay
     # below ~ATM + 30 points. Set by hand: no option-chain data ships here. Until 2026-11-27 one skew served
     # both sides (iv_call_skew 1.1), which put the 1.05 call 4.9 points under the money at any level: under
@@ -255,7 +255,7 @@ class AgentConfig(Section):
     lstm1_hidden: int = setting(64, "LSTM 1: feature extractor over the TW-bar window", limits=">= 1")
     mlp_hidden: int = setting(64, "the 3-layer tanh MLP after LSTM 1", limits=">= 1")
     lstm2_hidden: int = setting(128, "LSTM 2: recurrent policy over the decision sequence", limits=">= 1")
-    # The CLSTM-PPO paper's comparison (SPEC section 10); last, so AgentConfig(64, 64, 128) still reads as sizes.
+    # The CLSTM-PPO paper's comparison (docs/BACKTEST.md); last, so AgentConfig(64, 64, 128) still reads as sizes.
     kind: str = setting("clstm", "clstm: LSTM 1 + MLP over the window, then LSTM 2; lstm: the current bar "
                                  "(projected to mlp_hidden) straight to LSTM 2; mlp: the current bar through two "
                                  "tanh layers lstm2_hidden wide, no recurrence", choices=("clstm", "lstm", "mlp"))

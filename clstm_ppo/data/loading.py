@@ -42,7 +42,7 @@ class BuiltinSource:
     origin: str
     iv_filename: str = ""  # a VIX-style daily file (Date, Open, High, Low, Close in percent points) joined by date
     rate_filename: str = ""  # FRED DTB3-style daily file (Date, rate_pct: discount-basis percent) joined by date
-    broad_index: bool = False  # a broad-based index: its short options margin at index rates (SPEC section 4)
+    broad_index: bool = False  # a broad-based index: its short options margin at index rates (docs/MARKET.md)
     # Bars after a joined series' last date take its last value (else they are an error): a declared
     # approximation, never a silent one (README, Data).
     carry_past_end: bool = False

@@ -1,6 +1,6 @@
 """The per-bar series the option market reads: implied vol at each open and close, rates, dividends, stale opens.
 
-Implied vol comes, in order of preference (SPEC section 4a), from a real series joined by date (the embedded
+Implied vol comes, in order of preference (docs/MARKET.md), from a real series joined by date (the embedded
 S&P 500 carries the CBOE VIX; a user file may carry an ``iv``/``vix`` column), else from a model: an EWMA
 volatility estimate mapped to implied vol by ``log IV = a + b log(sigma_ewma) + c leverage``, whose
 coefficients were fitted on the S&P 500 with the VIX over the training split only (``fit_iv_model``,
