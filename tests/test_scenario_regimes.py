@@ -10,6 +10,7 @@ from clstm_ppo.config import DataConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.scenarios.__main__ import main
 from clstm_ppo.scenarios.fit import training_set
+from clstm_ppo.scenarios.quality_report import held_out_features
 from clstm_ppo.scenarios.recognise import (
     RegimeClassifier,
     held_out_windows,
@@ -17,8 +18,7 @@ from clstm_ppo.scenarios.recognise import (
     regime_report,
     training_windows,
 )
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
-from clstm_ppo.scenarios.report import held_out_features
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule
 
 # daily drift and volatility of each regime's blocks: far apart in trailing return, and crash far apart in vol
 BLOCKS = {"bull": (0.006, 0.004), "bear": (-0.004, 0.006), "sideways": (0.0, 0.003), "crash": (-0.015, 0.03)}

@@ -122,7 +122,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from clstm_ppo.scenarios.report import build_report, format_report  # arch and the judges: only when asked
+    from clstm_ppo.scenarios.quality_report import build_report, format_report  # arch and the judges: only when asked
 
     gen = load_generator(args.checkpoint)
     if "config" not in gen.data:

@@ -15,7 +15,7 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.scenarios.coding import Transform
 from clstm_ppo.scenarios.features import Scaler, bar_features, feature_names, split_bars, start_state
 from clstm_ppo.scenarios.generator import DEFAULT_STEPS, FittedGenerator, build_model, check_model, load_generator
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule
 from clstm_ppo.scenarios.sampling import calibrate, transitions
 from clstm_ppo.training.checkpoint import CheckpointError
 from clstm_ppo.training.tracking import Tracker

@@ -21,7 +21,7 @@ from clstm_ppo.scenarios.calibration import Calibration
 from clstm_ppo.scenarios.cgan import CGan
 from clstm_ppo.scenarios.coding import Transform
 from clstm_ppo.scenarios.features import BASE_COLUMNS, paths_frame, reconstruct
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule
 from clstm_ppo.scenarios.sampling import PROPOSALS, draw_paths
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings

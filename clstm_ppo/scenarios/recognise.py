@@ -4,7 +4,7 @@ The goal: a classifier trained on real regime labels labels generated paths with
 real held-out paths; crash paths at least twice as volatile as bull paths, bear and crash more negatively skewed.
 
 The classifier is a softmax (multinomial logistic) regression on statistics of the return column alone: over the
-last ``rule.window`` bars of a window, the trailing log return and volatility (what regimes.py labels by), their
+last ``rule.window`` bars of a window, the trailing log return and volatility (what regime_labels.py labels by), their
 squares and their product, so it can draw the curved crash boundary (a deep fall, or any fall that is violent).
 Why not a GRU on every column: the labels are a function of returns, and a judge that also read the gap, the
 wicks or the VIX level could "recognise" a crash by a generated VIX level on a calm path (the S&P 500 cGAN does
@@ -30,7 +30,7 @@ from torch import nn
 
 from clstm_ppo.scenarios.fit import TrainingSet
 from clstm_ppo.scenarios.metrics import excess_kurtosis, skew
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule, trailing
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
 
 GOAL_POINTS = 10.0  # the goal's tolerance between generated and real held-out accuracy, in percentage points
 # The labels are a hard function of these statistics, so the ridge only keeps the optimum finite on a separable set;

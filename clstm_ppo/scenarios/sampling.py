@@ -5,7 +5,7 @@
   training split's regime-to-regime transition frequencies, from the start's own label, so regimes persist and
   switch as they did in training.
 - A requested regime is held: the cGAN proposes ``proposals`` bars for each path and the path takes the first whose
-  regime window (the window's returns, labelled as regimes.py labels real bars) keeps the requested label, or, if
+  regime window (the window's returns, labelled as regime_labels.py labels real bars) keeps the requested label, or, if
   none does, the one whose window return is nearest the regime's mean in training. This is rejection sampling of
   the cGAN's bars conditioned on the regime's own definition; ``proposals=1`` is the network alone.
 - TimeGAN draws windows of coded residuals, laid end to end from fresh noise, and the filter turns them into bars.
@@ -23,7 +23,7 @@ import torch
 
 from clstm_ppo.scenarios.calibration import Calibration
 from clstm_ppo.scenarios.filtering import FilterState
-from clstm_ppo.scenarios.regimes import trailing
+from clstm_ppo.scenarios.regime_labels import trailing
 
 DRAWS_PER_ROW = 8  # generated residuals per training state when calibrating
 TIMEGAN_WINDOWS = 2000

@@ -23,8 +23,8 @@ from clstm_ppo.scenarios.baselines import Bootstrap, Fhs, GarchT
 from clstm_ppo.scenarios.features import paths_frame, reconstruct, start_state
 from clstm_ppo.scenarios.fit import data_identity, training_set
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
+from clstm_ppo.scenarios.quality_report import held_out_features
 from clstm_ppo.scenarios.recognise import regime_report
-from clstm_ppo.scenarios.report import held_out_features
 from clstm_ppo.scenarios.verdict import stress_warning
 
 BASELINE_NAMES = ("fhs", "garch_t", "bootstrap")

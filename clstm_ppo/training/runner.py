@@ -33,13 +33,13 @@ from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.market.observed import observed_market_data
+from clstm_ppo.pretraining.encoder import pretrain
+from clstm_ppo.pretraining.rule_prior import RulePrior
 from clstm_ppo.training import rank_state as ranks
 from clstm_ppo.training.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.training.monitor import ResourceMonitor
 from clstm_ppo.training.plan import ExecutionPlan
-from clstm_ppo.training.pretraining import pretrain
 from clstm_ppo.training.reporting import Reporter, describe, farewell
-from clstm_ppo.training.rule_prior import RulePrior
 from clstm_ppo.training.selection import Selection
 from clstm_ppo.training.stopping import StopRequest, agree
 from clstm_ppo.training.tracking import Tracker

@@ -1,7 +1,7 @@
 """LSTM 1 + MLP pretrained before the first update (``train.pretraining``), on every rank, then made identical.
 
-Supervised (next-bar returns, ``agent/pretrain.py``) or meta-learned (MAML or prototypical networks over 3-way
-few-shot tasks, ``meta/pretrain.py``, loaded only when asked). Rank 0 reports how it went.
+Supervised (next-bar returns, ``pretraining/supervised.py``) or meta-learned (MAML or prototypical networks over 3-way
+few-shot tasks, ``pretraining/meta_learned.py``, loaded only when asked). Rank 0 reports how it went.
 """
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import torch
 
 from clstm_ppo.agent import CascadedActorCritic
-from clstm_ppo.agent.pretrain import pretrain_encoder
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.windows import MarketWindows
 from clstm_ppo.distributed import DistContext
+from clstm_ppo.pretraining.supervised import pretrain_encoder
 from clstm_ppo.training.reporting import Reporter
 
 
@@ -24,7 +24,7 @@ def pretrain(model: CascadedActorCritic, windows: MarketWindows, data: MarketDat
     rank 0 (the one with a ``reporter``) writes the supervised losses into ``run_dir``."""
     method = cfg.train.pretrain_method
     if method != "supervised":
-        from clstm_ppo.meta.pretrain import meta_pretrain_encoder
+        from clstm_ppo.pretraining.meta_learned import meta_pretrain_encoder
 
         history = meta_pretrain_encoder(model.encoder, data, cfg, method, cfg.seed)
         ctx.broadcast_parameters(model)
