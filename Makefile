@@ -46,7 +46,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
 bench: $(VENV)/.installed
-	$(PY) scripts/bench_data.py
+	$(PY) scripts/bench/bench_data.py
 
 clean-venv:
 	rm -rf $(VENV)

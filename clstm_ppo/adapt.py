@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.agent.loading import checkpoint_config, load_agent
 from clstm_ppo.agent.model import CascadedActorCritic
 from clstm_ppo.agent.optimizer_step import make_adam
 from clstm_ppo.backtest.policies import agent_policy
@@ -33,7 +34,6 @@ from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
-from clstm_ppo.evaluate import checkpoint_config, load_agent
 from clstm_ppo.market.observed import observed_feature_names, observed_market_data
 from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import has_run, load_checkpoint
@@ -68,7 +68,7 @@ def fresh_start(cfg: Config, state: dict[str, Any]) -> dict[str, Any]:
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 
 
-def train_run(cfg: Config, run_dir: Path, device: torch.device, start: dict[str, Any], part: str) -> Path:
+def train_from_start(cfg: Config, run_dir: Path, device: torch.device, start: dict[str, Any], part: str) -> Path:
     """K env steps of PPO from ``start`` into ``run_dir`` through the trainer; returns its latest.pt."""
     from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
@@ -126,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg.train.device, cfg.train.compile = device.type, False
     if args.seed is not None:
         cfg.seed = args.seed
-    paths = {"adapted": train_run(cfg, out / "adapted", device,
+    paths = {"adapted": train_from_start(cfg, out / "adapted", device,
                                   start_state(state, state["model"], state["optimizer"], cfg.train.num_envs),
                                   args.part)}
     if not args.no_scratch:
-        paths["scratch"] = train_run(cfg, out / "scratch", device, fresh_start(cfg, state), "all")
+        paths["scratch"] = train_from_start(cfg, out / "scratch", device, fresh_start(cfg, state), "all")
     paths["zero_shot"] = Path(args.checkpoint)
     results: dict[str, WalkResult] = {}
     data = None

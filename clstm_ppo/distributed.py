@@ -1,12 +1,16 @@
 """Process-group context: rank, world size and the collectives the trainer uses.
 
 With one worker every collective is the identity, so the trainer has a single
-code path. Every rank calls every collective the same number of times.
+code path. Every rank calls every collective the same number of times, and each
+call is counted, with whether a CUDA graph was being captured: a collective inside
+a capture deadlocks (NCCL before 2.9.6, gloo always), so such a call is refused
+in one line instead (docs/DISTRIBUTED.md).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,11 +22,42 @@ class TrainingFailure(RuntimeError):
     """A stop every rank agreed on because training went wrong (e.g. a non-finite loss)."""
 
 
+@dataclass
+class CollectiveRecord:
+    """How many times each collective ran, and how many of those inside a CUDA graph capture (always 0: such a
+    call raises first). The trainer logs and clears it at each update boundary."""
+
+    calls: Counter = field(default_factory=Counter)
+    in_capture: int = 0
+
+    def note(self, name: str) -> None:
+        capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+        if capturing:
+            self.in_capture += 1
+            raise RuntimeError(f"a collective ({name}) was called while a CUDA graph was being captured, where it "
+                               "would deadlock: keep collectives outside captured code (docs/DISTRIBUTED.md)")
+        self.calls[name] += 1
+
+    def take(self) -> dict[str, int]:
+        """The counts since the last take, and the captures' (``in_capture``), then cleared."""
+        out = {**dict(sorted(self.calls.items())), "in_capture": self.in_capture}
+        self.calls.clear()
+        self.in_capture = 0
+        return out
+
+
 @dataclass(frozen=True)
 class DistContext:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    ranks_per_gpu: int = 1  # >1: a test mode, several ranks sharing one GPU over gloo
+    record: CollectiveRecord = field(default_factory=CollectiveRecord, compare=False, repr=False)
+
+    @property
+    def gpu_index(self) -> int:
+        """This rank's GPU among the machine's visible ones."""
+        return self.local_rank // self.ranks_per_gpu
 
     @property
     def is_main(self) -> bool:
@@ -35,6 +70,7 @@ class DistContext:
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return tensor
+        self.record.note("all_reduce")
         out = tensor.clone()
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out
@@ -60,6 +96,7 @@ class DistContext:
         pickled."""
         if not self.enabled:
             return [obj]
+        self.record.note("gather")
         tensors: list[torch.Tensor] = []
         skeleton = _take_tensors(obj, tensors)
         layout = [(t.dtype, tuple(t.shape)) for t in tensors]
@@ -80,6 +117,7 @@ class DistContext:
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's weights (after work each rank did alone, e.g. pretraining)."""
         if self.enabled:
+            self.record.note("broadcast")
             for param in module.parameters():
                 dist.broadcast(param.data, src=0)
 
@@ -177,12 +215,13 @@ def torchrun_context() -> DistContext | None:
 
 
 def init_group(ctx: DistContext, device: torch.device, timeout_s: float) -> None:
-    """Join the group: NCCL between GPUs, gloo between CPU workers; MASTER_ADDR/PORT come from the env."""
+    """Join the group: NCCL between GPUs, gloo between CPU workers and between ranks that share a GPU (NCCL refuses
+    two ranks on one device); MASTER_ADDR/PORT come from the env."""
     import datetime
 
     if not ctx.enabled:
         return
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = "nccl" if device.type == "cuda" and ctx.ranks_per_gpu == 1 else "gloo"
     dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
 

@@ -1,4 +1,4 @@
-"""``python -m clstm_ppo.fewshot``: 3-way BUY/HOLD/SELL few-shot learning on held-out underlyings (SPEC section 12).
+"""``python -m clstm_ppo.fewshot``: 3-way BUY/HOLD/SELL few-shot learning on held-out underlyings (docs/ADAPTATION.md).
 
     clstm-ppo-fewshot --data dow --method all --json fewshot.json --plot fewshot.png
 
@@ -21,9 +21,9 @@ import torch
 from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.dataset import build_market_data
+from clstm_ppo.meta.accuracy_report import format_table, plot_steps
 from clstm_ppo.meta.experiment import METHODS, Protocol, run_protocol
 from clstm_ppo.meta.maml import MamlConfig
-from clstm_ppo.meta.report import format_table, plot_steps
 from clstm_ppo.tables import strict_json
 
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics (SPEC section 5) from the env's per-episode statistics."""
+"""Evaluation metrics (docs/BACKTEST.md) from the env's per-episode statistics."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,22 +7,22 @@ from clstm_ppo.env.episodes import ragged
 from clstm_ppo.env.state import EPISODE_SUMS
 from clstm_ppo.market import COST_KINDS
 
-TRADING_DAYS = 252
 # Each gets its own best_<metric>.pt; composite_smoothed is the mean composite of the last few (selection.py).
 BEST_METRICS = ("composite", "composite_smoothed", "win_rate", "profit_rate", "sharpe")
 COST_FIELDS = tuple(f"cost_{kind}" for kind in COST_KINDS)  # $ per episode, one metric per kind
 
 
-def sharpe(daily_returns: np.ndarray) -> float:
-    """Annualised Sharpe of daily equity returns (rf = 0); 0 for a flat curve."""
-    std = daily_returns.std(ddof=1) if len(daily_returns) > 1 else 0.0
-    return float(np.sqrt(TRADING_DAYS) * daily_returns.mean() / std) if std > 0 else 0.0
+def sharpe(returns: np.ndarray, periods_per_year: float) -> float:
+    """Annualised Sharpe of per-bar equity returns (rf = 0) at ``periods_per_year`` bars a year (the data's clock,
+    ``MarketData.periods_per_year``); 0 for a flat curve."""
+    std = returns.std(ddof=1) if len(returns) > 1 else 0.0
+    return float(np.sqrt(periods_per_year) * returns.mean() / std) if std > 0 else 0.0
 
 
-def sortino(daily_returns: np.ndarray) -> float:
-    downside = np.minimum(daily_returns, 0.0)
-    dd = np.sqrt((downside**2).mean()) if len(daily_returns) else 0.0
-    return float(np.sqrt(TRADING_DAYS) * daily_returns.mean() / dd) if dd > 0 else 0.0
+def sortino(returns: np.ndarray, periods_per_year: float) -> float:
+    downside = np.minimum(returns, 0.0)
+    dd = np.sqrt((downside**2).mean()) if len(returns) else 0.0
+    return float(np.sqrt(periods_per_year) * returns.mean() / dd) if dd > 0 else 0.0
 
 
 def max_drawdown(equity: np.ndarray) -> float:
@@ -42,11 +42,12 @@ def composite_score(win_rate: float, profit_rate: float, return_pct: float) -> f
     return (win_rate + profit_rate + float(np.clip((return_pct + 20.0) / 40.0, 0.0, 1.0))) / 3.0
 
 
-def episode_metrics(episodes: dict[str, np.ndarray]) -> dict[str, float]:
-    """Pooled metrics over finished episodes (the dict the env returns, possibly concatenated)."""
+def episode_metrics(episodes: dict[str, np.ndarray], periods_per_year: float) -> dict[str, float]:
+    """Pooled metrics over finished episodes (the dict the env returns, possibly concatenated), their Sharpe and
+    Sortino ratios annualised at the data's ``periods_per_year``."""
     curves = [np.asarray(c, dtype=np.float64) for c in episodes["equity_curve"]]
-    per_episode_sharpe = [sharpe(np.diff(c) / c[:-1]) for c in curves if len(c) > 1]
-    per_episode_sortino = [sortino(np.diff(c) / c[:-1]) for c in curves if len(c) > 1]
+    per_episode_sharpe = [sharpe(np.diff(c) / c[:-1], periods_per_year) for c in curves if len(c) > 1]
+    per_episode_sortino = [sortino(np.diff(c) / c[:-1], periods_per_year) for c in curves if len(c) > 1]
     closed, wins = float(np.sum(episodes["closed"])), float(np.sum(episodes["wins"]))
     win_rate = wins / closed if closed > 0 else 0.0
     profit_rate = float(np.mean(episodes["return"] > 0))

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from clstm_ppo.agent.loading import checkpoint_config, model_from_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition
-from clstm_ppo.evaluate import checkpoint_config, model_from_checkpoint
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import load_checkpoint

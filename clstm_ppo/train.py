@@ -1,4 +1,5 @@
-"""``python -m clstm_ppo.train``: train the cascaded-LSTM PPO agent.
+"""``python -m clstm_ppo.train``: train the cascaded-LSTM PPO agent (the command line of
+``clstm_ppo.training.launch.train_run``).
 
     clstm-ppo-train                          # embedded S&P 500, the default settings (= --config default)
     clstm-ppo-train --config smoke           # seconds on a CPU; a named config or a YAML file
@@ -7,35 +8,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
-import gc
-import os
 import sys
-from pathlib import Path
-
-import torch
+from typing import Any
 
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import Config, ConfigError, load_config, named_configs, to_dict, walk_rules
-from clstm_ppo.device import (
-    check_compile_toolchain,
-    configure_backends,
-    cuda_device_count,
-    pick_device,
-    usable_cores,
-)
-from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
-from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.training.checkpoint import (
-    RESUME_CHOICES,
-    has_run,
-    load_checkpoint,
-    move_aside,
-    remove_stale_writes,
-    resolve_resume,
-    run_lock,
-)
+from clstm_ppo.config import Config, named_configs, walk_rules
+from clstm_ppo.training.checkpoint import RESUME_CHOICES
+from clstm_ppo.training.launch import WorkersFailed, settings_of, train_run
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -75,213 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def setting_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command's own flags gave (``add_setting_flags``), by dotted key."""
+    return {key: getattr(args, key) for key, _, rule in walk_rules(Config)
+            if rule.flag and getattr(args, key) is not None}
+
+
 def resolve_config(args: argparse.Namespace, base: dict | None = None) -> Config:
     """Defaults (or a checkpoint's config), then --config, then --set, then the explicit flags."""
-    flags = {key: getattr(args, key) for key, _, rule in walk_rules(Config)
-             if rule.flag and getattr(args, key) is not None}
-    if "train.total_steps" in flags:
-        flags["train.num_episodes"] = 0  # an explicit step budget replaces an episode budget
-    return load_config(args.config, args.overrides, base=base, flags=flags)
-
-
-# Where and how wide a run executes belongs to each launch, not to the run: a resume on another machine
-# (a laptop after a GPU box, or GPUs after CPU workers) starts these from the defaults, not the checkpoint.
-PER_LAUNCH_SETTINGS = ("device", "threads_per_worker")
-
-
-def resume_base(saved_config: dict) -> dict:
-    """A checkpoint's settings with the per-launch ones reset to their defaults."""
-    defaults = to_dict(Config().train)
-    train = {**saved_config.get("train", {}), **{k: defaults[k] for k in PER_LAUNCH_SETTINGS}}
-    return {**saved_config, "train": train}
-
-
-def check_budget_left(resume: dict, cfg: Config) -> None:
-    """A resume must have training left to do; otherwise say how to give it some."""
-    t = cfg.train
-    if t.num_episodes > 0 and resume["episodes"] >= t.num_episodes:
-        raise ConfigError(f"the checkpoint already holds {resume['episodes']:,} episodes, the budget of "
-                          f"train.num_episodes ({t.num_episodes:,}); pass a larger --num-episodes to train on")
-    if t.num_episodes <= 0 and resume["global_step"] >= t.total_steps:
-        raise ConfigError(f"the checkpoint already holds {resume['global_step']:,} env steps, the budget of "
-                          f"train.total_steps ({t.total_steps:,}); pass a larger --total-steps to train on")
-
-
-def default_run_name(cfg: Config, args: argparse.Namespace) -> str:
-    source = Path(cfg.data.source).name.split(".")[0] if cfg.data.source not in ("sp500", "synthetic") \
-        else cfg.data.source
-    config_name = Path(args.config).name.removesuffix(".yaml") if args.config else "default"
-    return f"{source}-{config_name}"
-
-
-def plan_workers(args: argparse.Namespace, cfg: Config) -> tuple[int, str, str | None]:
-    """(number of workers, device kind, a notice to print) for a launch outside torchrun."""
-    visible = cuda_device_count()
-    if args.num_gpus == 0 or args.num_gpus < -1:
-        raise ConfigError(f"--num-gpus {args.num_gpus} must be -1 (every GPU) or at least 1")
-    if args.num_workers is not None and args.num_workers < 1:
-        raise ConfigError(f"--num-workers {args.num_workers} must be at least 1")
-    want_gpus = args.num_gpus != 1
-    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and visible == 0):
-        if cfg.train.device == "cpu" and want_gpus:
-            raise ConfigError(f"--num-gpus {args.num_gpus} asks for GPUs but --device cpu was given; "
-                              "use --num-workers N for CPU workers")
-        workers = args.num_workers or 1
-        notice = None
-        if want_gpus and args.num_workers is None:
-            workers = max(1, args.num_gpus)  # -1, every GPU: one worker when there is none
-            notice = (f"no CUDA device is visible: running {workers} CPU worker(s) over gloo instead "
-                      f"(the same as --device cpu --num-workers {workers})")
-        return workers, "cpu", notice
-    if visible == 0:
-        raise ConfigError("--device cuda was asked for, but this machine has no CUDA device visible to torch; "
-                          "use --device cpu (or auto)")
-    if args.num_workers is not None:
-        raise ConfigError("--num-workers is for CPU workers; on GPUs use --num-gpus N (one worker per GPU)")
-    gpus = visible if args.num_gpus == -1 else args.num_gpus
-    if gpus > visible:
-        raise ConfigError(f"--num-gpus {gpus} asks for more GPUs than the {visible} visible to this process "
-                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
-                          f"use --num-gpus {visible} or -1")
-    return gpus, "cuda", None
-
-
-def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: Path, resume_path: Path | None,
-               threads: int) -> None:
-    """One worker: join the group, train, leave. Spawned workers get ``ctx=None`` and derive it from their index."""
-    if ctx is None:
-        ctx = DistContext(rank=local_rank, world_size=int(os.environ["CLSTM_PPO_WORLD_SIZE"]), local_rank=local_rank)
-    device = pick_device(cfg.train.device, ctx.local_rank)
-    if device.type == "cpu":
-        torch.set_num_threads(threads)
-    configure_backends(device)
-    init_group(ctx, device, cfg.train.dist_timeout_s)
-    trainer, finished = None, False
-    try:
-        from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
-
-        resume = load_checkpoint(resume_path) if resume_path else None
-        wrap = None
-        if ctx.enabled:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            # Only the eager update's forward goes through DDP (its backward all-reduces gradients; the
-            # static update of env.compile averages them itself); rollouts and checkpoints use the raw module,
-            # so DDP never enters a state_dict.
-            t = cfg.train
-            wrap = functools.partial(DDP, device_ids=[device.index] if device.type == "cuda" else None,
-                                     bucket_cap_mb=t.ddp_bucket_cap_mb, static_graph=t.ddp_static_graph,
-                                     gradient_as_bucket_view=t.ddp_gradient_as_bucket_view)
-        trainer = Trainer(cfg, run_dir, device, ctx, resume, wrap)
-        trainer.run()
-        finished = True
-    except torch.cuda.OutOfMemoryError:
-        # The update's activations grow with a minibatch's decisions (docs/TRAINING.md, "Memory at scale"):
-        # splitting each minibatch k ways with k-fold accumulation keeps the same optimizer steps in 1/k of it.
-        p, done = cfg.ppo, trainer.update if trainer is not None else 0
-        k = next((k for k in (4, 2) if cfg.train.num_envs % (k * p.num_minibatches) == 0), 0)
-        graphs = "--set train.update_graphs=false " if cfg.train.update_graphs else ""  # it refuses accumulation
-        split = (f"split each minibatch with {graphs}--set ppo.num_minibatches={k * p.num_minibatches} --set "
-                 f"ppo.grad_accumulation={k * p.grad_accumulation} (the same optimizer steps; about 1/{k} of the "
-                 "update's activations), or " if k else "")
-        saved = f"latest.pt holds update {done}" if done else "no checkpoint was written"
-        raise ConfigError(f"CUDA ran out of memory on rank {ctx.rank}; {saved}; {split}lower --num-envs or the "
-                          "agent.* sizes") from None
-    finally:
-        # DDP holds the group's communicators: drop it before the group, or gloo's threads can abort
-        # the process while the interpreter shuts down.
-        del trainer
-        gc.collect()
-        leave_group(barrier=finished)
-
-
-def spawn_workers(world_size: int, cfg: Config, run_dir: Path, resume_path: Path | None, port: int,
-                  threads: int, target=None) -> int:
-    """Start one process per worker; forward SIGINT/SIGTERM to them so they stop at an update boundary.
-
-    ``target`` replaces :func:`run_worker` (same arguments) in tests that instrument a worker.
-    """
-    import signal
-
-    import torch.multiprocessing as mp
-    from torch.multiprocessing.spawn import ProcessException
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), CLSTM_PPO_WORLD_SIZE=str(world_size))
-    context = mp.start_processes(target or run_worker, args=(None, cfg, run_dir, resume_path, threads),
-                                 nprocs=world_size, join=False, start_method="spawn")
-
-    def forward(signum, frame):  # noqa: ARG001 (signal handler signature)
-        for process in context.processes:
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGTERM)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not context.join(timeout=0.5, grace_period=10):
-            pass
-    except ProcessException as err:
-        last = [line for line in str(err).strip().splitlines() if line.strip()][-1]
-        print(f"error: worker {err.error_index} failed: {last.strip()}", file=sys.stderr)
-        return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
+    return settings_of(args.config, args.overrides, setting_flags(args), base=base)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.resume_from and args.fresh_start:
-        raise ConfigError("--resume-from and --fresh-start contradict each other; pick one")
-    group = torchrun_context()
-    is_first = group is None or group.rank == 0
-    cfg = resolve_config(args)
-    run_name = cfg.train.run_name or default_run_name(cfg, args)
-    run_dir = Path(cfg.train.checkpoint_dir) / run_name
-    resume_path = None
-    if args.resume_from:
-        resume_path = resolve_resume(args.resume_from, run_dir)
-        resume = load_checkpoint(resume_path)
-        cfg = resolve_config(args, base=resume_base(resume["config"]))  # the run's settings, then this command's
-        check_budget_left(resume, cfg)
-    elif has_run(run_dir) and not args.fresh_start:
-        raise ConfigError(f"{run_dir} already holds a run; continue it with --resume-from latest, "
-                          "start over with --fresh-start (the old run is moved aside), or pick --run-name")
-    observed_market_data(cfg)  # bad data fails here, in one line, before any worker starts
-    if cfg.train.compile:
-        check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
-    cores = usable_cores()
-    share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731
-    if group is None:
-        workers, kind, notice = plan_workers(args, cfg)
-        if kind == "cpu" and cfg.train.precision == "fp16":
-            raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
-    # Every check passed: only now is the run folder touched (locked, and with --fresh-start moved aside).
-    with contextlib.ExitStack() as held:
-        if is_first:
-            held.enter_context(run_lock(run_dir))
-            stale = remove_stale_writes(run_dir)
-            if stale:
-                print(f"removed {len(stale)} unfinished checkpoint write(s) of a killed run: {', '.join(stale)}")
-            if args.resume_from:
-                print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
-                      f"written by {resume['world_size']} worker(s))")
-            if args.fresh_start:
-                moved = move_aside(run_dir)
-                if moved:
-                    print(f"--fresh-start: moved the previous run to {moved}")
-                    held.enter_context(run_lock(run_dir))  # the new, empty folder
-        if group is not None:  # torchrun decides: join the group it describes, spawn nothing
-            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", group.world_size))
-            run_worker(group.local_rank, group, cfg, run_dir, resume_path, share(local_world))
-            return 0
-        if notice:
-            print(notice)
-        if workers == 1:
-            run_worker(0, DistContext(), cfg, run_dir, resume_path, share(1))
-            return 0
-        port = args.master_port or find_free_port()
-        return spawn_workers(workers, cfg, run_dir, resume_path, port, share(workers))
+    try:
+        train_run(args.config, args.overrides, settings=setting_flags(args), resume_from=args.resume_from,
+                  fresh_start=args.fresh_start, num_gpus=args.num_gpus, num_workers=args.num_workers,
+                  master_port=args.master_port)
+    except WorkersFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def entry() -> None:

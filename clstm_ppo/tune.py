@@ -70,10 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     # one line per trial, ours, instead of Optuna's (which adds a traceback to each failed trial)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     from clstm_ppo.tuning.objective import Objective, TrialFailed, report_steps
-    from clstm_ppo.tuning.report import summary_text, write_report
     from clstm_ppo.tuning.runs import TrainSpec
     from clstm_ppo.tuning.space import load_space
     from clstm_ppo.tuning.study import make_pruner, masked, open_storage, open_study, run_workers, storage_url
+    from clstm_ppo.tuning.study_outputs import summary_text, write_report
 
     space = load_space(args.space, args.config, [*args.overrides, f"train.total_steps={steps}"])
     spec = TrainSpec(args.config, args.data, steps, args.threads, list(args.overrides))

@@ -1,9 +1,6 @@
-import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pandas as pd
@@ -13,7 +10,7 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 # The suite checks the CPU path, which every device shares, and means the same on a GPU machine as on CI:
 # without this, `--device auto` picks the GPU there and tests of CPU-only behaviour (fp16 refused on a CPU,
-# "1 worker(s) on cpu", a CUDA checkpoint resumed on a machine without one) fail. scripts/gpu_check.py
+# "1 worker(s) on cpu", a CUDA checkpoint resumed on a machine without one) fail. scripts/ops/gpu_check.py
 # is the check that runs on CUDA; set CLSTM_PPO_TEST_GPU=1 to let the suite see the GPUs anyway.
 if os.environ.get("CLSTM_PPO_TEST_GPU") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -47,19 +44,6 @@ def strict_loads(text: str):
     def refuse(constant: str):
         raise ValueError(f"{constant} is not JSON: a command wrote a number that does not exist")
     return json.loads(text, parse_constant=refuse)
-
-
-def load_script(path: Path) -> ModuleType:
-    """A script under scripts/ as a module, imported as Python imports one: registered in sys.modules while its
-    body runs (a dataclass looks its module up there)."""
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
 
 
 def answers_help(argv: list[str], capsys) -> str:

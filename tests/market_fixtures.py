@@ -3,6 +3,10 @@ import numpy as np
 import pandas as pd
 
 from clstm_ppo.data import FEATURE_NAMES, MarketData, Normalizer
+from clstm_ppo.data.calendar import BarClock
+
+# A daily exchange's clock: every bar opens after the market was shut (so an open at the last close is stale)
+EXCHANGE_DAYS = BarClock(pd.Timedelta(days=1), "exchange", 1.0, 252.0, 252.0)
 
 
 def handmade_market(close: np.ndarray, window: int = 3, turbulence: np.ndarray | None = None,
@@ -21,7 +25,7 @@ def handmade_market(close: np.ndarray, window: int = 3, turbulence: np.ndarray |
               "realized_vol": np.full((1, n), iv)},
         turbulence=np.zeros(n) if turbulence is None else np.asarray(turbulence, dtype=np.float64),
         turbulence_threshold=threshold, splits={"train": (0, n), "validation": (0, n), "test": (0, n)},
-        normalizer=Normalizer(FEATURE_NAMES, np.zeros(f), np.ones(f)), window=window,
+        normalizer=Normalizer(FEATURE_NAMES, np.zeros(f), np.ones(f)), window=window, clock=EXCHANGE_DAYS,
     )
 
 

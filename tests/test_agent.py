@@ -99,7 +99,7 @@ def test_a_non_finite_gradient_is_reported_once_the_update_is_over(precision):
     makes the value gradient non-finite, and the update says so; the same rollout without it does not."""
     import copy
 
-    from clstm_ppo.agent import ppo_update
+    from clstm_ppo.agent import UpdatePaths, ppo_update
     from clstm_ppo.agent.precision import Precision
     from clstm_ppo.config import PPOConfig
 
@@ -112,7 +112,7 @@ def test_a_non_finite_gradient_is_reported_once_the_update_is_over(precision):
         m, prec = copy.deepcopy(model), Precision(torch.device("cpu"), precision)
         m.run_lstms_in_float32(prec.lstms_in_float32)  # as the trainer does: fp32 LSTMs where the CPU has no bf16 one
         stats = ppo_update(m, torch.optim.Adam(m.parameters(), lr=1e-3), s, env.market_windows, cfg,
-                           torch.Generator().manual_seed(0), precision=prec)
+                           torch.Generator().manual_seed(0), UpdatePaths(precision=prec))
         assert stats["nonfinite"] == float(poisoned)
         weights_finite = all(bool(p.isfinite().all()) for p in m.parameters())
         assert weights_finite != poisoned, "a non-finite step leaves NaN weights, which the trainer never saves"
@@ -253,7 +253,7 @@ def test_fp16_on_the_cpu_is_a_clear_error():
 def test_mixed_precision_updates_stay_close_to_fp32(precision):
     import copy
 
-    from clstm_ppo.agent import ppo_update
+    from clstm_ppo.agent import UpdatePaths, ppo_update
     from clstm_ppo.agent.precision import Precision
     from clstm_ppo.config import PPOConfig
 
@@ -265,7 +265,7 @@ def test_mixed_precision_updates_stay_close_to_fp32(precision):
         optimizer = torch.optim.Adam(m.parameters(), lr=1e-3)
         stats = ppo_update(m, optimizer, storage, env.market_windows,
                            PPOConfig(update_epochs=1, num_minibatches=1),
-                           torch.Generator().manual_seed(0), precision=prec)
+                           torch.Generator().manual_seed(0), UpdatePaths(precision=prec))
         assert stats["nonfinite"] == 0.0
         updated[name] = torch.cat([p.detach().flatten() for p in m.parameters()])
     start = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -292,7 +292,7 @@ def test_the_optimizer_step_object_updates_as_the_precisions_step_and_flags_nonf
     weights as the default clip-and-step, and still reports a non-finite update."""
     import copy
 
-    from clstm_ppo.agent import ppo_update
+    from clstm_ppo.agent import UpdatePaths, ppo_update
     from clstm_ppo.agent.optimizer_step import OptimizerStep, make_adam
     from clstm_ppo.agent.precision import Precision
     from clstm_ppo.config import PPOConfig
@@ -310,7 +310,7 @@ def test_the_optimizer_step_object_updates_as_the_precisions_step_and_flags_nonf
             optimizer = make_adam(m.parameters(), 1e-3, cfg)
             step = OptimizerStep(optimizer, cfg.max_grad_norm, capture=True) if use_step else None
             stats = ppo_update(m, optimizer, s, env.market_windows, cfg, torch.Generator().manual_seed(0),
-                               precision=prec, optimizer_step=step)
+                               UpdatePaths(precision=prec, optimizer_step=step))
             assert step is None or not step.capture, "nothing is captured off CUDA"
             weights.append(m.state_dict())
             flags.append(stats["nonfinite"])

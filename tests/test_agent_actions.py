@@ -1,21 +1,26 @@
-"""scripts/agent_actions.py: a checkpoint's greedy walk described by what it chose and how sure it was."""
+"""clstm_ppo/studies/agent_actions.py (scripts/studies/agent_actions.py): a checkpoint's greedy walk described by what
+it chose and how sure it was."""
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import load_script, strict_loads
+from conftest import strict_loads
 
+from clstm_ppo.agent.loading import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.rules import FixedRule, rule_family, rules_policy
 from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.cli import run_cli
 from clstm_ppo.env import ActionSpace
-from clstm_ppo.evaluate import load_agent
+from clstm_ppo.studies.agent_actions import action_census, closest_rule
+from clstm_ppo.tables import strict_json
 from clstm_ppo.train import main as train_main
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agent_actions.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +30,16 @@ def checkpoint(tmp_path_factory):
     return root / "synthetic-smoke" / "latest.pt"
 
 
-def census(capsys, *args) -> dict:
-    """The script's JSON line for ``args``."""
-    assert load_script(SCRIPT).main([*map(str, args), "--json"]) == 0
-    return strict_loads(capsys.readouterr().out.splitlines()[-1])
+def census(*paths, split: str = "test", overrides: tuple[str, ...] = ()) -> dict:
+    """What the command's --json prints for ``paths``, read back as strict JSON."""
+    return strict_loads(strict_json(action_census([str(p) for p in paths], split, list(overrides),
+                                                  torch.device("cpu"))))
 
 
-def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint, capsys):
+def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint):
     """The walk is evaluate's greedy walk (same return); one checkpoint named twice is one walk; the greedy
     action's probability is never below an even split of the valid actions."""
-    out = census(capsys, checkpoint, checkpoint, "--split", "validation")
+    out = census(checkpoint, checkpoint, split="validation")
     assert out["distinct_walks"] == 1 and out["largest_group"] == 2
     row = out["rows"][0]
     cfg, data, model = load_agent(str(checkpoint), None, [], torch.device("cpu"))
@@ -46,8 +51,8 @@ def test_the_census_walks_as_evaluate_does_and_counts_every_decision(checkpoint,
     assert row["p_uniform"] <= row["p_greedy"] <= 1 and 0 <= row["sure"] <= 1
 
 
-def test_the_closest_rule_is_named_with_its_correlation_and_a_rule_is_closest_to_itself(checkpoint, capsys):
-    row = census(capsys, checkpoint)["rows"][0]
+def test_the_closest_rule_is_named_with_its_correlation_and_a_rule_is_closest_to_itself(checkpoint):
+    row = census(checkpoint)["rows"][0]
     cfg, data, model = load_agent(str(checkpoint), None, [], torch.device("cpu"))
     actions = ActionSpace.from_config(cfg.market)
     family = {rule.describe(actions): rule for rule in rule_family(actions)}
@@ -64,21 +69,22 @@ def test_the_closest_rule_is_named_with_its_correlation_and_a_rule_is_closest_to
     names = [rule.describe(actions) for rule in rules]
     walks = walk_batched(names, *rules_policy(rules, actions, len(data.symbols), cfg.env.max_positions, "cpu"),
                          data, "test", cfg, "cpu")
-    script = load_script(SCRIPT)
     for name in names:
-        assert script.closest_rule(walks[name], walks) == (name, pytest.approx(1.0))
+        assert closest_rule(walks[name], walks) == (name, pytest.approx(1.0))
 
 
-def test_another_market_walks_the_same_weights_differently(checkpoint, capsys):
+def test_another_market_walks_the_same_weights_differently(checkpoint):
     """--set reaches the walk's market: the smoke agent trades options, and off the tick grid it walks otherwise."""
-    base = census(capsys, checkpoint)["rows"][0]
-    off_grid = census(capsys, checkpoint, "--set", "market.costs.index_ticks=[0,0]")["rows"][0]
+    base = census(checkpoint)["rows"][0]
+    off_grid = census(checkpoint, overrides=("market.costs.index_ticks=[0,0]",))["rows"][0]
     assert base["trades"] > 0 and any(name.startswith(("buy", "sell")) for name in base["top_actions"])
     assert base["walk"] != off_grid["walk"]
 
 
-def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
-    code = run_cli(load_script(SCRIPT).main, [str(tmp_path / "nothing.pt")])
-    assert code != 0
-    err = capsys.readouterr().err.strip()
+def test_a_missing_checkpoint_is_one_line(tmp_path):
+    """The command as a user runs it: exit status 2 and one line naming the file."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "studies" / "agent_actions.py"),
+                           str(tmp_path / "nothing.pt")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    err = done.stderr.strip()
     assert len(err.splitlines()) == 1 and "nothing.pt" in err

@@ -8,10 +8,10 @@ import torch
 from conftest import make_bars, strict_loads
 from torch import nn
 
+from clstm_ppo.agent.loading import load_agent
 from clstm_ppo.agent.model import CascadedActorCritic
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import AgentConfig, load_config
-from clstm_ppo.evaluate import load_agent
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.predict import main as predict_main
 from clstm_ppo.train import main as train_main

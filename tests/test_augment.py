@@ -161,5 +161,35 @@ def test_other_underlyings_train_on_their_own_bars_up_to_the_training_end_under_
 def test_augmentation_sources_need_their_own_settings_in_one_line():
     with pytest.raises(ConfigError, match="from underlyings needs data.augment_underlyings"):
         load_config("smoke", ["data.augment=0.2", "data.augment_source=underlyings"])
-    with pytest.raises(ConfigError, match="choose one of generator, bootstrap, underlyings"):
+    with pytest.raises(ConfigError, match="choose one of generator, bootstrap, fhs, underlyings"):
         load_config("smoke", ["data.augment_source=gan"])
+
+
+def test_an_fhs_pool_rescales_training_bars_and_reads_no_later_one():
+    """Filtered historical simulation: every pool bar's residual vector (its return over the path's volatility, its
+    gap and wicks over it, its volume change) is a training bar's; the T-bill rate is the real date's; scaling the
+    validation and test bars changes no path; the pool is the seed's."""
+    from clstm_ppo.scenarios.baselines import Fhs
+    from clstm_ppo.scenarios.features import bar_features, feature_names, split_bars
+
+    cfg = load_config("smoke", ["data.augment=0.3", "data.augment_source=fhs", f"data.augment_paths={PATHS}"])
+    real = observed_market_data(cfg)
+    data, weights = augmented_data(real, cfg)
+    s, train_end = len(real.symbols), real.splits["train"][1]
+    assert len(data.symbols) == s + PATHS and weights[-1] == pytest.approx(0.3 / PATHS)
+    np.testing.assert_array_equal(data.features[:s], real.features)
+    names = feature_names(real)
+    fhs = Fhs.fit(bar_features(split_bars(real, "train"), names), names)
+    training = fhs.resid[:, fhs.filt.window:].reshape(-1, len(names))
+    dvol = names.index("dvol")
+    for p in range(s, s + PATHS):  # the volume change is not rescaled: each pool bar's is a training bar's
+        pool = bar_features({k: v[p:p + 1, 1:train_end] for k, v in data.bars.items()}, names)[0, :, dvol]
+        assert np.isin(np.round(pool, 9), np.round(training[:, dvol], 9)).mean() > 0.99
+    if "rate" in real.bars:
+        np.testing.assert_array_equal(data.bars["rate"][s:], np.broadcast_to(real.bars["rate"][0], (PATHS, len(
+            real.dates))))
+    later = observed_market_data(cfg)
+    for key in ("open", "high", "low", "close"):
+        later.bars[key][:, train_end:] *= 1.7
+    again, _ = augmented_data(later, cfg)
+    np.testing.assert_array_equal(again.bars["close"][s:], data.bars["close"][s:])

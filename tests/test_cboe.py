@@ -138,7 +138,7 @@ def test_with_no_premium_and_no_fees_cash_grows_exactly_at_the_rate_series():
 
 @pytest.fixture(scope="module")
 def sp500_training_years():
-    """The embedded S&P 500 walked from 1999-02-22 (the shortest warm-up; scripts/cboe_benchmarks.py)."""
+    """The embedded S&P 500 walked from 1999-02-22 (the shortest warm-up; scripts/studies/cboe_benchmarks.py)."""
     data = build_market_data(DataConfig(source="sp500", turbulence_lookback=20, window=1))
     years = {name: yearly_metrics(run(data, "train", Config())) for name, run in (("putwrite", putwrite),
                                                                                   ("buywrite", buywrite))}

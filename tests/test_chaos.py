@@ -1,5 +1,5 @@
-"""scripts/chaos.py's short version: a random SIGKILL of a random rank at 1 and 2 workers in 8-update runs leaves a
-final state bit-identical to an uninterrupted run's, and each fault ends in one line with nothing damaged
+"""scripts/ops/chaos.py's short version: a random SIGKILL of a random rank at 1 and 2 workers in 8-update runs leaves
+a final state bit-identical to an uninterrupted run's, and each fault ends in one line with nothing damaged
 (docs/RELIABILITY.md has the long runs: 20 kills at each worker count)."""
 import json
 import os
@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_random_kills_lose_nothing_and_every_fault_is_one_line():
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos.py"), "--kills", "1", "--updates", "8",
-                           "--json"], capture_output=True, text=True, timeout=900, cwd=ROOT,
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "chaos.py"), "--kills", "1", "--updates",
+                           "8", "--json"], capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "WANDB_MODE": "offline"})
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

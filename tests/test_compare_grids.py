@@ -1,17 +1,20 @@
-"""scripts/compare_grids.py: two paper-comparison grids paired run by run (configuration, window, seed, fold)."""
+"""scripts/studies/compare_grids.py: two paper-comparison grids paired run by run (configuration, window, seed,
+fold), from what reproduce_paper.py printed or the CSV it wrote."""
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import strict_loads
 
 from clstm_ppo.backtest.statistics import bootstrap_ci
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "compare_grids.py"
+SCRIPT = ROOT / "scripts" / "studies" / "compare_grids.py"
+DATA = Path(__file__).parent / "data"
 
 
 def grid_runs(shift: float, seed: int, seeds: int = 4) -> list[dict]:
@@ -87,30 +90,27 @@ def test_configurations_of_two_labels_pair_when_named(tmp_path):
     assert {r["config"] for r in out["rows"]} == {"clstm"} and (out["only_a"], out["only_b"]) == (0, 0)
 
 
-def test_a_grid_recorded_in_results_md_is_read_from_its_each_run_block(tmp_path):
-    """docs/RESULTS.md keeps each grid's runs when their logs and folders are gone: FILE.md#DATA reads them, a row
-    per run as the block prints it, and a later grid pairs with them."""
-    sp500 = ROOT / "docs" / "RESULTS.md#sp500"
-    done = run(sp500, sp500, "--json")
+def test_a_grid_csv_is_read_with_its_numbers_and_pairs_with_a_later_grid(tmp_path):
+    """A grid's rows kept as data (docs/data/grids/<grid>.csv; here a fixture in that format) when its logs and
+    folders are gone: read back as numbers, and a later grid pairs with it run by run."""
+    grid = DATA / "grid_small.csv"
+    done = run(grid, grid, "--json")
     assert done.returncode == 0, done.stderr
     out = strict_loads(done.stdout.splitlines()[-1])
-    assert (out["only_a"], out["only_b"]) == (0, 0)
     sharpe = {r["config"]: r for r in out["rows"] if r["metric"] == "sharpe_excess"}
-    assert set(sharpe) == {"clstm", "lstm", "mlp", "clstm+excess", "lstm+excess", "mlp+excess"}
-    assert all(r["runs"] == 30 and r["b_minus_a"] == 0.0 for r in sharpe.values())  # 10 seeds x 3 folds
-    # the block's first line: clstm, TW 30, seed 0, fold 0 (docs/RESULTS.md), and the section's clstm mean
-    assert sharpe["clstm"]["a_mean"] == pytest.approx(0.172, abs=5e-4)
-    later = [{"config": "clstm", "window": 30, "seed": 0, "fold": 0, "sharpe_excess": 1.5, "total_return": 1.0,
-              "max_drawdown": 0.1, "ruined": 0.0}]
-    paired = strict_loads(run(sp500, write(tmp_path / "later.log", later), "--json").stdout.splitlines()[-1])
+    assert set(sharpe) == {"clstm", "mlp", "buy_and_hold", "best_rule", "putwrite"}
+    assert all(r["runs"] == 6 and r["b_minus_a"] == 0.0 for r in sharpe.values())  # 3 seeds x 2 folds
+    frame = pd.read_csv(grid)
+    value = float(frame.query("config == 'clstm' and seed == 0 and fold == 0")["sharpe_excess"].iloc[0])
+    later = [{"config": "clstm", "window": 30, "seed": 0, "fold": 0, "sharpe_excess": value + 1.0,
+              "total_return": 1.0, "max_drawdown": 0.1, "ruined": 0.0}]
+    paired = strict_loads(run(grid, write(tmp_path / "later.log", later), "--json").stdout.splitlines()[-1])
     row = next(r for r in paired["rows"] if r["metric"] == "sharpe_excess")
-    assert (row["runs"], row["a_mean"], paired["only_a"]) == (1, 1.0825, 179)
-    for name, message in (("RESULTS.md#nothing", "has no section 'nothing' written by reproduce_paper.py"),
-                          ("missing.md#sp500", "missing.md not found: give the results file")):
-        bad = tmp_path / name
-        if name.startswith("RESULTS"):
-            (tmp_path / "RESULTS.md").write_text("# Results\n")
-        done = run(bad, sp500)
+    assert (row["runs"], row["b_minus_a"], paired["only_a"]) == (1, pytest.approx(1.0), 29)
+    (tmp_path / "bad.csv").write_text("policy,value\nclstm,1\n")
+    for bad, message in ((tmp_path / "bad.csv", "lacks the column(s) config, window, seed, fold"),
+                         (tmp_path / "missing.csv", "missing.csv not found: give a grid's CSV")):
+        done = run(bad, grid)
         assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
 
 
@@ -151,7 +151,7 @@ def test_runs_folders_add_what_each_run_learnt_on_its_training_and_validation_ye
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (None, "not found: give the file reproduce_paper.py --json printed to"),
+    (None, "not found: give a grid's CSV (docs/data/grids/) or the file reproduce_paper.py --json printed to"),
     ("a log that never printed its JSON\n", "is not reproduce_paper.py's --json output"),
     ('{"data": "sp500"}\n', "is not reproduce_paper.py's --json output"),
     (json.dumps({"per_run": [dict(grid_runs(0.0, 1)[0], fold=7)]}),  # a fold the other grid does not have

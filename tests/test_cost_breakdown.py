@@ -1,14 +1,19 @@
-"""scripts/cost_breakdown.py: a grid's trading costs against its losses, from each run's test walk."""
+"""clstm_ppo/studies/cost_breakdown.py (scripts/studies/cost_breakdown.py): a grid's trading costs against its losses,
+from each run's test walk."""
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from conftest import load_script, strict_loads
+from conftest import strict_loads
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cost_breakdown.py"
+from clstm_ppo.studies.cost_breakdown import GridInputError, cost_breakdown
+from clstm_ppo.tables import strict_json
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "cost_breakdown.py"
 CASH = 250_000.0
 SYMBOLS = ("AAA", "BBB")
 
@@ -44,16 +49,16 @@ def make_grid(root: Path, seed: int = 0) -> tuple[Path, Path, list[dict]]:
     return log, runs, truth
 
 
-def run_main(monkeypatch, capsys, *args) -> str:
-    monkeypatch.setattr(sys, "argv", ["cost_breakdown.py", *map(str, args)])
-    load_script(SCRIPT).main()
-    return capsys.readouterr().out
+def breakdown_json(grid: Path, runs: Path, **options) -> dict:
+    """What the command's --json prints: the rows and the table's settings, read back as strict JSON."""
+    rows, extra = cost_breakdown(grid, runs, **options)
+    assert extra.pop("accounts") == sum(r["accounts"] for r in rows)
+    return strict_loads(strict_json({"rows": rows, **extra}))
 
 
-def test_each_fold_matches_a_numpy_recount_of_the_walks(tmp_path, monkeypatch, capsys):
+def test_each_fold_matches_a_numpy_recount_of_the_walks(tmp_path):
     log, runs, truth = make_grid(tmp_path)
-    out = strict_loads(run_main(monkeypatch, capsys, log, "--runs", runs, "--before", "2017-06-01",
-                                "--json").splitlines()[-1])
+    out = breakdown_json(log, runs, before="2017-06-01")
     assert (out["pick"], out["by"], out["before"]) == ("best", "fold", "2017-06-01")
     assert [r["fold"] for r in out["rows"]] == [0, 1]
     for row in out["rows"]:
@@ -69,15 +74,13 @@ def test_each_fold_matches_a_numpy_recount_of_the_walks(tmp_path, monkeypatch, c
         assert row["bottomed_before"] == sum(a["max_drawdown_trough"] < "2017-06-01" for a in ruined)
 
 
-def test_by_configuration_and_the_smoothed_pick_read_their_own_columns(tmp_path, monkeypatch, capsys):
+def test_by_configuration_and_the_smoothed_pick_read_their_own_columns(tmp_path):
     log, runs, truth = make_grid(tmp_path, seed=1)
-    best = strict_loads(run_main(monkeypatch, capsys, log, "--runs", runs, "--by", "config", "--json")
-                        .splitlines()[-1])
+    best = breakdown_json(log, runs, by="config")
     assert [r["config"] for r in best["rows"]] == ["clstm", "mlp+excess"] and "before" not in best
     for row in best["rows"]:
         assert row["ruined"] == sum(a["ruined"] for a in truth if a["config"] == row["config"])
-    smoothed = strict_loads(run_main(monkeypatch, capsys, log, "--runs", runs, "--pick", "smoothed", "--json")
-                            .splitlines()[-1])
+    smoothed = breakdown_json(log, runs, pick="smoothed")
     report = json.loads((runs / "fold0" / "clstm-tw30-seed0" / "test_report.json").read_text())
     assert report["policies"]["agent_2"] != report["policies"]["agent_1"]
     want = []
@@ -87,25 +90,44 @@ def test_by_configuration_and_the_smoothed_pick_read_their_own_columns(tmp_path,
     assert smoothed["rows"][0]["costs_x_cash"] == pytest.approx(np.median(want))
 
 
-def test_bad_input_gets_one_line_that_says_what_to_do(tmp_path, monkeypatch, capsys):
+def test_bad_input_gets_one_line_that_says_what_to_do(tmp_path):
     log, runs, _ = make_grid(tmp_path)
-    cases = [((log, "--runs", tmp_path / "nowhere"), "is not a folder"),
-             ((tmp_path / "none.log", "--runs", runs), "not found: give the file reproduce_paper.py --json"),
-             ((log, "--runs", runs, "--before", "Feb 2018"), "is not a date: write it as YYYY-MM-DD"),
-             ((log, "--runs", runs.parent), "--runs takes the folder reproduce_paper.py trained")]
-    for args, message in cases:
-        with pytest.raises(SystemExit, match=message):
-            run_main(monkeypatch, capsys, *args)
+    cases = [((log, tmp_path / "nowhere"), {}, "is not a folder"),
+             ((log, runs), {"before": "Feb 2018"}, "is not a date: write it as YYYY-MM-DD"),
+             ((log, runs.parent), {}, "--runs takes the folder reproduce_paper.py trained")]
+    for args, options, message in cases:
+        with pytest.raises(GridInputError, match=message):
+            cost_breakdown(*args, **options)
+    with pytest.raises(SystemExit, match=r"not found: give a grid's CSV \(docs/data/grids/\) or the file "
+                                         r"reproduce_paper.py --json"):  # read_grid's own
+        cost_breakdown(tmp_path / "none.log", runs)
     report = runs / "fold1" / "mlp+excess-tw30-seed2" / "test_report.json"
     old = json.loads(report.read_text())
     for policy in old["policies"].values():
         for m in policy.values():
             del m["costs"]  # a walk from before costs were reported
     report.write_text(json.dumps(old))
-    with pytest.raises(SystemExit, match="has no costs .*walk the grid again"):
-        run_main(monkeypatch, capsys, log, "--runs", runs)
+    with pytest.raises(GridInputError, match="has no costs .*walk the grid again"):
+        cost_breakdown(log, runs)
     old["checkpoints"] = old["checkpoints"][:1]
     old["policies"] = {"agent": old["policies"]["agent_1"]}
     report.write_text(json.dumps(old))
-    with pytest.raises(SystemExit, match="walked no best_composite_smoothed.pt: choose --pick best"):
-        run_main(monkeypatch, capsys, log, "--runs", runs, "--pick", "smoothed")
+    with pytest.raises(GridInputError, match="walked no best_composite_smoothed.pt: choose --pick best"):
+        cost_breakdown(log, runs, pick="smoothed")
+
+
+def test_the_command_prints_the_table_and_json_and_refuses_bad_input_in_one_line(tmp_path):
+    """The command as a user runs it: its last line is the library's answer, a bad date one line and exit 2."""
+    log, runs, _ = make_grid(tmp_path)
+
+    def run(*args) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SCRIPT), str(log), "--runs", str(runs), *args],
+                              capture_output=True, text=True, timeout=120)
+
+    done = run("--by", "config", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("24 accounts, best pick")
+    assert strict_loads(done.stdout.strip().splitlines()[-1]) == breakdown_json(log, runs, by="config")
+    bad = run("--before", "Feb 2018")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "error: --before 'Feb 2018' is not a date: write it as YYYY-MM-DD"

@@ -14,8 +14,8 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.distributed import find_free_port
 from clstm_ppo.train import main as train_main
-from clstm_ppo.train import run_worker, spawn_workers
 from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.launch import WorkersFailed, run_worker, spawn_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
@@ -166,11 +166,12 @@ def test_rank_states_reach_rank_0_bit_for_bit_as_one_tensor_gather(tmp_path):
 def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, monkeypatch):
     """env.compile on: the static, compiled update does not run through DDP's forward; one all-reduce of the
     gradients per optimizer step must keep the ranks' weights identical while each rank trains on its own episodes
-    (without it they part after the first step)."""
+    (without it they part after the first step). Every update's log counts its collectives: none inside a capture,
+    and exactly the ones the update makes."""
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
-    # minibatches of 8 copies x 32 steps: the compiled update of tests/test_train.py's and test_static_update.py's
-    # runs, so a cold CI machine compiles those graphs once (here, the first of them to run)
-    cfg = smoke_config(3 * 2 * 16 * 32, "train.num_envs=16", "env.compile=on", "ppo.num_minibatches=2",
+    # 32 copies a rank in minibatches of 8 copies x 32 steps: the compiled graphs of tests/test_train.py's compiled
+    # resume, so a cold CI machine compiles them once (this test runs after it)
+    cfg = smoke_config(3 * 2 * 32 * 32, "train.num_envs=32", "env.compile=on", "ppo.num_minibatches=4",
                        "ppo.grad_accumulation=2")
     assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
@@ -180,6 +181,47 @@ def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, mo
         assert torch.equal(r0["final"][name], r1["final"][name]), f"{name} differs across ranks"
         assert not torch.equal(r0["final"][name], r0["initial"][name]), f"{name} never moved"
     assert load_checkpoint(tmp_path / "run" / "latest.pt")["update"] == 3
+    updates = [strict_loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    updates = [r for r in updates if r["kind"] == "update"]
+    # Each update: the advantages' moments, 4 epochs x 4 minibatches / 2 accumulated = 8 averaged gradients and the
+    # episode sums (10 all-reduces), one gather of the ranks' states; from the second on also the previous
+    # boundary's stop agreement; the first also the initial broadcast of rank 0's weights.
+    assert [r["collectives_all_reduce"] for r in updates] == [10, 11, 11]
+    assert [r["collectives_gather"] for r in updates] == [1, 1, 1]
+    assert [r.get("collectives_broadcast", 0) for r in updates] == [1, 0, 0]
+    assert all(r["collectives_in_capture"] == 0 for r in updates)
+
+
+def test_a_collective_inside_a_capture_is_refused_in_one_line(monkeypatch):
+    """Where a CUDA graph is being captured, a collective would deadlock: the record refuses it (simulated here:
+    the CPU captures nothing) and counts it."""
+    from clstm_ppo.distributed import CollectiveRecord, DistContext
+
+    record = CollectiveRecord()
+    ctx = DistContext(rank=0, world_size=2, record=record)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match=r"a collective \(all_reduce\) was called while a CUDA graph was being "
+                                           r"captured, where it would deadlock"):
+        ctx.all_reduce_sum(torch.ones(2))
+    assert record.take() == {"in_capture": 1} and record.take() == {"in_capture": 0}
+
+
+def test_ranks_may_share_a_gpu_only_when_asked(monkeypatch):
+    """--num-gpus 2 on one visible GPU is refused, unless train.ranks_per_gpu lets two ranks share it (a test mode,
+    over gloo); each rank's GPU is its local rank over ranks_per_gpu."""
+    from clstm_ppo.config import ConfigError
+    from clstm_ppo.distributed import DistContext
+    from clstm_ppo.training import launch
+
+    cfg = load_config(SMOKE, ["train.device=auto"])
+    shared = load_config(SMOKE, ["train.device=auto", "train.ranks_per_gpu=2"])
+    monkeypatch.setattr(launch, "cuda_device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="--num-gpus 2 asks for more GPUs than the 1 visible"):
+        launch.plan_workers(2, None, cfg)
+    assert launch.plan_workers(2, None, shared) == (2, "cuda", None)
+    assert [DistContext(rank=r, world_size=4, local_rank=r, ranks_per_gpu=2).gpu_index for r in range(4)] == \
+        [0, 0, 1, 1]
 
 
 @pytest.mark.slow
@@ -188,10 +230,9 @@ def test_an_exception_in_rank_1_ends_both_workers_quickly(tmp_path, monkeypatch,
     monkeypatch.setenv("FAIL_RANK", "1")
     cfg = smoke_config(100 * 512)
     started = time.time()
-    code = spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker)
-    assert code != 0 and time.time() - started < 60
-    err = capsys.readouterr().err
-    assert "error: worker" in err and "failed" in err
+    with pytest.raises(WorkersFailed, match=r"^worker \d failed: ") as failed:
+        spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker)
+    assert time.time() - started < 60 and "\n" not in str(failed.value)
     assert not (tmp_path / "rank0.pt").exists(), "rank 0 must not carry on alone"
 
 

@@ -10,12 +10,12 @@ import torch
 from conftest import strict_loads
 from market_fixtures import recording
 
+from clstm_ppo.agent.loading import load_agent
 from clstm_ppo.backtest.ensemble import walk_ensemble
 from clstm_ppo.backtest.policies import agent_policy, ensemble_policy
 from clstm_ppo.backtest.walk import walk
 from clstm_ppo.cli import run_cli
 from clstm_ppo.data.folds import Fold
-from clstm_ppo.evaluate import load_agent
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.train import main as train_main
 

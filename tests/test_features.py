@@ -11,7 +11,7 @@ def featurise(frames: dict[str, pd.DataFrame], cfg: DataConfig) -> np.ndarray:
     frames = {s: f.set_index("date") for s, f in frames.items()}
     returns = np.stack([log_returns(f["close"]).to_numpy() for f in frames.values()], axis=1)
     turb = turbulence(returns, cfg.turbulence_lookback)
-    return np.stack([compute_features(f, cfg, turb).to_numpy() for f in frames.values()])
+    return np.stack([compute_features(f, cfg, turb, 252.0).to_numpy() for f in frames.values()])
 
 
 @pytest.mark.parametrize("cut", [150, 299, 420])

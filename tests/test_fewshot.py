@@ -153,7 +153,7 @@ def test_fewshot_command_writes_the_metrics(tmp_path, capsys):
 def test_meta_pretraining_trains_the_agents_encoder(method):
     from clstm_ppo.agent.model import CascadedActorCritic
     from clstm_ppo.config import ConfigError
-    from clstm_ppo.meta.pretrain import meta_pretrain_encoder
+    from clstm_ppo.pretraining.meta_learned import meta_pretrain_encoder
 
     cfg = load_config("smoke", ["train.pretrain_epochs=1", f"train.pretrain_method={method}"])
     data = build_market_data(cfg.data)
@@ -169,7 +169,7 @@ def test_meta_pretraining_trains_the_agents_encoder(method):
 
 
 def test_trainer_pretraining_dispatches_on_pretrain_method(tmp_path):
-    from clstm_ppo.training.pretraining import pretrain
+    from clstm_ppo.pretraining.encoder import pretrain
     from clstm_ppo.training.runner import Trainer
 
     cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_epochs=1",

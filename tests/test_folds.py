@@ -13,6 +13,7 @@ from clstm_ppo.backtest.stitch import stitch
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig, MarketConfig
 from clstm_ppo.data import DataError, build_market_data
+from clstm_ppo.data.calendar import detect_clock
 from clstm_ppo.data.folds import Fold, walk_forward_folds
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.market.inputs import market_inputs
@@ -115,7 +116,7 @@ def walk_of(dates: list[str], equity: list[float], closed: int) -> WalkResult:
     return WalkResult(policy="agent", symbols=["X"], dates=pd.DatetimeIndex(dates), equity=np.array([equity]),
                       rate=np.full((1, n), 0.01), closed=np.array([closed]), wins=np.array([1]),
                       open_at_end=np.array([0]), traded=np.array([10.0]), costs=np.ones((1, 3)),
-                      ruin_fraction=0.5,
+                      ruin_fraction=0.5, clock=detect_clock(pd.DatetimeIndex(dates)),
                       option_pnl=np.array([5.0]))
 
 

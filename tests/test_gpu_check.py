@@ -1,21 +1,25 @@
-"""The GPU-only scripts on a machine without CUDA: each says so, prints its JSON line, and exits 0."""
+"""The GPU check (clstm_ppo/bench/gpu_steps.py, gpu_plan.py; scripts/ops/gpu_check.py) and the GPU-only scripts on a
+machine without CUDA: each says so, prints its JSON line, and exits 0."""
 import argparse
 import importlib
 import json
 import os
+import runpy
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import load_script
+
+from clstm_ppo.bench import gpu_steps
+from clstm_ppo.bench.gpu_plan import PARTS, part_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("script, first_line", [("gpu_check.py", "no CUDA device is visible: nothing to check"),
-                                                ("count_syncs.py", "no CUDA device is visible: host syncs")])
+@pytest.mark.parametrize("script, first_line", [("ops/gpu_check.py", "no CUDA device is visible: nothing to check"),
+                                                ("bench/count_syncs.py", "no CUDA device is visible: host syncs")])
 def test_a_gpu_script_without_cuda_says_so_and_exits_0(script, first_line):
     env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin",
            **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}}  # where the package is not installed
@@ -27,20 +31,14 @@ def test_a_gpu_script_without_cuda_says_so_and_exits_0(script, first_line):
     assert json.loads(lines[-1]) == {"cuda": False, "rows": []}
 
 
-def load_gpu_check():
-    return load_script(ROOT / "scripts" / "gpu_check.py")
-
-
 class Parsed(Exception):
     """Raised once a command's parser has accepted its arguments, so nothing after the parse runs."""
 
 
 def test_every_command_the_gpu_check_plans_is_accepted_by_its_parser(monkeypatch):
     """A lent GPU's minutes must not go on a misspelt flag: each planned command's own parser takes its argv."""
-    gpu_check = load_gpu_check()
-    args = argparse.Namespace(seconds=2.0, skip_compile=False)
-    steps = [s for part in gpu_check.PARTS for s in gpu_check.part_steps(part, Path("/tmp/x"), args)]
-    assert [s.part for s in steps] == sorted((s.part for s in steps), key=gpu_check.PARTS.index)  # parts in order
+    steps = [s for part in PARTS for s in part_steps(part, Path("/tmp/x"), seconds=2.0, skip_compile=False)]
+    assert [s.part for s in steps] == sorted((s.part for s in steps), key=PARTS.index)  # parts in order
     real_parse = argparse.ArgumentParser.parse_args
 
     def parse_then_stop(self, argv=None, namespace=None):
@@ -49,32 +47,30 @@ def test_every_command_the_gpu_check_plans_is_accepted_by_its_parser(monkeypatch
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
     for step in steps:
-        if step.argv[0] == "-m":
-            main, argv = importlib.import_module(step.argv[1]).main, step.argv[2:]
-        else:
-            main, argv = load_script(ROOT / step.argv[0]).main, step.argv[1:]
-            monkeypatch.setattr(sys, "argv", [step.argv[0], *argv])
         with pytest.raises(Parsed):
-            main(argv) if step.argv[0] == "-m" else main()
+            if step.argv[0] == "-m":
+                importlib.import_module(step.argv[1]).main(step.argv[2:])
+            else:  # a script run as `python path ...` runs it, in this process: a new interpreter a step costs seconds
+                assert (ROOT / step.argv[0]).is_file(), step.argv[0]
+                monkeypatch.setattr(sys, "argv", step.argv)
+                runpy.run_path(str(ROOT / step.argv[0]), run_name="__main__")
 
 
-def test_steps_past_the_deadline_are_stopped_or_not_run_and_rows_are_written_as_they_end(tmp_path, monkeypatch):
-    gpu_check = load_gpu_check()
-    monkeypatch.setattr(gpu_check, "MIN_START_S", 1.0)
+def test_steps_past_the_deadline_are_stopped_or_not_run_and_rows_are_written_as_they_end(tmp_path):
     rows_out = tmp_path / "rows.jsonl"
 
     def step(label, code):
         def read(done, seconds):
             ok = done is not None and done.returncode == 0
-            return [gpu_check.row(label, ok, round(seconds, 1),
-                                  note=done.stdout.strip() if ok else gpu_check.last_error(done, seconds))]
-        return gpu_check.Step("p", label, ["-c", code], read)
+            return [gpu_steps.row(label, ok, round(seconds, 1),
+                                  note=done.stdout.strip() if ok else gpu_steps.last_error(done, seconds))]
+        return gpu_steps.Step("p", label, ["-c", code], read)
 
     count_rows = f"import pathlib; print(len(pathlib.Path({str(rows_out)!r}).read_text().splitlines()))"
     steps = [step("first", "print('done')"), step("second", count_rows),
              step("slow", "import time; time.sleep(60)"), step("after", "print('never')")]
     start = time.monotonic()
-    rows = list(gpu_check.run_steps(steps, gpu_check.Budget(6.0), rows_out))
+    rows = list(gpu_steps.run_steps(steps, gpu_steps.Budget(6.0, min_start=1.0), rows_out))
     assert time.monotonic() - start < 20  # the slow step was stopped at the budget, not after its 60 s
     assert [(r["check"], r["passed"]) for r in rows] == [("first", True), ("second", True), ("slow", False),
                                                         ("after", None)]
@@ -85,14 +81,12 @@ def test_steps_past_the_deadline_are_stopped_or_not_run_and_rows_are_written_as_
     assert written == [{"part": "p", **r} for r in rows]
 
 
-def test_a_step_past_its_cap_is_stopped_and_the_next_step_still_runs(monkeypatch):
+def test_a_step_past_its_cap_is_stopped_and_the_next_step_still_runs():
     """A hung compile must not eat a lease: the step cap stops one step, and the budget goes on to the next."""
-    gpu_check = load_gpu_check()
-    monkeypatch.setattr(gpu_check, "MIN_START_S", 1.0)
-    steps = [gpu_check.script_step("p", "hung", ["-c", "import time; time.sleep(60)"]),
-             gpu_check.script_step("p", "next", ["-c", "pass"])]
+    steps = [gpu_steps.script_step("p", "hung", ["-c", "import time; time.sleep(60)"]),
+             gpu_steps.script_step("p", "next", ["-c", "pass"])]
     start = time.monotonic()
-    rows = list(gpu_check.run_steps(steps, gpu_check.Budget(60.0, step_cap=2.0), None))
+    rows = list(gpu_steps.run_steps(steps, gpu_steps.Budget(60.0, step_cap=2.0, min_start=1.0), None))
     assert time.monotonic() - start < 30
     assert [(r["check"], r["passed"]) for r in rows] == [("hung", False), ("next", True)]
     assert rows[0]["note"].startswith("timed out after")
@@ -100,9 +94,8 @@ def test_a_step_past_its_cap_is_stopped_and_the_next_step_still_runs(monkeypatch
 
 def test_a_failed_step_leaves_its_error_output_in_the_log_and_its_last_line_in_the_row(capsys):
     """A row holds one line, often the end of a message spread over several: the traceback's end goes to the log."""
-    gpu_check = load_gpu_check()
     code = "import sys; print('File step.py, line 7, in flat_row', file=sys.stderr); sys.exit('RuntimeError: ...')"
-    rows = list(gpu_check.run_steps([gpu_check.script_step("p", "broken", ["-c", code])], gpu_check.Budget(60.0), None))
+    rows = list(gpu_steps.run_steps([gpu_steps.script_step("p", "broken", ["-c", code])], gpu_steps.Budget(60.0), None))
     assert rows[0]["passed"] is False and rows[0]["note"] == "RuntimeError: ..."
     log = capsys.readouterr().err
     assert "broken failed (exit status 1)" in log and "in flat_row" in log
@@ -110,7 +103,7 @@ def test_a_failed_step_leaves_its_error_output_in_the_log_and_its_last_line_in_t
 
 @pytest.mark.parametrize("flag", ["--deadline", "--step-cap"])
 def test_a_deadline_or_step_cap_that_is_not_positive_is_refused_in_one_line(flag):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), flag, "0"],
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "gpu_check.py"), flag, "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith(f"{flag} must be a positive number of seconds, not 0")
@@ -118,8 +111,7 @@ def test_a_deadline_or_step_cap_that_is_not_positive_is_refused_in_one_line(flag
 
 def test_a_bench_row_whose_captured_step_fell_back_to_eager_fails():
     """A capture CUDA refuses only warns (training goes on eagerly): the check must not time that as captured."""
-    gpu_check = load_gpu_check()
-    step = gpu_check.bench_step("update", "bench_update.py", [], "bench_update")
+    step = gpu_steps.bench_step("update", "bench_update.py", [], "bench_update")
     rows = [{"path": "compiled", "optimizer_step": "eager", "optimizer_step_asked": "eager", "diff_per_step": 0.01},
             {"path": "step_captured", "optimizer_step": "captured", "optimizer_step_asked": "captured",
              "diff_per_step": 0.02},
@@ -138,8 +130,7 @@ def test_a_train_row_reads_speed_and_the_checkpoint_cost_from_the_runs_own_recor
     from clstm_ppo.cli import run_cli
     from clstm_ppo.train import main
 
-    gpu_check = load_gpu_check()
-    step = gpu_check.train_step("scale", "run", tmp_path, [], "train run")
+    step = gpu_steps.train_step("scale", "run", tmp_path, [], "train run")
     assert run_cli(main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--run-name", "run", "--device",
                           "cpu", "--total-steps", "1024", "--set", "train.num_envs=16"]) == 0
     out = capsys.readouterr().out

@@ -36,13 +36,14 @@ def three_episodes() -> dict[str, np.ndarray]:
 def test_sharpe_and_drawdown_match_hand_computed_values():
     r = np.array([0.10, -0.10, 22.0 / 99.0])  # 100 -> 110 -> 99 -> 121
     mean, std = r.sum() / 3, math.sqrt(((r - r.sum() / 3) ** 2).sum() / 2)
-    assert sharpe(r) == pytest.approx(math.sqrt(252) * mean / std)
-    assert sharpe(np.zeros(5)) == 0.0 and sharpe(np.array([0.01])) == 0.0  # flat or single: no Sharpe
+    assert sharpe(r, 252) == pytest.approx(math.sqrt(252) * mean / std)
+    assert sharpe(r, 35_040) == pytest.approx(math.sqrt(35_040) * mean / std)  # 15-minute bars, 24/7
+    assert sharpe(np.zeros(5), 252) == 0.0 and sharpe(np.array([0.01]), 252) == 0.0  # flat or single: no Sharpe
     assert max_drawdown(np.array([100.0, 110.0, 99.0, 121.0, 60.5])) == pytest.approx(0.5)  # 121 -> 60.5
 
 
 def test_pooled_metrics_of_three_episodes():
-    m = episode_metrics(three_episodes())
+    m = episode_metrics(three_episodes(), 252)
     assert m["win_rate"] == pytest.approx(3 / 6)  # trades pooled over episodes, not averaged per episode
     assert m["profit_rate"] == pytest.approx(1 / 3)  # the flat episode is not profitable
     assert m["return_pct"] == pytest.approx(16 / 3)
@@ -55,7 +56,7 @@ def test_pooled_metrics_of_three_episodes():
 
 def test_training_sums_give_the_same_metrics_however_the_episodes_are_split_across_ranks():
     eps = three_episodes()
-    whole = episode_metrics(eps)
+    whole = episode_metrics(eps, 252)
     halves = [{k: v[:2] for k, v in eps.items()}, {k: v[2:] for k, v in eps.items()}]
     summed = sum(episode_sums(h) for h in halves)  # what the all-reduce over two ranks computes
     np.testing.assert_allclose(summed, episode_sums(eps))

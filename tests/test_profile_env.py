@@ -1,21 +1,22 @@
-"""scripts/profile_env.py: operators per env step, and with --sites the package functions that call them."""
+"""clstm_ppo/bench/env_profile.py (scripts/bench/profile_env.py): operators per env step, and with --sites the
+package functions that call them."""
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from conftest import load_script, strict_loads
+from conftest import strict_loads
 
+from clstm_ppo.bench.env_profile import SiteCounter
 from clstm_ppo.market.black_scholes import bs_price
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "profile_env.py"
-profile_env = load_script(SCRIPT)
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "profile_env.py"
 
 
 def test_operators_are_counted_by_the_package_function_that_called_them():
     spot, strike, years = torch.full((8,), 100.0), torch.linspace(90.0, 110.0, 8), torch.full((8,), 0.25)
     vol, is_call = torch.full((8,), 0.2), strike > 100.0
-    with profile_env.SiteCounter() as sites:
+    with SiteCounter() as sites:
         bs_price(spot, strike, years, 0.02, 0.01, vol, is_call)
     assert sum(sites.found.values()) > 10
     assert set(sites.found) <= {"market/black_scholes.py:_terms", "market/black_scholes.py:bs_price",
@@ -24,7 +25,7 @@ def test_operators_are_counted_by_the_package_function_that_called_them():
     assert sites.found["market/black_scholes.py:_terms"] >= 6  # sqrt, clamp, two products, exp... of d1 and d2
 
     x = torch.ones(4)
-    with profile_env.SiteCounter() as sites:
+    with SiteCounter() as sites:
         x.view(2, 2).unsqueeze(0)  # views compute nothing: not counted
         x * 2.0  # noqa: B018 (one operator, called from here)
     assert dict(sites.found) == {"(outside the package)": 1}

@@ -1,4 +1,6 @@
-"""README.md cannot rot: every command its code blocks show runs with --help appended, and it stays short."""
+"""The docs cannot rot: every command README.md's code blocks show runs with --help appended, every doc stays within
+its budget (a newcomer reads reference, not a lab notebook), and docs/RESULTS.md's tables are what the grids' rows
+under docs/data/grids/ give (scripts/studies/results_tables.py). The one test that reads numbers out of a doc."""
 import re
 import shlex
 import subprocess
@@ -19,13 +21,36 @@ def shown_commands() -> list[list[str]]:
     return [shlex.split(line) for line in lines if line.startswith("python -m clstm_ppo")]
 
 
-def test_the_readme_is_short_and_shows_the_commands():
-    assert len(README.encode()) <= 10 * 1024
+def test_the_readme_shows_the_commands():
     modules = {cmd[2] for cmd in shown_commands()}
     assert {"clstm_ppo.train", "clstm_ppo.evaluate", "clstm_ppo.predict", "clstm_ppo.data",
             "clstm_ppo.scenarios", "clstm_ppo.tune"} <= modules
     for link in re.findall(r"\]\((docs/[^)]+)\)", README):
         assert (ROOT / link).is_file(), link
+
+
+# Kilobytes a doc may hold: README a short tour with its headline table, RESULTS the questions and their current
+# answers, BENCHMARKS one current table per machine; every other doc is reference of at most 20 KB.
+BUDGETS_KB = {"README.md": 10, "docs/RESULTS.md": 25, "docs/BENCHMARKS.md": 20}
+OTHER_DOC_KB = 20
+
+
+def test_every_doc_is_within_its_budget():
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    over = {str(p.relative_to(ROOT)): round(p.stat().st_size / 1024, 1) for p in docs
+            if p.stat().st_size > 1024 * BUDGETS_KB.get(str(p.relative_to(ROOT)), OTHER_DOC_KB)}
+    assert not over, f"docs over their budget (KB): {over}; git keeps the history, the doc keeps the answer"
+
+
+def test_the_results_tables_are_what_the_grids_give():
+    """Each ``<!-- table NAME -->`` block of docs/RESULTS.md is scripts/studies/results_tables.py's output for NAME from
+    docs/data/grids/*.csv: the doc shows the data, and an edit of either without the other fails here."""
+    from clstm_ppo.studies.results_tables import BLOCK, load_grids, refreshed
+
+    text = (ROOT / "docs" / "RESULTS.md").read_text()
+    assert len(BLOCK.findall(text)) >= 3, "RESULTS.md shows its answers as tables made from the grids"
+    assert refreshed(text, load_grids(ROOT / "docs" / "data" / "grids")) == text, \
+        "run python scripts/studies/results_tables.py --write"
 
 
 @pytest.mark.parametrize("command", shown_commands(), ids=lambda c: " ".join(c[2:5]))

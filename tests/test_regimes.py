@@ -1,16 +1,25 @@
-"""A fixed rule per volatility regime (clstm_ppo/backtest/regimes.py): regimes cut on training years only, each
+"""A fixed rule per volatility regime (clstm_ppo/studies/regime_policies.py): regimes cut on training years only, each
 regime's Sharpe as plain numpy computes it, and the switching policy acting bar by bar as its regime's rule."""
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import load_script, strict_loads
+from conftest import strict_loads
 from test_rules import ACTIONS, CFG, RULES, SLOTS, reference_rule, same_walk, sharpe_over_bill
 
-from clstm_ppo.backtest.regimes import (
+from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.rules import pick_rule, rules_policy
+from clstm_ppo.backtest.walk import walk, walk_batched
+from clstm_ppo.config import DataConfig, SyntheticConfig
+from clstm_ppo.data import build_market_data
+from clstm_ppo.data.calendar import detect_clock
+from clstm_ppo.studies.regime_policies import (
     MIN_DAYS,
     pick_pair_walked,
     pick_per_regime,
@@ -20,14 +29,10 @@ from clstm_ppo.backtest.regimes import (
     signal_regimes,
     signal_values,
 )
-from clstm_ppo.backtest.report import underlying_metrics
-from clstm_ppo.backtest.result import WalkResult
-from clstm_ppo.backtest.rules import pick_rule, rules_policy
-from clstm_ppo.backtest.walk import walk, walk_batched
-from clstm_ppo.config import DataConfig, SyntheticConfig
-from clstm_ppo.data import build_market_data
+from clstm_ppo.studies.regime_rules import fold_configs, regime_study
+from clstm_ppo.tables import strict_json
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "regime_rules.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "regime_rules.py"
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +79,7 @@ def test_a_premium_or_a_feature_signal_is_what_plain_pandas_computes_from_past_c
     cfg = DataConfig()
     for s in range(2):
         close = pd.Series(market.bars["close"][s])
-        realized = np.log(close).diff().rolling(cfg.vol_window).std() * math.sqrt(cfg.periods_per_year)
+        realized = np.log(close).diff().rolling(cfg.vol_window).std() * math.sqrt(252)  # daily weekday bars
         trend = close / close.rolling(30).mean() - 1.0
         warm = slice(cfg.vol_window + 30, None)  # the market's first bar follows the indicators' warm-up
         np.testing.assert_allclose(signal_values(market, "vrp")[s][warm],
@@ -95,7 +100,7 @@ def test_a_placebo_is_random_in_equal_shares_and_repeatable(market):
 def toy_walk(equity: np.ndarray, dates: pd.DatetimeIndex, rate: float) -> WalkResult:
     s = len(equity)
     return WalkResult("toy", [f"S{i}" for i in range(s)], dates, equity, np.full(equity.shape, rate),
-                      np.zeros(s), np.zeros(s), np.zeros(s), np.zeros(s), np.zeros((s, 1)), 0.5)
+                      np.zeros(s), np.zeros(s), np.zeros(s), np.zeros(s), np.zeros((s, 1)), 0.5, detect_clock(dates))
 
 
 def test_each_regimes_sharpe_is_over_the_bill_on_the_days_that_start_in_it(market):
@@ -165,14 +170,11 @@ def test_a_switching_copy_acts_at_each_bar_as_its_regimes_rule(market):
     assert not np.array_equal(vectorised.equity, calls_only.equity)
 
 
-def test_the_study_script_walks_best_rule_as_evaluate_would_and_counts_its_placebos(capsys):
-    """scripts/regime_rules.py on the embedded S&P 500 as one fold: its best_rule is pick_rule's for that fold, and
-    the test Sharpe it reports for it is that rule walked alone over the test years."""
-    script = load_script(SCRIPT)
-    assert script.main(["--folds", "1", "--placebos", "1", "--pick", "days", "--json"]) == 0
-    out = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])
-    (row,) = out["rows"]
-    cfg = script.fold_configs("sp500", 1)[0]
+def test_the_study_walks_best_rule_as_evaluate_would_and_counts_its_placebos():
+    """The study (scripts/studies/regime_rules.py) on the embedded S&P 500 as one fold: its best_rule is pick_rule's
+    for that fold, and the test Sharpe it reports for it is that rule walked alone over the test years."""
+    (row,) = strict_loads(strict_json(regime_study("sp500", folds=1, placebos=1, pick="days")))
+    cfg = fold_configs("sp500", 1)[0]
     data = build_market_data(cfg.data)
     pick = pick_rule(data, cfg, "cpu")
     start, end = data.split_dates("test")
@@ -184,11 +186,9 @@ def test_the_study_script_walks_best_rule_as_evaluate_would_and_counts_its_place
     assert len(row["signal_rules"].split(" | ")) == 2
 
 
-def test_the_study_script_refuses_data_without_enough_years_in_one_line(capsys):
-    script = load_script(SCRIPT)
-    assert script.main(["--folds", "30"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:") and "fold" in err[0]
+def test_the_study_refuses_data_without_enough_years():
+    with pytest.raises(ValueError, match="fold"):
+        regime_study("sp500", folds=30)
 
 
 def test_the_walked_pick_is_the_best_pair_walked_one_by_one(market):
@@ -205,7 +205,9 @@ def test_the_walked_pick_is_the_best_pair_walked_one_by_one(market):
     assert len(set(np.round(list(scores.values()), 9))) > 3, "the pairs walk differently"
 
 
-def test_the_walked_pick_refuses_more_than_two_regimes(capsys):
-    with pytest.raises(SystemExit):
-        load_script(SCRIPT).main(["--regimes", "3"])
-    assert "2 regimes only; use --pick days for 3" in capsys.readouterr().err
+def test_the_walked_pick_refuses_more_than_two_regimes_in_one_line():
+    """The command as a user runs it: exit status 2 and one line that names the way out."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--regimes", "3"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("error: --pick walked walks every pair of rules, so 2 regimes only; use --pick days "
+                                   "for 3")

@@ -15,6 +15,7 @@ import pytest
 from clstm_ppo.backtest import report
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.config import ConfigError
+from clstm_ppo.data.calendar import detect_clock
 from clstm_ppo.market import COST_KINDS
 
 HOLIDAYS = ["2016-12-26", "2017-01-02", "2017-01-16", "2017-04-14", "2017-07-04", "2017-12-25", "2018-01-01"]
@@ -36,7 +37,8 @@ def walk(policy: str, returns: np.ndarray, dates: pd.DatetimeIndex, rate: np.nda
     return WalkResult(policy=policy, symbols=list(symbols), dates=dates, equity=equity, rate=rate,
                       closed=rng.integers(0, 30, len(symbols)), wins=rng.integers(0, 10, len(symbols)),
                       open_at_end=rng.integers(0, 3, len(symbols)), traded=rng.uniform(1e5, 1e6, len(symbols)),
-                      costs=rng.uniform(0, 500, (len(symbols), len(COST_KINDS))), ruin_fraction=ruin_fraction)
+                      costs=rng.uniform(0, 500, (len(symbols), len(COST_KINDS))), ruin_fraction=ruin_fraction,
+                      clock=detect_clock(dates))
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +172,7 @@ def test_yearly_metrics_equal_numpy_on_that_years_rows(walks, csv):
         for s, sym in enumerate(SYMBOLS):
             want = reference(csv[f"agent:{sym}"].to_numpy()[rows], res.dates[bars], res.rate[s, bars])
             assert_matches(yearly[year][sym], want)
-            assert yearly[year][sym]["days"] == len(rows)
+            assert yearly[year][sym]["bars"] == len(rows)
 
 
 def test_a_year_with_no_return_is_left_out():

@@ -1,4 +1,5 @@
-"""The paper comparison: scripts/reproduce_paper.py at a tiny budget, and model selection blind to the test split."""
+"""The paper comparison: scripts/studies/reproduce_paper.py at a tiny budget, and model selection blind to the test
+split."""
 import json
 import math
 import subprocess
@@ -22,12 +23,11 @@ METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_draw
 
 
 def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_json(tmp_path):
-    results = tmp_path / "RESULTS.md"
-    results.write_text("# Results\n\n<!-- begin other -->\nkept\n<!-- end other -->\n")
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_paper.py"), "--config", "smoke",
+    script = ROOT / "scripts" / "studies" / "reproduce_paper.py"
+    done = subprocess.run([sys.executable, str(script), "--config", "smoke",
                            "--data", "synthetic", "--steps", "256", "--seeds", "2", "--folds", "2",
                            "--kinds", "clstm", "mlp", "--windows", "5", "10", "--out", str(tmp_path / "runs"),
-                           "--results", str(results), "--json", "--set", "train.num_envs=8",
+                           "--grid-dir", str(tmp_path / "grids"), "--json", "--set", "train.num_envs=8",
                            "--set", "train.eval_every=1"],
                           capture_output=True, text=True, timeout=1200, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -78,23 +78,27 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
         mine = [r for r in out["per_run"] if r["config"] == config and r["fold"] == fold and r["window"] == 10]
         assert row["runs"] == len(mine) == 2 and 1 <= row["largest_group"] <= row["runs"]
         assert row["distinct_walks"] == len({(r["total_return"], r["sharpe_excess"]) for r in mine})
-    assert "### Distinct walks" in results.read_text()
     dsr = out["deflated"]
     assert dsr["trials"] == 4 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
-    text = results.read_text()
-    assert "kept" in text and "<!-- begin synthetic -->" in text and "### Window ablation" in text
-    assert "clstm TW 5 - clstm TW 10" in text
-    assert "### Paired differences" in text and "### Each fold" in text and "### Deflated Sharpe" in text
-    assert "reproduce_paper.py --config smoke" in text
-    # The "Each run" block reads back as the JSON's rows, to its 4 decimals (a grid whose log is gone).
-    from clstm_ppo.backtest.across_runs import read_grid
-    block = read_grid(Path(f"{results}#synthetic"))
-    assert len(block) == len(out["per_run"])
-    for read, row in zip(block, out["per_run"], strict=True):
-        assert read.keys() == row.keys()
+    # The grid's CSV (docs/data/grids/<grid>.csv): every run as the JSON has it, then each benchmark's walk of its
+    # fold under each seed of the first configuration, every row saying which grid, commit, machine and command.
+    from clstm_ppo.backtest.across_runs import GRID_META, read_grid
+    rows = read_grid(tmp_path / "grids" / "synthetic.csv")
+    runs = [r for r in rows if r["config"] not in ("buy_and_hold", "macd_rule", "best_rule", "putwrite")]
+    assert len(runs) == len(out["per_run"])
+    for read, row in zip(runs, out["per_run"], strict=True):
         for key, value in row.items():
-            assert read[key] == (value if value is None or isinstance(value, str | int) else
-                                 pytest.approx(value, abs=5e-5)), (key, row)
+            assert read[key] == (value if isinstance(value, str | int) else
+                                 pytest.approx(value, rel=1e-9, nan_ok=True)), (key, row)
+    for bench in ("buy_and_hold", "macd_rule", "best_rule", "putwrite"):
+        mine = [r for r in rows if r["config"] == bench]
+        assert sorted((r["seed"], r["fold"]) for r in mine) == [(s, f) for s in (0, 1) for f in (0, 1)]
+        for fold in (0, 1):
+            assert {r["sharpe_excess"] for r in mine if r["fold"] == fold} == \
+                {pytest.approx(next(row[bench] for row in out["per_fold"] if row["fold"] == fold))}
+    command = "python scripts/studies/reproduce_paper.py --config smoke"
+    assert all(r["grid"] == "synthetic" and r["command"].startswith(command) for r in rows)
+    assert all(r[key] for r in rows for key in GRID_META)
 
 
 def test_altering_test_bars_leaves_the_selected_checkpoint_unchanged(tmp_path):

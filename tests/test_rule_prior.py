@@ -1,4 +1,4 @@
-"""A prior from the rules (training/rule_prior.py): the rule is the best fixed rule of the training years alone, the
+"""A prior from the rules (pretraining/rule_prior.py): the rule is the best fixed rule of the training years alone, the
 policy cloned from it takes its action on nearly every training decision, and PPO's penalty to it is exactly its
 weight times -log pi(the rule's action), falling to 0 on schedule."""
 import tempfile
@@ -17,8 +17,8 @@ from clstm_ppo.backtest.rules import pick_rule
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, PPOConfig, load_config
 from clstm_ppo.market.observed import observed_market_data
+from clstm_ppo.pretraining.rule_prior import RulePrior, clone_rule, prior_coef, rule_actions
 from clstm_ppo.train import main as train_main
-from clstm_ppo.training.rule_prior import RulePrior, clone_rule, prior_coef, rule_actions
 from clstm_ppo.training.runner import Trainer
 
 CPU = torch.device("cpu")

@@ -10,6 +10,7 @@ from clstm_ppo.config import DataConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.scenarios.__main__ import main
 from clstm_ppo.scenarios.fit import training_set
+from clstm_ppo.scenarios.quality_report import held_out_features
 from clstm_ppo.scenarios.recognise import (
     RegimeClassifier,
     held_out_windows,
@@ -17,8 +18,7 @@ from clstm_ppo.scenarios.recognise import (
     regime_report,
     training_windows,
 )
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
-from clstm_ppo.scenarios.report import held_out_features
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule
 
 # daily drift and volatility of each regime's blocks: far apart in trailing return, and crash far apart in vol
 BLOCKS = {"bull": (0.006, 0.004), "bear": (-0.004, 0.006), "sideways": (0.0, 0.003), "crash": (-0.015, 0.03)}
@@ -84,7 +84,7 @@ def test_generated_windows_equal_to_real_ones_give_no_gap(regime_data):
     for name in REGIMES:
         assert out["per_regime"][name]["agreement_generated"] == out["per_regime"][name]["recall_real"]
     # the same through the report's block: a "generator" whose regime-r paths are the real held-out windows of r
-    block = regime_report(FakeGenerator(ts, lambda i, n, rng: real[labels == i]), ts, held, 1, LENGTH, 0)
+    block = regime_report(FakeGenerator(ts, lambda i, n, rng: real[labels == i]), ts, held, 1, LENGTH, 0, 252.0)
     assert block["gap_points"] == pytest.approx(0.0, abs=1e-9)
     assert block["classifier_accuracy_real"] == pytest.approx(out["classifier_accuracy_real"])
     assert block["windows_real_held_out"] == len(labels)
@@ -94,7 +94,7 @@ def test_a_generator_that_ignores_its_label_scores_near_chance(regime_data):
     _, ts, held = regime_data
     real, labels = held_out_windows(held, ts.rule, LENGTH)
     blind = FakeGenerator(ts, lambda i, n, rng: real[rng.integers(len(real), size=n)])  # any regime, any label
-    block = regime_report(blind, ts, held, 3000, LENGTH, 0)
+    block = regime_report(blind, ts, held, 3000, LENGTH, 0, 252.0)
     clf = RegimeClassifier.fit(*training_windows(ts, LENGTH), ts.rule.window)
     predicted = np.bincount(clf.predict(real), minlength=len(REGIMES)) / len(real)
     share = np.bincount(labels, minlength=len(REGIMES)) / len(labels)
@@ -112,12 +112,12 @@ def test_volatility_and_skew_order_of_the_generated_regimes(regime_data):
         x = rng.normal(0, scale[i], (n, LENGTH))
         return x - rng.exponential(scale[i], (n, LENGTH)) if REGIMES[i] in ("bear", "crash") else x
 
-    block = regime_report(FakeGenerator(ts, wild), ts, held, 500, LENGTH, 0)
+    block = regime_report(FakeGenerator(ts, wild), ts, held, 500, LENGTH, 0, 252.0)
     assert block["order_met"]["generated"]
     assert block["vol"]["crash"]["generated"] > block["vol"]["bull"]["generated"]
     assert block["skew"]["bear"]["generated"] < -0.3 < block["skew"]["bull"]["generated"]
     flat = regime_report(FakeGenerator(ts, lambda i, n, rng: rng.normal(0, 0.01, (n, LENGTH))), ts, held, 500,
-                         LENGTH, 0)
+                         LENGTH, 0, 252.0)
     assert not flat["order_met"]["generated"]  # one distribution for every label cannot order them
 
 
@@ -139,8 +139,8 @@ def test_fitting_reads_no_bar_after_the_training_split(tmp_path, regime_data, mo
     monkeypatch.setattr(RegimeClassifier, "fit", classmethod(
         lambda cls, x, y, window: fitted.append((x.copy(), y.copy())) or real_fit(cls, x, y, window)))
     noise = FakeGenerator(ts, lambda i, n, rng: rng.normal(0, 0.01, (n, LENGTH)))
-    before = regime_report(noise, ts, held, 50, LENGTH, 0)
-    after = regime_report(FakeGenerator(changed, noise.draw), changed, changed_held, 50, LENGTH, 0)
+    before = regime_report(noise, ts, held, 50, LENGTH, 0, 252.0)
+    after = regime_report(FakeGenerator(changed, noise.draw), changed, changed_held, 50, LENGTH, 0, 252.0)
     (x, y), (cx, cy) = fitted
     np.testing.assert_array_equal(x, cx)
     np.testing.assert_array_equal(y, cy)

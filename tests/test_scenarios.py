@@ -1,5 +1,5 @@
-"""Scenario generators: fitted on the training split alone, resumable, sampled into files the loader reads, and the
-command's one-line errors (issue 22)."""
+"""Scenario generators: fitted on the training split alone, resumable, sampled into files the loader reads, paths of
+any length that neither die out nor run away, and the command's one-line errors."""
 
 import numpy as np
 import pandas as pd
@@ -62,8 +62,12 @@ def test_changing_validation_or_test_bars_leaves_weights_unchanged(tmp_path, kin
     for key in a:
         assert torch.equal(a[key], b[key]), key
     ga, gb = load_generator(tmp_path / "a" / f"{kind}.pt"), load_generator(tmp_path / "b" / f"{kind}.pt")
-    np.testing.assert_array_equal(ga.scaler.mean, gb.scaler.mean)
-    assert ga.regimes == gb.regimes
+    ta, tb = ga.transform.state_dict(), gb.transform.state_dict()  # the filter, the coding, the training states
+    assert ta["filter"] == tb["filter"] and ta["coder"] == tb["coder"]
+    for key in ("ret", "var", "prem", "coded"):
+        np.testing.assert_array_equal(ta[key], tb[key])
+    assert ga.regimes == gb.regimes and ga.calibration == gb.calibration and ga.extra["transitions"] == gb.extra[
+        "transitions"]
 
 
 def test_resume_gives_the_same_weights_as_one_run(tmp_path):
@@ -187,3 +191,29 @@ def test_sample_market_data_puts_each_path_in_its_own_test_split(tmp_path):
         assert t1 - t0 == 40 and m.dates[t0 - 1] == data.dates[data.splits["train"][1] - 1]
         assert np.isfinite(m.features).all()
         np.testing.assert_array_equal(m.normalizer.mean, data.normalizer.mean)  # the real statistics
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_paths_of_any_length_keep_the_volatility_in_its_training_range(tmp_path, kind):
+    """1,000 bars from an (untrained) generator: whatever its residuals, the filter's variance stays within the training
+    split's filtered range (so no path's volatility dies out or runs away), every bar is finite and the prices
+    positive; the drift measure of the report sees filtered historical simulation's returns as steady."""
+    from clstm_ppo.scenarios.baselines import Fhs
+    from clstm_ppo.scenarios.fit import training_set
+    from clstm_ppo.scenarios.verdict import drift
+
+    data = _data(_bars_file(tmp_path / "A.csv"))
+    gen = _fit(data, kind, tmp_path / f"{kind}.pt")
+    paths = gen.sample_features(20, 1000, None, 0)
+    assert paths.shape == (20, 1000, len(gen.feature_names)) and np.isfinite(paths).all()
+    ret = paths[..., gen.feature_names.index("ret")]
+    garch = gen.transform.filt.garch[0]
+    lo, hi = np.sqrt(garch.var_lo) / 100, np.sqrt(garch.var_hi) / 100
+    z_max = np.abs(gen.transform.coder.decode(np.array([gen.transform.coder.lo, gen.transform.coder.hi]))).max()
+    assert np.abs(ret - garch.mu / 100).max() <= hi * z_max * max(gen.calibration.k_neg + gen.calibration.k_pos) + 1e-12
+    assert (gen.sample_prices(5, 1000, None, 1)["close"] > 0).all() and lo > 0
+    ts = training_set(data)
+    col = ts.names.index("ret")
+    steady = drift(Fhs.fit(ts.raw, ts.names).sample_features(50, 1000, None, 0)[..., col:col + 1],
+                   ts.raw[0, :, col:col + 1].std(axis=0))
+    assert steady["ok"], steady

@@ -18,7 +18,7 @@ from clstm_ppo.scenarios.metrics import (
     stylised_facts,
     wasserstein1,
 )
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule, trailing
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
 
 
 def _numpy_acf(x, lag):

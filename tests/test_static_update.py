@@ -12,7 +12,7 @@ import torch
 from test_agent import collect_rollout
 
 from clstm_ppo.agent.model import KINDS, CascadedActorCritic
-from clstm_ppo.agent.ppo import DistinctBarsLoss, normalise_advantages, ppo_update
+from clstm_ppo.agent.ppo import DistinctBarsLoss, UpdatePaths, normalise_advantages, ppo_update
 from clstm_ppo.agent.precision import Precision, cpu_runs_bf16_lstm
 from clstm_ppo.agent.static_update import StaticMinibatchLoss, recurrence_block
 from clstm_ppo.config import AgentConfig, PPOConfig, load_config
@@ -124,7 +124,7 @@ def test_the_compiled_loss_equals_the_eager_static_loss_and_a_whole_update_with_
                                                                          cfg, prec, compile=True)
         stats = ppo_update(model, optimizer, storage, env.market_windows,
                            PPOConfig(num_minibatches=2, update_epochs=2, grad_accumulation=2),
-                           torch.Generator().manual_seed(0), precision=prec, minibatch_loss=loss)
+                           torch.Generator().manual_seed(0), UpdatePaths(precision=prec, minibatch_loss=loss))
         assert stats["nonfinite"] == 0.0
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     start = torch.cat([p.detach().flatten() for p in trained.parameters()])
@@ -197,7 +197,7 @@ def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(m
 
 def test_a_compile_that_cannot_write_its_code_is_one_line(tmp_path):
     """A full disk meets inductor first, writing the compiled code: the run must end in one line as a checkpoint
-    write does, not in dynamo's traceback (scripts/chaos.py's write-fails fault with env.compile on)."""
+    write does, not in dynamo's traceback (scripts/ops/chaos.py's write-fails fault with env.compile on)."""
     import subprocess
     import sys
 
@@ -228,9 +228,7 @@ def test_the_update_memory_benchmark_splits_saved_tensors_into_per_decision_and_
     a per-decision activation of 10 floats saved twice (one storage), and a fixed weight of 1,000 floats."""
     from types import SimpleNamespace
 
-    from conftest import load_script
-
-    bench = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench_update.py")
+    from clstm_ppo.bench.update_paths import saved_memory
     steps, envs = 128, 64
     weight = torch.randn(1000, requires_grad=True)
 
@@ -240,6 +238,6 @@ def test_the_update_memory_benchmark_splits_saved_tensors_into_per_decision_and_
         return (y.sum() * weight.sum() * weight).sum(), None  # saves the weight's sum and the weight
 
     storage = SimpleNamespace(num_envs=envs, num_steps=steps, rows=torch.zeros(1), advantages=None)
-    per_decision_kb, fixed_gb = bench.saved_memory(loss, storage, num_minibatches=4)
+    per_decision_kb, fixed_gb = saved_memory(loss, storage, num_minibatches=4)
     assert per_decision_kb == pytest.approx(10 * 4 / 1e3)
     assert fixed_gb * 1e9 == pytest.approx(1000 * 4 + 4 + 4, abs=16)  # the weight, and two saved scalars

@@ -1,18 +1,19 @@
-"""Stress tests (evaluate --scenarios, issue 22 item 4): every policy walks every generated path; the statistics
-equal a numpy computation; bad input is one line and exit 2."""
+"""Stress tests (evaluate --scenarios): every policy walks every generated path, of a generator or of a baseline
+fitted on the agent's training years; a source failing the scenario goals says so in one line above the table; the
+statistics equal a numpy computation; bad input is one line and exit 2."""
 
 import numpy as np
 import pytest
 import torch
 from conftest import make_bars, strict_loads
 
+from clstm_ppo.agent.loading import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.stress import QUANTILES, policy_stats, walk_paths
 from clstm_ppo.backtest.walk import walk
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig, load_config, to_dict
 from clstm_ppo.data import build_market_data
-from clstm_ppo.evaluate import load_agent
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.market import sample_market_data
@@ -112,8 +113,33 @@ def test_bad_stress_input_is_one_line_and_exit_2(setup, tmp_path, capsys):
         (["--scenarios", str(tmp_path / "none.pt")], "not found"),
         (["--regime", "crash"], "--regime needs --scenarios"),
         (["--scenarios", str(setup / "cgan.pt"), "--returns", str(tmp_path / "r.csv")], "--returns is for one"),
+        (["--scenarios", "fhs", "--regime", "crash"], "the fhs baseline has no regimes"),
+        (["--scenarios", "fhs", "--folds"], "takes no folds"),
     ]
     for flags, expected in cases:
         code, out = _run(capsys, "--checkpoint", agent, *flags)
         assert code == 2, (flags, out.err)
         assert out.err.startswith("error: ") and out.err.count("\n") == 1 and expected in out.err, out.err
+
+
+def test_a_failing_generator_says_so_above_its_table(setup, tmp_path, capsys):
+    """A 3-step cGAN meets none of the goals: one warning line, right above the table, and the walk still runs."""
+    code, out = _run(capsys, "--checkpoint", str(setup / "agent.pt"), "--scenarios", str(setup / "cgan.pt"),
+                     "--paths", "2", "--length", "20", "--json", str(tmp_path / "s.json"))
+    assert code == 0, out.err
+    lines = out.out.splitlines()
+    warning = [i for i, line in enumerate(lines) if line.startswith("warning: cgan")]
+    assert len(warning) == 1 and "fails the scenario goals (" in lines[warning[0]]
+    assert "generated paths" in lines[warning[0] + 1] and lines[warning[0] + 2].startswith("policy")
+    assert strict_loads((tmp_path / "s.json").read_text())["goals_warning"] == lines[warning[0]]
+
+
+@pytest.mark.parametrize("name", ["fhs", "garch_t", "bootstrap"])
+def test_a_baseline_by_name_is_fitted_on_the_agent_s_training_years(setup, tmp_path, capsys, name):
+    report = tmp_path / "stress.json"
+    code, out = _run(capsys, "--checkpoint", str(setup / "agent.pt"), "--scenarios", name, "--paths", "2",
+                     "--length", "20", "--json", str(report))
+    assert code == 0, out.err
+    saved = strict_loads(report.read_text())
+    assert list(saved["policies"]) == POLICIES and saved["paths"] == 2 and saved["bars"] == 20
+    assert saved["generator"] == f"the {name} baseline"

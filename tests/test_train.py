@@ -10,14 +10,15 @@ import pytest
 import torch
 from conftest import strict_loads
 
+from clstm_ppo.agent.loading import model_from_checkpoint
 from clstm_ppo.backtest.policies import agent_policy, random_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk, walk_together
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data import Normalizer
-from clstm_ppo.evaluate import model_from_checkpoint
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS
+from clstm_ppo.tables import strict_json
 from clstm_ppo.train import main as train_main
 from clstm_ppo.training.checkpoint import load_checkpoint
 
@@ -429,6 +430,12 @@ def test_evaluate_makes_the_plot_folder_and_reports_several_checkpoints(smoke_ru
     values = [saved["policies"][name]["SYN0"]["total_return"] for name in ("agent_1", "agent_2")]
     assert across["values"] == values and across["mean"] == pytest.approx(sum(values) / 2)
     assert "agent across checkpoints (mean +- std):" in capsys.readouterr().out
+    # the same backtest from Python returns what --json wrote
+    from clstm_ppo.backtest.checkpoints import backtest_checkpoints
+
+    done = backtest_checkpoints([smoke_run / "latest.pt", smoke_run / "best_sharpe.pt"], split="validation")
+    assert strict_loads(strict_json(done.report, default=str)) == saved
+    assert done.rule is not None and saved["best_rule"] == done.rule.as_dict()
 
 
 def test_evaluate_on_another_file_normalises_with_the_checkpoints_statistics(smoke_run, tmp_path, capsys):

@@ -89,12 +89,12 @@ def test_two_processes_join_one_postgres_study_and_record_each_trial_once(tmp_pa
 @pytest.mark.slow
 def test_reproduce_paper_shares_its_grid_through_a_storage(tmp_path):
     url = f"sqlite:///{tmp_path / 'grid.db'}"
-    command = [sys.executable, str(ROOT / "scripts" / "reproduce_paper.py"), "--config", "smoke", "--data",
+    command = [sys.executable, str(ROOT / "scripts" / "studies" / "reproduce_paper.py"), "--config", "smoke", "--data",
                "synthetic", "--steps", "512", "--seeds", "1", "--kinds", "clstm", "mlp", "--rewards", "equity",
                "--windows", "10", "--storage", url, "--json", "--set", "train.num_envs=8",
                "--set", "train.eval_every=1"]
-    workers = [subprocess.Popen([*command, "--out", str(tmp_path / f"runs{i}"), "--results",
-                                 str(tmp_path / f"R{i}.md")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    workers = [subprocess.Popen([*command, "--out", str(tmp_path / f"runs{i}"), "--grid-dir",
+                                 str(tmp_path / f"grids{i}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, cwd=tmp_path) for i in range(2)]
     outputs = [w.communicate(timeout=900) for w in workers]
     for w, (out, err) in zip(workers, outputs, strict=True):

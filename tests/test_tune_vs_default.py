@@ -1,4 +1,4 @@
-"""scripts/tune_vs_default.py at a tiny budget: both arms on fresh seeds, the tuned arm with the tuned settings,
+"""scripts/studies/tune_vs_default.py at a tiny budget: both arms on fresh seeds, the tuned arm with the tuned settings,
 paired differences that match the per-seed numbers, strict JSON, and bad input in one line."""
 import json
 import subprocess
@@ -13,7 +13,7 @@ from clstm_ppo.config import load_config, to_dict
 from clstm_ppo.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = str(ROOT / "scripts" / "tune_vs_default.py")
+SCRIPT = str(ROOT / "scripts" / "studies" / "tune_vs_default.py")
 
 
 def refuse(token: str) -> None:

@@ -1,5 +1,5 @@
 """The rollout as one function per decision: the policy's forward (LSTM 2 as a cell on its own weights), the draw,
-the env step and the storage write, with no host sync and no data-dependent shape (SPEC section 13).
+the env step and the storage write, with no host sync and no data-dependent shape (docs/ENVIRONMENT.md).
 
 Compiled (``torch.compile(fullgraph=True, dynamic=False)``) a decision is one graph on any device; on CUDA with
 ``train.cuda_graphs`` that graph is also captured once in a CUDA graph and replayed ``num_steps`` times a rollout,

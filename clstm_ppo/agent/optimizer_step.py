@@ -1,4 +1,4 @@
-"""The optimizer step (gradient clipping, then Adam) replayed as one CUDA graph (SPEC section 13).
+"""The optimizer step (gradient clipping, then Adam) replayed as one CUDA graph (docs/ENVIRONMENT.md).
 
 Eager, a clipped Adam step on CUDA is nearly thirty kernel launches from Python over the parameter lists (the norms,
 the clip, Adam's two moments, its bias corrections and the update). Captured, it is one replay. Capture needs:
@@ -20,7 +20,7 @@ run capturable Adam, so the tests cover that path, the rate tensor and the repla
 captured step computes Adam's bias corrections in float32 on the device (the eager one in Python doubles): close to
 the eager weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. The trainer
 captures its step on CUDA under ``train.cuda_graphs`` when the update is the static, compiled one (``env.compile``)
-and the precision is fp32 or bf16; ``scripts/bench_update.py``'s "step_captured" path times that update alone
+and the precision is fp32 or bf16; ``scripts/bench/bench_update.py``'s "step_captured" path times that update alone
 ("captured": over a loss whose compiled calls are CUDA graphs too). Should CUDA refuse the capture, the step says so
 once and runs eagerly on.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
@@ -102,21 +103,36 @@ class DistinctBarsLoss:
                           s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef, self.cfg)
 
 
+@dataclass
+class UpdatePaths:
+    """How an update computes and applies its gradients, each part optional (the trainer builds them from its
+    ``training.plan.ExecutionPlan``): ``precision`` (fp32 without), ``minibatch_loss`` (the eager
+    ``DistinctBarsLoss`` without; the static, compiled one of ``static_update``), ``all_reduce_mean`` (several
+    ranks: the advantages' moments and the KL averaged), ``average_gradients`` (a loss that does not run through
+    DDP's forward: its gradients averaged before each optimizer step), ``optimizer_step`` (the clip and Adam step
+    over the optimizer as one object, e.g. replayed as a CUDA graph; precision's clip and step without)."""
+
+    precision: Precision | None = None
+    minibatch_loss: MinibatchLoss | None = None
+    all_reduce_mean: Callable[[Tensor], Tensor] | None = None
+    average_gradients: Callable[[], None] | None = None
+    optimizer_step: OptimizerStep | None = None
+
+
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: RolloutStorage,
                windows: MarketWindows, cfg: PPOConfig, generator: torch.Generator,
-               all_reduce_mean: Callable[[Tensor], Tensor] | None = None, precision: Precision | None = None,
-               minibatch_loss: MinibatchLoss | None = None, average_gradients: Callable[[], None] | None = None,
-               optimizer_step: OptimizerStep | None = None) -> dict[str, float]:
+               paths: UpdatePaths | None = None) -> dict[str, float]:
     """One PPO update over ``storage``; ``model`` may be DDP-wrapped (its forward syncs gradients).
 
     ``windows`` (the env's ``market_windows``) turns the stored flat rows back into market windows. With
     ``cfg.grad_accumulation = k``, gradients of k minibatches are summed before one optimizer
-    step (under DDP only the k-th backward all-reduces). ``minibatch_loss`` replaces the eager
-    ``DistinctBarsLoss`` (the static, compiled one of ``static_update``); a loss that does not run through DDP's
-    forward brings ``average_gradients``, called before each optimizer step. The statistics' ``nonfinite`` is 1
-    when some step's gradients or the weights it left were not finite: the weights are then unsound, not to be saved.
-    ``optimizer_step`` (over ``optimizer``) replaces ``precision``'s clip and step, e.g. replayed as a CUDA graph.
+    step (under DDP only the k-th backward all-reduces). ``paths`` says how (``UpdatePaths``). The statistics'
+    ``nonfinite`` is 1 when some step's gradients or the weights it left were not finite: the weights are then
+    unsound, not to be saved.
     """
+    paths = paths or UpdatePaths()
+    precision, minibatch_loss, optimizer_step = paths.precision, paths.minibatch_loss, paths.optimizer_step
+    all_reduce_mean, average_gradients = paths.all_reduce_mean, paths.average_gradients
     s = storage
     precision = precision or Precision(s.rows.device, "fp32")
     minibatch_loss = minibatch_loss or DistinctBarsLoss(model, windows, s, cfg, precision)

@@ -1,4 +1,4 @@
-"""The PPO update's minibatch loss with fixed shapes and no host sync, compiled (SPEC section 13).
+"""The PPO update's minibatch loss with fixed shapes and no host sync, compiled (docs/ENVIRONMENT.md).
 
 The eager loss (``ppo.DistinctBarsLoss``) encodes the minibatch's distinct bars (``torch.unique``: a shape set by the
 data) and cuts LSTM 2 into fused runs at episode starts (read on the host). Neither compiles, and at GPU sizes,
@@ -46,7 +46,7 @@ class StaticMinibatchLoss:
     that compile (``compile``) into two graphs. ``by_bar``: LSTM 1 encodes every observable bar (True) or every
     decision of the minibatch (False); by default whichever is fewer windows. ``cuda_graphs``: compiled in inductor's
     "reduce-overhead" mode, which replays each compiled call as a CUDA graph on CUDA (the trainer's
-    ``train.update_graphs``; measured on a GPU as ``scripts/bench_update.py``'s "graphs" and "captured" paths)."""
+    ``train.update_graphs``; measured on a GPU as ``scripts/bench/bench_update.py``'s "graphs" and "captured" paths)."""
 
     def __init__(self, model: nn.Module, windows: MarketWindows, storage: RolloutStorage, cfg: PPOConfig,
                  precision: Precision, compile: bool = True, by_bar: bool | None = None, cuda_graphs: bool = False):

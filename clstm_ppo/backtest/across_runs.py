@@ -1,4 +1,4 @@
-"""Many runs' test walks summarised (issue 24, item 2): mean +- std and a bootstrap 95% interval over seeds x
+"""Many runs' test walks summarised: mean +- std and a bootstrap 95% interval over seeds x
 folds, paired differences over the same (seed, fold), and the deflated Sharpe ratio of the best configuration
 given how many were tried. A run is one dict of metrics (``METRICS``); a missing number is NaN here and null in
 every JSON written from it."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from clstm_ppo.backtest.statistics import bootstrap_ci, deflated_sharpe, paired_difference
 
@@ -38,15 +38,19 @@ def run_folder(runs: Path, run: dict[str, Any]) -> Path:
     return runs / fold / run_name(run["config"], run["window"], run["seed"])
 
 
+GRID_META = ("grid", "commit", "date", "machine", "command")  # what every row of a grid's CSV says of its grid
+KEY_COLUMNS = ("config", "window", "seed", "fold")  # one run: its configuration (or a benchmark), window, seed, fold
+
+
 def read_grid(path: Path) -> list[dict[str, Any]]:
-    """The per-run rows of what ``reproduce_paper.py --json`` printed (its log will do: the file's last non-empty
-    line), or with ``FILE.md#DATA`` of the "Each run" block reproduce_paper wrote into that data's section of a
-    results file (its numbers to 4 decimals: a grid whose log and run folders are gone); a clear SystemExit for
-    anything else."""
-    if path.suffix.startswith(".md#"):
-        return read_results_block(path.with_suffix(".md"), path.suffix[len(".md#"):])
+    """The per-run rows of a grid: a CSV that ``reproduce_paper.py`` wrote (docs/data/grids/<name>.csv: the runs
+    and, under each benchmark's name as their config, the benchmarks walked on the same folds), or what its
+    ``--json`` printed (its log will do: the file's last non-empty line); a clear SystemExit for anything else."""
     if not path.is_file():
-        raise SystemExit(f"error: {path} not found: give the file reproduce_paper.py --json printed to")
+        raise SystemExit(f"error: {path} not found: give a grid's CSV (docs/data/grids/) or the file "
+                         "reproduce_paper.py --json printed to")
+    if path.suffix == ".csv":
+        return read_grid_csv(path)
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     try:
         grid = json.loads(lines[-1]) if lines else None
@@ -58,37 +62,35 @@ def read_grid(path: Path) -> list[dict[str, Any]]:
     return grid["per_run"]
 
 
-def read_results_block(path: Path, label: str) -> list[dict[str, Any]]:
-    """The per-run rows of the "Each run" table in ``path``'s ``<!-- begin label -->`` section, as numbers (a
-    fold, seed or window as an int; what is not a number, e.g. n/a, as None)."""
-    if not path.is_file():
-        raise SystemExit(f"error: {path} not found: give the results file reproduce_paper.py --results wrote to, "
-                         "then #DATA (e.g. docs/RESULTS.md#sp500)")
-    text = path.read_text()
-    begin, end = f"<!-- begin {label} -->", f"<!-- end {label} -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"error: {path} has no section {label!r} written by reproduce_paper.py (its '{begin}' and "
-                         f"'{end}' lines): give FILE.md#DATA with the data's name, e.g. docs/RESULTS.md#sp500")
-    section = text[text.index(begin):text.index(end)]
-    table = section.split("### Each run", 1)[-1].split("```")[1:2] if "### Each run" in section else []
-    lines = [line for line in table[0].splitlines() if line.strip()] if table else []
-    if len(lines) < 2 or lines[0].split()[:4] != ["config", "window", "seed", "fold"]:
-        raise SystemExit(f"error: {path}'s section {label!r} has no 'Each run' table of config, window, seed, fold")
-    # Right-aligned columns (tables.format_records), a missing number blank: each cell ends where its header does.
-    ends = [m.end() for m in re.finditer(r"\S+", lines[0])]
-    keys = lines[0].split()
-    return [{key: _cell(key, row[start:end].strip()) for key, start, end in zip(keys, [0, *ends], ends, strict=False)}
-            for row in lines[1:]]
+def read_grid_csv(path: Path) -> list[dict[str, Any]]:
+    """A grid CSV's rows: the key columns as ints (a fold may be the default split's name), every metric as a
+    float (NaN where the grid has no number), the grid's description as text."""
+    frame = pd.read_csv(path, keep_default_na=True)
+    missing = [c for c in KEY_COLUMNS if c not in frame]
+    if missing:
+        raise SystemExit(f"error: {path} lacks the column(s) {', '.join(missing)}: give a CSV reproduce_paper.py "
+                         "wrote (docs/data/grids/)")
+    rows = []
+    for record in frame.to_dict("records"):
+        row = {}
+        for key, value in record.items():
+            if key in ("config", *GRID_META):
+                row[key] = "" if isinstance(value, float) and math.isnan(value) else str(value)
+            elif key in KEY_COLUMNS:
+                row[key] = int(value) if str(value).lstrip("-").isdigit() else value
+            else:
+                row[key] = float(value)
+        rows.append(row)
+    return rows
 
 
-def _cell(key: str, value: str) -> Any:
-    if key == "config":
-        return value
-    try:
-        number = float(value)
-    except ValueError:
-        return value if key == "fold" else None  # the default split's fold name; a blank: a number that does not exist
-    return int(number) if key in ("window", "seed", "fold") else number
+def write_grid_csv(path: Path, rows: list[dict[str, Any]], meta: dict[str, str]) -> None:
+    """The grid's rows, each with ``meta`` (``GRID_META``: its name, commit, date, machine and command), as a CSV."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame([{**{k: meta[k] for k in ("grid",)}, **row} for row in rows])
+    for key in GRID_META[1:]:
+        frame[key] = meta[key]
+    frame.to_csv(path, index=False, float_format="%.10g")
 
 
 def mean_over_underlyings(by_symbol: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -132,16 +134,17 @@ def paired_rows(runs: Runs, pairs: list[tuple[str, str]]) -> list[dict[str, Any]
     return rows
 
 
-def deflated_best(returns: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The deflated Sharpe ratio of the configuration whose daily test returns over cash (``returns[label]``:
-    its runs' mean each day, the folds end to end) have the highest Sharpe, given that all of them were tried;
-    the variance of the trials' Sharpe ratios is taken across these configurations."""
+def deflated_best(returns: dict[str, np.ndarray], periods_per_year: float) -> dict[str, Any]:
+    """The deflated Sharpe ratio of the configuration whose test bar returns over cash (``returns[label]``:
+    its runs' mean each bar, the folds end to end) have the highest Sharpe, given that all of them were tried;
+    the variance of the trials' Sharpe ratios is taken across these configurations. ``periods_per_year``: the
+    data's bars a year (evaluate's ``clock``), which annualise the Sharpe ratios."""
     sharpes = {label: _sharpe(r) for label, r in returns.items()}
     best = max(sharpes, key=lambda label: sharpes[label])
     variance = float(np.var(list(sharpes.values()), ddof=1)) if len(sharpes) > 1 else 0.0
     out = deflated_sharpe(returns[best], len(sharpes), variance)
-    root = math.sqrt(252.0)
-    return {"best": best, "trials": len(sharpes), "days": int(np.isfinite(returns[best]).sum()),
+    root = math.sqrt(periods_per_year)
+    return {"best": best, "trials": len(sharpes), "bars": int(np.isfinite(returns[best]).sum()),
             "sharpe_annual": out["sharpe"] * root, "benchmark_sharpe_annual": out["benchmark_sharpe"] * root,
             "deflated_sharpe": out["deflated_sharpe"], "sharpe_variance": variance}
 

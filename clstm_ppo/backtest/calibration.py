@@ -1,4 +1,4 @@
-"""The market's two fitted settings, refitted from a fold's training years only (issue 24, item 1).
+"""The market's two fitted settings, refitted from a fold's training years only (docs/BACKTEST.md).
 
 - ``market.iv_model_coefs``: least squares of log VIX on the EWMA vol and leverage of the S&P 500
   (``clstm_ppo.market.inputs.fit_iv_model``), over the bars up to the fold's ``data.train_end``. Used by every
@@ -8,8 +8,8 @@
   years (2000..2012 at most: the real series shipped here ends in 2012). Fewer than ``MIN_YEARS`` such years:
   the config's value stays.
 
-The shipped defaults are what this gives for training years to 2012 (scripts/cboe_benchmarks.py --calibrate,
-scripts/fit_iv_model.py).
+The shipped defaults are what this gives for training years to 2012 (scripts/studies/cboe_benchmarks.py --calibrate,
+scripts/studies/fit_iv_model.py).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """CBOE's PutWrite (PUT) and BuyWrite (BXM) indices replayed in the simulated market: practitioners' benchmarks
-the market can be checked against year by year (SPEC section 4; docs/MARKET.md section 5 has the comparison).
+the market can be checked against year by year (docs/MARKET.md section 5 has the comparison).
 
 Both are direct simulations, not policies of the env: they sell options in fractional contracts, sized as an
 index is, which the env's action space does not offer. They walk exactly the continuous walk's bars
@@ -41,7 +41,7 @@ ATM_MONEYNESS = 1.0  # CBOE takes a listed strike next to the index; the chain's
 SHARE_COST = COST_KINDS.index("shares")  # trading the index itself (market.costs.share_cost_bps)
 # What the simulation is checked against: annual returns (%) 1999-2012 as the issue that asked for these
 # benchmarks quotes them: Cboe's S&P 500 PutWrite (PUT) and BuyWrite (BXM) indices and the S&P 500's total
-# return (dividends reinvested). scripts/cboe_benchmarks.py and tests/test_cboe.py compare with them.
+# return (dividends reinvested). scripts/studies/cboe_benchmarks.py and tests/test_cboe.py compare with them.
 REAL_YEARS = tuple(range(1999, 2013))
 REAL_ANNUAL_RETURNS = {
     "PUT": (21.0, 13.1, -10.6, -8.6, 21.8, 9.5, 6.7, 15.2, 9.5, -26.8, 31.5, 9.0, 6.2, 8.1),
@@ -216,4 +216,4 @@ def _simulate(name: str, data: MarketData, split: str, cfg: Config, covered: boo
         open_at_end[s] = int(held >= 0) + int(shares > 0)  # the option, and the shares of a buywrite
     return WalkResult(policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
                       rate=rate[:, first:last + 1], closed=closed, wins=wins, open_at_end=open_at_end,
-                      traded=traded, costs=costs, ruin_fraction=cfg.env.ruin_fraction)
+                      traded=traded, costs=costs, ruin_fraction=cfg.env.ruin_fraction, clock=data.clock)

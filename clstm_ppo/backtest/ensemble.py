@@ -16,7 +16,7 @@ from clstm_ppo.config import Config, ConfigError, walk_rules
 from clstm_ppo.data.dataset import SPLITS, MarketData
 
 ENSEMBLE = "ensemble"
-Agent = tuple[Config, MarketData, CascadedActorCritic]  # what evaluate.load_agent returns
+Agent = tuple[Config, MarketData, CascadedActorCritic]  # what agent.loading.load_agent returns
 
 WALK_SECTIONS = ("data", "market", "env")
 # Settings only training reads: a walk has no episodes, rewards or generated paths, and runs its own float64

@@ -1,6 +1,8 @@
 """What a quant reads after a backtest: metrics per underlying and per calendar year, tables, CSV, plot, tearsheet.
 
 Every function takes the ``WalkResult`` of each policy, keyed by policy name; all of them walked the same dates.
+Returns are per bar, whatever the bars' interval, and every annualised figure uses the walk's ``clock`` (its bars
+a year: docs/BACKTEST.md, "Report").
 """
 from __future__ import annotations
 
@@ -15,17 +17,17 @@ import pandas as pd
 
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.config import ConfigError, first_line
+from clstm_ppo.data.calendar import BarClock
 from clstm_ppo.market import COST_KINDS
 from clstm_ppo.metrics import is_ruined
 from clstm_ppo.tables import format_table
 
-TRADING_DAYS = 252
 FLAT = 1e-12  # a std below this is rounding noise of a flat curve, not risk: its ratios are 0, not 1e16
 MAIN_KEYS = ("total_return", "annual_return", "annual_vol", "sharpe", "sharpe_excess", "sortino", "max_drawdown",
              "calmar", "win_rate", "trades", "open_at_end", "turnover", "costs")
-YEAR_KEYS = ("days", "total_return", "annual_return", "sharpe", "max_drawdown")
+YEAR_KEYS = ("bars", "total_return", "annual_return", "sharpe", "max_drawdown")
 PERCENT = {"total_return", "annual_return", "annual_vol", "max_drawdown", "win_rate", "excess_annual"}
-COUNTS = {"days", "trades", "open_at_end"}
+COUNTS = {"bars", "trades", "open_at_end"}
 NO_QUANTSTATS = "--tearsheet needs the optional report extra: pip install 'clstm_ppo[report]' (quantstats)"
 
 
@@ -35,19 +37,22 @@ def _ratio(num: float, den: float) -> float:
 
 
 def excess_returns(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> np.ndarray:
-    """(n,) each day's simple return over the T-bill's: the rate known at yesterday's close, over the calendar gap."""
+    """(n,) each bar's simple return over the T-bill's: the rate known at the last close, over the calendar gap."""
     days = np.diff(dates.values).astype("timedelta64[s]").astype(float) / 86_400.0
     return equity[1:] / equity[:-1] - 1.0 - np.expm1(rate[:-1] * days / 365.0)
 
 
-def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> dict[str, float | str]:
-    """Return and risk of one equity path of n + 1 closes (n daily returns), rate being each close's annual rate."""
+def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray,
+                  clock: BarClock) -> dict[str, float | str]:
+    """Return and risk of one equity path of n + 1 closes (n bar returns), rate being each close's annual rate,
+    annualised at ``clock.periods_per_year`` bars a year."""
+    per_year = clock.periods_per_year
     r = equity[1:] / equity[:-1] - 1.0
     n = len(r)
     excess = excess_returns(equity, dates, rate)
     total = float(equity[-1] / equity[0] - 1.0)
     # an account wiped out (or below zero) has no real compound rate: call it -100% a year
-    annual = (1.0 + total) ** (TRADING_DAYS / n) - 1.0 if n and total > -1.0 else (-1.0 if n else 0.0)
+    annual = (1.0 + total) ** (per_year / n) - 1.0 if n and total > -1.0 else (-1.0 if n else 0.0)
     std = float(r.std(ddof=1)) if n > 1 else 0.0
     std_excess = float(excess.std(ddof=1)) if n > 1 else 0.0
     downside = math.sqrt(float(np.mean(np.minimum(r, 0.0) ** 2))) if n else 0.0
@@ -57,9 +62,9 @@ def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray)
     max_dd = float(drawdown[trough])
     # the fall starts at the last close standing at the running peak before the trough
     top = int(np.flatnonzero(equity[:trough + 1] == peak[trough])[-1])
-    root = math.sqrt(TRADING_DAYS)
+    root = math.sqrt(per_year)
     return {
-        "days": n,
+        "bars": n,
         "total_return": total,
         "annual_return": float(annual),
         "annual_vol": std * root,
@@ -67,8 +72,8 @@ def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray)
         "sharpe_excess": _ratio(float(excess.mean()), std_excess) * root if n else 0.0,
         "sortino": _ratio(float(r.mean()), downside) * root if n else 0.0,
         "max_drawdown": max_dd,
-        "max_drawdown_peak": dates[top].date().isoformat() if max_dd > 0 else "",
-        "max_drawdown_trough": dates[trough].date().isoformat() if max_dd > 0 else "",
+        "max_drawdown_peak": clock.label(dates[top]) if max_dd > 0 else "",
+        "max_drawdown_trough": clock.label(dates[trough]) if max_dd > 0 else "",
         "calmar": float(annual / max_dd) if max_dd > 0 else 0.0,
         "min_equity": float(equity.min() / equity[0]),  # the lowest close, as a share of the first
     }
@@ -77,9 +82,9 @@ def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray)
 def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
     """Every metric of underlying s (its index in ``result.symbols``) over the whole walk."""
     equity = result.equity[s]
-    out = curve_metrics(equity, result.dates, result.rate[s])
+    out = curve_metrics(equity, result.dates, result.rate[s], result.clock)
     closed = int(result.closed[s])
-    years = out["days"] / TRADING_DAYS
+    years = out["bars"] / result.clock.periods_per_year
     mean_equity = float(equity.mean())
     out |= {
         "win_rate": float(result.wins[s] / closed) if closed else 0.0,
@@ -96,7 +101,7 @@ def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
 
 
 def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
-    """Calendar year -> symbol -> return and risk of that year's daily returns (its first from last year's close).
+    """Calendar year -> symbol -> return and risk of that year's bar returns (its first from last year's close).
 
     Trades, wins, turnover and costs are left out: the walk records them only as totals over the split.
     A year with no return (the walk's first bar alone in its year) is left out too.
@@ -106,8 +111,8 @@ def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
     for year in np.unique(years):
         idx = np.flatnonzero(years == year)
         bars = slice(int(idx[0]), int(idx[-1]) + 2)  # the closes those returns span, the year's base included
-        out[int(year)] = {sym: curve_metrics(result.equity[s, bars], result.dates[bars], result.rate[s, bars])
-                          for s, sym in enumerate(result.symbols)}
+        out[int(year)] = {sym: curve_metrics(result.equity[s, bars], result.dates[bars], result.rate[s, bars],
+                                             result.clock) for s, sym in enumerate(result.symbols)}
     return out
 
 
@@ -120,14 +125,20 @@ def _dates(results: dict[str, WalkResult]) -> pd.DatetimeIndex:
     return first
 
 
+def _clock(results: dict[str, WalkResult]) -> BarClock:
+    """The walk's clock (every policy walked one data's bars)."""
+    return next(iter(results.values())).clock
+
+
 def report_dict(results: dict[str, WalkResult]) -> dict:
     """Every metric of every policy, underlying and year, JSON-ready (years as strings, JSON's only key type)."""
-    dates = _dates(results)
+    dates, clock = _dates(results), _clock(results)
     return {
         "policies": {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
                      for name, res in results.items()},
         "yearly": {name: {str(y): m for y, m in yearly_metrics(res).items()} for name, res in results.items()},
-        "dates": [dates[0].date().isoformat(), dates[-1].date().isoformat()],
+        "dates": [clock.label(dates[0]), clock.label(dates[-1])],
+        "clock": clock.as_dict(),
     }
 
 
@@ -162,8 +173,9 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
             for sym, m in by_sym.items():
                 bench = whole[benchmark].get(sym)  # nan, not a crash, for an underlying the benchmark lacks
                 m["excess_annual"] = m["annual_return"] - bench["annual_return"] if bench else float("nan")
-    lines = [f"Backtest {dates[0].date()} to {dates[-1].date()}: {len(dates) - 1} daily returns"
-             + (f", excess_annual against {benchmark}" if benchmark in whole else ""),
+    clock = _clock(results)
+    lines = [f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns of "
+             f"{clock.describe()}" + (f"; excess_annual against {benchmark}" if benchmark in whole else ""),
              format_table([*names, *keys], _rows(whole, keys, several), len(names)), "", "Costs by kind ($)"]
     cost_keys = ("costs", *(f"cost_{kind}" for kind in COST_KINDS))
     lines.append(format_table([*names, *cost_keys], _rows(whole, cost_keys, several), len(names)))
@@ -179,7 +191,7 @@ def _column(policy: str, symbol: str, several: bool) -> str:
 
 
 def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
-    """Daily returns, one row per date after the first, one column per policy (and underlying when several)."""
+    """Bar returns, one row per bar after the first, one column per policy (and underlying when several)."""
     dates = _dates(results)
     cols = {_column(name, sym, len(res.symbols) > 1): res.daily_returns[s]
             for name, res in results.items() for s, sym in enumerate(res.symbols)}
@@ -187,8 +199,10 @@ def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
 
 
 def write_returns_csv(results: dict[str, WalkResult], path: str | Path) -> None:
-    """The daily returns as CSV (index column ``date``, ISO days), for any tool a reader prefers."""
-    returns_frame(results).to_csv(path, date_format="%Y-%m-%d")
+    """The bar returns as CSV (index column ``date``: ISO days, or timestamps for intraday bars), for any tool a
+    reader prefers."""
+    daily = _clock(results).daily
+    returns_frame(results).to_csv(path, date_format="%Y-%m-%d" if daily else "%Y-%m-%d %H:%M:%S")
 
 
 def _account(res: WalkResult) -> np.ndarray:
@@ -261,7 +275,8 @@ def write_tearsheet(results: dict[str, WalkResult], path: str | Path, policy: st
             # the benchmark goes in as a Series, never a ticker: a ticker makes quantstats download it from Yahoo
             quantstats.reports.html(returns(policy), benchmark=returns(benchmark), rf=0.0, output=str(path),
                                     title=f"{policy} vs {benchmark}", strategy_title=policy,
-                                    benchmark_title=benchmark, periods_per_year=TRADING_DAYS, compounded=True)
+                                    benchmark_title=benchmark,
+                                    periods_per_year=round(_clock(results).periods_per_year), compounded=True)
         finally:
             font_log.setLevel(level)
 

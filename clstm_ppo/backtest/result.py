@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from clstm_ppo.data.calendar import BarClock
+
 
 @dataclass
 class WalkResult:
@@ -26,9 +28,10 @@ class WalkResult:
     traded: np.ndarray  # (S,) dollars of premium bought and sold (notional of every fill)
     costs: np.ndarray  # (S, K) dollars paid per cost kind (clstm_ppo.market.COST_KINDS)
     ruin_fraction: float  # the walk's env.ruin_fraction: the level reports call ruin (the walk itself never stops)
+    clock: BarClock  # the data's bars: their interval, and the bars a year that annualise every figure of the walk
     option_pnl: np.ndarray | None = None  # (S,) closed options' own P&L, every cost in; None: not recorded
 
     @property
     def daily_returns(self) -> np.ndarray:
-        """(S, n) simple returns from each bar's close to the next."""
+        """(S, n) simple returns from each bar's close to the next (a day's on daily bars)."""
         return self.equity[:, 1:] / self.equity[:, :-1] - 1.0

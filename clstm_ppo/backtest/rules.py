@@ -93,7 +93,7 @@ def follow_rules(rules: list[FixedRule], actions: ActionSpace, max_positions: in
                  device: torch.device | str) -> Callable[[Observation, torch.Tensor], torch.Tensor]:
     """``(obs, k) -> action``: each copy i acts as ``rules[k[i]]`` would at this bar: the stock target while the
     rule wants shares and holds none, else its option order where the mask allows it (and, one at a time, no option
-    is open), else hold. A copy may follow another rule at each bar (``backtest/regimes.py``)."""
+    is open), else hold. A copy may follow another rule at each bar (``studies/regime_policies.py``)."""
     def per_rule(values: list[int | bool], dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=device)
     stocks = per_rule([0 if r.stock is None else actions.stock(r.stock) for r in rules], torch.long)

@@ -1,4 +1,4 @@
-"""Statistics that separate skill from luck across runs (SPEC section 10): bootstrap confidence intervals over
+"""Statistics that separate skill from luck across runs (docs/BACKTEST.md): bootstrap confidence intervals over
 seeds x folds, paired differences, and the deflated Sharpe ratio of the best of many configurations (Bailey and
 Lopez de Prado, "The Deflated Sharpe Ratio", Journal of Portfolio Management, 2014).
 """

@@ -1,4 +1,4 @@
-"""One out-of-sample walk from walk-forward folds (issue 24, item 1): each fold's walk over its own test block,
+"""One out-of-sample walk from walk-forward folds (docs/BACKTEST.md): each fold's walk over its own test block,
 laid end to end, every fold's model trained and fitted on years before its block only.
 
 Each fold's walk starts in cash at its first bar's close (its first decision fills at the next bar), so the
@@ -33,4 +33,4 @@ def stitch(walks: list[WalkResult]) -> WalkResult:
                       equity=np.concatenate(equity, axis=1), rate=np.concatenate(rate, axis=1),
                       closed=total("closed"), wins=total("wins"), open_at_end=walks[-1].open_at_end,
                       traded=total("traded"), costs=total("costs"), ruin_fraction=first.ruin_fraction,
-                      option_pnl=option_pnl)
+                      clock=first.clock, option_pnl=option_pnl)

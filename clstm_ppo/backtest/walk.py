@@ -1,5 +1,5 @@
 """A continuous, date-indexed walk over a whole split: one env copy per underlying from the split's first bar to
-its last, deterministic, the same walk for the agent and every benchmark (SPEC section 5).
+its last, deterministic, the same walk for the agent and every benchmark (docs/BACKTEST.md).
 
 The first bar is the split's first bar whose window is complete; the window may reach back into earlier
 splits' bars, which are past. Nothing ends the walk early: no episode length, no ruin.
@@ -15,7 +15,7 @@ import torch
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
-from clstm_ppo.data.stale import stale_opens
+from clstm_ppo.data.stale import market_stale_opens
 from clstm_ppo.env import BatchedOptionsEnv, Observation
 from clstm_ppo.market import COST_KINDS
 from clstm_ppo.market.volatility import DAYS_PER_YEAR
@@ -94,7 +94,8 @@ def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: Batc
         policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
         rate=env.quotes.inputs.rate[:, first:last + 1], closed=column("closed"),
         wins=column("wins"), open_at_end=column("open"), traded=column("traded"),
-        costs=column("costs").astype(np.float64), ruin_fraction=ruin_fraction, option_pnl=column("option_pnl"),
+        costs=column("costs").astype(np.float64), ruin_fraction=ruin_fraction, clock=data.clock,
+        option_pnl=column("option_pnl"),
     )
 
 
@@ -109,7 +110,7 @@ def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
     close = data.bars["close"][:, first:last + 1]
     rate = q.inputs.rate[:, first:last + 1]
     years = np.diff(q.close_time.cpu().numpy().astype(np.float64)[first:last + 1]) / DAYS_PER_YEAR
-    fill = np.where(stale_opens(data.bars["open"], data.bars["close"]), data.bars["close"], data.bars["open"])
+    fill = np.where(market_stale_opens(data), data.bars["close"], data.bars["open"])
     cash0 = cfg.env.initial_cash
     cost = cash0 * cfg.market.costs.share_cost_bps * 1e-4
     shares = (cash0 - cost) / fill[:, first + 1]
@@ -127,7 +128,8 @@ def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
     zeros = np.zeros(len(data.symbols))
     return WalkResult(policy="buy_and_hold", symbols=list(data.symbols), dates=data.dates[first:last + 1],
                       equity=equity, rate=rate, closed=zeros, wins=zeros, open_at_end=np.ones(len(data.symbols)),
-                      traded=np.full(len(data.symbols), cash0), costs=costs, ruin_fraction=cfg.env.ruin_fraction)
+                      traded=np.full(len(data.symbols), cash0), costs=costs, ruin_fraction=cfg.env.ruin_fraction,
+                      clock=data.clock)
 
 
 def selection_metrics(result: WalkResult) -> dict[str, float]:
@@ -143,8 +145,8 @@ def selection_metrics(result: WalkResult) -> dict[str, float]:
     costs = result.costs.mean(axis=0)
     out = {
         "episodes": float(len(ret)), "return": float(ret.mean()), "return_pct": return_pct,
-        "sharpe": float(np.mean([sharpe(r) for r in returns])),
-        "sortino": float(np.mean([sortino(r) for r in returns])),
+        "sharpe": float(np.mean([sharpe(r, result.clock.periods_per_year) for r in returns])),
+        "sortino": float(np.mean([sortino(r, result.clock.periods_per_year) for r in returns])),
         "max_drawdown": float(np.mean([max_drawdown(e) for e in equity])),
         "closed": closed / len(ret), "open": float(result.open_at_end.mean()), "steps": float(returns.shape[1]),
         "win_rate": win_rate, "profit_rate": profit_rate,

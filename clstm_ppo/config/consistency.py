@@ -34,7 +34,7 @@ def check_values(cfg: Any) -> None:
          f"data.train_frac + data.val_frac ({d.train_frac} + {d.val_frac}) must leave a test split (sum below 1)"),
         (d.augment > 0 and d.augment_source == "generator" and not d.augment_checkpoint,
          f"data.augment ({d.augment}) needs data.augment_checkpoint, a scenario generator's .pt (or another "
-         "data.augment_source: bootstrap, underlyings)"),
+         "data.augment_source: bootstrap, fhs, underlyings)"),
         (d.augment > 0 and d.augment_source == "underlyings" and not d.augment_underlyings,
          f"data.augment ({d.augment}) from underlyings needs data.augment_underlyings, a data source such as dow"),
         (t.prior_kl > 0 and not (t.pretraining and t.pretrain_method == "rule"),

@@ -35,14 +35,22 @@ class Rule:
     flag: str | None = None
 
     def check(self, key: str, value: Any) -> None:
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"config: {key} is {value!r}; choose one of {', '.join(self.choices)}")
+        # A setting with both (a word or a number, as data.periods_per_year: auto or 252) checks words by its
+        # choices and numbers by its limits.
+        if self.choices is not None and (self.limits is None or isinstance(value, str)):
+            if value not in self.choices:
+                number = f", or a number {self._interval()}" if self.limits else ""
+                raise ConfigError(f"config: {key} is {value!r}; choose one of {', '.join(self.choices)}{number}")
+            return
         if self.limits is None or value is None:
             return
         for v in value if isinstance(value, list) else [value]:
             if not obeys(v, self.limits):
-                interval = f"in {self.limits}" if self.limits[0] in "([" else self.limits
-                raise ConfigError(f"config: {key} must be {interval}, got {value!r}")
+                raise ConfigError(f"config: {key} must be {self._interval()}, got {value!r}")
+
+    def _interval(self) -> str:
+        """The limits as the error reads them: "in (0, 1]", ">= 1"."""
+        return f"in {self.limits}" if self.limits[0] in "([" else self.limits
 
 
 def setting(default: Any, help: str, *, limits: str | None = None, choices: tuple[str, ...] | None = None,

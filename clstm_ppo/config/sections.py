@@ -20,6 +20,10 @@ class SyntheticConfig(Section):
     n_underlyings: int = setting(1, "underlyings, driven by one common factor")
     seed: int = setting(0, "the generator's seed")
     start_date: str = setting("2000-01-03", "date of the first bar")
+    interval: str = setting("1D", "bar interval, a pandas frequency up to a day: 1D, 1h, 15min, 5min")
+    hours: str = setting("exchange", "when the market trades: exchange (weekdays; intraday 09:30-16:00), 24/5 (FX: "
+                                     "Sunday 22:00 to Friday 22:00) or 24/7 (crypto)",
+                         choices=("exchange", "24/5", "24/7"))
     initial_price: float = setting(100.0, "price of the first bar")
     regime_drift: list[float] = setting([0.10, -0.15], "annualised drift, one per regime")
     regime_vol: list[float] = setting([0.12, 0.35], "annualised vol, one per regime")
@@ -48,7 +52,10 @@ class DataConfig(Section):
                                          "loaded; None: the data's last date")
     train_frac: float = setting(0.70, "used only when no split dates are known", limits="(0, 1)")
     val_frac: float = setting(0.15, "used only when no split dates are known", limits="(0, 1)")
-    periods_per_year: int = setting(252, "bars per year, for annualising volatility (daily: 252)", limits=">= 1")
+    periods_per_year: float | str = setting("auto", "bars a year, which annualise every volatility, return and "
+                                                    "Sharpe ratio: auto reads them from the timestamps (daily stocks "
+                                                    "252, hourly FX 6240, 15-minute crypto 35040: docs/DATA.md); a "
+                                                    "number overrides", choices=("auto",), limits="[1, 1e9]")
     vol_window: int = setting(20, "bars in the realised-volatility estimate", limits=">= 2")
     volume_window: int = setting(20, "bars in the volume z-score", limits=">= 2")
     turbulence_lookback: int = setting(252, "bars before t that give mu and Sigma (FinRL: 252)", limits=">= 2")
@@ -61,13 +68,14 @@ class DataConfig(Section):
                                   "validation and test stay real", limits="[0, 1)")
     augment_checkpoint: str = setting("", "scenario generator the augmentation pool is sampled from "
                                           "(python -m clstm_ppo.scenarios train)")
-    augment_paths: int = setting(16, "paths in the augmentation pool (generator, bootstrap)", limits=">= 1")
+    augment_paths: int = setting(16, "paths in the augmentation pool (generator, bootstrap, fhs)", limits=">= 1")
     augment_source: str = setting("generator", "where the augmentation pool comes from: generator "
-                                               "(data.augment_checkpoint), bootstrap (the real training bars, "
-                                               "whole, in stationary blocks) or underlyings "
-                                               "(data.augment_underlyings' own histories up to the training "
-                                               "split's end): docs/TRAINING.md",
-                                  choices=("generator", "bootstrap", "underlyings"))
+                                               "(data.augment_checkpoint), bootstrap (the real training bars, whole, "
+                                               "in stationary blocks), fhs (filtered historical simulation of the "
+                                               "training bars: docs/SCENARIOS.md) or underlyings "
+                                               "(data.augment_underlyings' own histories up to the training split's "
+                                               "end): docs/TRAINING.md",
+                                  choices=("generator", "bootstrap", "fhs", "underlyings"))
     augment_block: float = setting(0.0, "augment_source bootstrap: mean block length in bars; 0: Politis and White's "
                                         "on the squared returns", limits=">= 0")
     augment_underlyings: str = setting("", "augment_source underlyings: a data source (a built-in name such as dow, "
@@ -135,25 +143,25 @@ class MarketConfig(Section):
                                     limits="(-1, 1)")  # negative rates do occur
     dividend_yield: float = setting(0.015, "q for prices without dividends in them (0 where Adj Close was "
                                            "applied)", limits="(-1, 1)")
-    iv_source: str = setting("auto", "implied vol (SPEC 4a, docs/MARKET.md): auto = the data's iv/vix column if "
+    iv_source: str = setting("auto", "implied vol (docs/MARKET.md): auto = the data's iv/vix column if "
                                      "it has one, else the model; model ignores any iv column",
                              choices=("auto", "column", "model"))
     # The VIX is a variance-swap rate that sits above ATM vol by about the skew's share. 0.89: fitted on the
     # training years only (S&P 500 with VIX, 2000-2012), the grid 0.80..1.05 minimising the simulated CBOE
     # PutWrite/BuyWrite's mean absolute difference from the real PUT/BXM annual returns
-    # (python scripts/cboe_benchmarks.py --calibrate; docs/MARKET.md section 5).
+    # (python scripts/studies/cboe_benchmarks.py --calibrate; docs/MARKET.md section 5).
     atm_per_iv: float = setting(0.89, "30-day ATM vol = this x the data's iv column (or the model); 1.0 for a "
                                       "column that already holds ATM vol", limits="(0, 2]")
-    ewma_lambda: float = setting(0.94, "the model's volatility estimate: RiskMetrics' daily EWMA decay",
-                                 limits="(0, 1)")
-    leverage_lambda: float = setting(0.90, "decay of the EWMA of signed returns in the model's leverage term",
-                                     limits="(0, 1)")
-    # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/fit_iv_model.py reproduces these).
+    ewma_lambda: float = setting(0.94, "the model's volatility estimate: RiskMetrics' daily EWMA decay, per bar "
+                                       "(annualised at the data's bars a year)", limits="(0, 1)")
+    leverage_lambda: float = setting(0.90, "decay per bar of the EWMA of signed returns in the model's leverage "
+                                           "term", limits="(0, 1)")
+    # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/studies/fit_iv_model.py reproduces these).
     iv_model_coefs: list[float] = setting([-0.3277, 0.6994, -1.4935], "log IV = a + b log(sigma_ewma) + c "
                                           "leverage", limits="(-100, 100)")
     # iv(K, T) = atm(T) - skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z, skew =
     # iv_skew below the money and iv_call_skew above it: the 0.95 strike ~6.2 vol points over the money at 30
-    # days (SPX in calm markets, SPEC 4a: 5-8 points), the 1.05 strike ~2.0 under (the index's call wing is
+    # days (SPX in calm markets, docs/MARKET.md: 5-8 points), the 1.05 strike ~2.0 under (the index's call wing is
     # flatter than its put wing: 1-3 points at 5% out of the money); flat beyond the wing so far strikes stay
     # below ~ATM + 30 points. Set by hand: no option-chain data ships here. Until 2026-11-27 one skew served
     # both sides (iv_call_skew 1.1), which put the 1.05 call 4.9 points under the money at any level: under
@@ -247,7 +255,7 @@ class AgentConfig(Section):
     lstm1_hidden: int = setting(64, "LSTM 1: feature extractor over the TW-bar window", limits=">= 1")
     mlp_hidden: int = setting(64, "the 3-layer tanh MLP after LSTM 1", limits=">= 1")
     lstm2_hidden: int = setting(128, "LSTM 2: recurrent policy over the decision sequence", limits=">= 1")
-    # The CLSTM-PPO paper's comparison (SPEC section 10); last, so AgentConfig(64, 64, 128) still reads as sizes.
+    # The CLSTM-PPO paper's comparison (docs/BACKTEST.md); last, so AgentConfig(64, 64, 128) still reads as sizes.
     kind: str = setting("clstm", "clstm: LSTM 1 + MLP over the window, then LSTM 2; lstm: the current bar "
                                  "(projected to mlp_hidden) straight to LSTM 2; mlp: the current bar through two "
                                  "tanh layers lstm2_hidden wide, no recurrence", choices=("clstm", "lstm", "mlp"))
@@ -303,8 +311,8 @@ class TrainConfig(Section):
                                        "write) and the update's optimizer step (fp32, bf16) each as one CUDA graph: "
                                        "auto (on CUDA when env.compile compiles), on, off; no effect on a CPU",
                                choices=("auto", "on", "off"))
-    # Measured on an H200 only as the update alone (scripts/bench_update.py's "captured" path): off until a GPU
-    # lease has checked it inside the trainer (scripts/gpu_check.py's "train update graphs" rows).
+    # Measured on an H200 only as the update alone (scripts/bench/bench_update.py's "captured" path): off until a GPU
+    # lease has checked it inside the trainer (scripts/ops/gpu_check.py's "train update graphs" rows).
     update_graphs: bool = setting(False, "also replay the update's compiled minibatch loss as CUDA graphs (inductor's "
                                          "reduce-overhead mode): 1.8-2.7x the update alone on an H200; needs "
                                          "train.cuda_graphs, ppo.grad_accumulation 1 and fp32 or bf16; no effect on "
@@ -359,6 +367,9 @@ class TrainConfig(Section):
     ddp_gradient_as_bucket_view: bool = setting(True, "DDP's gradient_as_bucket_view")
     dist_timeout_s: float = setting(600.0, "a rank waiting longer than this at a collective fails the run "
                                            "instead of hanging", limits="> 0")
+    ranks_per_gpu: int = setting(1, "a test mode: this many ranks share each GPU, over gloo (NCCL refuses two ranks "
+                                    "on one device), so --num-gpus 2 runs the multi-rank path on one GPU; it "
+                                    "measures nothing about speed (docs/DISTRIBUTED.md)", limits=">= 1")
 
 
 @dataclass

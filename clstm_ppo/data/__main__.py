@@ -6,23 +6,27 @@ import sys
 
 from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
 from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data
-from clstm_ppo.data.stale import stale_opens
+from clstm_ppo.data.stale import market_stale_opens
 
 
 def summary(data: MarketData) -> str:
     lines = [f"underlyings: {', '.join(data.symbols)}  |  bars after warm-up: {len(data.dates)}  |  "
-             f"window: {data.window}"]
-    stale = stale_opens(data.bars["open"], data.bars["close"])
-    lines.append(f"{'split':<11} {'rows':>6}  {'first':<10}  {'last':<10}  {'turbulent bars':>14}  "
+             f"window: {data.window}",
+             data.clock.describe()]
+    stale = market_stale_opens(data)
+    width = len(data.clock.label(data.dates[0]))  # a date, or an intraday bar's timestamp
+    lines.append(f"{'split':<11} {'rows':>6}  {'first':<{width}}  {'last':<{width}}  {'turbulent bars':>14}  "
                  f"{'stale opens':>14}")
     for name in SPLITS:
         start, end = data.splits[name]
         first, last = data.split_dates(name)
         over = int((data.turbulence[start:end] > data.turbulence_threshold).sum())
         flat = int(stale[:, start:end].sum())
-        lines.append(f"{name:<11} {end - start:>6}  {first.date()!s:<10}  {last.date()!s:<10}  "
+        lines.append(f"{name:<11} {end - start:>6}  {data.clock.label(first):<{width}}  "
+                     f"{data.clock.label(last):<{width}}  "
                      f"{over:>6} ({over / (end - start):5.1%})  {flat:>6} ({flat / stale[:, start:end].size:5.1%})")
-    lines.append("stale open: a bar that opens at the previous close; orders for it fill at its close instead")
+    lines.append("stale open: a bar that opens at the previous close after the market was shut (every daily bar of "
+                 "an exchange was); orders for it fill at its close instead")
     lines.append(f"turbulence threshold (training-split quantile): {data.turbulence_threshold:.4f}")
     lines.append("")
     lines.append(f"{'feature':<20} {'train mean':>11} {'train std':>10} {'min':>10} {'max':>10}"

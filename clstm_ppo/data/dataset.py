@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from clstm_ppo.config import Config, DataConfig, check_values
+from clstm_ppo.data.calendar import BarClock, check_one_interval, market_clock
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.features import FEATURE_NAMES, compute_features, log_returns
 from clstm_ppo.data.loading import BUILTIN_SOURCES, load_bars
@@ -29,9 +30,14 @@ class MarketData:
     splits: dict[str, tuple[int, int]]  # name -> [start, end) rows
     normalizer: Normalizer
     window: int
+    clock: BarClock  # the bars' interval and hours, and the bars a year that annualise every figure
     dividend_adjusted: np.ndarray | None = None  # (S,) bool: Adj Close put dividends into the prices; None: none did
-    periods_per_year: int = 252  # bars per year (daily: 252)
     broad_index: np.ndarray | None = None  # (S,) bool: a broad-based index (margin at index rates); None: none is
+
+    @property
+    def periods_per_year(self) -> float:
+        """Bars a year: the one number every annualised volatility, return and Sharpe ratio uses."""
+        return self.clock.periods_per_year
 
     def split_dates(self, name: str) -> tuple[pd.Timestamp, pd.Timestamp]:
         start, end = self.splits[name]
@@ -103,13 +109,16 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     """
     _check_config(cfg)
     frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic)
+    check_one_interval(frames, cfg.source)
     adjusted = np.array([bool(f.attrs.get("dividend_adjusted", False)) for f in frames.values()])
     dates, frames = _align(frames, cfg.source)
     dates, frames = _cut_after(dates, frames, cfg.test_end)
     symbols = list(frames)
+    clock = market_clock(dates, cfg.periods_per_year, cfg.source)
     returns = np.stack([log_returns(frames[s]["close"]).to_numpy() for s in symbols], axis=1)
     turb = turbulence(returns, cfg.turbulence_lookback)
-    raw = np.stack([compute_features(frames[s], cfg, turb).to_numpy() for s in symbols])  # (S, T, F)
+    raw = np.stack([compute_features(frames[s], cfg, turb, clock.periods_per_year).to_numpy()
+                    for s in symbols])  # (S, T, F)
 
     finite_rows = np.isfinite(raw).all(axis=(0, 2))
     if not finite_rows.any():
@@ -148,8 +157,7 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     return MarketData(
         symbols=symbols, dates=dates, feature_names=FEATURE_NAMES, features=normalizer.apply(raw), raw_features=raw,
         bars=bars, turbulence=turb, turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),
-        splits=splits, normalizer=normalizer, window=cfg.window, dividend_adjusted=adjusted,
-        periods_per_year=cfg.periods_per_year,
+        splits=splits, normalizer=normalizer, window=cfg.window, clock=clock, dividend_adjusted=adjusted,
         broad_index=np.full(len(symbols), cfg.source == "synthetic" or getattr(BUILTIN_SOURCES.get(cfg.source),
                                                                               "broad_index", False)),
     )

@@ -33,7 +33,7 @@ def log_returns(close: pd.Series) -> pd.Series:
     return np.log(close).diff()
 
 
-def realized_vol(close: pd.Series, window: int, periods_per_year: int) -> pd.Series:
+def realized_vol(close: pd.Series, window: int, periods_per_year: float) -> pd.Series:
     return log_returns(close).rolling(window).std() * np.sqrt(periods_per_year)
 
 
@@ -46,10 +46,13 @@ def _volume_zscore(volume: pd.Series | None, index: pd.Index, window: int) -> pd
     return z.where(std > 0, 0.0).where(std.notna())  # a flat volume says nothing: 0, not a division by zero
 
 
-def compute_features(bars: pd.DataFrame, cfg: DataConfig, turbulence: np.ndarray) -> pd.DataFrame:
+def compute_features(bars: pd.DataFrame, cfg: DataConfig, turbulence: np.ndarray,
+                     periods_per_year: float) -> pd.DataFrame:
     """Raw (un-normalised) features for one underlying, indexed like ``bars``; NaN in warm-up rows.
 
-    ``turbulence`` is the market turbulence per bar, aligned with ``bars``.
+    ``turbulence`` is the market turbulence per bar, aligned with ``bars``; ``periods_per_year`` the data's bars a
+    year (``MarketData.clock``), which annualise the realised volatility. Every window counts bars, whatever
+    their interval (docs/DATA.md).
     """
     close, high, low = bars["close"], bars["high"], bars["low"]
     with warnings.catch_warnings():
@@ -64,7 +67,7 @@ def compute_features(bars: pd.DataFrame, cfg: DataConfig, turbulence: np.ndarray
             "bollinger_position": ta.volatility.BollingerBands(close, window=20, window_dev=2).bollinger_pband(),
             "sma_ratio_10": close / close.rolling(10).mean() - 1.0,
             "sma_ratio_30": close / close.rolling(30).mean() - 1.0,
-            "realized_vol": realized_vol(close, cfg.vol_window, cfg.periods_per_year),
+            "realized_vol": realized_vol(close, cfg.vol_window, periods_per_year),
             "volume_zscore": _volume_zscore(bars.get("volume"), bars.index, cfg.volume_window),
             "turbulence": np.log1p(turbulence),
         }, index=bars.index)

@@ -1,4 +1,4 @@
-"""Walk-forward folds (SPEC section 10): expanding training years, then a validation block, then a test block,
+"""Walk-forward folds (docs/BACKTEST.md): expanding training years, then a validation block, then a test block,
 the blocks of later folds each a block later, the last test block ending with the data.
 
     train 2000..2006 | validate 2007..2009 | test 2010..2012

@@ -42,7 +42,7 @@ class BuiltinSource:
     origin: str
     iv_filename: str = ""  # a VIX-style daily file (Date, Open, High, Low, Close in percent points) joined by date
     rate_filename: str = ""  # FRED DTB3-style daily file (Date, rate_pct: discount-basis percent) joined by date
-    broad_index: bool = False  # a broad-based index: its short options margin at index rates (SPEC section 4)
+    broad_index: bool = False  # a broad-based index: its short options margin at index rates (docs/MARKET.md)
     # Bars after a joined series' last date take its last value (else they are an error): a declared
     # approximation, never a silent one (README, Data).
     carry_past_end: bool = False
@@ -104,7 +104,8 @@ def _read_table(path: Path) -> pd.DataFrame:
         if path.name.endswith((".parquet", ".pq")):
             frame = pd.read_parquet(path)
             if isinstance(frame.index, pd.DatetimeIndex) or frame.index.name:
-                frame = frame.reset_index()  # a parquet file often keeps its dates as the index
+                # a parquet file often keeps its dates as the index, often unnamed (pandas' own to_parquet)
+                frame = frame.rename_axis(frame.index.name or "date").reset_index()
             return frame
         return pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as err:
@@ -120,11 +121,17 @@ def _row_label(frame: pd.DataFrame, position: int) -> str:
     return f"row {position + 1}"
 
 
+def _to_datetime(raw: pd.Series) -> pd.Series:
+    text = raw.dtype == object or pd.api.types.is_string_dtype(raw)
+    try:
+        return pd.to_datetime(raw, errors="coerce", format="mixed") if text else pd.to_datetime(raw, errors="coerce")
+    except ValueError:  # stamps of several UTC offsets (a zone's DST change) or of several zones: read them in UTC
+        return pd.to_datetime(raw, errors="coerce", format="mixed" if text else None, utc=True)
+
+
 def _parse_dates(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     raw = frame["date"]
-    text = raw.dtype == object or pd.api.types.is_string_dtype(raw)
-    dates = pd.to_datetime(raw, errors="coerce", format="mixed") if text \
-        else pd.to_datetime(raw, errors="coerce")
+    dates = _to_datetime(raw)
     bad = np.flatnonzero(dates.isna().to_numpy())
     if bad.size:
         raise DataError(f"{label}: column 'date' row {bad[0] + 1} holds {raw.iloc[bad[0]]!r}, not a date; "

@@ -6,15 +6,25 @@ change realised volatility. With ``signal_strength > 0`` a persistent hidden
 trend drives the next bars' drift and is revealed, at bar t, in bar t's volume:
 a signal an agent can learn without any look-ahead. Each bar's ``iv`` column is the implied vol the
 market quotes: the current regime's true vol times ``iv_premium``.
+
+The bars fall on the clock of ``interval`` and ``hours`` (business days by default; 15-minute 24/7 bars make a
+crypto-like market), and a bar's share of a year is one over the bars a year the data's own clock reads from
+those timestamps (``clstm_ppo.data.calendar``), so annual drifts, vols and jump rates mean what they say at any
+interval. Per-bar settings (the regime switch chance, the signal's persistence) stay per bar.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
 
 from clstm_ppo.config import ConfigError, SyntheticConfig
+from clstm_ppo.data.calendar import detect_clock
 
 SIGNAL_PERSISTENCE = 0.95  # AR(1) coefficient of the planted trend: lasts ~20 bars
+SESSION = (pd.Timedelta(hours=9, minutes=30), pd.Timedelta(hours=16))  # exchange hours of intraday bars
+FX_WEEK = (pd.Timedelta(days=4, hours=22), pd.Timedelta(days=6, hours=22))  # shut Friday 22:00 to Sunday 22:00
 
 
 def _check(cfg: SyntheticConfig) -> None:
@@ -42,12 +52,44 @@ def _regime_path(rng: np.random.Generator, n_bars: int, n_regimes: int, switch_p
     return regimes
 
 
+def _interval(cfg: SyntheticConfig) -> pd.Timedelta:
+    try:
+        step = pd.Timedelta(pd.tseries.frequencies.to_offset(cfg.interval))
+    except ValueError:
+        step = None
+    if step is None or step <= pd.Timedelta(0) or step > pd.Timedelta(days=1) or \
+            (cfg.hours == "exchange" and pd.Timedelta(days=1) > step > SESSION[1] - SESSION[0]):
+        raise ConfigError(f"config: data.synthetic.interval {cfg.interval!r} is not a bar interval up to a day "
+                          "(shorter than a session for exchange hours); write one such as 1D, 1h, 15min, 5min")
+    return step
+
+
+def synthetic_dates(cfg: SyntheticConfig) -> pd.DatetimeIndex:
+    """``cfg.n_bars`` timestamps (each a bar's close) from ``cfg.start_date`` on the clock of ``cfg.interval`` and
+    ``cfg.hours``: business days, or calendar days for 24/7; intraday, the bars of 09:30-16:00 sessions on
+    business days, of an FX week (Sunday 22:00 to Friday 22:00) or of every hour."""
+    n, step, start = cfg.n_bars, _interval(cfg), pd.Timestamp(cfg.start_date)
+    if step == pd.Timedelta(days=1):
+        return pd.date_range(start, periods=n, freq="D") if cfg.hours == "24/7" else pd.bdate_range(start, periods=n)
+    if cfg.hours == "exchange":
+        per_session = (SESSION[1] - SESSION[0]) // step
+        days = pd.bdate_range(start, periods=math.ceil(n / per_session))
+        closes = SESSION[0].to_timedelta64() + step.to_timedelta64() * np.arange(1, per_session + 1)
+        return pd.DatetimeIndex((days.values[:, None] + closes).ravel()[:n])
+    stamps = pd.date_range(start, periods=2 * n + 2 * (pd.Timedelta(weeks=1) // step), freq=step)
+    if cfg.hours == "24/5":
+        in_week = stamps - stamps.normalize() + pd.to_timedelta(stamps.day_of_week, unit="D")
+        stamps = stamps[(in_week <= FX_WEEK[0]) | (in_week > FX_WEEK[1])]
+    return stamps[:n]
+
+
 def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     """Bars per synthetic underlying (SYN0, SYN1, ...), reproducible by ``cfg.seed``."""
     _check(cfg)
+    dates = synthetic_dates(cfg)
     rng = np.random.default_rng(cfg.seed)
     n, k = cfg.n_bars, cfg.n_underlyings
-    dt = 1.0 / 252.0
+    dt = 1.0 / detect_clock(dates).periods_per_year  # a bar's share of a year, as the data's clock reads it
     regimes = _regime_path(rng, n, len(cfg.regime_vol), cfg.regime_switch_prob)
     drift = np.asarray(cfg.regime_drift)[regimes][:, None]
     vol = np.asarray(cfg.regime_vol)[regimes][:, None]
@@ -86,7 +128,6 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     true_vol = np.sqrt(vol[:, 0] ** 2 + cfg.jumps_per_year * (cfg.jump_mean ** 2 + cfg.jump_std ** 2))
     iv = cfg.iv_premium * true_vol
 
-    dates = pd.bdate_range(cfg.start_date, periods=n)
     frames = {}
     for i in range(k):
         frames[f"SYN{i}"] = pd.DataFrame({

@@ -1,4 +1,4 @@
-"""The env step as a pure function: ``step(spec, state, action) -> StepOutput`` (SPEC section 13).
+"""The env step as a pure function: ``step(spec, state, action) -> StepOutput`` (docs/ENVIRONMENT.md).
 
 Timing (no look-ahead): the observation at bar t uses data up to t's close; the action chosen from it fills at
 bar t+1's open; positions then age to t+1's close, expire there at intrinsic value, and are marked at mid. The

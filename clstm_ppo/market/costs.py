@@ -1,4 +1,4 @@
-"""Every cost of an order, itemised: spread, slippage and the five fees (SPEC section 4).
+"""Every cost of an order, itemised: spread, slippage and the five fees (docs/MARKET.md).
 
 Fills: buy at ask, sell at bid, around the Black-Scholes mid. The half spread
 is paid on each side, so a round trip pays the full quoted spread once. With a

@@ -1,10 +1,10 @@
 """The per-bar series the option market reads: implied vol at each open and close, rates, dividends, stale opens.
 
-Implied vol comes, in order of preference (SPEC section 4a), from a real series joined by date (the embedded
+Implied vol comes, in order of preference (docs/MARKET.md), from a real series joined by date (the embedded
 S&P 500 carries the CBOE VIX; a user file may carry an ``iv``/``vix`` column), else from a model: an EWMA
 volatility estimate mapped to implied vol by ``log IV = a + b log(sigma_ewma) + c leverage``, whose
 coefficients were fitted on the S&P 500 with the VIX over the training split only (``fit_iv_model``,
-``scripts/fit_iv_model.py``). Every series here is causal: bar t's values read bars up to t only, and the
+``scripts/studies/fit_iv_model.py``). Every series here is causal: bar t's values read bars up to t only, and the
 only statistics taken from a whole split (the model's floor, the long-run vol) come from the training split.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from clstm_ppo.config import MarketConfig
 from clstm_ppo.data.dataset import MarketData
-from clstm_ppo.data.stale import stale_opens
+from clstm_ppo.data.stale import market_stale_opens
 
 
 @dataclass
@@ -29,7 +29,7 @@ class MarketInputs:
     iv_source: str  # "column" (a real series) or "model"
 
 
-def ewma_vol(log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods_per_year: int) -> np.ndarray:
+def ewma_vol(log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods_per_year: float) -> np.ndarray:
     """Annualised EWMA volatility (RiskMetrics) of (S, T) log returns; bar t's value reads returns up to t.
 
     ``first_var``: (S,) per-bar variance before the first return (a causal start, e.g. the realised
@@ -43,7 +43,7 @@ def ewma_vol(log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods
     return np.sqrt(var * periods_per_year)
 
 
-def leverage(log_returns: np.ndarray, lam: float, periods_per_year: int) -> np.ndarray:
+def leverage(log_returns: np.ndarray, lam: float, periods_per_year: float) -> np.ndarray:
     """EWMA of signed returns (annualised by sqrt(periods)): implied vol falls after rallies, rises after falls."""
     out = np.empty_like(log_returns)
     prev = np.zeros(log_returns.shape[0])
@@ -111,5 +111,5 @@ def market_inputs(data: MarketData, cfg: MarketConfig) -> MarketInputs:
         iv_close=iv_close, iv_open=iv_open, rate=rate,
         dividend_yield=np.where(adjusted, 0.0, cfg.dividend_yield),
         long_run_iv=np.median(iv_close[:, slice(*data.splits["train"])], axis=1),
-        stale_open=stale_opens(data.bars["open"], data.bars["close"]), iv_source="column" if use_column else "model",
+        stale_open=market_stale_opens(data), iv_source="column" if use_column else "model",
     )

@@ -1,4 +1,4 @@
-"""Few-shot BUY/HOLD/SELL on new underlyings (SPEC section 12): tasks, MAML, prototypical networks, baselines."""
+"""Few-shot BUY/HOLD/SELL on new underlyings (docs/ADAPTATION.md): tasks, MAML, prototypical networks, baselines."""
 from clstm_ppo.meta.tasks import CLASSES, Episodes, FewShotData, band, labels, sample_episodes
 
 __all__ = ["CLASSES", "Episodes", "FewShotData", "band", "labels", "sample_episodes"]

@@ -1,4 +1,4 @@
-"""``python -m clstm_ppo.scenarios train|sample|report``: generative models of daily bars (SPEC section 11).
+"""``python -m clstm_ppo.scenarios train|sample|report``: generative models of daily bars (docs/SCENARIOS.md).
 
     train  --data sp500 --model wgan_gp|cgan|timegan [--out DIR] [--steps N]    writes DIR/<model>.pt
     sample --checkpoint CKPT --paths N [--length L] [--regime R] --out FILE.parquet
@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--out", required=True, help="FILE.parquet or FILE.csv")
 
-    report = sub.add_parser("report", help="quality scores beside GARCH(1,1)-t and a stationary bootstrap")
+    report = sub.add_parser("report", help="quality scores beside GARCH(1,1)-t, a stationary bootstrap and filtered "
+                                           "historical simulation, and each one's verdict on the goals")
     report.add_argument("--checkpoint", required=True)
     report.add_argument("--json", default=None, metavar="F")
     report.add_argument("--plot", default=None, metavar="DIR")
@@ -121,7 +122,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from clstm_ppo.scenarios.report import build_report, format_report  # arch and the judges: only when asked
+    from clstm_ppo.scenarios.quality_report import build_report, format_report  # arch and the judges: only when asked
 
     gen = load_generator(args.checkpoint)
     if "config" not in gen.data:

@@ -1,8 +1,9 @@
 """Training augmentation (``data.augment``): more histories beside the real ones, in the training env only.
 
 A pool of paths is built once, seeded by the run's seed, from ``data.augment_source``: a scenario generator
-(``generator``, ``data.augment_checkpoint``), a stationary bootstrap of the real training bars (``bootstrap``), or
-another data source's underlyings up to the real training split's end (``underlyings``, scenarios/histories.py).
+(``generator``, ``data.augment_checkpoint``), a stationary bootstrap of the real training bars (``bootstrap``),
+filtered historical simulation of them (``fhs``), or another data source's underlyings up to the real training
+split's end (``underlyings``, scenarios/histories.py).
 Each path lies on the real data's own dates (the same T axis), so the augmented MarketData is the real one with
 extra rows of S: real symbols first, unchanged, then ``GEN00``, ``GEN01``, ... Random episode starts draw a pool
 path with total chance ``data.augment`` (``symbol_weights``). The trainer keeps the real MarketData for every
@@ -30,7 +31,14 @@ from clstm_ppo.market.inputs import market_inputs
 from clstm_ppo.market.observed import add_observed_features
 from clstm_ppo.scenarios.features import bar_features, feature_names, reconstruct, split_bars
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
-from clstm_ppo.scenarios.histories import PathTable, bootstrap_tables, path_dates, underlying_tables
+from clstm_ppo.scenarios.histories import (
+    PathTable,
+    bootstrap_tables,
+    fhs_tables,
+    path_dates,
+    real_rates,
+    underlying_tables,
+)
 from clstm_ppo.scenarios.market import WARMUP_MARGIN, check_fits
 
 PREFIX = "GEN"
@@ -57,12 +65,11 @@ def _path_frames(gen: FittedGenerator, real: MarketData, paths: int, seed: int, 
     dates, starting from the real first bar's close (and volume, iv)."""
     start = {k: float(real.bars[k][0, 0]) for k in ("close", "volume", "iv") if k in real.bars}
     length = warm + len(real.dates)
-    scaled = gen.sample_scaled(paths, length, None, seed, labels=_labels(gen, real, paths, warm))
-    prices = reconstruct(gen.scaler.invert(scaled), gen.feature_names, start)
+    # from random training bars' states: the pool's paths are as long as the whole real history
+    bars = gen.sample_features(paths, length, None, seed, labels=_labels(gen, real, paths, warm), start="random")
+    prices = reconstruct(bars, gen.feature_names, start)
     dates = path_dates(real, warm)
-    rate = None
-    if "rate" in real.bars:  # the real day's rate: the same days, the same money market
-        rate = np.concatenate([np.full(warm, real.bars["rate"][0, 0]), real.bars["rate"][0]])
+    rate = real_rates(real, warm)  # the real day's rate: the same days, the same money market
     frames = []
     for i in range(paths):
         cols = {k: prices[k][i] for k in ("open", "high", "low", "close", "volume", "iv") if k in prices}
@@ -95,6 +102,8 @@ def pool_tables(real: MarketData, cfg: Config, warm: int, generator: FittedGener
     d = cfg.data
     if d.augment_source == "bootstrap":
         return bootstrap_tables(real, d.augment_paths, cfg.seed, warm, d.augment_block)
+    if d.augment_source == "fhs":
+        return fhs_tables(real, d.augment_paths, cfg.seed, warm)
     if d.augment_source == "underlyings":
         return underlying_tables(real, d.augment_underlyings, warm)
     gen = generator or load_generator(d.augment_checkpoint)
@@ -127,8 +136,10 @@ def augmented_data(real: MarketData, cfg: Config,
         for symbol, table in zip(symbols, tables, strict=True):
             file = Path(folder) / f"{symbol}.parquet"
             table.frame.to_parquet(file, index=False)
+            # the path's bars annualise as the real ones do (its warm-up days would not move a daily clock)
             one = build_market_data(replace(d, source=str(file), symbols=None, train_end=train_last,
-                                            val_end=val_last, augment=0.0, augment_checkpoint=""),
+                                            val_end=val_last, augment=0.0, augment_checkpoint="",
+                                            periods_per_year=real.periods_per_year),
                                     normalizer=real.normalizer)
             one = replace(one, dividend_adjusted=np.array([table.dividend_adjusted]),
                           broad_index=np.array([table.broad_index]))

@@ -1,4 +1,4 @@
-"""The report's two baselines, fitted on the same training bars as the generator.
+"""The report's three baselines, fitted on the same training bars as the generator.
 
 - ``garch_t``: GARCH(1,1) with Student-t innovations (the ``arch`` package) on the close-to-close return. It models
   that column only; each simulated bar takes its other columns (gap, wicks, volume change, iv) from the training
@@ -6,8 +6,14 @@
 - ``bootstrap``: a stationary block bootstrap (Politis and Romano, 1994; ``arch.bootstrap.StationaryBootstrap``)
   of whole training bars, every column together, with the mean block length of Politis and White (2004) chosen
   on the squared returns (the slowest-decaying dependence in daily data).
+- ``fhs``: filtered historical simulation (Barone-Adesi, Giannopoulos and Vosper, 1999): the volatility filter of
+  filtering.py (GJR-GARCH(1,1) by quasi-maximum likelihood, ``arch``) turns each training bar into standardised
+  residuals, and a path resamples whole residual vectors (i.i.d., uniformly over the training bars of its
+  underlying) and runs the filter's recursion forward, so every column is rescaled to the path's own volatility.
 
-Both answer ``sample_features(paths, length, regime, seed)`` like a fitted generator.
+Each answers ``sample_features(paths, length, regime, seed, start=...)`` like a fitted generator; ``start`` ("end":
+from the training split's last bar's volatility, as Barone-Adesi et al. start from today's; "random": from random
+training bars') matters only to ``fhs``.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from arch import arch_model
 from arch.bootstrap import StationaryBootstrap, optimal_block_length
+
+from clstm_ppo.scenarios.filtering import BarFilter
 
 PERCENT = 100.0  # arch's optimiser prefers returns in percent
 BURN = 500  # simulated bars dropped so that each path starts from the stationary distribution
@@ -57,8 +65,9 @@ class GarchT:
             out[:, t] = self.mu + shock
         return out[:, BURN:] / PERCENT
 
-    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0) -> np.ndarray:
-        del regime
+    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
+                        start: str = "end") -> np.ndarray:
+        del regime, start  # paths start from the stationary distribution (BURN bars)
         ret = self.simulate_returns(paths, length, seed)
         sorted_ret = self.rows[:, self.ret_col]
         pos = np.clip(np.searchsorted(sorted_ret, ret), 1, len(sorted_ret) - 1)
@@ -79,8 +88,9 @@ class Bootstrap:
         blocks = [float(optimal_block_length(s[:, ret_col] ** 2)["stationary"].iloc[0]) for s in series]
         return cls(series, max(float(np.mean(blocks)), 1.0))
 
-    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0) -> np.ndarray:
-        del regime
+    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
+                        start: str = "end") -> np.ndarray:
+        del regime, start
         rng = np.random.default_rng(seed)
         which = rng.integers(len(self.series), size=paths)  # each path resamples one underlying's history
         out = np.empty((paths, length, self.series[0].shape[1]))
@@ -93,4 +103,37 @@ class Bootstrap:
                 # a path longer than the history wraps around, as the stationary bootstrap's blocks do
                 idx = np.resize(pos[0], length)
                 out[i] = series[idx]
+        return out
+
+
+@dataclass
+class Fhs:
+    filt: BarFilter
+    resid: np.ndarray  # (S, T, F) training residual vectors
+    ret: np.ndarray  # (S, T) training log returns
+    var: np.ndarray  # (S, T + 1) their filtered variances
+    prem: np.ndarray  # (S, T) implied vol premiums
+
+    @classmethod
+    def fit(cls, train_raw: np.ndarray, names: tuple[str, ...], window: int = 20) -> "Fhs":
+        """``train_raw`` (S, T, F): the training split's columns; ``window`` bars of returns each state keeps
+        (they only serve the draws' start states here)."""
+        filt = BarFilter.fit(train_raw, names, window)
+        resid, var, prem = filt.residuals(train_raw)
+        return cls(filt, resid, train_raw[..., names.index("ret")].astype(np.float64), var, prem)
+
+    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
+                        start: str = "end") -> np.ndarray:
+        """(N, L, F): each path an underlying (at random), its residual vectors drawn i.i.d. from that underlying's
+        training bars (from bar ``window`` on, whose states are whole, as the generators'), the filter run forward."""
+        del regime
+        rng = np.random.default_rng(seed)
+        n_sym, n_bars = self.ret.shape
+        w = self.filt.window
+        sym = rng.integers(n_sym, size=paths)
+        bar = np.full(paths, n_bars) if start == "end" else rng.integers(w, n_bars, size=paths)
+        state = self.filt.state_at(self.ret, self.var, self.prem, sym, bar)
+        out = np.empty((paths, length, self.resid.shape[-1]))
+        for t in range(length):
+            out[:, t] = self.filt.step(self.resid[sym, rng.integers(w, n_bars, size=paths)], state)
         return out

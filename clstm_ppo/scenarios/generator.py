@@ -4,7 +4,7 @@ This is the API the stress tests and augmentation call:
 
     gen = load_generator("scenarios/timegan.pt")
     frame = gen.sample_frame(paths=1000, length=252, regime=None, seed=0)   # OHLCV(+iv) table, one symbol a path
-    raw = gen.sample_features(paths, length, regime, seed)                  # (N, L, F) unscaled columns
+    raw = gen.sample_features(paths, length, regime, seed)                  # (N, L, F) bar columns
 """
 from __future__ import annotations
 
@@ -17,21 +17,26 @@ import pandas as pd
 import torch
 
 from clstm_ppo.config import ConfigError
+from clstm_ppo.scenarios.calibration import Calibration
 from clstm_ppo.scenarios.cgan import CGan
-from clstm_ppo.scenarios.features import BASE_COLUMNS, Scaler, paths_frame, reconstruct
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule
+from clstm_ppo.scenarios.coding import Transform
+from clstm_ppo.scenarios.features import BASE_COLUMNS, paths_frame, reconstruct
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule
+from clstm_ppo.scenarios.sampling import PROPOSALS, draw_paths
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings
 from clstm_ppo.training.checkpoint import FORMAT as AGENT_FORMAT
 from clstm_ppo.training.checkpoint import CheckpointError, atomic_save, read_torch_file
 
 FORMAT = "clstm_ppo-scenarios-v1"
-# Bumped whenever features.py changes what a column means: a checkpoint of another feature set is refused.
-FEATURE_SET = "bars-v1"
+# Bumped whenever what a model learns changes meaning: a checkpoint of another feature set is refused.
+# v2: the volatility filter's coded residuals and each bar's state (coding.py) instead of standardised bars.
+FEATURE_SET = "bars-v2"
 OPTIONAL_COLUMNS = ("dvol", "logiv")
 MODELS = {"wgan_gp": (WganGp, WganSettings), "cgan": (CGan, WganSettings), "timegan": (TimeGan, TimeGanSettings)}
-# Generator updates (WGAN-GP, cGAN) or iterations over the three phases (TimeGAN) for <= 10 minutes on a 2-core CPU.
-DEFAULT_STEPS = {"wgan_gp": 2000, "cgan": 2000, "timegan": 4000}
+# Generator updates (WGAN-GP, cGAN) or iterations over the three phases (TimeGAN) that train within the budget
+# on a 2-core CPU (docs/SCENARIOS.md has the times).
+DEFAULT_STEPS = {"wgan_gp": 3000, "cgan": 3000, "timegan": 4000}
 
 
 def check_model(kind: str) -> None:
@@ -39,11 +44,11 @@ def check_model(kind: str) -> None:
         raise ConfigError(f"--model {kind!r} is not a scenario model; choose one of: {', '.join(MODELS)}")
 
 
-def build_model(kind: str, n_features: int, settings: dict[str, Any], device: torch.device) -> Any:
+def build_model(kind: str, n_features: int, n_cond: int, settings: dict[str, Any], device: torch.device) -> Any:
     check_model(kind)
     cls, settings_cls = MODELS[kind]
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
-    return cls(n_features, settings_cls(**values), device)
+    return cls(n_features, n_cond, settings_cls(**values), device)
 
 
 @dataclass
@@ -51,14 +56,19 @@ class FittedGenerator:
     kind: str
     model: Any  # WganGp, CGan or TimeGan
     feature_names: tuple[str, ...]
-    scaler: Scaler
+    transform: Transform  # the volatility filter and the coding of its residuals, fitted on the training split
     seq_len: int
     start: dict[str, Any]  # the last training bar: close, date[, volume][, iv][, rate]
     data: dict[str, Any]  # source, symbols, splits' dates: what it was fitted on
     regimes: RegimeRule | None = None
     step: int = 0
     total_steps: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)  # batch size, seed, RNG states: what a resume needs
+    extra: dict[str, Any] = field(default_factory=dict)  # batch size, seed, RNG states, regime transitions, timing
+    calibration: Calibration = field(default_factory=Calibration.identity)  # set at every save (calibration.py)
+
+    def __post_init__(self) -> None:
+        if hasattr(self.model, "residual"):
+            self.model.residual = self.transform.return_residual
 
     @property
     def regime_names(self) -> tuple[str, ...]:
@@ -72,33 +82,13 @@ class FittedGenerator:
             raise ConfigError(f"--regime {regime!r}: this {self.kind} checkpoint was trained with regimes: {known}")
         return self.regime_names.index(regime)
 
-    def sample_scaled(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
-                      labels: np.ndarray | None = None) -> np.ndarray:
-        """(N, L, F) float32 in the scaled units the model learned. ``labels`` (N, L) overrides ``regime`` per bar;
-        a conditional model with neither draws each path's regime from the training split's label frequencies."""
-        index = self.check_regime(regime)
-        gen = torch.Generator().manual_seed(seed)
-        if self.regimes is not None and labels is None:
-            if index is None:
-                freq = torch.tensor(self.extra.get("label_freq", [1.0] * len(REGIMES)), dtype=torch.float64)
-                index_per_path = torch.multinomial(freq, paths, replacement=True, generator=gen)
-                labels = index_per_path[:, None].expand(paths, length).numpy()
-            else:
-                labels = np.full((paths, length), index)
-        cond = None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.long,
-                                                          device=self.model.device)
-        if self.kind == "timegan" and length > self.seq_len:
-            # TimeGAN's GRUs, run past the window they learned on, settle into a fixed point (measured on the
-            # S&P 500: the return column's std fell to 0 by bar 200, docs/SCENARIOS.md); longer paths are
-            # windows of seq_len bars laid end to end, each from a fresh state.
-            chunks = -(-length // self.seq_len)
-            out = self.model.sample(paths * chunks, self.seq_len, None, gen).cpu().numpy()
-            return out.reshape(paths, chunks * self.seq_len, -1)[:, :length]
-        return self.model.sample(paths, length, cond, gen).cpu().numpy()
-
-    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0) -> np.ndarray:
-        """(N, L, F) raw columns (feature_names), unscaled with the training-split statistics."""
-        return self.scaler.invert(self.sample_scaled(paths, length, regime, seed))
+    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
+                        labels: np.ndarray | None = None, start: str = "end",
+                        proposals: int = PROPOSALS) -> np.ndarray:
+        """(N, L, F) raw columns (feature_names). ``labels`` (N, L) overrides ``regime`` per bar; ``start``: "end"
+        continues from the training split's last bar's state, "random" from random training bars' states;
+        ``proposals``: bars proposed per bar to hold a requested regime (sampling.py; 1: the network alone)."""
+        return draw_paths(self, paths, length, self.check_regime(regime), seed, labels, start, proposals)
 
     def sample_prices(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
                       start: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
@@ -116,10 +106,11 @@ class FittedGenerator:
         return {
             "format": FORMAT, "feature_set": FEATURE_SET, "kind": self.kind,
             "settings": asdict(self.model.settings), "model": self.model.state_dict(),
-            "feature_names": list(self.feature_names), "scaler": self.scaler.state_dict(), "seq_len": self.seq_len,
-            "start": self.start, "data": self.data,
+            "feature_names": list(self.feature_names), "transform": self.transform.state_dict(),
+            "seq_len": self.seq_len, "start": self.start, "data": self.data,
             "regimes": None if self.regimes is None else self.regimes.state_dict(),
             "step": self.step, "total_steps": self.total_steps, "extra": self.extra,
+            "calibration": self.calibration.state_dict(),
         }
 
     def save(self, path: Path) -> None:
@@ -151,12 +142,14 @@ def load_generator(path: str | Path, device: torch.device | None = None) -> Fitt
         raise CheckpointError(f"{path} holds a model of unknown kind {state.get('kind')!r}; "
                               f"this version knows {', '.join(MODELS)}")
     device = device or torch.device("cpu")
-    model = build_model(state["kind"], len(names), state["settings"], device)
+    transform = Transform.from_state_dict(state["transform"])
+    model = build_model(state["kind"], len(names), transform.n_cond, state["settings"], device)
     model.load_state_dict(state["model"])
     if hasattr(model, "total_steps"):
         model.total_steps = max(int(state["total_steps"]), 1)
     rule = None if state["regimes"] is None else RegimeRule.from_state_dict(state["regimes"])
-    return FittedGenerator(kind=state["kind"], model=model, feature_names=names,
-                           scaler=Scaler.from_state_dict(state["scaler"]), seq_len=int(state["seq_len"]),
+    return FittedGenerator(kind=state["kind"], model=model, feature_names=names, transform=transform,
+                           seq_len=int(state["seq_len"]),
                            start=dict(state["start"]), data=dict(state["data"]), regimes=rule,
-                           step=int(state["step"]), total_steps=int(state["total_steps"]), extra=dict(state["extra"]))
+                           step=int(state["step"]), total_steps=int(state["total_steps"]), extra=dict(state["extra"]),
+                           calibration=Calibration.from_state_dict(state["calibration"]))

@@ -5,6 +5,10 @@ the real data's dates, which ``augment.augmented_data`` turns into extra underly
   whole training bars: each bar keeps its gap, return, wicks, volume change, implied vol and rate together, and a
   path's bars come in blocks of mean length ``data.augment_block`` (0: Politis and White's choice on the squared
   returns). Only the training split's bars are drawn.
+- ``fhs``: filtered historical simulation (Barone-Adesi et al., 1999; scenarios/baselines.py) of the training bars:
+  each path draws whole residual vectors of training bars i.i.d. and runs the volatility filter forward from a random
+  training bar's state, so every bar is a training bar's, rescaled to the path's own volatility; the real data's rate
+  of each date. Only the training split's bars are read.
 - ``underlyings``: the underlyings of another data source (``data.augment_underlyings``, e.g. the Dow stocks beside
   the S&P 500), each with its own bars up to the real training split's last date and no later, laid end to end
   (wrapping) onto the real dates, under its own option rules (margin rates, dividends in its prices, its own
@@ -24,6 +28,7 @@ from arch.bootstrap import StationaryBootstrap, optimal_block_length
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.loading import BUILTIN_SOURCES, load_bars
+from clstm_ppo.scenarios.baselines import Fhs
 from clstm_ppo.scenarios.features import bar_features, feature_names, reconstruct, split_bars
 
 
@@ -81,6 +86,28 @@ def bootstrap_tables(real: MarketData, paths: int, seed: int, warm: int, block: 
     return tables
 
 
+def real_rates(real: MarketData, warm: int) -> np.ndarray | None:
+    """The real data's rate of each date, its first for the warm-up days (None without a rate column)."""
+    if "rate" not in real.bars:
+        return None
+    return np.concatenate([np.full(warm, real.bars["rate"][0, 0]), real.bars["rate"][0]])
+
+
+def fhs_tables(real: MarketData, paths: int, seed: int, warm: int) -> list[PathTable]:
+    """``paths`` filtered-historical-simulation paths of the real training bars, from the first real close; they
+    trade under the first underlying's option rules, as a generator's paths do."""
+    names = feature_names(real)
+    train = split_bars(real, "train")
+    dates = path_dates(real, warm)
+    bars = Fhs.fit(bar_features(train, names), names).sample_features(paths, len(dates), None, seed, start="random")
+    start = {k: float(real.bars[k][0, 0]) for k in ("close", "volume", "iv") if k in real.bars}
+    prices = reconstruct(bars, names, start)
+    rate = real_rates(real, warm)
+    flag = lambda x: bool(x[0]) if x is not None else False  # noqa: E731
+    return [PathTable(_on_dates({k: v[i] for k, v in prices.items()}, dates, rate), flag(real.broad_index),
+                      flag(real.dividend_adjusted)) for i in range(paths)]
+
+
 def underlying_tables(real: MarketData, source: str, warm: int) -> list[PathTable]:
     """One path per underlying of ``source``: its own bars up to the real training split's last date, laid end to
     end onto the real dates (wrapping), with the real data's rate of each date; its implied vol column where it has
@@ -89,9 +116,7 @@ def underlying_tables(real: MarketData, source: str, warm: int) -> list[PathTabl
     own = load_bars(source)
     spec = BUILTIN_SOURCES.get(source)
     dates = path_dates(real, warm)
-    rate = None
-    if "rate" in real.bars:  # the real day's rate: the same days, the same money market
-        rate = np.concatenate([np.full(warm, real.bars["rate"][0, 0]), real.bars["rate"][0]])
+    rate = real_rates(real, warm)  # the real day's rate: the same days, the same money market
     tables = []
     for symbol, whole in own.items():
         frame = whole[pd.DatetimeIndex(whole["date"]) <= last]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,7 @@ from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.market.observed import add_observed_features
 from clstm_ppo.scenarios.features import feature_names
-from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
+from clstm_ppo.scenarios.generator import load_generator
 
 WARMUP_MARGIN = 60  # bars beyond the turbulence look-back, for the slowest indicator (MACD 26 + 9) and ADX
 
@@ -39,17 +40,18 @@ def history_frame(real: MarketData, bars: int) -> pd.DataFrame:
     return pd.DataFrame({"date": real.dates[end - bars:end], **cols})
 
 
-def sample_market_data(generator: FittedGenerator | str | Path, paths: int, length: int = 252,
+def sample_market_data(generator: Any, paths: int, length: int = 252,
                        regime: str | None = None, seed: int = 0, data_config: DataConfig | None = None,
                        normalizer: Normalizer | None = None, market: MarketConfig | None = None) -> list[MarketData]:
     """One MarketData per generated path, its ``test`` split the ``length`` generated bars.
 
+    ``generator``: a FittedGenerator, its checkpoint's path, or a baseline source (sources.py).
     ``data_config``: the agent's data settings (window, indicator windows); default: the generator's own.
     ``normalizer``: the agent checkpoint's feature statistics; default: the real training split's.
     ``market``: the agent's market settings; with them each path also carries the option market's features where
     ``data_config.option_features`` says so (market/observed.py), as the agent observes them.
     """
-    gen = generator if isinstance(generator, FittedGenerator) else load_generator(generator)
+    gen = load_generator(generator) if isinstance(generator, (str, Path)) else generator
     gen.check_regime(regime)
     saved = from_dict(DataConfig, gen.data["config"]) if "config" in gen.data else DataConfig()
     cfg = replace(data_config or saved, source=saved.source, symbols=saved.symbols)
@@ -70,7 +72,8 @@ def sample_market_data(generator: FittedGenerator | str | Path, paths: int, leng
             file = Path(folder) / f"{symbol}.parquet"
             table.to_parquet(file, index=False)
             built = build_market_data(replace(cfg, source=str(file), symbols=None, train_end=str(train_end.date()),
-                                              val_end=str(last.date())), normalizer=normalizer or real.normalizer)
+                                              val_end=str(last.date()), periods_per_year=real.periods_per_year),
+                                      normalizer=normalizer or real.normalizer)
             assert built.splits["test"][1] - built.splits["test"][0] == length  # the split is the path, no more
             if market is not None:
                 built = add_observed_features(built, cfg, market, normalizer)
@@ -83,7 +86,7 @@ def path_closes(markets: list[MarketData]) -> np.ndarray:
     return np.stack([m.bars["close"][0, m.splits["test"][0]:m.splits["test"][1]] for m in markets])
 
 
-def check_fits(gen: FittedGenerator, data: MarketData, what: str) -> None:
+def check_fits(gen: Any, data: MarketData, what: str) -> None:
     """A one-line ConfigError unless ``gen`` generates the columns ``data`` has (volume, iv): paths of another feature
     set would give the agent a market it never saw (e.g. a model iv where it learned on the VIX)."""
     mine = feature_names(data)

@@ -1,10 +1,10 @@
-"""Are a conditional generator's regimes recognisable? (issue 22: the regime-classifier goal)
+"""Are a conditional generator's regimes recognisable? (the regime goal, docs/SCENARIOS.md)
 
-The goal: a classifier trained on real regime labels labels generated paths within 5 points of its accuracy on
-real held-out paths; bear and crash samples have higher volatility and a more negative skew than bull samples.
+The goal: a classifier trained on real regime labels labels generated paths within 10 points of its accuracy on
+real held-out paths; crash paths at least twice as volatile as bull paths, bear and crash more negatively skewed.
 
 The classifier is a softmax (multinomial logistic) regression on statistics of the return column alone: over the
-last ``rule.window`` bars of a window, the trailing log return and volatility (what regimes.py labels by), their
+last ``rule.window`` bars of a window, the trailing log return and volatility (what regime_labels.py labels by), their
 squares and their product, so it can draw the curved crash boundary (a deep fall, or any fall that is violent).
 Why not a GRU on every column: the labels are a function of returns, and a judge that also read the gap, the
 wicks or the VIX level could "recognise" a crash by a generated VIX level on a calm path (the S&P 500 cGAN does
@@ -30,9 +30,9 @@ from torch import nn
 
 from clstm_ppo.scenarios.fit import TrainingSet
 from clstm_ppo.scenarios.metrics import excess_kurtosis, skew
-from clstm_ppo.scenarios.regimes import REGIMES, RegimeRule, trailing
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
 
-GOAL_POINTS = 5.0  # the issue's tolerance between generated and real held-out accuracy, in percentage points
+GOAL_POINTS = 10.0  # the goal's tolerance between generated and real held-out accuracy, in percentage points
 # The labels are a hard function of these statistics, so the ridge only keeps the optimum finite on a separable set;
 # 1e-4 already blurred the thresholds (training accuracy 0.93 instead of 0.99 on tests' hand-made regimes).
 L2 = 1e-7
@@ -158,10 +158,10 @@ def measure(clf: RegimeClassifier, real: np.ndarray, real_labels: np.ndarray,
     }
 
 
-def _stats(r: np.ndarray) -> dict[str, float]:
+def _stats(r: np.ndarray, periods_per_year: float) -> dict[str, float]:
     if r.size < 3:
         return {"vol": float("nan"), "skew": float("nan"), "kurtosis": float("nan"), "mean_return": float("nan")}
-    return {"vol": float(r.std() * np.sqrt(252)), "skew": skew(r), "kurtosis": excess_kurtosis(r),
+    return {"vol": float(r.std() * np.sqrt(periods_per_year)), "skew": skew(r), "kurtosis": excess_kurtosis(r),
             "mean_return": float(r.mean())}
 
 
@@ -172,11 +172,13 @@ def _order(stats: dict[str, dict[str, float]]) -> bool:
 
 
 def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, length: int,
-                  seed: int) -> dict[str, Any]:
+                  seed: int, periods_per_year: float, proposals: int | None = None) -> dict[str, Any]:
     """The report's ``regimes`` block for a conditional generator (``gen.regimes`` set).
 
-    ``held_ret`` (S, T): the returns after the training split. Per regime, ``paths`` paths of ``length`` bars
-    (seed + 10 + regime index) give both the classifier's generated windows and the generated vol and skew.
+    ``held_ret`` (S, T): the returns after the training split; ``periods_per_year``: the data's bars a year, which
+    annualise the vols. Per regime, ``paths`` paths of ``length`` bars (seed + 10 + regime index) give both the
+    classifier's generated windows and the generated vol and skew; ``proposals``: the generator's bars proposed per
+    bar to hold the regime (None: its default; 1: the network alone, sampling.py).
     """
     rule = gen.regimes
     ret_col = gen.feature_names.index("ret")
@@ -186,13 +188,15 @@ def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, l
     real, real_labels = held_out_windows(held_ret, rule, n_bars)
     generated, gen_stats = {}, {}
     for i, name in enumerate(REGIMES):
-        r = gen.sample_features(paths, max(length, n_bars), name, seed + 10 + i)[..., ret_col]
+        kw = {} if proposals is None else {"proposals": proposals}
+        r = gen.sample_features(paths, max(length, n_bars), name, seed + 10 + i, **kw)[..., ret_col]
         generated[i] = path_windows(r, n_bars)
-        gen_stats[name] = _stats(r)
+        gen_stats[name] = _stats(r, periods_per_year)
     train_ret = ts.raw[..., ret_col]
     held_labels = rule.label(held_ret)
-    real_stats = {"real_train": {n: _stats(train_ret[ts.labels == i]) for i, n in enumerate(REGIMES)},
-                  "real_held_out": {n: _stats(held_ret[held_labels == i]) for i, n in enumerate(REGIMES)}}
+    real_stats = {"real_train": {n: _stats(train_ret[ts.labels == i], periods_per_year) for i, n in enumerate(REGIMES)},
+                  "real_held_out": {n: _stats(held_ret[held_labels == i], periods_per_year)
+                                    for i, n in enumerate(REGIMES)}}
     out = {
         "classifier": f"softmax regression on the trailing {rule.window}-bar return and volatility of windows of "
                       f"{n_bars} bars (and their squares and product), fitted on real training-split windows",
@@ -234,8 +238,9 @@ def format_regimes(block: dict[str, Any]) -> list[str]:
     order = block["order_met"]
     lines.append("held%: share of real held-out windows; recall: real held-out accuracy per regime; gen: generated "
                  "windows labelled as requested; rule: generated windows the labelling rule itself puts in the "
-                 "requested regime; vol, skew, mean: daily log returns of the real training bars with that label "
-                 "and of the generated paths. Bear and crash more volatile and more negatively skewed than bull: "
+                 "requested regime; vol (annualised at the data's bars a year), skew, mean: bar log returns of the "
+                 "real training bars with that label and of the generated paths. Bear and crash more volatile and "
+                 "more negatively skewed than bull: "
                  f"generated {'yes' if order['generated'] else 'no'}, real training bars "
                  f"{'yes' if order['real_train'] else 'no'}, real held-out bars "
                  f"{'yes' if order['real_held_out'] else 'no'}")

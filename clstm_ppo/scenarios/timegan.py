@@ -9,6 +9,10 @@ latent sequences from generated ones. Three phases share the step budget:
 3. joint (the rest): generator + supervisor against the discriminator, with the supervised loss and the first
    two moments of the recovered bars; embedder + recovery keep reconstructing; the discriminator is updated only
    while its loss is above ``d_threshold`` (the released code's rule, so it does not overpower the generator).
+
+It learns windows of the volatility filter's coded residuals (coding.py), not of bars: a path is windows of
+residuals laid end to end, each from fresh noise, and the filter's recursion turns them into bars, so run past its
+window a path keeps the filter's volatility dynamics instead of settling into the GRUs' fixed point.
 """
 from __future__ import annotations
 
@@ -18,7 +22,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from clstm_ppo.scenarios.wgan_gp import SeqNet
+
+class SeqNet(nn.Module):
+    """A GRU and a linear read-out per step: (B, L, in) -> (B, L, out)."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int):
+        super().__init__()
+        self.gru = nn.GRU(in_dim, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(x)
+        return self.head(out)
 
 
 @dataclass
@@ -35,8 +50,9 @@ class TimeGanSettings:
 class TimeGan:
     kind = "timegan"
 
-    def __init__(self, n_features: int, settings: TimeGanSettings, device: torch.device, n_labels: int = 0):
-        del n_labels  # unconditional
+    def __init__(self, n_features: int, n_cond: int, settings: TimeGanSettings, device: torch.device,
+                 n_labels: int = 0):
+        del n_cond, n_labels  # unconditional, and it draws whole windows rather than one bar given its state
         s = settings
         self.settings, self.device = s, device
         self.embedder = SeqNet(n_features, s.hidden, s.hidden, s.layers).to(device)
@@ -85,7 +101,7 @@ class TimeGan:
         loss.backward()
         opt.step()
 
-    def step(self, batches: list[tuple[torch.Tensor, torch.Tensor | None]], step: int) -> dict[str, float]:
+    def step(self, batches: list[tuple[torch.Tensor, ...]], step: int) -> dict[str, float]:
         phase = self.phase(step)
         if phase == 0:
             x = batches[0][0]
@@ -99,7 +115,7 @@ class TimeGan:
             self._update(self.s_opt, loss)
             return {"phase": 1.0, "supervised_loss": loss.item()}
         bce = nn.functional.binary_cross_entropy_with_logits
-        for x, _ in batches[:2]:
+        for x, *_ in batches[:2]:
             b, length, _ = x.shape
             with torch.no_grad():
                 h = self._embed(x)

@@ -25,13 +25,15 @@ def describe(cfg: Config, run_dir: Path, data: MarketData, world_size: int, devi
     t, a = cfg.train, cfg.agent
     splits = " | ".join(f"{name} {first.date()}..{last.date()}" for name in ("train", "validation", "test")
                         for first, last in [data.split_dates(name)])
+    # e.g. "12,419 bars of 1 h, 24/5, 24 a day: 6,240 bars a year, from the data"
+    bars = f"{len(data.dates):,} {data.clock.describe()}"
     workers = f"{world_size} worker(s) on {device.type}"
     if device.type == "cpu":
         workers += f" ({torch.get_num_threads()} thread(s) each)"
     budget = (f"{t.num_episodes:,} episodes" if t.num_episodes > 0 else f"{t.total_steps:,} env steps")
     return "\n".join([
         f"run {run_dir.name} -> {run_dir}",
-        f"data {cfg.data.source}: {', '.join(data.symbols)}, {len(data.dates):,} bars; {splits}",
+        f"data {cfg.data.source}: {', '.join(data.symbols)}, {bars}; {splits}",
         f"{workers}; {t.num_envs} env copies x {cfg.ppo.num_steps} steps each = {batch_size:,} env steps "
         f"per update; budget {budget} (~{planned_updates:,} updates)",
         f"agent {a.kind}: {LAYERS[a.kind].format(a=a)}, {params:,} parameters; "

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
+from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, UpdatePaths, ppo_update, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.model import State
 from clstm_ppo.agent.optimizer_step import OptimizerStep, fit_saved_state, make_adam, set_lr
@@ -33,12 +33,13 @@ from clstm_ppo.device import wait_for
 from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.market.observed import observed_market_data
+from clstm_ppo.pretraining.encoder import pretrain
+from clstm_ppo.pretraining.rule_prior import RulePrior
 from clstm_ppo.training import rank_state as ranks
 from clstm_ppo.training.checkpoint import FORMAT, CheckpointError, CheckpointManager
 from clstm_ppo.training.monitor import ResourceMonitor
-from clstm_ppo.training.pretraining import pretrain
+from clstm_ppo.training.plan import ExecutionPlan
 from clstm_ppo.training.reporting import Reporter, describe, farewell
-from clstm_ppo.training.rule_prior import RulePrior
 from clstm_ppo.training.selection import Selection
 from clstm_ppo.training.stopping import StopRequest, agree
 from clstm_ppo.training.tracking import Tracker
@@ -63,6 +64,7 @@ class Trainer:
         check_values(cfg)  # a config changed in code after it was built obeys the same rules
         self.cfg, self.run_dir, self.device, self.ctx = cfg, run_dir, device, ctx
         t, p = cfg.train, cfg.ppo
+        self.plan = plan = ExecutionPlan.choose(cfg, device, ctx.world_size)
         normalizer = Normalizer.from_state_dict(resume["normalizer"]) if resume else None
         self.data = observed_market_data(cfg, normalizer)
         # Each rank its own streams; a resumed run whose env copies start afresh must not replay the first run's.
@@ -76,8 +78,9 @@ class Trainer:
 
             env_data, weights = augmented_data(self.data, cfg)
         self.env = BatchedOptionsEnv(env_data, "train", cfg.market, cfg.env, t.num_envs, device=device,
-                                     seed=seeds.env, records=False, compile=cfg.env.compile,
-                                     cuda_graphs=t.cuda_graphs != "off", symbol_weights=weights)
+                                     seed=seeds.env, records=False,
+                                     compile="on" if plan.env_step == "compiled" else "off",
+                                     cuda_graphs=plan.rollout_graphs, symbol_weights=weights)
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
@@ -86,9 +89,7 @@ class Trainer:
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
         # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
         self.base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)
-        # The optimizer step is captured with the rollout's decision (train.cuda_graphs) where the update is the static,
-        # compiled one (env.compile) and no fp16 scaler reads the gradients on the host.
-        capture = t.cuda_graphs != "off" and self.env.compiled and device.type == "cuda" and t.precision != "fp16"
+        capture = plan.optimizer_step == "captured"
         self.optimizer = make_adam(self.model.parameters(), self.base_lr, p, capture_on=device if capture else None)
         self.batch_size = t.num_envs * p.num_steps * ctx.world_size  # env steps per update, all ranks
         self.planned_steps = self._planned_steps()
@@ -96,16 +97,14 @@ class Trainer:
         self.precision = Precision(device, t.precision)
         self.model.run_lstms_in_float32(self.precision.lstms_in_float32)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
-        # With the env step compiled, the whole decision (policy, draw, env, storage write) compiles as one graph,
-        # captured in a CUDA graph with train.cuda_graphs on CUDA.
-        self.fused = FusedRollout(self.model, self.env, self.storage, self.precision, t.cuda_graphs != "off") \
-            if self.env.compiled else None
-        # And the update's minibatch loss in fixed shapes, compiled; its gradients are averaged without DDP's forward.
-        # With train.update_graphs its compiled calls replay as CUDA graphs, beside the captured optimizer step.
+        # The parts the plan names: the whole decision (policy, draw, env, storage write) as one graph, and the
+        # update's minibatch loss in fixed shapes, whose gradients are averaged without DDP's forward.
+        self.fused = FusedRollout(self.model, self.env, self.storage, self.precision, plan.rollout_graphs) \
+            if plan.rollout == "fused" else None
         self.static_loss = StaticMinibatchLoss(self.model, self.env.market_windows, self.storage, p, self.precision,
-                                               cuda_graphs=capture and t.update_graphs) if self.env.compiled else None
-        self.train_model = wrap(self.model) if wrap is not None and self.static_loss is None else self.model
-        if wrap is not None and self.static_loss is not None:
+                                               cuda_graphs=plan.update_graphs) if plan.update == "static" else None
+        self.train_model = wrap(self.model) if wrap is not None and plan.gradients == "ddp" else self.model
+        if plan.gradients == "all_reduce":
             ctx.broadcast_parameters(self.model)  # as DDP's wrapping would: every rank starts from rank 0's weights
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
         # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
@@ -286,11 +285,11 @@ class Trainer:
         set_lr(self.optimizer, lr)  # into the rate tensor a captured step reads, if it is one
         mean = self.ctx.all_reduce_mean if self.ctx.enabled else None
         # The static loss trains the raw module (train_model is it), so its gradients are averaged here, not by DDP.
-        average = None if self.static_loss is None else partial(self.ctx.average_gradients, self.model)
+        average = partial(self.ctx.average_gradients, self.model) if self.plan.gradients == "all_reduce" else None
         coef = self.prior.fill(self.storage, self.global_step, self.planned_steps) if self.prior else 0.0
         stats = ppo_update(self.train_model, self.optimizer, self.storage, self.env.market_windows, self.cfg.ppo,
-                           self.minibatch_generator, mean, self.precision, self.static_loss, average,
-                           self.optimizer_step)
+                           self.minibatch_generator, UpdatePaths(self.precision, self.static_loss, mean, average,
+                                                                 self.optimizer_step))
         return {**stats, "learning_rate": lr, "prior_coef": coef}
 
     # ------------------------------------------------------------------ evaluation
@@ -324,6 +323,7 @@ class Trainer:
                               initial_steps=self.global_step, tensorboard=t.tensorboard)
             reporter = Reporter(tracker, cfg, self.batch_size, self.ctx.world_size, self.device)
             tracker.write(self.describe())
+            tracker.write(self.plan.describe())
             if self.resume_note:
                 tracker.write(f"resumed at update {self.update}: {self.resume_note}")
         try:
@@ -363,9 +363,12 @@ class Trainer:
             if main and not failed and not said_paths:  # once a process: captures happen in its first update
                 tracker.write(self.paths())
                 said_paths = True
+            collectives = self.ctx.record.take()  # this update's, every rank: none may run inside a capture
             if main and not failed:
-                reporter.update(self.update, self.episodes, self.global_step, stats, sums, self.resources.host(),
-                                self.rank_gpus, self.gpu_notes)
+                reporter.update(self.update, self.episodes, self.global_step,
+                                {**stats, **({f"collectives_{k}": v for k, v in collectives.items()}
+                                             if self.ctx.enabled else {})},
+                                sums, self.resources.host(), self.rank_gpus, self.gpu_notes)
                 if self.update % t.eval_every == 0:
                     self._evaluate_and_report(reporter)
                     patience = t.early_stopping_patience

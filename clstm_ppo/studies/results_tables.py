@@ -1,0 +1,92 @@
+"""docs/RESULTS.md's tables, made from the grids' rows (docs/data/grids/<grid>.csv, written by
+scripts/studies/reproduce_paper.py): a table is a block between ``<!-- table NAME -->`` and ``<!-- end table -->`` lines
+whose body is what ``render`` gives for NAME, so the doc is regenerated, never edited by hand
+(``scripts/studies/results_tables.py --write``), and a test checks it is current.
+
+NAME is ``against GRID``: each agent configuration of GRID against the benchmarks walked on the same folds
+(buy_and_hold, best_rule, putwrite where the grid has them), paired by seed and fold; or ``pair GRID_A:CONFIG_A
+GRID_B:CONFIG_B``: B's configuration less A's, run by run over the (window, seed, fold) both have: what one
+change made (a lever against the grid it changed).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clstm_ppo.backtest.across_runs import CI_METRICS, read_grid_csv
+from clstm_ppo.backtest.statistics import paired_difference
+from clstm_ppo.tables import format_records
+
+BENCHMARKS = ("buy_and_hold", "best_rule", "putwrite")
+BLOCK = re.compile(r"<!-- table (?P<name>[^>]+?) -->\n(?P<body>.*?)<!-- end table -->", re.S)
+Grids = dict[str, list[dict[str, Any]]]
+
+
+def load_grids(folder: Path) -> Grids:
+    """Every grid CSV of ``folder`` by its name."""
+    return {path.stem: read_grid_csv(path) for path in sorted(folder.glob("*.csv"))}
+
+
+def _keyed(rows: list[dict[str, Any]], config: str, with_window: bool = True) -> dict[tuple, dict[str, Any]]:
+    key = (lambda r: (r["window"], r["seed"], r["fold"])) if with_window else (lambda r: (r["seed"], r["fold"]))
+    return {key(r): r for r in rows if r["config"] == config}
+
+
+def _pair_rows(a: dict[tuple, dict[str, Any]], b: dict[tuple, dict[str, Any]], pair: str,
+               metrics: tuple[str, ...] = CI_METRICS) -> list[dict[str, Any]]:
+    """``b - a`` run by run over the keys both have, per metric: mean, bootstrap 95% interval, share of wins."""
+    shared = [k for k in a if k in b]
+    rows = []
+    for metric in metrics:
+        x = np.array([a[k].get(metric, np.nan) for k in shared], dtype=float)
+        y = np.array([b[k].get(metric, np.nan) for k in shared], dtype=float)
+        if not np.isfinite(x).any() or not np.isfinite(y).any():
+            continue  # an older grid recorded only the benchmarks' Sharpe
+        d = paired_difference(y, x)
+        rows.append({"pair": pair, "metric": metric, "mean": d["mean"], "ci_low": d["ci_low"],
+                     "ci_high": d["ci_high"], "wins": d["wins"], "pairs": int(d["pairs"])})
+    return rows
+
+
+def against_benchmarks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each agent configuration less each benchmark, paired by seed and fold."""
+    configs = list(dict.fromkeys(r["config"] for r in rows if r["config"] not in (*BENCHMARKS, "macd_rule")))
+    out = []
+    for config in configs:
+        mine = _keyed(rows, config, with_window=False)
+        for bench in BENCHMARKS:
+            theirs = _keyed(rows, bench, with_window=False)
+            if theirs:
+                out += _pair_rows(theirs, mine, f"{config} - {bench}")
+    return out
+
+
+def paired_grids(grids: Grids, a: str, b: str) -> list[dict[str, Any]]:
+    """``GRID_B:CONFIG_B - GRID_A:CONFIG_A`` run by run (window, seed, fold)."""
+    (grid_a, config_a), (grid_b, config_b) = (spec.split(":", 1) for spec in (a, b))
+    return _pair_rows(_keyed(grids[grid_a], config_a), _keyed(grids[grid_b], config_b), f"{b} - {a}")
+
+
+def render(name: str, grids: Grids) -> str:
+    """The body of table ``name`` (a fenced block of ``tables.format_records``)."""
+    kind, _, rest = name.partition(" ")
+    if kind == "against" and rest in grids:
+        rows = against_benchmarks(grids[rest])
+    elif kind == "pair" and len(rest.split()) == 2:
+        a, b = rest.split()
+        missing = [s.split(":")[0] for s in (a, b) if s.split(":")[0] not in grids]
+        if missing:
+            raise SystemExit(f"error: table {name!r}: no grid {missing[0]!r} under docs/data/grids/")
+        rows = paired_grids(grids, a, b)
+    else:
+        raise SystemExit(f"error: table {name!r}: write 'against GRID' or 'pair GRID_A:CONFIG GRID_B:CONFIG' with "
+                         f"grids of docs/data/grids/ ({', '.join(grids)})")
+    return "```\n" + format_records(rows, digits=3) + "\n```\n"
+
+
+def refreshed(text: str, grids: Grids) -> str:
+    """``text`` with every table block's body made again from ``grids``."""
+    return BLOCK.sub(lambda m: f"<!-- table {m['name']} -->\n{render(m['name'], grids)}<!-- end table -->", text)

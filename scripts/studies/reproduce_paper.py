@@ -1,0 +1,316 @@
+"""The CLSTM-PPO paper's comparison on our market, with seeds and walk-forward folds: does the cascaded LSTM earn
+its keep, and does any agent beat owning the index?
+
+    python scripts/studies/reproduce_paper.py [--data NAME_OR_FILE] [--steps N] [--seeds K] [--folds F]
+        [--kinds clstm lstm mlp] [--rewards equity excess dsr] [--windows 5 15 30 50] [--num-gpus N]
+        [--out DIR] [--grid NAME] [--grid-dir docs/data/grids] [--json] [--storage URL [--study NAME]]
+
+Each cell of the grid (agent kind x reward x window x seed x fold) trains on its fold's training years, saves
+its validation picks (best_composite.pt, the single best walk, and best_composite_smoothed.pt, the best mean of
+the last train.selection_window walks; the test split is never read), and walks both on the fold's test years
+with evaluate's continuous walk beside buy-and-hold, the MACD rule and best_rule (the best fixed rule of the
+agent's own actions on the fold's validation years, clstm_ppo/backtest/rules.py). ``--folds F`` makes F expanding
+walk-forward folds (clstm_ppo/data/folds.py; 0: the data's one default split), each with the market's fitted
+settings refitted on its own training years (clstm_ppo/backtest/calibration.py). Reported over seeds x folds:
+mean +- std and bootstrap 95% intervals of every metric, paired differences (kind against kind, each other reward
+against equity, each agent against buy-and-hold, best_rule and the PutWrite replica, the smoothed pick against the
+single best), each fold's mean,
+and the deflated Sharpe ratio of the best configuration given how many were tried. With several underlyings
+(the Dow stocks) each is walked on its own and a run's number is their mean. The window ablation (clstm,
+equity reward) runs every window of --windows other than the config's. Every run's test metrics, and each
+benchmark's walk of the same folds, are rows of docs/data/grids/<--grid>.csv with the commit, machine and command;
+scripts/studies/results_tables.py makes docs/RESULTS.md's tables from those files. With --storage URL (an Optuna
+storage) the grid becomes the trials of a study: start the same command in several processes or machines, each
+runs the cells no other has claimed, and each gathers every cell's result from the storage.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from clstm_ppo.backtest.across_runs import (
+    METRICS,
+    deflated_best,
+    display,
+    fingerprint,
+    mean_over_underlyings,
+    paired_rows,
+    run_name,
+    summary_rows,
+    write_grid_csv,
+)
+from clstm_ppo.backtest.calibration import fold_market_settings, fold_overrides
+from clstm_ppo.backtest.checkpoints import backtest_checkpoints
+from clstm_ppo.backtest.report import write_returns_csv
+from clstm_ppo.config import ConfigError, load_config
+from clstm_ppo.data import DataError, build_market_data
+from clstm_ppo.data.folds import Fold, walk_forward_folds
+from clstm_ppo.studies.seeded_runs import train_to_budget
+from clstm_ppo.tables import format_records, strict_json
+from clstm_ppo.training.checkpoint import CheckpointError
+
+KINDS = ("clstm", "lstm", "mlp")
+REWARDS = ("equity", "excess", "dsr")  # --rewards' choices; the paper's comparison: equity and excess
+WINDOWS = (5, 15, 30, 50)
+BENCHMARKS = ("buy_and_hold", "macd_rule", "best_rule", "putwrite")
+PICKS = {"agent": "best_composite.pt", "smoothed": "best_composite_smoothed.pt"}
+
+
+def label(kind: str, reward: str) -> str:
+    return kind if reward == "equity" else f"{kind}+{reward}"
+
+
+def cell_settings(cell: dict[str, Any], fits: dict[str, dict[str, Any]]) -> list[str]:
+    """The cell's --set values: its kind, reward and window, and its fold's dates and refitted market."""
+    sets = [f"agent.kind={cell['kind']}", f"env.reward={cell['reward']}", f"data.window={cell['window']}"]
+    if cell["fold"] is not None:
+        fold, fit = Fold(**fits[str(cell["fold"])]["fold"]), fits[str(cell["fold"])]
+        sets += fold_overrides(fold, fit)
+    return sets
+
+
+def train_and_backtest(args: argparse.Namespace, cell: dict[str, Any], fits: dict) -> dict[str, Any]:
+    """One cell trained, its two validation picks walked on the fold's test years: policy -> metrics (the mean
+    over underlyings), and each pick's daily returns over cash (mean over underlyings)."""
+    name = run_name(label(cell["kind"], cell["reward"]), cell["window"], cell["seed"])
+    folder = args.out / data_label(args.data) / ("split" if cell["fold"] is None else f"fold{cell['fold']}")
+    run = folder / name
+    train_to_budget(args.config, args.data, cell["seed"], args.steps, folder, name,
+              [*args.overrides, *cell_settings(cell, fits)], num_gpus=args.num_gpus)
+    picks = {pick: run / file for pick, file in PICKS.items() if (run / file).exists()}
+    report, returns = run / "test_report.json", run / "test_returns.csv"
+    try:
+        done = backtest_checkpoints([str(path) for path in picks.values()], split="test")
+    except (ConfigError, CheckpointError) as err:
+        raise SystemExit(f"error: evaluating {name}: {err}") from None
+    report.write_text(strict_json(done.report, indent=2, default=str))
+    write_returns_csv(done.results, returns)
+    policies = done.report["policies"]
+    daily = pd.read_csv(returns, index_col="date")
+    names = ["agent"] if len(picks) == 1 else [f"agent_{i + 1}" for i in range(len(picks))]
+    out: dict[str, Any] = {b: mean_over_underlyings(policies[b]) for b in BENCHMARKS}
+    # a policy's column per underlying ("agent_1:AAPL") or one column ("agent"): its mean day by day
+    mean_of = lambda policy: daily.filter(regex=f"^{policy}(:|$)").mean(axis=1)  # noqa: E731
+    for pick, column in zip(picks, names, strict=True):
+        out[pick] = mean_over_underlyings(policies[column])
+        out[f"{pick}_returns"] = (mean_of(column) - mean_of("cash")).tolist()  # over cash: the rate, day by day
+    out.setdefault("smoothed", None)  # too few validation walks for a smoothed pick
+    return out
+
+
+def data_label(data: str) -> str:
+    return Path(data).name.split(".")[0]
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def machine() -> str:
+    gpus = torch.cuda.device_count()
+    where = f"{gpus} x {torch.cuda.get_device_name(0)}" if gpus else "no GPU"
+    return f"{platform.machine()}, {os.cpu_count()} cores, {where}, torch {torch.__version__}"
+
+
+def grid_rows(cells: list[dict[str, Any]], results: list[dict[str, Any]], tables: dict[str, Any],
+              default_window: int) -> list[dict[str, Any]]:
+    """The grid's CSV rows: every run (``per_run``), then each benchmark's walk of the same fold under each seed of
+    the first configuration at the default window, so that a benchmark pairs with a run by seed and fold."""
+    first = label(cells[0]["kind"], cells[0]["reward"])
+    benchmarks = [{"config": bench, "window": c["window"], "seed": c["seed"], "fold": "split" if c["fold"] is None
+                   else c["fold"], **{k: r[bench][k] for k in METRICS}}
+                  for bench in BENCHMARKS for c, r in zip(cells, results, strict=True)
+                  if c["window"] == default_window and label(c["kind"], c["reward"]) == first]
+    return [*tables["per_run"], *benchmarks]
+
+
+def run_cells(args: argparse.Namespace, cells: list[dict[str, Any]], fits: dict) -> list[dict[str, Any]]:
+    """Every cell's result: here, one after another, or with --storage shared with the study's other workers."""
+    def one(cell: dict[str, Any]) -> dict[str, Any]:
+        fold = "split" if cell["fold"] is None else f"fold {cell['fold']}"
+        print(f"== {label(cell['kind'], cell['reward'])}, TW {cell['window']}, seed {cell['seed']}, {fold}",
+              flush=True)
+        return train_and_backtest(args, cell, fits)
+
+    if not args.storage:
+        return [one(cell) for cell in cells]
+    from clstm_ppo.tuning.grid import run_grid
+
+    def valued(cell: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        # a trial's value: the agent's test return (a grid to share, not a search: nothing is selected on it)
+        result = one(cell)
+        value = result["agent"]["total_return"]
+        return (value if math.isfinite(value) else -math.inf), result
+
+    name = args.study or f"reproduce-{data_label(args.data)}"
+    try:
+        return run_grid(args.storage, name, cells, valued)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def fold_fits(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each fold's dates and market settings refitted on its training years, kept in the run folder's
+    folds.json (the same folds on a second launch, and a record of what each fold's runs were given)."""
+    if not args.folds:
+        return {}
+    path = args.out / data_label(args.data) / "folds.json"
+    if path.exists():
+        fits = json.loads(path.read_text())
+        if len(fits) == args.folds:
+            return fits
+    cfg = load_config(args.config, [*args.overrides, f"data.source={args.data}"])
+    try:
+        folds = walk_forward_folds(build_market_data(cfg.data).dates, args.folds)
+        fits = {str(f.index): {"fold": vars(f), **fold_market_settings(f, cfg.data, cfg.market)} for f in folds}
+    except DataError as err:
+        raise SystemExit(f"error: {err}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(strict_json(fits, indent=2))
+    return fits
+
+
+def bars_a_year(args: argparse.Namespace) -> float:
+    """The data's bars a year (its clock, or data.periods_per_year), which annualise the deflated Sharpe ratio."""
+    cfg = load_config(args.config, [*args.overrides, f"data.source={args.data}"])
+    try:
+        return build_market_data(cfg.data).periods_per_year
+    except DataError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: list[str], rewards: list[str],
+           default_window: int, folds: list[Any], periods_per_year: float) -> dict[str, Any]:
+    """Every table of the report from the cells' results; ``periods_per_year``: the data's bars a year."""
+    at_default = [(c, r) for c, r in zip(cells, results, strict=True) if c["window"] == default_window]
+    labels = [label(k, w) for w in rewards for k in kinds]
+    by_label = {lab: [(c, r) for c, r in at_default if label(c["kind"], c["reward"]) == lab] for lab in labels}
+    main_runs = {lab: [r["agent"] for _, r in pairs] for lab, pairs in by_label.items()}
+    first = by_label[labels[0]]
+    main_runs |= {bench: [r[bench] for _, r in first] for bench in BENCHMARKS}  # deterministic: one walk a fold
+    smoothed = {f"{lab} [smoothed]": [r["smoothed"] or _missing() for _, r in pairs] for lab, pairs in by_label.items()
+                if any(r["smoothed"] for _, r in pairs)}  # none where no run had enough validation walks
+    pairs = [(label(a, w), label(b, w)) for w in rewards for i, a in enumerate(kinds) for b in kinds[i + 1:]]
+    pairs += [(label(k, w), label(k, "equity")) for w in rewards if w != "equity" and "equity" in rewards
+              for k in kinds]
+    pairs += [(lab, bench) for bench in ("buy_and_hold", "best_rule", "putwrite") for lab in labels]
+    pairs += [(f"{lab} [smoothed]", lab) for lab in labels if f"{lab} [smoothed]" in smoothed]
+    per_fold = []
+    for fold in folds:
+        row: dict[str, Any] = {"fold": "split" if fold is None else fold}
+        for lab, runs in main_runs.items():
+            mine = [m for (c, _), m in zip(first if lab in BENCHMARKS else by_label[lab], runs, strict=True)
+                    if c["fold"] == fold]
+            row[lab] = float(np.nanmean([m["sharpe_excess"] for m in mine]))
+        per_fold.append(row)
+    daily = {lab: _ensemble_returns(pairs_, folds) for lab, pairs_ in by_label.items()}
+    # Seeds that learn one greedy rule walk identically (docs/RESULTS.md): fewer independent draws than runs.
+    walks = []
+    for lab, pairs_ in by_label.items():
+        for fold in folds:
+            groups = Counter(fingerprint(r["agent_returns"], 12) for c, r in pairs_ if c["fold"] == fold)
+            walks.append({"config": lab, "fold": "split" if fold is None else fold, "runs": sum(groups.values()),
+                          "distinct_walks": len(groups), "largest_group": max(groups.values())})
+    ablation: dict[str, list[dict[str, float]]] = {}
+    for c, r in zip(cells, results, strict=True):
+        if c["kind"] == "clstm" and c["reward"] == "equity":
+            ablation.setdefault(f"clstm TW {c['window']}", []).append(r["agent"])
+    ablation = dict(sorted(ablation.items(), key=lambda kv: int(kv[0].split()[-1]))) if len(ablation) > 1 else {}
+    # each window against the default one and against owning the index, run by run (the same seed and fold)
+    ablation_pairs = [(lab, f"clstm TW {default_window}") for lab in ablation if lab != f"clstm TW {default_window}"]
+    ablation_pairs += [(lab, "buy_and_hold") for lab in ablation]
+    per_run = [{"config": label(c["kind"], c["reward"]), "window": c["window"], "seed": c["seed"],
+                "fold": "split" if c["fold"] is None else c["fold"], **{k: r["agent"][k] for k in METRICS},
+                "smoothed_sharpe_excess": (r["smoothed"] or _missing())["sharpe_excess"]}
+               for c, r in zip(cells, results, strict=True)]
+    return {"main": summary_rows(main_runs | smoothed), "paired": paired_rows(main_runs | smoothed, pairs),
+            "per_fold": per_fold, "walks": walks, "deflated": deflated_best(daily, periods_per_year),
+            "ablation": summary_rows(ablation),
+            "ablation_paired": paired_rows(ablation | {"buy_and_hold": main_runs["buy_and_hold"]}, ablation_pairs),
+            "per_run": per_run}
+
+
+def _missing() -> dict[str, float]:
+    return dict.fromkeys(METRICS, math.nan)
+
+
+def _ensemble_returns(pairs: list[tuple[dict, dict]], folds: list[Any]) -> np.ndarray:
+    """A configuration's daily test returns: each day the mean over its seeds, the folds end to end."""
+    parts = []
+    for fold in folds:
+        runs = [r["agent_returns"] for c, r in pairs if c["fold"] == fold]
+        parts.append(np.mean(np.array(runs, dtype=float), axis=0))
+    return np.concatenate(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="sp500", help="a built-in name (sp500, dow, synthetic) or a file")
+    parser.add_argument("--config", default="default", help="named config or YAML file every run starts from")
+    parser.add_argument("--steps", type=int, default=300_000, help="env steps per training run")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (at least 3 for the report)")
+    parser.add_argument("--folds", type=int, default=0, help="walk-forward folds (0: the data's default split)")
+    parser.add_argument("--num-gpus", type=int, default=1, help="passed through to the trainer")
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--rewards", nargs="+", default=["equity", "excess"], choices=REWARDS,
+                        help="env.reward values (default equity excess)")
+    parser.add_argument("--windows", nargs="+", type=int, default=list(WINDOWS), help="TW values of the ablation")
+    parser.add_argument("--out", type=Path, default=Path("checkpoints/reproduce_paper"), help="run folders")
+    parser.add_argument("--grid", default=None, help="the grid's name (default: the data's), its CSV's file name")
+    parser.add_argument("--grid-dir", type=Path, default=Path("docs/data/grids"),
+                        help="where the grid's CSV goes: one row per run and per benchmark walk (default "
+                             "docs/data/grids)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for every run, e.g. --set train.eval_every=5 (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print every number as one JSON object last")
+    parser.add_argument("--storage", default=None, help="share the grid through this Optuna storage URL")
+    parser.add_argument("--study", default=None, help="the grid's study name (default: reproduce-<data>)")
+    args = parser.parse_args()
+    if args.seeds < 1 or args.steps < 1 or args.folds < 0:
+        raise SystemExit("error: --seeds and --steps must be at least 1, --folds at least 0")
+    started = datetime.datetime.now()
+    base = load_config(args.config, args.overrides)  # every cell's settings before its own --set values
+    default_window = base.data.window
+    fits = fold_fits(args)
+    folds: list[Any] = [int(k) for k in fits] or [None]
+    configs = [(k, w, default_window) for w in args.rewards for k in args.kinds]
+    configs += [("clstm", "equity", t) for t in args.windows if t != default_window]
+    cells = [{"kind": k, "reward": w, "window": t, "seed": seed, "fold": fold}
+             for fold in folds for k, w, t in configs for seed in range(args.seeds)]
+    results = run_cells(args, cells, fits)
+    tables = gather(cells, results, list(args.kinds), list(args.rewards), default_window, folds, bars_a_year(args))
+    tables["folds"] = list(fits.values())
+    print(format_records(display(tables["main"])))
+    print()
+    print(format_records(tables["paired"], digits=3))
+    print(f"deflated Sharpe: {tables['deflated']}")
+    name = args.grid or data_label(args.data)
+    meta = {"grid": name, "commit": commit(), "date": started.date().isoformat(), "machine": machine(),
+            "command": " ".join(["python", "scripts/studies/reproduce_paper.py", *sys.argv[1:]])}
+    path = args.grid_dir / f"{name}.csv"
+    write_grid_csv(path, grid_rows(cells, results, tables, default_window), meta)
+    print(f"grid written to {path} ({(datetime.datetime.now() - started).total_seconds() / 60:.0f} min); "
+          "scripts/studies/results_tables.py makes docs/RESULTS.md's tables from it")
+    if args.json:
+        print(strict_json({"data": args.data, "steps": args.steps, "seeds": args.seeds, **tables}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""docs/RESULTS.md's tables made from the grids' rows (clstm_ppo/studies/results_tables.py), on a fixture grid: the
+paired differences equal a plain computation, a block's body is made again and nothing else of the doc changes."""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from clstm_ppo.backtest.statistics import bootstrap_ci
+from clstm_ppo.studies.results_tables import against_benchmarks, load_grids, paired_grids, refreshed, render
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def grids(tmp_path):
+    shutil.copy(DATA / "grid_small.csv", tmp_path / "small.csv")
+    other = pd.read_csv(DATA / "grid_small.csv")
+    other["sharpe_excess"] += np.where(other["config"] == "clstm", 0.25, 0.0)  # a lever that adds 0.25
+    other.to_csv(tmp_path / "lever.csv", index=False)
+    return load_grids(tmp_path)
+
+
+def test_each_agent_against_each_benchmark_is_paired_by_seed_and_fold(grids):
+    frame = pd.read_csv(DATA / "grid_small.csv").set_index(["config", "seed", "fold"])
+    rows = {(r["pair"], r["metric"]): r for r in against_benchmarks(grids["small"])}
+    assert {pair for pair, _ in rows} == {f"{c} - {b}" for c in ("clstm", "mlp")
+                                          for b in ("buy_and_hold", "best_rule", "putwrite")}
+    for config in ("clstm", "mlp"):
+        for bench in ("buy_and_hold", "best_rule", "putwrite"):
+            diffs = np.array([frame.loc[(config, s, f), "sharpe_excess"] - frame.loc[(bench, s, f), "sharpe_excess"]
+                              for f in (0, 1) for s in range(3)])  # the grid's order: fold, then seed
+            row = rows[(f"{config} - {bench}", "sharpe_excess")]
+            assert row["pairs"] == 6 and row["mean"] == pytest.approx(diffs.mean())
+            assert (row["ci_low"], row["ci_high"]) == pytest.approx(bootstrap_ci(diffs))
+            assert row["wins"] == pytest.approx((diffs > 0).mean())
+
+
+def test_a_lever_is_its_grids_runs_less_the_grid_it_changed(grids):
+    rows = {r["metric"]: r for r in paired_grids(grids, "small:clstm", "lever:clstm")}
+    assert rows["sharpe_excess"]["mean"] == pytest.approx(0.25) and rows["sharpe_excess"]["pairs"] == 6
+    assert rows["total_return"]["mean"] == 0.0
+
+
+def test_a_doc_gets_its_tables_again_and_keeps_its_words(grids):
+    doc = ("# Results\n\nWords stay.\n\n<!-- table against small -->\nstale\n<!-- end table -->\n\n"
+           "More words.\n<!-- table pair small:clstm lever:clstm -->\n<!-- end table -->\n")
+    new = refreshed(doc, grids)
+    assert new.startswith("# Results\n\nWords stay.\n\n<!-- table against small -->\n```\n")
+    assert "stale" not in new and "More words." in new and "lever:clstm - small:clstm" in new
+    assert refreshed(new, grids) == new, "made once, current after"
+    with pytest.raises(SystemExit, match="table 'sideways small': write 'against GRID' or 'pair"):
+        render("sideways small", grids)
+    with pytest.raises(SystemExit, match="no grid 'gone'"):
+        render("pair gone:clstm small:clstm", grids)
