@@ -64,3 +64,25 @@ def test_a_command_answers_help_in_a_fresh_interpreter():
     done = subprocess.run([sys.executable, "-m", "clstm_ppo.train", "--help"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_python_use_shown_binds_to_the_library():
+    """README's Python block imports what it names, and each library call it makes binds to the function's real
+    signature (the block itself trains: docs/BENCHMARKS.md times it; here nothing runs)."""
+    import ast
+    import importlib
+    import inspect
+
+    block = re.search(r"```python\n(.*?)```", README, flags=re.S)
+    assert block, "README shows the library's use from Python"
+    tree = ast.parse(block.group(1))
+    functions = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = importlib.import_module(node.module)
+            functions |= {alias.name: getattr(module, alias.name) for alias in node.names}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id in functions]
+    assert {c.func.id for c in calls} == set(functions), "every imported function is called"
+    for call in calls:  # positions and names are what is checked; the values are the block's to run
+        inspect.signature(functions[call.func.id]).bind(*call.args, **{k.arg: None for k in call.keywords})
