@@ -141,3 +141,18 @@ def test_a_train_row_reads_speed_and_the_checkpoint_cost_from_the_runs_own_recor
     size = (tmp_path / "run" / "latest.pt").stat().st_size / 1e6
     assert cost.startswith("last update ") and cost.endswith(f" write of {size:.0f} MB")
     assert " s rollout + " in cost and " s update, its checkpoint " in cost and " s gather + " in cost
+
+
+@pytest.mark.parametrize(("in_capture", "passed"), [(0, True), (1, False)])
+def test_the_shared_gpu_row_fails_where_a_collective_ran_inside_a_capture(tmp_path, in_capture, passed):
+    """Two ranks on one GPU pass only if no update called a collective while a CUDA graph was captured (where it
+    would deadlock); the note counts each update's collectives."""
+    step = gpu_steps.shared_gpu_step("checks", tmp_path)
+    assert step.argv[step.argv.index("--num-gpus") + 1] == "2" and "train.ranks_per_gpu=2" in step.argv
+    (tmp_path / "two-ranks").mkdir()
+    updates = [{"kind": "update", "collectives_all_reduce": n, "collectives_gather": 1,
+                "collectives_in_capture": in_capture if i == 1 else 0} for i, n in enumerate((10, 11))]
+    (tmp_path / "two-ranks" / "metrics.jsonl").write_text("".join(json.dumps(u) + "\n" for u in updates))
+    [r] = step.read(subprocess.CompletedProcess([], 0, stdout="", stderr=""), 9.0)
+    assert r["passed"] is passed
+    assert "'all_reduce': [10, 11]" in r["note"] and f"in capture {in_capture}" in r["note"]

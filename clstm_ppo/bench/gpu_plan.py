@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clstm_ppo.bench.gpu_steps import SMOKE, Step, bench_step, script_step, syncs_step, train_step
+from clstm_ppo.bench.gpu_steps import SMOKE, Step, bench_step, script_step, shared_gpu_step, syncs_step, train_step
 
 PARTS = ("train", "env", "rollout", "checks", "scale", "update", "sb3")
 
@@ -67,4 +67,6 @@ def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool
             script_step(part, "evaluate bf16 on cuda", [
                 "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
                 "--plot", str(folder / "bf16.png")]),
-            syncs_step(part)]
+            syncs_step(part),
+            # two ranks share the one lent GPU: the multi-rank compiled path, its collectives counted, none captured
+            shared_gpu_step(part, folder)]

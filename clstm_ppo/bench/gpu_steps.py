@@ -166,3 +166,25 @@ def run_steps(steps: list[Step], budget: Budget, rows_out: Path | None, cwd: Pat
                 with rows_out.open("a") as f:
                     f.write(strict_json({"part": step.part, **r}) + "\n")
             yield r
+
+
+def shared_gpu_step(part: str, folder: Path, name: str = "two-ranks") -> Step:
+    """Two DDP ranks on one GPU (``train.ranks_per_gpu=2``, over gloo) on the compiled, graphed path: passes when
+    the run finishes, its ranks agree (rank 0 writes one checkpoint) and no update called a collective inside a
+    CUDA-graph capture; the note counts each update's collectives (docs/DISTRIBUTED.md)."""
+    label = "two ranks on one GPU, compiled + graphed"
+
+    def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
+        path = folder / name / "metrics.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+        updates = [r for r in records if r["kind"] == "update"]
+        in_capture = sum(r.get("collectives_in_capture", 0) for r in updates)
+        ok = succeeded(done) and bool(updates) and in_capture == 0
+        counts = {k.removeprefix("collectives_"): [r.get(k, 0) for r in updates]
+                  for k in ("collectives_all_reduce", "collectives_gather", "collectives_broadcast")}
+        note = f"per update {counts}; in capture {in_capture}" if updates else last_error(done, seconds)
+        return [row(label, ok, round(seconds, 1), note=note if succeeded(done) else last_error(done, seconds))]
+    return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
+                              "--run-name", name, "--num-gpus", "2", "--set", "train.ranks_per_gpu=2",
+                              "--set", "env.compile=on", "--set", "train.cuda_graphs=on", "--total-steps", "12800"],
+                read)
