@@ -1,6 +1,6 @@
 """Does a model meet the goals? The report's verdict per model, and the one-line warning a stress test prints.
 
-The goals (docs/SCENARIOS.md, "Goals"), read from the report's numbers:
+The goals (docs/SCENARIOS.md, "The report and the goals"), read from the report's numbers:
 
 - tails: excess kurtosis of the generated returns within 30% of the held-out bars';
 - emd: EMD below GARCH(1,1)-t's at every lag (1, 5, 20, 100);

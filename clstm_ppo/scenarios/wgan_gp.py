@@ -1,7 +1,7 @@
 """WGAN-GP (Gulrajani et al., 2017) of one bar given its state, optionally given a regime label (the cGAN).
 
 The generator maps noise, the bar's state (coding.py: the volatility filter's variance, the implied vol's premium,
-the regime window's other returns and the previous bar) and, for the cGAN, the bar's regime to the bar's coded
+and the previous bar's coded residuals) and, for the cGAN, the bar's regime to the bar's coded
 residual vector; the critic scores (residual vector, state, regime) with a gradient penalty of 10 towards unit
 gradient norm between real and generated rows. Paths are drawn bar by bar, each bar's state from the bars before it
 (FittedGenerator.sample_features), so a path has any length, and its volatility memory is the filter's, which a
