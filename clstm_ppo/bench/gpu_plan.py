@@ -45,8 +45,10 @@ def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool
                                                      "step_captured", "graphs", "captured"],
                            f"bench_update {sizes} {precision}")
                 for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16"))]
-    steps = [train_step(part, precision, folder, ["--set", f"train.precision={precision}"])
-             for precision in ("fp32", "bf16", "fp16")]
+    # First, two ranks share the one lent GPU: the multi-rank compiled path, its collectives counted, none captured.
+    steps = [shared_gpu_step(part, folder),
+             *(train_step(part, precision, folder, ["--set", f"train.precision={precision}"])
+               for precision in ("fp32", "bf16", "fp16"))]
     if not skip_compile:
         steps.append(train_step(part, "compiled", folder, ["--set", "train.compile=true", "--set", "env.compile=on",
                                                            "--set", "train.cuda_graphs=on"]))
@@ -67,6 +69,4 @@ def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool
             script_step(part, "evaluate bf16 on cuda", [
                 "-m", "clstm_ppo.evaluate", "--checkpoint", str(folder / "bf16" / "latest.pt"), "--device", "cuda",
                 "--plot", str(folder / "bf16.png")]),
-            syncs_step(part),
-            # two ranks share the one lent GPU: the multi-rank compiled path, its collectives counted, none captured
-            shared_gpu_step(part, folder)]
+            syncs_step(part)]
