@@ -361,9 +361,9 @@ def test_two_torchrun_launchers_form_one_two_node_job(tmp_path):
 def test_gpu_requests_that_cannot_be_met_are_clear_errors(tmp_path, capsys, monkeypatch):
     assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), "--device", "cuda"]) == 2
     assert "no CUDA device visible" in capsys.readouterr().err
-    import clstm_ppo.train as train_module
+    from clstm_ppo.training import launch
 
-    monkeypatch.setattr(train_module, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(launch, "cuda_device_count", lambda: 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), "--num-gpus", "4"]) == 2
     err = capsys.readouterr().err.strip()
@@ -375,7 +375,7 @@ def test_gpu_requests_that_cannot_be_met_are_clear_errors(tmp_path, capsys, monk
     for flags, expected in ((["--num-gpus", "0"], "--num-gpus 0 must be -1 (every GPU) or at least 1"),
                             (["--num-gpus", "-3"], "--num-gpus -3 must be -1 (every GPU) or at least 1"),
                             (["--device", "cpu", "--num-workers", "0"], "--num-workers 0 must be at least 1")):
-        monkeypatch.setattr(train_module, "cuda_device_count", lambda: 0)  # refused on a CPU-only machine too
+        monkeypatch.setattr(launch, "cuda_device_count", lambda: 0)  # refused on a CPU-only machine too
         assert run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp_path), *flags]) == 2
         assert capsys.readouterr().err.strip() == f"error: {expected}"
     assert not any(tmp_path.iterdir()), "a refused launch writes nothing"

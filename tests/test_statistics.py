@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-from clstm_ppo.backtest.across_runs import display, mean_over_underlyings, summary_rows
 from clstm_ppo.backtest.statistics import (
     bootstrap_ci,
     deflated_sharpe,
@@ -13,6 +12,7 @@ from clstm_ppo.backtest.statistics import (
     paired_difference,
     probabilistic_sharpe,
 )
+from clstm_ppo.studies.across_runs import display, mean_over_underlyings, summary_rows
 
 
 def test_the_bootstrap_interval_is_numpy_percentiles_of_resampled_means():

@@ -625,3 +625,20 @@ def test_an_unwritable_tensorboard_folder_is_one_line(tmp_path, capsys):
     assert train(tmp_path, "--total-steps", "512", "--tensorboard", str(tmp_path / "file" / "board")) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --tensorboard") and err.count("\n") == 1
+
+
+def test_a_run_trains_and_resumes_from_python(tmp_path):
+    """train_run is what `python -m clstm_ppo.train` calls: it returns the run folder, resumes from a named
+    checkpoint with the run's own settings, and a bad setting is the command's one-line ConfigError."""
+    from clstm_ppo.config import ConfigError
+    from clstm_ppo.training.launch import train_run
+
+    common = [f"train.checkpoint_dir={tmp_path}", "train.run_name=lib", "train.num_envs=8", "ppo.num_steps=16"]
+    run = train_run("smoke", [*common, "train.total_steps=256"])
+    assert run == tmp_path / "lib" and load_checkpoint(run / "latest.pt")["update"] == 2
+    assert train_run("smoke", [*common, "train.total_steps=512"], resume_from="latest") == run
+    assert load_checkpoint(run / "latest.pt")["update"] == 4
+    with pytest.raises(ConfigError, match="ppo.no_such_key"):
+        train_run("smoke", ["ppo.no_such_key=1"])
+    with pytest.raises(ConfigError, match="contradict"):
+        train_run("smoke", common, resume_from="latest", fresh_start=True)

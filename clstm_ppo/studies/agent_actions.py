@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.loading import load_agent
-from clstm_ppo.backtest.across_runs import fingerprint
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
@@ -17,6 +16,7 @@ from clstm_ppo.backtest.rules import walk_family
 from clstm_ppo.backtest.walk import walk
 from clstm_ppo.config import to_dict
 from clstm_ppo.env import ActionSpace, Observation
+from clstm_ppo.studies.across_runs import fingerprint
 from clstm_ppo.tables import strict_json
 
 TOP = 3  # actions listed per checkpoint

@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         import pandas as pd
 
         frame = pd.DataFrame(rows)
+        if args.csv.exists():  # the file's own column order
+            frame = frame[pd.read_csv(args.csv, nrows=0).columns.tolist()]
         frame.to_csv(args.csv, mode="a", header=not args.csv.exists(), index=False)
         print(f"{len(rows)} rows appended to {args.csv}")
     return 0
