@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.agent.loading import checkpoint_config, load_agent
+from clstm_ppo.agent.from_checkpoint import checkpoint_config, load_agent
 from clstm_ppo.agent.model import CascadedActorCritic
 from clstm_ppo.agent.optimizer_step import make_adam
 from clstm_ppo.backtest.policies import agent_policy

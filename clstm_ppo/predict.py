@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clstm_ppo.agent.loading import checkpoint_config, model_from_checkpoint
+from clstm_ppo.agent.from_checkpoint import checkpoint_config, model_from_checkpoint
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.normalize import Normalizer

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import strict_loads
 
-from clstm_ppo.agent.loading import load_agent
+from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.rules import FixedRule, rule_family, rules_policy

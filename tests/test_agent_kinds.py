@@ -8,7 +8,7 @@ import torch
 from conftest import make_bars, strict_loads
 from torch import nn
 
-from clstm_ppo.agent.loading import load_agent
+from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.agent.model import CascadedActorCritic
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import AgentConfig, load_config

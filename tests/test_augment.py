@@ -94,7 +94,7 @@ def test_augment_without_a_checkpoint_or_of_another_feature_set_is_one_line(gen_
 
 def _bars_of(data, s: int, rows: slice) -> np.ndarray:
     """(T, F) the scenario columns (gap, return, wicks, volume change, log iv) and rate of underlying ``s``."""
-    from clstm_ppo.scenarios.features import bar_features, feature_names
+    from clstm_ppo.scenarios.bar_columns import bar_features, feature_names
 
     bars = {k: v[s:s + 1, rows] for k, v in data.bars.items()}
     rate = [bars["rate"][0, 1:, None]] if "rate" in bars else []  # a source without rates: the market's one rate
@@ -169,8 +169,8 @@ def test_an_fhs_pool_rescales_training_bars_and_reads_no_later_one():
     """Filtered historical simulation: every pool bar's residual vector (its return over the path's volatility, its
     gap and wicks over it, its volume change) is a training bar's; the T-bill rate is the real date's; scaling the
     validation and test bars changes no path; the pool is the seed's."""
+    from clstm_ppo.scenarios.bar_columns import bar_features, feature_names, split_bars
     from clstm_ppo.scenarios.baselines import Fhs
-    from clstm_ppo.scenarios.features import bar_features, feature_names, split_bars
 
     cfg = load_config("smoke", ["data.augment=0.3", "data.augment_source=fhs", f"data.augment_paths={PATHS}"])
     real = observed_market_data(cfg)

@@ -10,7 +10,7 @@ import torch
 from conftest import strict_loads
 from market_fixtures import recording
 
-from clstm_ppo.agent.loading import load_agent
+from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.ensemble import walk_ensemble
 from clstm_ppo.backtest.policies import agent_policy, ensemble_policy
 from clstm_ppo.backtest.walk import walk

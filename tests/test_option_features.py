@@ -122,7 +122,7 @@ def test_a_checkpoint_saved_before_the_option_features_loads_and_walks_without_t
     option_features false: the model's 11 features, and evaluate walks it as before."""
     import torch
 
-    from clstm_ppo.agent.loading import load_agent
+    from clstm_ppo.agent.from_checkpoint import load_agent
     from clstm_ppo.cli import run_cli
     from clstm_ppo.evaluate import main as evaluate
     from clstm_ppo.train import main as train

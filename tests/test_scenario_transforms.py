@@ -6,10 +6,10 @@ from arch import arch_model
 from scipy.optimize import brentq
 
 from clstm_ppo.scenarios.baselines import Fhs
-from clstm_ppo.scenarios.calibration import Calibration
 from clstm_ppo.scenarios.coding import ResidualCoder, Transform
 from clstm_ppo.scenarios.filtering import BarFilter, Garch
 from clstm_ppo.scenarios.lambertw import LambertW, h_delta, w_delta
+from clstm_ppo.scenarios.residual_scale import Calibration
 
 NAMES = ("gap", "ret", "up", "down", "dvol", "logiv")
 

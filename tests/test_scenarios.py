@@ -11,7 +11,7 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig
 from clstm_ppo.data import build_market_data, load_bars
 from clstm_ppo.scenarios.__main__ import main
-from clstm_ppo.scenarios.features import bar_features, reconstruct
+from clstm_ppo.scenarios.bar_columns import bar_features, reconstruct
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.generator import MODELS, load_generator
 from clstm_ppo.training.checkpoint import atomic_save
@@ -178,7 +178,7 @@ def test_sample_market_data_puts_each_path_in_its_own_test_split(tmp_path):
     cfg = DataConfig(source=str(_bars_file(tmp_path / "A.csv")), window=10, turbulence_lookback=50)
     data = build_market_data(cfg)
     gen = _fit(data, "wgan_gp", tmp_path / "wgan_gp.pt")
-    from clstm_ppo.config.loading import to_dict
+    from clstm_ppo.config.resolve import to_dict
     from clstm_ppo.scenarios.market import path_closes, sample_market_data
 
     gen.data["config"] = to_dict(cfg)

@@ -6,7 +6,8 @@ from scipy import stats
 
 from clstm_ppo.scenarios.baselines import Bootstrap, GarchT
 from clstm_ppo.scenarios.judge import discriminative_score, non_overlapping, overlapping, predictive_score
-from clstm_ppo.scenarios.metrics import (
+from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
+from clstm_ppo.scenarios.stylised_facts import (
     acf,
     acf_scores,
     emd_scores,
@@ -18,7 +19,6 @@ from clstm_ppo.scenarios.metrics import (
     stylised_facts,
     wasserstein1,
 )
-from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
 
 
 def _numpy_acf(x, lag):

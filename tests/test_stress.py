@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import make_bars, strict_loads
 
-from clstm_ppo.agent.loading import load_agent
+from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.stress import QUANTILES, policy_stats, walk_paths
 from clstm_ppo.backtest.walk import walk

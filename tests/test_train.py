@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import strict_loads
 
-from clstm_ppo.agent.loading import model_from_checkpoint
+from clstm_ppo.agent.from_checkpoint import model_from_checkpoint
 from clstm_ppo.backtest.policies import agent_policy, random_policy
 from clstm_ppo.backtest.walk import selection_metrics, walk, walk_together
 from clstm_ppo.cli import run_cli

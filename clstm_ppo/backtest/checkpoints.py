@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from clstm_ppo.agent.loading import load_agent
+from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.cboe import buywrite, putwrite
 from clstm_ppo.backtest.ensemble import ENSEMBLE, Agent, check_members, group_folds, walk_ensemble
 from clstm_ppo.backtest.policies import agent_policy, cash_policy, long_straddle, macd_rule, random_policy

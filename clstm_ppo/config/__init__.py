@@ -1,13 +1,13 @@
 """Typed configuration: the one source of truth for every setting (``sections.py``), how a setting is
 declared and checked (``fields.py``), the rules between settings (``consistency.py``), and how a run's
-settings are put together from defaults, a named config or file, and overrides (``loading.py``)."""
+settings are put together from defaults, a named config or file, and overrides (``resolve.py``)."""
 from __future__ import annotations
 
 from types import MappingProxyType
 
 from clstm_ppo.config.consistency import check_values
 from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, first_line, from_dict, walk_rules
-from clstm_ppo.config.loading import (
+from clstm_ppo.config.resolve import (
                                       config_text,
                                       load_config,
                                       merge,

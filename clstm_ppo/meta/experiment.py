@@ -14,7 +14,7 @@ import torch
 from clstm_ppo.config import AgentConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.meta.accuracy_report import summarise
-from clstm_ppo.meta.baselines import majority_class, pooled_step
+from clstm_ppo.meta.fewshot_baselines import majority_class, pooled_step
 from clstm_ppo.meta.maml import MamlConfig, adapt_predictions, meta_step
 from clstm_ppo.meta.net import FewShotNet, params_of
 from clstm_ppo.meta.protonet import proto_logits, proto_step

@@ -16,7 +16,7 @@ import torch
 from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
 from clstm_ppo.config import ConfigError, DataConfig, first_line
 from clstm_ppo.config.fields import from_dict
-from clstm_ppo.config.loading import to_dict
+from clstm_ppo.config.resolve import to_dict
 from clstm_ppo.data.dataset import build_market_data
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator

@@ -29,7 +29,7 @@ from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.market.inputs import market_inputs
 from clstm_ppo.market.observed import add_observed_features
-from clstm_ppo.scenarios.features import bar_features, feature_names, reconstruct, split_bars
+from clstm_ppo.scenarios.bar_columns import bar_features, feature_names, reconstruct, split_bars
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 from clstm_ppo.scenarios.histories import (
     PathTable,

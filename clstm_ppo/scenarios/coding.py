@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.scenarios.calibration import Calibration
 from clstm_ppo.scenarios.filtering import BarFilter, FilterState
 from clstm_ppo.scenarios.lambertw import LambertW
+from clstm_ppo.scenarios.residual_scale import Calibration
 
 HEAVY = ("gap", "ret", "dvol", "logiv")
 STD_FLOOR = 1e-8

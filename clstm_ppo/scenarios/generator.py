@@ -17,11 +17,11 @@ import pandas as pd
 import torch
 
 from clstm_ppo.config import ConfigError
-from clstm_ppo.scenarios.calibration import Calibration
+from clstm_ppo.scenarios.bar_columns import BASE_COLUMNS, paths_frame, reconstruct
 from clstm_ppo.scenarios.cgan import CGan
 from clstm_ppo.scenarios.coding import Transform
-from clstm_ppo.scenarios.features import BASE_COLUMNS, paths_frame, reconstruct
 from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule
+from clstm_ppo.scenarios.residual_scale import Calibration
 from clstm_ppo.scenarios.sampling import PROPOSALS, draw_paths
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings
@@ -64,7 +64,7 @@ class FittedGenerator:
     step: int = 0
     total_steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # batch size, seed, RNG states, regime transitions, timing
-    calibration: Calibration = field(default_factory=Calibration.identity)  # set at every save (calibration.py)
+    calibration: Calibration = field(default_factory=Calibration.identity)  # set at every save (residual_scale.py)
 
     def __post_init__(self) -> None:
         if hasattr(self.model, "residual"):

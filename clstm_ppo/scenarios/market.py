@@ -23,7 +23,7 @@ from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.market.observed import add_observed_features
-from clstm_ppo.scenarios.features import feature_names
+from clstm_ppo.scenarios.bar_columns import feature_names
 from clstm_ppo.scenarios.generator import load_generator
 
 WARMUP_MARGIN = 60  # bars beyond the turbulence look-back, for the slowest indicator (MACD 26 + 9) and ADX

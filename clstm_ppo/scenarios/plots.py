@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from clstm_ppo.scenarios.generator import FittedGenerator  # noqa: E402
-from clstm_ppo.scenarios.metrics import MAX_LAG, acf, leverage  # noqa: E402
+from clstm_ppo.scenarios.stylised_facts import MAX_LAG, acf, leverage  # noqa: E402
 
 SHOWN_PATHS = 20
 

@@ -22,8 +22,8 @@ import numpy as np
 from tqdm import tqdm
 
 from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.scenarios.bar_columns import bar_features, paths_frame, reconstruct
 from clstm_ppo.scenarios.baselines import Bootstrap, Fhs, GarchT
-from clstm_ppo.scenarios.features import bar_features, paths_frame, reconstruct
 from clstm_ppo.scenarios.fit import TrainingSet, training_set
 from clstm_ppo.scenarios.generator import FittedGenerator
 from clstm_ppo.scenarios.judge import (
@@ -33,8 +33,8 @@ from clstm_ppo.scenarios.judge import (
     predictive_score,
     strict_discriminative_score,
 )
-from clstm_ppo.scenarios.metrics import excess_kurtosis, skew, stylised_facts
 from clstm_ppo.scenarios.recognise import format_regimes, regime_report
+from clstm_ppo.scenarios.stylised_facts import excess_kurtosis, skew, stylised_facts
 from clstm_ppo.scenarios.verdict import drift, format_verdict, verdict
 from clstm_ppo.training.checkpoint import CheckpointError
 

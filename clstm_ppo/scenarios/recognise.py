@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 from clstm_ppo.scenarios.fit import TrainingSet
-from clstm_ppo.scenarios.metrics import excess_kurtosis, skew
 from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
+from clstm_ppo.scenarios.stylised_facts import excess_kurtosis, skew
 
 GOAL_POINTS = 10.0  # the goal's tolerance between generated and real held-out accuracy, in percentage points
 # The labels are a hard function of these statistics, so the ridge only keeps the optimum finite on a separable set;

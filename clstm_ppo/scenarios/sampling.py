@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.scenarios.calibration import Calibration
 from clstm_ppo.scenarios.filtering import FilterState
 from clstm_ppo.scenarios.regime_labels import trailing
+from clstm_ppo.scenarios.residual_scale import Calibration
 
 DRAWS_PER_ROW = 8  # generated residuals per training state when calibrating
 TIMEGAN_WINDOWS = 2000
@@ -109,7 +109,7 @@ def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int,
 
 
 def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
-    """The return residual's calibration (calibration.py) of ``gen`` on its training split's states; ``labels``
+    """The return residual's calibration (residual_scale.py) of ``gen`` on its training split's states; ``labels``
     (S, T) the training bars' regimes (for a conditional model's draws)."""
     tf = gen.transform
     coded, cond = tf.training_rows()

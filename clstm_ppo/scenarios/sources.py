@@ -17,10 +17,10 @@ import pandas as pd
 
 from clstm_ppo.config import ConfigError, DataConfig
 from clstm_ppo.config.fields import from_dict
-from clstm_ppo.config.loading import to_dict
+from clstm_ppo.config.resolve import to_dict
 from clstm_ppo.data.dataset import MarketData, build_market_data
+from clstm_ppo.scenarios.bar_columns import paths_frame, reconstruct, start_state
 from clstm_ppo.scenarios.baselines import Bootstrap, Fhs, GarchT
-from clstm_ppo.scenarios.features import paths_frame, reconstruct, start_state
 from clstm_ppo.scenarios.fit import data_identity, training_set
 from clstm_ppo.scenarios.generator import FittedGenerator, load_generator
 from clstm_ppo.scenarios.quality_report import held_out_features

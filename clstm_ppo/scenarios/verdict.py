@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from clstm_ppo.scenarios.metrics import excess_kurtosis, stylised_facts
 from clstm_ppo.scenarios.recognise import GOAL_POINTS
+from clstm_ppo.scenarios.stylised_facts import excess_kurtosis, stylised_facts
 
 KURTOSIS_TOLERANCE = 0.30
 DISCRIMINATIVE_MAX = 0.20

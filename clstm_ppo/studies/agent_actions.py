@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.agent.loading import load_agent
+from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
