@@ -114,3 +114,15 @@ def paired_differences(records: list[dict[str, Any]], arm_key: str, base: str, o
                     f"{base}_mean": float(b.mean()) if seeds else math.nan,
                     f"{other}_mean": float(a.mean()) if seeds else math.nan}
     return out
+
+
+def seeded_arm_run(config: str | None, data: str, out: Path, steps: int, threads: int | None, arm_key: str, arm: str,
+                   seed: int, sets: list[str]) -> dict[str, Any]:
+    """One arm's seeded run of a two-arm study trained to its budget (resumably) under ``out``/<data>/<arm>-seed<k>,
+    then its record: ``{arm_key: arm, "seed": seed, **run_record(...)}``."""
+    folder = out / Path(data).name.split(".")[0]
+    name = f"{arm}-seed{seed}"
+    if threads:
+        sets = [*sets, f"train.threads_per_worker={threads}"]
+    train_to_budget(config, data, seed, steps, folder, name, sets)
+    return {arm_key: arm, "seed": seed, **run_record(folder / name)}

@@ -45,15 +45,6 @@ from clstm_ppo.training.stopping import StopRequest, agree
 from clstm_ppo.training.tracking import Tracker
 
 
-def compile_encoder(model: CascadedActorCritic) -> None:
-    """``torch.compile`` LSTM 1 + MLP in place (checkpoint keys stay as they are).
-
-    Only the encoder: LSTM 2 runs in chunks cut at episode starts, a shape that changes with
-    every rollout and would recompile.
-    """
-    model.encoder.compile()
-
-
 class Trainer:
     """One worker's run. ``wrap`` (the DDP wrapper, given by the launcher) is what the eager update trains
     through (the static update, with ``env.compile``, averages its gradients itself and needs no wrapper);
@@ -85,7 +76,9 @@ class Trainer:
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
         if t.compile:
-            compile_encoder(self.model)
+            # only the encoder (checkpoint keys unchanged): LSTM 2 runs in chunks cut at episode starts,
+            # a shape that changes every rollout and would recompile
+            self.model.encoder.compile()
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
         # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
         self.base_lr = p.learning_rate * (ctx.world_size if p.scale_lr_with_workers else 1)

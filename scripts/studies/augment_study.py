@@ -23,28 +23,18 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import load_config
-from clstm_ppo.studies.seeded_runs import paired_differences, run_record, train_to_budget
+from clstm_ppo.studies.seeded_runs import paired_differences, seeded_arm_run
 from clstm_ppo.tables import format_records
 
 ARMS = ("real", "augmented")
 
 
-def train(args: argparse.Namespace, arm: str, seed: int, folder: Path, name: str) -> None:
-    """Train one arm's run to its budget (resumably); only the augmented arm sees the generated pool."""
-    share = args.augment if arm == "augmented" else 0.0
-    sets = [f"data.augment={share}", *args.overrides]
+def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
+    """One arm's run to its budget (resumably); only the augmented arm sees the generated pool."""
+    sets = [f"data.augment={args.augment if arm == 'augmented' else 0.0}", *args.overrides]
     if arm == "augmented":
         sets.append(f"data.augment_checkpoint={args.generator}")
-    if args.threads:
-        sets.append(f"train.threads_per_worker={args.threads}")
-    train_to_budget(args.config, args.data, seed, args.steps, folder, name, sets)
-
-
-def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
-    folder = args.out / Path(args.data).name.split(".")[0]
-    name = f"{arm}-seed{seed}"
-    train(args, arm, seed, folder, name)
-    return {"arm": arm, "seed": seed, **run_record(folder / name)}
+    return seeded_arm_run(args.config, args.data, args.out, args.steps, args.threads, "arm", arm, seed, sets)
 
 
 def verdict(result: dict[str, Any], share: float) -> str:

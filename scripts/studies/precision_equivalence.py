@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import load_config
-from clstm_ppo.studies.seeded_runs import arm_rows, run_record, train_to_budget
+from clstm_ppo.studies.seeded_runs import arm_rows, seeded_arm_run
 from clstm_ppo.tables import format_records
 
 # What is compared, with the key each seed's record holds it under.
@@ -33,19 +33,10 @@ METRICS = {"val_composite": "validation composite", "test_sharpe": "test Sharpe"
 CRITERION = "|mean(other) - mean(first)| <= max(std(first), std(other)), std with ddof 1, over seeds"
 
 
-def train(args: argparse.Namespace, precision: str, seed: int, folder: Path, name: str) -> None:
-    """Train one run to its budget: fresh, or continued from latest.pt where an earlier launch was stopped."""
-    sets = [f"train.precision={precision}", *args.overrides]
-    if args.threads:
-        sets.append(f"train.threads_per_worker={args.threads}")
-    train_to_budget(args.config, args.data, seed, args.steps, folder, name, sets)
-
-
 def one_run(args: argparse.Namespace, precision: str, seed: int) -> dict[str, Any]:
-    folder = args.out / Path(args.data).name.split(".")[0]
-    name = f"{precision}-seed{seed}"
-    train(args, precision, seed, folder, name)
-    return {"precision": precision, "seed": seed, **run_record(folder / name)}
+    """One run at ``precision`` to its budget: fresh, or continued from latest.pt where an earlier launch stopped."""
+    return seeded_arm_run(args.config, args.data, args.out, args.steps, args.threads, "precision", precision, seed,
+                          [f"train.precision={precision}", *args.overrides])
 
 
 def summarise(records: list[dict[str, Any]], precisions: list[str]) -> tuple[list[dict], list[dict]]:
