@@ -36,17 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-from clstm_ppo.backtest.checkpoints import (
-    Backtest,
-    agent_names,
-    backtest_checkpoints,
-    benchmarks,
-    check_one_setup,
-    load_agents,
-    walk_agents,
-)
+from clstm_ppo.backtest.checkpoints import Backtest, backtest_checkpoints
 from clstm_ppo.backtest.report import (
     check_tearsheet,
     format_report,
@@ -54,16 +44,15 @@ from clstm_ppo.backtest.report import (
     write_returns_csv,
     write_tearsheet,
 )
-from clstm_ppo.backtest.result import WalkResult
-from clstm_ppo.backtest.rules import PICK_METRICS, pick_rule
-from clstm_ppo.backtest.stress import format_stress, plot_fan, stress_dict, walk_paths
+from clstm_ppo.backtest.rules import PICK_METRICS
+from clstm_ppo.backtest.stress import format_stress, plot_fan
+from clstm_ppo.backtest.stress_checkpoints import StressTest, load_stress_source, stress_checkpoints
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError
-from clstm_ppo.data.dataset import SPLITS, MarketData
+from clstm_ppo.data.dataset import SPLITS
 from clstm_ppo.device import DEVICE_CHOICES
 from clstm_ppo.scenarios.generator import FittedGenerator
-from clstm_ppo.scenarios.market import check_fits, sample_market_data
-from clstm_ppo.scenarios.sources import BASELINE_NAMES, BaselineSource, fit_baseline, goals_warning, scenario_source
+from clstm_ppo.scenarios.sources import BASELINE_NAMES
 from clstm_ppo.tables import strict_json
 
 
@@ -139,9 +128,8 @@ def _positive(text: str) -> int:
 
 
 def check_stress_flags(args: argparse.Namespace) -> FittedGenerator | str | None:
-    """Before any walk: the generator loads (a scenario checkpoint of this feature set) or is a baseline's name
-    (fitted once the agent's data is loaded), knows --regime, and the flags that only make sense on one split are
-    absent."""
+    """Before any walk: the scenario source loads (or is a baseline's name) and knows --regime, and the flags that
+    only make sense on one split are absent."""
     if args.scenarios is None:
         if args.regime is not None:
             raise ConfigError("--regime needs --scenarios GEN.pt (a stress test on generated paths)")
@@ -151,53 +139,28 @@ def check_stress_flags(args: argparse.Namespace) -> FittedGenerator | str | None
     for flag, value in (("--returns", args.returns), ("--tearsheet", args.tearsheet)):
         if value is not None:
             raise ConfigError(f"{flag} is for one split's walk; with --scenarios use --json and --plot (a fan chart)")
-    gen = scenario_source(args.scenarios)
-    if isinstance(gen, str):
-        if args.regime is not None:
-            raise ConfigError(f"--regime {args.regime!r}: the {gen} baseline has no regimes; drop --regime or pass a "
-                              "cgan checkpoint")
-        return gen
-    gen.check_regime(args.regime)
-    return gen
+    return load_stress_source(args.scenarios, args.regime)
 
 
-def stress_test(args: argparse.Namespace, gen: FittedGenerator | str, agents: list, names: list[str],
-                device: torch.device) -> int:
-    """Every agent and benchmark over ``--paths`` generated paths; the table, --json and the fan chart."""
-    cfg, data, _ = agents[0]
-    if isinstance(gen, str):  # a baseline, on the agent's own training years
-        gen = fit_baseline(gen, data, cfg.data)
-    check_fits(gen, data, f"--scenarios {args.scenarios}")
-    label = f"the {gen.kind} baseline" if isinstance(gen, BaselineSource) else f"{gen.kind} ({args.scenarios})"
-    warning = goals_warning(gen, label)
-    seed = cfg.seed if args.seed is None else args.seed
-    markets = sample_market_data(gen, args.paths, args.length, args.regime, seed, data_config=cfg.data,
-                                 normalizer=data.normalizer, market=cfg.market)
-    rule = pick_rule(data, cfg, device, args.rule_metric)  # on the real validation years
-
-    def walk_all(market: MarketData) -> dict[str, WalkResult]:
-        return walk_agents(names, agents, market, "test", device, args.ensemble) | \
-            benchmarks(market, "test", cfg, device, seed, rule)
-
-    def progress(done: int, total: int) -> None:
-        if done == total or done % max(1, total // 10) == 0:
-            print(f"  walked {done}/{total} paths", file=sys.stderr, flush=True)
-
-    result = walk_paths(markets, walk_all, cfg.env.initial_cash, cfg.env.ruin_fraction, args.regime, label, progress)
-    report = stress_dict(result)
-    print(rule.line("test"))
-    if warning:
-        print(warning)
-    print(format_stress(report))
+def write_stress_reports(args: argparse.Namespace, done: StressTest, started: float) -> int:
+    """The rule's line, the source's goals warning, the table, then --json and the fan chart."""
+    print(done.rule.line("test"))
+    if done.warning:
+        print(done.warning)
+    print(format_stress(done.report))
     if args.json:
-        args.json.write_text(strict_json({"checkpoints": args.checkpoint, "seed": seed, **report,
-                                          "goals_warning": warning, "best_rule": rule.as_dict()}, indent=2,
-                                         default=str))
+        args.json.write_text(strict_json(done.report, indent=2, default=str))
         print(f"every number written to {args.json}")
     if args.plot:
-        plot_fan(result, args.plot)
+        plot_fan(done.result, args.plot)
         print(f"fan chart written to {args.plot}")
+    print(f"evaluated in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def stress_progress(done: int, total: int) -> None:
+    if done == total or done % max(1, total // 10) == 0:
+        print(f"  walked {done}/{total} paths", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,15 +174,16 @@ def main(argv: list[str] | None = None) -> int:
         check_plot_path(args.plot)
     gen = check_stress_flags(args)
     started = time.perf_counter()
-    agents, device = load_agents(args.checkpoint, args.data, args.overrides, args.device)
     if gen is not None:
-        check_one_setup(args.checkpoint, agents, args.ensemble)
-        code = stress_test(args, gen, agents, agent_names(len(agents)), device)
-        print(f"evaluated in {time.perf_counter() - started:.1f} s")
-        return code
-    done = backtest_checkpoints(args.checkpoint, split=args.split, folds=args.folds, ensemble=args.ensemble,
-                                seed=args.seed, rule_metric=args.rule_metric, agents=agents, progress=print)
-    return write_reports(args, done, len(agents), started)
+        stressed = stress_checkpoints(args.checkpoint, gen, paths=args.paths, length=args.length, regime=args.regime,
+                                      data=args.data, overrides=args.overrides, ensemble=args.ensemble,
+                                      seed=args.seed, rule_metric=args.rule_metric, device=args.device,
+                                      progress=stress_progress, name=str(args.scenarios))
+        return write_stress_reports(args, stressed, started)
+    done = backtest_checkpoints(args.checkpoint, split=args.split, data=args.data, overrides=args.overrides,
+                                folds=args.folds, ensemble=args.ensemble, seed=args.seed,
+                                rule_metric=args.rule_metric, device=args.device, progress=print)
+    return write_reports(args, done, len(args.checkpoint), started)
 
 
 def write_reports(args: argparse.Namespace, done: Backtest, checkpoints: int, started: float) -> int:

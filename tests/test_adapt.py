@@ -54,3 +54,24 @@ def test_zero_shot_row_equals_evaluate(checkpoint, tmp_path):
     written = load_checkpoint(tmp_path / "runs" / "adapted" / "latest.pt")
     assert written["global_step"] >= 32 and written["normalizer"] == load_checkpoint(checkpoint)["normalizer"]
     assert adapted["adapted"] != adapted["zero_shot"]  # the update changed the agent
+
+
+def test_the_python_call_returns_what_the_command_writes(checkpoint, tmp_path):
+    """adapt_checkpoint from Python: the rows, checkpoints and report of `clstm-ppo-adapt --json`, and an out folder
+    that already holds a run is refused before any training."""
+    from clstm_ppo.adapt import main as adapt
+    from clstm_ppo.config import ConfigError
+    from clstm_ppo.tables import strict_json
+    from clstm_ppo.training.adaptation import adapt_checkpoint
+
+    out = tmp_path / "adapt.json"
+    assert adapt(["--checkpoint", str(checkpoint), "--data", "synthetic", "--steps", "32", "--device", "cpu",
+                  "--out", str(tmp_path / "cli"), "--json", str(out)]) == 0
+    done = adapt_checkpoint(checkpoint, "synthetic", 32, device="cpu", out=tmp_path / "py")
+    assert list(done.results) == ["adapted", "zero_shot", "scratch", "buy_and_hold"]
+    assert done.checkpoints["adapted"] == tmp_path / "py" / "adapted" / "latest.pt"
+    written, returned = strict_loads(out.read_text()), strict_loads(strict_json(done.report, default=str))
+    assert {k: v for k, v in written.items() if k != "checkpoints"} == \
+        {k: v for k, v in returned.items() if k != "checkpoints"}  # the same rows, trained from the same seed
+    with pytest.raises(ConfigError, match="already holds a run"):
+        adapt_checkpoint(checkpoint, "synthetic", 32, device="cpu", out=tmp_path / "py")

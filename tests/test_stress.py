@@ -17,6 +17,7 @@ from clstm_ppo.data import build_market_data
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.market import sample_market_data
+from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import atomic_save
 from clstm_ppo.training.runner import Trainer
 
@@ -143,3 +144,17 @@ def test_a_baseline_by_name_is_fitted_on_the_agent_s_training_years(setup, tmp_p
     saved = strict_loads(report.read_text())
     assert list(saved["policies"]) == POLICIES and saved["paths"] == 2 and saved["bars"] == 20
     assert saved["generator"] == f"the {name} baseline"
+
+
+def test_the_python_call_reports_what_the_command_writes(setup, tmp_path, capsys):
+    """stress_checkpoints from Python: the same paths, walks and report as `evaluate --scenarios ... --json`."""
+    from clstm_ppo.backtest.stress_checkpoints import stress_checkpoints
+
+    report = tmp_path / "stress.json"
+    code, out = _run(capsys, "--checkpoint", str(setup / "agent.pt"), "--scenarios", str(setup / "wgan_gp.pt"),
+                     "--paths", "2", "--length", "20", "--device", "cpu", "--json", str(report))
+    assert code == 0, out.err
+    done = stress_checkpoints([str(setup / "agent.pt")], setup / "wgan_gp.pt", paths=2, length=20, device="cpu")
+    assert strict_loads(report.read_text()) == strict_loads(strict_json(done.report, default=str))
+    assert set(done.result.equity) == set(POLICIES) and done.result.equity["agent"].shape == (2, 20)
+    assert done.rule.line("test") in out.out
