@@ -78,3 +78,19 @@ def test_predict_runs_from_the_command_line(checkpoint, bars):
                           str(bars)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "to fill at the next bar's open" in out.stdout
+
+
+def test_the_python_call_gives_the_commands_decision_and_book(checkpoint, bars, tmp_path, capsys):
+    """next_decisions from Python: the decision --json prints, and the book the command describes."""
+    from clstm_ppo.agent.next_decision import next_decisions, read_book
+
+    last_close = float(make_bars(600, seed=7)["Close"].iloc[-1])
+    path = tmp_path / "book.json"
+    path.write_text(json.dumps([{"right": "put", "strike": round(last_close), "expiry": "2099-01-15",
+                                 "contracts": 10, "paid": 4000.0}]))
+    printed = decide(capsys, "--checkpoint", str(checkpoint), "--data", str(bars), "--positions", str(path))
+    done = next_decisions(checkpoint, str(bars), book=read_book(path))
+    assert strict_loads(json.dumps(done.decisions[0])) == printed
+    assert done.positions == [1] and done.closes == [pytest.approx(last_close)]
+    assert len(done.action_names) == len(printed["probabilities"])
+    assert done.action_names[printed["action"]] == printed["action_name"]
