@@ -1,6 +1,7 @@
-"""scripts/ops/chaos.py's short version: a random SIGKILL of a random rank at 1 and 2 workers in 8-update runs leaves
-a final state bit-identical to an uninterrupted run's, and each fault ends in one line with nothing damaged
-(docs/RELIABILITY.md has the long runs: 20 kills at each worker count)."""
+"""scripts/ops/chaos.py's short version: a random SIGKILL of a random rank (the launcher or either worker) of a
+2-worker 8-update run leaves a final state bit-identical to an uninterrupted run's, and each fault (each on a
+1-worker run, one of them a SIGKILL mid-write) ends in one line with nothing damaged (docs/RELIABILITY.md has the
+long runs: 20 kills at 1 and at 2 workers)."""
 import json
 import os
 import subprocess
@@ -14,12 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_random_kills_lose_nothing_and_every_fault_is_one_line():
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "chaos.py"), "--kills", "1", "--updates",
-                           "8", "--json"], capture_output=True, text=True, timeout=900, cwd=ROOT,
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "chaos.py"), "--workers", "2", "--kills", "1",
+                           "--updates", "8", "--json"], capture_output=True, text=True, timeout=900, cwd=ROOT,
                           env={**os.environ, "WANDB_MODE": "offline"})
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["identical"] == {"1": True, "2": True}, result["runs"]
+    assert result["identical"] == {"2": True}, result["runs"]
     assert all(run["kills"] == 1 and run["finished"] for run in result["runs"])
     assert set(result["faults"]) == {"kill_during_write", "write_fails", "torn_metrics_line", "two_resumes"}
     for name, fault in result["faults"].items():

@@ -26,7 +26,7 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     script = ROOT / "scripts" / "studies" / "reproduce_paper.py"
     done = subprocess.run([sys.executable, str(script), "--config", "smoke",
                            "--data", "synthetic", "--steps", "256", "--seeds", "2", "--folds", "2",
-                           "--kinds", "clstm", "mlp", "--windows", "5", "10", "--out", str(tmp_path / "runs"),
+                           "--kinds", "clstm", "--windows", "5", "10", "--out", str(tmp_path / "runs"),
                            "--grid-dir", str(tmp_path / "grids"), "--json", "--set", "train.num_envs=8",
                            "--set", "train.eval_every=1"],
                           capture_output=True, text=True, timeout=1200, cwd=tmp_path)
@@ -36,10 +36,11 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     assert [f["index"] for f in folds] == [0, 1] and folds[0]["test_end"] < folds[1]["test_end"]
     assert all(f["train_end"] < f["val_end"] < f["test_end"] for f in folds)
     main = {row["policy"]: row for row in out["main"]}
-    assert list(main)[:7] == ["clstm", "mlp", "clstm+excess", "mlp+excess", "buy_and_hold", "macd_rule", "best_rule"]
+    # One kind keeps the grid at 12 cells (the pairing code is the same for any number of kinds)
+    assert list(main)[:5] == ["clstm", "clstm+excess", "buy_and_hold", "macd_rule", "best_rule"]
     assert [row["policy"] for row in out["ablation"]] == ["clstm TW 5", "clstm TW 10"]  # smoke's TW is 10
-    assert len(out["per_run"]) == 2 * 2 * (4 + 1)  # folds x seeds x (two kinds x two rewards, then TW 5)
-    for row in out["main"][:7] + out["ablation"]:
+    assert len(out["per_run"]) == 2 * 2 * (2 + 1)  # folds x seeds x (one kind x two rewards, then TW 5)
+    for row in out["main"][:5] + out["ablation"]:
         assert row["runs"] == 4  # seeds x folds
         for key in METRICS:
             finite = row[key] is not None and math.isfinite(row[key]) and math.isfinite(row[f"{key}_std"])
@@ -51,12 +52,12 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     bh = [r for r in out["per_run"] if r["config"] == "clstm" and r["window"] == 10]
     assert {r["fold"] for r in bh} == {0, 1}
     pairs = {(row["pair"], row["metric"]): row for row in out["paired"]}
-    assert {"clstm - mlp", "clstm+excess - clstm", "mlp+excess - buy_and_hold"} <= {p for p, _ in pairs}
+    assert {"clstm+excess - clstm", "clstm+excess - buy_and_hold"} <= {p for p, _ in pairs}
     runs = {(r["config"], r["seed"], r["fold"]): r for r in out["per_run"] if r["window"] == 10}
-    diffs = [runs[("clstm", s, f)]["sharpe_excess"] - runs[("mlp", s, f)]["sharpe_excess"] for s in (0, 1)
+    diffs = [runs[("clstm+excess", s, f)]["sharpe_excess"] - runs[("clstm", s, f)]["sharpe_excess"] for s in (0, 1)
              for f in (0, 1)]
-    assert pairs[("clstm - mlp", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
-    assert pairs[("clstm - mlp", "sharpe_excess")]["pairs"] == 4
+    assert pairs[("clstm+excess - clstm", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
+    assert pairs[("clstm+excess - clstm", "sharpe_excess")]["pairs"] == 4
     ablation = {(row["pair"], row["metric"]): row for row in out["ablation_paired"]}
     assert {p for p, _ in ablation} == {"clstm TW 5 - clstm TW 10", "clstm TW 5 - buy_and_hold",
                                         "clstm TW 10 - buy_and_hold"}
@@ -68,18 +69,18 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     assert ablation[("clstm TW 5 - buy_and_hold", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
     # Each agent against the best fixed rule of its fold (one deterministic walk a fold, as buy-and-hold)
     rule_fold = {row["fold"]: row["best_rule"] for row in out["per_fold"]}
-    diffs = [runs[("mlp", s, f)]["sharpe_excess"] - rule_fold[f] for s in (0, 1) for f in (0, 1)]
-    assert pairs[("mlp - best_rule", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
+    diffs = [runs[("clstm+excess", s, f)]["sharpe_excess"] - rule_fold[f] for s in (0, 1) for f in (0, 1)]
+    assert pairs[("clstm+excess - best_rule", "sharpe_excess")]["mean"] == pytest.approx(np.mean(diffs))
     # Distinct walks per configuration and fold, against a recount from the runs' own metrics: identical walks
     # have identical returns and Sharpe, distinct ones (almost surely) do not.
     walks = {(row["config"], row["fold"]): row for row in out["walks"]}
-    assert set(walks) == {(c, f) for c in ("clstm", "mlp", "clstm+excess", "mlp+excess") for f in (0, 1)}
+    assert set(walks) == {(c, f) for c in ("clstm", "clstm+excess") for f in (0, 1)}
     for (config, fold), row in walks.items():
         mine = [r for r in out["per_run"] if r["config"] == config and r["fold"] == fold and r["window"] == 10]
         assert row["runs"] == len(mine) == 2 and 1 <= row["largest_group"] <= row["runs"]
         assert row["distinct_walks"] == len({(r["total_return"], r["sharpe_excess"]) for r in mine})
     dsr = out["deflated"]
-    assert dsr["trials"] == 4 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
+    assert dsr["trials"] == 2 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
     # The grid's CSV (docs/data/grids/<grid>.csv): every run as the JSON has it, then each benchmark's walk of its
     # fold under each seed of the first configuration, every row saying which grid, commit, machine and command.
     from clstm_ppo.studies.across_runs import GRID_META, read_grid
@@ -137,3 +138,29 @@ def refuse(constant: str):
 def write(frame, path: Path) -> str:
     frame.to_csv(path, index=False)
     return str(path)
+
+
+def test_the_grid_pairs_every_two_kinds_run_by_run():
+    """gather's kind-against-kind pairs (the script's test above trains one kind): the mean of the per-run
+    differences over seeds and folds, from made-up results whose differences are known."""
+    from clstm_ppo.studies.across_runs import METRICS
+    from clstm_ppo.studies.paper_grid import BENCHMARKS, gather
+
+    rng = np.random.default_rng(0)
+    cells, results = [], []
+    for fold in (0, 1):
+        for kind in ("clstm", "mlp"):
+            for seed in (0, 1, 2):
+                metrics = {key: float(rng.normal()) for key in METRICS} | {"ruined": 0.0}
+                cells.append({"kind": kind, "reward": "equity", "window": 10, "seed": seed, "fold": fold})
+                results.append({"agent": metrics, "smoothed": None, "agent_returns": rng.normal(0, 0.01, 20).tolist(),
+                                **{b: dict(metrics) for b in BENCHMARKS}})
+    tables = gather(cells, results, ["clstm", "mlp"], ["equity"], 10, [0, 1], 252.0)
+    value = {(c["kind"], c["seed"], c["fold"]): r["agent"]["sharpe_excess"]
+             for c, r in zip(cells, results, strict=True)}
+    diffs = [value[("clstm", s, f)] - value[("mlp", s, f)] for s in (0, 1, 2) for f in (0, 1)]
+    pair = next(row for row in tables["paired"] if row["pair"] == "clstm - mlp" and row["metric"] == "sharpe_excess")
+    assert pair["pairs"] == 6 and pair["mean"] == pytest.approx(np.mean(diffs))
+    assert pair["ci_low"] <= pair["mean"] <= pair["ci_high"]
+    assert [row["policy"] for row in tables["main"]][:2] == ["clstm", "mlp"]
+    assert tables["deflated"]["trials"] == 2
