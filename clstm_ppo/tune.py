@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import ConfigError, load_config
-from clstm_ppo.market.observed import observed_market_data
+from clstm_ppo.tuning.search import tune
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,62 +45,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def label(name: str | None) -> str:
-    return Path(name).name.split(".")[0] if name else "default"
+def trial_line(study, trial) -> None:
+    """One line per finished trial: its composite (and each seed's), its pruning step or its error."""
+    best = f"best {study.best_value:.4f}" if any(t.state.name == "COMPLETE" for t in study.trials) else ""
+    if trial.state.name == "COMPLETE":
+        seeds = ", ".join(f"{v:.4f}" for v in trial.user_attrs["seed_values"])
+        what = f"composite {trial.value:.4f} (seeds {seeds})"
+    elif trial.state.name == "PRUNED":
+        what = f"pruned at {trial.user_attrs.get('pruned_at_step', 0):,} env steps"
+    else:
+        what = f"{trial.state.name.lower()}: {trial.user_attrs.get('error', '')}"
+    print(f"trial {trial.number}: {what}" + (f"; {best}" if best else ""), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for flag, value, least in (("--trials", args.trials, 1), ("--seeds", args.seeds, 1), ("--n-jobs", args.n_jobs, 1),
-                               ("--threads", args.threads, 1), ("--steps", args.steps or 1, 1)):
-        if value < least:
-            raise ConfigError(f"{flag} {value} must be at least {least}")
-    base = load_config(args.config, [*args.overrides, *([f"data.source={args.data}"] if args.data else [])])
-    steps = args.steps or base.train.total_steps
-    if base.train.num_episodes > 0 and not args.steps:
-        raise ConfigError("the config budgets episodes (train.num_episodes); pass --steps N for the trials")
-    observed_market_data(base)  # a bad --data fails here, in one line, not in every trial
-    name = args.study or f"tune-{label(base.data.source)}-{label(args.config)}"
-    out = args.out or Path("checkpoints") / "tune" / name
+    done = tune(args.config, trials=args.trials, data=args.data, overrides=args.overrides, steps=args.steps,
+                seeds=args.seeds, space=args.space, storage=args.storage, study=args.study, out=args.out,
+                pruner=args.pruner, sampler_seed=args.sampler_seed, n_jobs=args.n_jobs, threads=args.threads,
+                started=lambda line: print(line, flush=True), said=trial_line)
+    from clstm_ppo.tuning.study_outputs import summary_text
 
-    # Optuna and SQLAlchemy load in a second or two: only once the arguments are known to be sound.
-    import optuna
-
-    # one line per trial, ours, instead of Optuna's (which adds a traceback to each failed trial)
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    from clstm_ppo.tuning.objective import Objective, TrialFailed, report_steps
-    from clstm_ppo.tuning.runs import TrainSpec
-    from clstm_ppo.tuning.space import load_space
-    from clstm_ppo.tuning.study import make_pruner, masked, open_storage, open_study, run_workers, storage_url
-    from clstm_ppo.tuning.study_outputs import summary_text, write_report
-
-    space = load_space(args.space, args.config, [*args.overrides, f"train.total_steps={steps}"])
-    spec = TrainSpec(args.config, args.data, steps, args.threads, list(args.overrides))
-    url = storage_url(args.storage, out)
-    storage = open_storage(url)
-    setup = {"config": args.config, "data": args.data, "steps": steps, "seeds": args.seeds,
-             "space": {p.key: [p.kind, p.low, p.high, p.log, p.step, list(p.choices)] for p in space},
-             "overrides": list(args.overrides)}
-    study = open_study(storage, name, make_pruner(args.pruner, steps, report_steps(steps)[0]), args.sampler_seed,
-                       setup)
-
-    def said(study_: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        best = f"best {study_.best_value:.4f}" if any(t.state.name == "COMPLETE" for t in study_.trials) else ""
-        if trial.state.name == "COMPLETE":
-            seeds = ", ".join(f"{v:.4f}" for v in trial.user_attrs["seed_values"])
-            what = f"composite {trial.value:.4f} (seeds {seeds})"
-        elif trial.state.name == "PRUNED":
-            what = f"pruned at {trial.user_attrs.get('pruned_at_step', 0):,} env steps"
-        else:
-            what = f"{trial.state.name.lower()}: {trial.user_attrs.get('error', '')}"
-        print(f"trial {trial.number}: {what}" + (f"; {best}" if best else ""), flush=True)
-
-    print(f"study {name} in {masked(url)}: {len(study.trials)} of {args.trials} trial(s) there; "
-          f"{args.seeds} seed(s) x {steps:,} env steps each; pruner {args.pruner}; runs in {out}", flush=True)
-    run_workers(study, Objective(space, spec, out, args.seeds), args.trials, args.n_jobs, (TrialFailed,), said)
-    summary = write_report(out, study, spec, masked(url))
-    print(summary_text(summary, study))
-    if not summary["states"].get("complete") and not summary["states"].get("pruned"):
+    print(summary_text(done.summary, done.study))
+    if not done.summary["states"].get("complete") and not done.summary["states"].get("pruned"):
         print("error: no trial of the study finished; each failed trial's log is in its trials/ folder "
               "(summary.json's failed entry gives each one's error)", file=sys.stderr)
         return 1

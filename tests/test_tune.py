@@ -227,3 +227,15 @@ def test_no_trial_reads_the_test_split(tmp_path):
         (trial,) = optuna.load_study(study_name=f"tune-{name}-smoke", storage=f"sqlite:///{out / 'study.db'}").trials
         scored[name] = (trial.value, trial.intermediate_values)
     assert math.isfinite(scored["a"][0]) and scored["a"] == scored["b"]
+
+
+def test_the_python_call_refuses_bad_arguments_before_any_trial(tmp_path):
+    """tune() from Python (the command's one call): the same one-line errors, nothing written."""
+    from clstm_ppo.config import ConfigError
+    from clstm_ppo.tuning.search import tune
+
+    with pytest.raises(ConfigError, match="--seeds 0 must be at least 1"):
+        tune("smoke", trials=2, seeds=0, out=tmp_path / "a")
+    with pytest.raises(ConfigError, match="train.num_episodes"):
+        tune("smoke", trials=2, overrides=["train.num_episodes=3"], out=tmp_path / "b")
+    assert not list(tmp_path.iterdir())
