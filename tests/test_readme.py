@@ -86,3 +86,9 @@ def test_the_python_use_shown_binds_to_the_library():
     assert {c.func.id for c in calls} == set(functions), "every imported function is called"
     for call in calls:  # positions and names are what is checked; the values are the block's to run
         inspect.signature(functions[call.func.id]).bind(*call.args, **{k.arg: None for k in call.keywords})
+    # and every other library call the section names (package.module.function under clstm_ppo) exists
+    named = re.findall(r"`((?:[a-z_]+\.)+[a-z_]+)`", README.split("## From Python")[1].split("\n## ")[0])
+    assert len(named) >= 4
+    for dotted in named:
+        module, name = dotted.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(f"clstm_ppo.{module}"), name)), dotted
