@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One lent GPU session's calls, prepared on the CPU machine (issue 21's checks, then issue 24's at-scale grid).
+# One lent GPU session's calls, prepared on the CPU machine: the checks, then the at-scale grid (docs/BENCHMARKS.md).
 #
 # Here, once per session (the network reaches the package registries from this machine, never from the GPU one):
 #     bash scripts/ops/gpu_session.sh download

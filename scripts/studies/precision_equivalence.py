@@ -9,9 +9,10 @@ checkpoints), and backtests that run's best_composite.pt on the test split with 
 (the walk itself is float32 whatever the training precision). Reports mean +- std (ddof 1) over seeds of the
 validation composite, the test Sharpe and the test total return, each seed's numbers, and for every precision
 after the first, the difference of means against the first and whether |difference| <= the larger of the
-two standard deviations (issue 21's "within one standard deviation"). Each run has its own folder under
---out/<data>/<precision>-seed<k>: a finished run is reused and an unfinished one resumed from latest.pt, so
-the script can be stopped and run again, or run as several processes (e.g. one per precision) on one --out.
+two standard deviations ("within one standard deviation", docs/TRAINING.md "Precision and batching"). Each run
+has its own folder under --out/<data>/<precision>-seed<k>: a finished run is reused and an unfinished one resumed
+from latest.pt, so the script can be stopped and run again, or run as several processes (e.g. one per precision)
+on one --out.
 """
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def show(rows: list[dict], comparisons: list[dict], records: list[dict]) -> str:
 
 
 def verdict(comparisons: list[dict]) -> str:
-    """Issue 21 asks for the validation composite and the test Sharpe; the total return is shown, not judged."""
+    """Judged on the validation composite and the test Sharpe; the total return is shown, not judged."""
     judged = [c for c in comparisons if c["key"] in ("val_composite", "test_sharpe")]
     if not judged:
         return "nothing compared"

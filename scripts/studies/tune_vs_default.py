@@ -12,7 +12,7 @@ run's best_composite.pt is then walked on the test split (evaluate's continuous 
 
 Reported: per arm, mean +- std (ddof 1) over seeds; tuned - default seed by seed with a percentile bootstrap 95%
 CI; the study's own best value beside the fresh seeds' when summary.json sits next to --tuned. The verdict
-follows issue 25's goal: the tuned validation composite beats the default's by more than the seed spread (the
+follows docs/TUNING.md's goal: the tuned validation composite beats the default's by more than the seed spread (the
 larger of the two arms' standard deviations); the test numbers are reported beside it, not judged. Run folders
 --out/<data>/<arm>-seed<k> are reused when finished and resumed when not: the script can be stopped and run
 again, or run as two processes (--arms default / --arms tuned) on one --out followed by one that collects.
