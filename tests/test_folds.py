@@ -1,4 +1,4 @@
-"""Walk-forward folds (issue 24, item 1): the fold dates, nothing fitted on a fold reads past its training years,
+"""Walk-forward folds: the fold dates, nothing fitted on a fold reads past its training years,
 no bar after its test block is loaded, and evaluate --folds lays the folds' walks end to end."""
 import dataclasses
 

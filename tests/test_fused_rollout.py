@@ -1,4 +1,4 @@
-"""The rollout as one compiled decision per step (SPEC section 13, ``agent/fused_rollout.py``): LSTM 2 as a cell is
+"""The rollout as one compiled decision per step (``agent/fused_rollout.py``): LSTM 2 as a cell is
 one step of the ``nn.LSTM``; the draws follow the policy's law and never pick a masked action; the fused decision
 fills the storage as the eager rollout does; compiled, it is one graph that a rollout, an update and a second
 rollout never recompile; a training run on it resumes exactly."""

@@ -1,4 +1,4 @@
-"""SPEC section 5's metrics against hand-computed values, and the all-reducible training sums against them."""
+"""The metrics of docs/BACKTEST.md against hand-computed values, and the all-reducible training sums against them."""
 import math
 
 import numpy as np

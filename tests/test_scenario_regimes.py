@@ -1,4 +1,4 @@
-"""The regime-recognisability measurement (issue 22): a classifier fitted on real training-split windows and their
+"""The regime-recognisability measurement: a classifier fitted on real training-split windows and their
 regime labels, scored on real held-out windows and on generated windows of each requested regime."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The report's numbers against independent computations on hand-made series (issue 22, acceptance)."""
+"""The report's numbers against independent computations on hand-made series."""
 import numpy as np
 import pytest
 import torch
