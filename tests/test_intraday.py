@@ -20,10 +20,11 @@ WALK = 400  # bars in each of the validation and test splits of the evaluate --d
 
 @pytest.fixture(scope="module")
 def crypto_run(tmp_path_factory):
-    """The smoke budget trained once on the synthetic crypto market: the run's folder."""
+    """A quarter of the smoke budget (10 updates: one validation walk, so best_composite.pt) trained once on the
+    synthetic crypto market: the run's folder. The tests read its bars and clock, not its skill."""
     folder = tmp_path_factory.mktemp("checkpoints")
     assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(folder), "--run-name", "crypto",
-                                "--set", "train.threads_per_worker=1", *CRYPTO]) == 0
+                                "--total-steps", "5120", "--set", "train.threads_per_worker=1", *CRYPTO]) == 0
     return folder / "crypto"
 
 
