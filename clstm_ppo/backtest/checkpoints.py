@@ -91,6 +91,14 @@ def load_agents(checkpoints: Sequence[str], data: str | None = None, overrides: 
     return [load_agent(str(path), data, list(overrides), picked) for path in checkpoints], picked
 
 
+def given_or_loaded(agents: list[Agent] | None, checkpoints: Sequence[str], data: str | None,
+                    overrides: Sequence[str], device: str) -> tuple[list[Agent], torch.device]:
+    """``agents`` as given (already loaded by the caller) with the device they sit on, else ``load_agents``."""
+    if agents is None:
+        return load_agents(checkpoints, data, overrides, device)
+    return agents, next(agents[0][2].parameters()).device
+
+
 def check_one_setup(checkpoints: Sequence[str], agents: Sequence[Agent], ensemble: bool) -> None:
     """Checkpoints walked side by side share their data and market settings; an ensemble's also the rest of the
     walk and the normaliser."""
@@ -112,10 +120,7 @@ def backtest_checkpoints(checkpoints: Sequence[str], *, split: str = "test", dat
     every benchmark; ``seed`` is the random policy's (default: the run's). ``agents`` are the checkpoints already
     loaded (``load_agents``); ``progress`` is told each fold's dates and rule as it is walked."""
     checkpoints = [str(path) for path in checkpoints]
-    if agents is None:
-        agents, picked = load_agents(checkpoints, data, overrides, device)
-    else:
-        picked = next(agents[0][2].parameters()).device
+    agents, picked = given_or_loaded(agents, checkpoints, data, overrides, device)
     if folds:
         return _walk_forward(checkpoints, agents, split, ensemble, seed, rule_metric, picked, progress)
     cfg, market, _ = agents[0]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clstm_ppo.backtest.checkpoints import agent_names, benchmarks, check_one_setup, load_agents, walk_agents
+from clstm_ppo.backtest.checkpoints import agent_names, benchmarks, check_one_setup, given_or_loaded, walk_agents
 from clstm_ppo.backtest.ensemble import Agent
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import RulePick, pick_rule
@@ -61,16 +61,14 @@ def stress_checkpoints(checkpoints: Sequence[str], source: FittedGenerator | str
     if not isinstance(source, FittedGenerator):
         source, name = load_stress_source(source, regime), name or str(source)
     checkpoints = [str(path) for path in checkpoints]
-    if agents is None:
-        agents, picked = load_agents(checkpoints, data, overrides, device)
-    else:
-        picked = next(agents[0][2].parameters()).device
+    agents, picked = given_or_loaded(agents, checkpoints, data, overrides, device)
     check_one_setup(checkpoints, agents, ensemble)
     cfg, real, _ = agents[0]
-    label = f"{source.kind} ({name})" if isinstance(source, FittedGenerator) and name else getattr(source, "kind", "")
-    if isinstance(source, str):
+    if isinstance(source, str):  # a baseline, fitted on the agent's own training years
         source = fit_baseline(source, real, cfg.data)
         label = f"the {source.kind} baseline"
+    else:
+        label = f"{source.kind} ({name})" if name else source.kind
     check_fits(source, real, f"--scenarios {name or source.kind}")
     warning = goals_warning(source, label)
     seed = cfg.seed if seed is None else seed

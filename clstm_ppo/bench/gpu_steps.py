@@ -182,8 +182,9 @@ def shared_gpu_step(part: str, folder: Path, name: str = "two-ranks") -> Step:
         ok = succeeded(done) and bool(updates) and in_capture == 0
         counts = {k.removeprefix("collectives_"): [r.get(k, 0) for r in updates]
                   for k in ("collectives_all_reduce", "collectives_gather", "collectives_broadcast")}
-        note = f"per update {counts}; in capture {in_capture}" if updates else last_error(done, seconds)
-        return [row(label, ok, round(seconds, 1), note=note if succeeded(done) else last_error(done, seconds))]
+        note = f"per update {counts}; in capture {in_capture}" if succeeded(done) and updates else \
+            last_error(done, seconds)
+        return [row(label, ok, round(seconds, 1), note=note)]
     return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
                               "--run-name", name, "--num-gpus", "2", "--set", "train.ranks_per_gpu=2",
                               "--set", "env.compile=on", "--set", "train.cuda_graphs=on", "--total-steps", "12800"],
