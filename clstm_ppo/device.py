@@ -112,6 +112,21 @@ def check_compile_toolchain(device_kind: str) -> None:
 RECOMPILE_LIMIT = 64
 
 
+def key_cpu_code_by_vector_isa() -> None:
+    """Pin inductor's CPU vector width to the instruction set it picks here (AVX-512, or AVX2 where the CPU or
+    ``ATEN_CPU_CAPABILITY=avx2`` says so), which puts it in the key of inductor's on-disk graph cache. Left unset,
+    the key omits it: a graph cached under AVX-512 and reloaded under AVX2 (the same cache dir, another
+    ``ATEN_CPU_CAPABILITY``, or a cache shared by unlike machines) runs wrapper code of one width over kernels of the
+    other, and gives wrong numbers or a segmentation fault (docs/TRAINING.md, "Compiled and captured paths")."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    if inductor_config.cpp.simdlen is None:
+        isa = pick_vec_isa()
+        if isa:  # no vector ISA (an unknown CPU): inductor writes scalar code, nothing to key
+            inductor_config.cpp.simdlen = isa.bit_width()
+
+
 def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
                   allow_rnn: bool = False) -> Callable[..., Any]:
     """``fn`` compiled as one graph per input shape (``fullgraph=True, dynamic=False``), in inductor's
@@ -119,6 +134,7 @@ def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
     dynamo settings for this function alone: room for ``RECOMPILE_LIMIT`` graphs, and beyond them an error naming
     ``name`` instead of dynamo's silent fall-back to eager code. ``allow_rnn`` lets dynamo read an ``nn.LSTM``'s
     weights (it refuses by default)."""
+    key_cpu_code_by_vector_isa()
     compiled = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
     settings = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True,
                 **({"allow_rnn": True} if allow_rnn else {})}

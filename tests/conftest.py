@@ -88,7 +88,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # graph serves the later ones (two workers compiling the same graphs cold compile them twice); "processes" holds the
 # tests that start two or more processes, one after another on the other worker's core. The other tests go to
 # whichever worker is free. A new test that compiles belongs in "inductor".
-INDUCTOR_MODULES = {"test_functional_step.py", "test_fused_rollout.py", "test_static_update.py", "test_train.py"}
+INDUCTOR_MODULES = {"test_compile_cache.py", "test_functional_step.py", "test_fused_rollout.py",
+                    "test_static_update.py", "test_train.py"}
 PROCESS_MODULES = {"test_distributed.py", "test_chaos.py", "test_tune.py", "test_tune_storage.py",
                    "test_tune_vs_default.py", "test_reproduce_paper.py"}
 

@@ -1,5 +1,5 @@
 """Mixed precision: autocast for the forward, GradScaler for fp16, the same calls in fp32 (docs/TRAINING.md,
-"Precision and batching")."""
+"Precision")."""
 from __future__ import annotations
 
 import contextlib

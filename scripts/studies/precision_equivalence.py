@@ -9,7 +9,7 @@ checkpoints), and backtests that run's best_composite.pt on the test split with 
 (the walk itself is float32 whatever the training precision). Reports mean +- std (ddof 1) over seeds of the
 validation composite, the test Sharpe and the test total return, each seed's numbers, and for every precision
 after the first, the difference of means against the first and whether |difference| <= the larger of the
-two standard deviations ("within one standard deviation", docs/TRAINING.md "Precision and batching"). Each run
+two standard deviations ("within one standard deviation", docs/TRAINING.md "Precision"). Each run
 has its own folder under --out/<data>/<precision>-seed<k>: a finished run is reused and an unfinished one resumed
 from latest.pt, so the script can be stopped and run again, or run as several processes (e.g. one per precision)
 on one --out.
