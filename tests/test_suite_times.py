@@ -37,9 +37,10 @@ def test_times_are_read_per_test_and_the_slowest_come_first(tmp_path):
 def test_the_cpu_is_named_by_its_vector_instruction_set(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("model name\t: Some CPU\nflags\t\t: fpu avx avx2 avx512f avx512_bf16\n")
-    assert "Some CPU (AVX-512 with bf16;" in cpu_label(info)
+    assert "Some CPU (AVX-512 with bf16;" in cpu_label(info, capability="")
+    assert "(AVX-512 with bf16, held to avx2 by ATEN_CPU_CAPABILITY;" in cpu_label(info, capability="avx2")
     info.write_text("model name\t: Some CPU\nflags\t\t: fpu avx avx2\n")
-    assert "(AVX2 only;" in cpu_label(info)
+    assert "(AVX2 only;" in cpu_label(info, capability="avx2")
 
 
 def test_a_file_that_is_not_junit_is_one_line_and_exit_2(tmp_path):

@@ -28,14 +28,18 @@ def read_test_times(junit: Path) -> dict[str, float]:
     return times
 
 
-def cpu_label(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU as the suite's speed depends on it: its model, cores, and the vector ISA ATen and oneDNN use."""
+def cpu_label(cpuinfo: Path = Path("/proc/cpuinfo"), capability: str | None = None) -> str:
+    """The CPU as the suite's speed depends on it: its model, cores, and the vector ISA ATen and oneDNN use
+    (``capability``, default ``$ATEN_CPU_CAPABILITY``: an AVX-512 CPU held to AVX2 says so)."""
     text = cpuinfo.read_text() if cpuinfo.exists() else ""
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
                  platform.processor() or platform.machine())
     isa = ("AVX-512" + (" with bf16" if "avx512_bf16" in flags else "")) if "avx512f" in flags else \
         ("AVX2 only" if "avx2" in flags else "no AVX2")
+    held = os.environ.get("ATEN_CPU_CAPABILITY", "") if capability is None else capability
+    if "avx512f" in flags and held in ("avx2", "default"):
+        isa += f", held to {held} by ATEN_CPU_CAPABILITY"
     return f"{os.cpu_count()}-core {model} ({isa}; torch {version('torch')})"
 
 
