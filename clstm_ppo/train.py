@@ -27,7 +27,9 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
         names = [rule.flag] + ([f"--{rule.flag[2:].replace('-', '_')}"] if "-" in rule.flag[2:] else [])
         target = budget if key in ("train.total_steps", "train.num_episodes") else parser
         if tp is bool:
-            target.add_argument(*names, dest=key, action="store_true", default=None, help=f"{rule.help} ({key})")
+            # --no-<flag> too: a setting on by default (train.pretraining) can be turned off the same way
+            target.add_argument(*names, dest=key, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"{rule.help} ({key})")
         else:
             target.add_argument(*names, dest=key, type=tp, choices=rule.choices, metavar=None if rule.choices
                                 else key.rsplit(".", 1)[-1].upper(), help=f"{rule.help} ({key})")

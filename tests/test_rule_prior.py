@@ -15,7 +15,7 @@ from clstm_ppo.agent.rollout import collect
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.backtest.rules import pick_rule
 from clstm_ppo.cli import run_cli
-from clstm_ppo.config import ConfigError, PPOConfig, load_config
+from clstm_ppo.config import ConfigError, PPOConfig, load_config, to_dict
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.pretraining.rule_prior import RulePrior, clone_rule, prior_coef, rule_actions
 from clstm_ppo.train import main as train_main
@@ -126,3 +126,22 @@ def test_a_run_started_from_the_rule_says_which_and_resumes_exactly(tmp_path, ca
     b = load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")["model"]
     for name, value in a.items():
         assert torch.equal(b[name], value), name
+
+
+def test_the_default_run_starts_from_the_rule_and_older_runs_resume_as_they_ran(tmp_path, capsys):
+    """The default config (what ``make run`` and a bare ``clstm-ppo-train`` train) clones the training years' best
+    rule and keeps the fading pull toward it; smoke and paper start from nothing; a checkpoint saved before the
+    pull existed resumes without it; ``--no-pretraining`` alone is refused in one line naming the other setting."""
+    default = load_config(None, [])
+    assert (default.train.pretraining, default.train.pretrain_method, default.train.prior_kl) == (True, "rule", 0.5)
+    assert load_config("default", []) == default
+    for name in ("smoke", "paper"):
+        assert (load_config(name, []).train.pretraining, load_config(name, []).train.prior_kl) == (False, 0.0)
+    saved = to_dict(load_config("smoke", []))
+    del saved["train"]["prior_kl"]
+    assert load_config(None, [], base=saved).train.prior_kl == 0.0
+    assert run_cli(train_main, ["--checkpoint-dir", str(tmp_path), "--no-pretraining"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "train.prior_kl (0.5)" in err and "prior_kl 0" in err and "\n" not in err
+    assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--no-pretraining",
+                                "--total-steps", "512"]) == 0

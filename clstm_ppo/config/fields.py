@@ -176,6 +176,7 @@ ADDED: dict[str, Any] = {
     "market.costs.index_ticks": [0.0, 0.0],  # quotes had no tick grid before 2026-11-27
     "market.costs.stock_ticks": [0.0, 0.0],
     "data.option_features": False,  # agents observed the bar features alone before 2026-11-28
+    "train.prior_kl": 0.0,  # no run was pulled toward a rule before 2026-11-28
 }
 
 

@@ -328,9 +328,11 @@ class TrainConfig(Section):
     rank_state_every: int = setting(1, "updates between checkpoints that carry every rank's env copies, LSTM 2 "
                                        "state and random streams (the last update's always does); a resume from "
                                        "one without them starts fresh episodes", limits=">= 1")
-    pretraining: bool = setting(False, "pretrain before the first update, by train.pretrain_method",
+    # The default run starts from the training years' best fixed rule, pulled toward it for the first half of
+    # training: at the default budget it beat the same run from nothing (docs/RESULTS.md, "The default run").
+    pretraining: bool = setting(True, "pretrain before the first update, by train.pretrain_method",
                                 flag="--pretraining")
-    pretrain_method: str = setting("supervised", "what --pretraining does: supervised (LSTM 1 on the next bar's "
+    pretrain_method: str = setting("rule", "what --pretraining does: supervised (LSTM 1 on the next bar's "
                                                  "return), maml or protonet (3-way few-shot tasks, clstm_ppo/meta/), "
                                                  "or rule (the whole policy cloned from the best fixed rule of the "
                                                  "training years: docs/TRAINING.md)",
@@ -344,7 +346,7 @@ class TrainConfig(Section):
     prior_lr: float = setting(3.0e-3, "pretrain_method rule: cloning's Adam learning rate", limits="> 0")
     prior_accuracy: float = setting(0.98, "pretrain_method rule: cloning stops once this share of a fresh rollout's "
                                           "greedy decisions are the rule's", limits="(0, 1]")
-    prior_kl: float = setting(0.0, "pretrain_method rule: weight of -log pi(the rule's action) in the PPO loss at "
+    prior_kl: float = setting(0.5, "pretrain_method rule: weight of -log pi(the rule's action) in the PPO loss at "
                                    "the first update (the KL from the rule to the policy), falling linearly to 0 at "
                                    "train.prior_kl_until of the planned env steps; 0: off", limits=">= 0")
     prior_kl_until: float = setting(0.5, "share of the planned env steps after which the prior's penalty is 0",
