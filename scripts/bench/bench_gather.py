@@ -48,7 +48,8 @@ def worker(rank: int, port: int, sizes: list[int], repeats: int, config: str, tr
     rows = []
     contexts = {"tensors": DistContext(rank, 2, rank), "pickled": PickledContext(rank, 2, rank)}
     for num_envs in sizes:
-        cfg = load_config(config, [f"train.num_envs={num_envs}", "ppo.num_steps=8"])
+        cfg = load_config(config, [f"train.num_envs={num_envs}", "ppo.num_steps=8", "train.pretraining=false",
+                                   "train.prior_kl=0"])  # the trainer's state alone, no rule prior to pick
         trainer = Trainer(cfg, Path(out) / "run", torch.device("cpu"), contexts["tensors"])
         trainer.collect()  # mid-episode copies with open positions, as at a real update boundary
         seconds: dict[str, list[float]] = {name: [] for name in transports}

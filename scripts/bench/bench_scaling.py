@@ -45,7 +45,8 @@ def samples_per_second(workers: int, updates: int, config: str, sets: list[str] 
         cmd = [sys.executable, "-m", "clstm_ppo.train", "--config", config, "--checkpoint-dir", tmp,
                "--device", "cpu", "--num-workers", str(workers), "--total-steps", str(batch * (updates + 1)),
                "--set", "train.threads_per_worker=1", "--set", "train.eval_every=100000",
-               "--set", "train.checkpoint_every=100000", *[x for v in sets or [] for x in ("--set", v)]]
+               "--set", "train.checkpoint_every=100000", "--set", "train.pretraining=false",  # PPO alone, no prior
+               "--set", "train.prior_kl=0", *[x for v in sets or [] for x in ("--set", v)]]
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         metrics = next(Path(tmp).glob("*/metrics.jsonl")).read_text().splitlines()
         records = [r for r in map(json.loads, metrics) if r["kind"] == "update"]

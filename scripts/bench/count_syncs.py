@@ -57,6 +57,7 @@ def main() -> None:
     configure_backends(device)
     cfg = load_config(args.config)
     cfg.train.num_envs, cfg.train.precision, cfg.train.device = args.num_envs, args.precision, "cuda"
+    cfg.train.pretraining, cfg.train.prior_kl = False, 0.0  # PPO's own syncs, as earlier rows counted them
     p = cfg.ppo
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp), device)
