@@ -135,8 +135,8 @@ def test_the_default_run_starts_from_the_rule_and_older_runs_resume_as_they_ran(
     default = load_config(None, [])
     assert (default.train.pretraining, default.train.pretrain_method, default.train.prior_kl) == (True, "rule", 0.5)
     assert load_config("default", []) == default
-    for name in ("smoke", "paper"):
-        assert (load_config(name, []).train.pretraining, load_config(name, []).train.prior_kl) == (False, 0.0)
+    for train in (load_config(name, []).train for name in ("smoke", "paper")):
+        assert (train.pretraining, train.prior_kl) == (False, 0.0)
     saved = to_dict(load_config("smoke", []))
     del saved["train"]["prior_kl"]
     assert load_config(None, [], base=saved).train.prior_kl == 0.0

@@ -18,6 +18,7 @@ from clstm_ppo.config.resolve import (
                                       without_obsolete,
 )
 from clstm_ppo.config.sections import (
+                                      WITHOUT_RULE_PRIOR,
                                       AgentConfig,
                                       Config,
                                       CostConfig,
@@ -36,4 +37,4 @@ LIMITS = MappingProxyType({k: r.limits for k, _, r in walk_rules(Config) if r.li
 __all__ = ["ADDED", "CHOICES", "LIMITS", "OBSOLETE", "AgentConfig", "Config", "ConfigError", "CostConfig", "DataConfig",
            "EnvConfig", "MarketConfig", "PPOConfig", "SyntheticConfig", "TrainConfig", "check_values",
            "config_text", "first_line", "from_dict", "load_config", "merge", "named_configs", "parse_override",
-           "save_config", "to_dict", "walk_rules", "without_obsolete"]
+           "save_config", "to_dict", "walk_rules", "without_obsolete", "WITHOUT_RULE_PRIOR"]

@@ -293,6 +293,11 @@ class PPOConfig(Section):
                                       limits="> 0")
 
 
+# The overrides of a run trained from nothing, without the default run's rule prior (its cloning and the fading
+# pull toward the rule): PPO alone, as the benchmarks measure it.
+WITHOUT_RULE_PRIOR = ("train.pretraining=false", "train.prior_kl=0")
+
+
 @dataclass
 class TrainConfig(Section):
     path: ClassVar[str] = "train"

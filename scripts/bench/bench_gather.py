@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from clstm_ppo.config import load_config
+from clstm_ppo.config import WITHOUT_RULE_PRIOR, load_config
 from clstm_ppo.distributed import DistContext, find_free_port
 from clstm_ppo.tables import print_table
 from clstm_ppo.training.runner import Trainer
@@ -48,8 +48,7 @@ def worker(rank: int, port: int, sizes: list[int], repeats: int, config: str, tr
     rows = []
     contexts = {"tensors": DistContext(rank, 2, rank), "pickled": PickledContext(rank, 2, rank)}
     for num_envs in sizes:
-        cfg = load_config(config, [f"train.num_envs={num_envs}", "ppo.num_steps=8", "train.pretraining=false",
-                                   "train.prior_kl=0"])  # the trainer's state alone, no rule prior to pick
+        cfg = load_config(config, [f"train.num_envs={num_envs}", "ppo.num_steps=8", *WITHOUT_RULE_PRIOR])
         trainer = Trainer(cfg, Path(out) / "run", torch.device("cpu"), contexts["tensors"])
         trainer.collect()  # mid-episode copies with open positions, as at a real update boundary
         seconds: dict[str, list[float]] = {name: [] for name in transports}

@@ -38,15 +38,15 @@ DDP_VARIANTS = {"defaults": [], "bucket_100mb": ["train.ddp_bucket_cap_mb=100"],
 def samples_per_second(workers: int, updates: int, config: str, sets: list[str] | None = None) -> tuple[float, float]:
     """(env steps/s, seconds per update) of a run with ``workers`` CPU workers and settings ``sets``."""
     with tempfile.TemporaryDirectory() as tmp:
-        from clstm_ppo.config import load_config
+        from clstm_ppo.config import WITHOUT_RULE_PRIOR, load_config
 
         cfg = load_config(config)
         batch = cfg.train.num_envs * cfg.ppo.num_steps * workers
         cmd = [sys.executable, "-m", "clstm_ppo.train", "--config", config, "--checkpoint-dir", tmp,
                "--device", "cpu", "--num-workers", str(workers), "--total-steps", str(batch * (updates + 1)),
                "--set", "train.threads_per_worker=1", "--set", "train.eval_every=100000",
-               "--set", "train.checkpoint_every=100000", "--set", "train.pretraining=false",  # PPO alone, no prior
-               "--set", "train.prior_kl=0", *[x for v in sets or [] for x in ("--set", v)]]
+               "--set", "train.checkpoint_every=100000",
+               *[x for v in [*WITHOUT_RULE_PRIOR, *(sets or [])] for x in ("--set", v)]]
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         metrics = next(Path(tmp).glob("*/metrics.jsonl")).read_text().splitlines()
         records = [r for r in map(json.loads, metrics) if r["kind"] == "update"]

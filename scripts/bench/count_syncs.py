@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from clstm_ppo.config import CHOICES, load_config
+from clstm_ppo.config import CHOICES, WITHOUT_RULE_PRIOR, load_config
 from clstm_ppo.device import configure_backends, pick_device, wait_for
 from clstm_ppo.tables import print_table
 from clstm_ppo.training.runner import Trainer
@@ -55,9 +55,8 @@ def main() -> None:
         return
     device = pick_device("cuda")
     configure_backends(device)
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, list(WITHOUT_RULE_PRIOR))  # PPO's own syncs, as earlier rows counted them
     cfg.train.num_envs, cfg.train.precision, cfg.train.device = args.num_envs, args.precision, "cuda"
-    cfg.train.pretraining, cfg.train.prior_kl = False, 0.0  # PPO's own syncs, as earlier rows counted them
     p = cfg.ppo
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp), device)
