@@ -2,6 +2,7 @@
 coding of its residuals and filtered historical simulation, against independent references on hand-made series."""
 import numpy as np
 import pytest
+import torch
 from arch import arch_model
 from scipy.optimize import brentq
 
@@ -9,6 +10,7 @@ from clstm_ppo.scenarios.baselines import Fhs
 from clstm_ppo.scenarios.coding import ResidualCoder, Transform
 from clstm_ppo.scenarios.filtering import BarFilter, Garch
 from clstm_ppo.scenarios.lambertw import LambertW, h_delta, w_delta
+from clstm_ppo.scenarios.quantile_map import QuantileMap
 from clstm_ppo.scenarios.residual_scale import Calibration
 
 NAMES = ("gap", "ret", "up", "down", "dvol", "logiv")
@@ -57,6 +59,41 @@ def test_lambert_w_inverts_exactly_and_matches_a_root_finder():
     # the fitted transform makes the sample near-Gaussian (excess kurtosis 0 by construction)
     g = lw.gaussianise(y)
     assert abs(np.mean((g - g.mean()) ** 4) / g.var() ** 2 - 3.0) < 0.05
+
+
+def test_the_quantile_map_inverts_exactly_and_keeps_a_point_mass():
+    rng = np.random.default_rng(3)
+    x = np.where(rng.random(4000) < 0.5, 0.0, rng.standard_t(3, 4000) * 0.01)  # half exact zeros, heavy tails
+    qm = QuantileMap.fit(x)
+    u = qm.gaussianise(x)
+    np.testing.assert_allclose(qm.heavy(u), x, rtol=0, atol=1e-15)
+    # the coded column is a standard normal's quantiles, the ties at their run's middle (0 here): P(|u| > 1)
+    assert np.mean(np.abs(u) > 1.0) == pytest.approx(0.3173, abs=0.01)
+    # a standard normal goes back to the training distribution: the zeros' share, the same quantiles
+    back = qm.heavy(rng.standard_normal(200_000))
+    assert np.mean(back == 0.0) == pytest.approx(np.mean(x == 0.0), abs=0.01)
+    np.testing.assert_allclose(np.quantile(back, [0.05, 0.95]), np.quantile(x, [0.05, 0.95]), rtol=0.05)
+    # nothing beyond the training extremes, however far the generated value
+    assert qm.heavy(np.array([-40.0, 40.0])).tolist() == [x.min(), x.max()]
+    # the torch map (the generators' losses) is the numpy one, and differentiable
+    t = torch.linspace(-3, 3, 101, dtype=torch.float64, requires_grad=True)
+    out = qm.heavy_torch(t)
+    np.testing.assert_allclose(out.detach().numpy(), qm.heavy(t.detach().numpy()), atol=1e-15)
+    out.sum().backward()
+    assert torch.isfinite(t.grad).all() and (t.grad >= 0).all()
+    assert QuantileMap.from_state_dict(qm.state_dict()).heavy(u).tolist() == qm.heavy(u).tolist()
+
+
+def test_the_coder_picks_the_quantile_map_for_a_point_mass_only():
+    raw = _bars(3000)[0]
+    coder = ResidualCoder.fit(raw, NAMES)
+    kinds = {n: type(m).__name__ if m is not None else None for n, m in zip(NAMES, coder.marginals, strict=True)}
+    # the hand-made gap is 0 on 30% of bars; the other heavy columns have no point mass
+    assert kinds == {"gap": "QuantileMap", "ret": "LambertW", "up": None, "down": None, "dvol": "LambertW",
+                     "logiv": "LambertW"}
+    np.testing.assert_allclose(coder.decode(coder.encode(raw)), raw, rtol=1e-9, atol=1e-12)
+    again = ResidualCoder.from_state_dict(coder.state_dict())
+    np.testing.assert_array_equal(again.decode(again.encode(raw)), coder.decode(coder.encode(raw)))
 
 
 def test_lambert_w_fit_recovers_a_known_delta():
@@ -170,3 +207,24 @@ def test_calibration_undoes_a_known_scale_error():
     z = np.array([-1.0, 1.0])
     np.testing.assert_allclose(cal.factor(z, np.array([10.0, -10.0])), [cal.k_neg[-1], cal.k_pos[0]])
     assert Calibration.from_state_dict(cal.state_dict()) == cal
+
+
+def test_the_coded_affine_map_moves_draws_to_the_real_moments_and_old_calibrations_load():
+    rng = np.random.default_rng(8)
+    real = rng.standard_normal((5000, 3))
+    generated = rng.standard_normal((8000, 3)) * np.array([1.2, 0.9, 1.0]) + np.array([0.3, 0.0, -0.1])
+    scale, shift = Calibration.coded_affine(real, generated)
+    cal = Calibration((), (1.0,), (1.0,), scale, shift)
+    moved = cal.coded(generated)
+    np.testing.assert_allclose(moved.mean(axis=0), real.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(moved.std(axis=0), real.std(axis=0), rtol=1e-12)
+    # a column the generator draws as a constant is left unscaled (shifted to the real mean)
+    flat = generated.copy()
+    flat[:, 2] = 0.5
+    scale, shift = Calibration.coded_affine(real, flat)
+    assert scale[2] == 1.0 and shift[2] == pytest.approx(real[:, 2].mean() - 0.5)
+    assert Calibration.from_state_dict(cal.state_dict()) == cal
+    # a checkpoint saved before the affine step has no such keys: it draws as it did
+    old = {"edges": [0.0], "k_neg": [1.0, 0.9], "k_pos": [1.1, 1.0]}
+    loaded = Calibration.from_state_dict(old)
+    assert loaded.coded_scale == () and loaded.coded(generated) is generated

@@ -12,9 +12,11 @@ from clstm_ppo.scenarios.stylised_facts import (
     acf_scores,
     emd_scores,
     excess_kurtosis,
+    held_out_kurtosis,
     horizon_returns,
     leverage,
     leverage_score,
+    like_for_like,
     skew,
     stylised_facts,
     wasserstein1,
@@ -82,6 +84,36 @@ def test_skew_and_kurtosis_match_scipy():
     assert excess_kurtosis(x) == pytest.approx(stats.kurtosis(x), rel=1e-10)
     facts = stylised_facts(x[None, :500], x[500:].reshape(5, 100))
     assert set(facts) == {"emd", "acf_score", "leverage_score", "kurtosis", "skew"}
+
+
+class _Source:
+    """Paths of (N, L, 1) returns from ``draw(rng, n, length)``, as a generator's sample_features gives."""
+
+    def __init__(self, draw):
+        self.draw = draw
+
+    def sample_features(self, paths, length, regime=None, seed=0, start="end"):
+        return self.draw(np.random.default_rng(seed), paths, length)[..., None]
+
+
+def test_the_tail_measure_compares_histories_of_the_held_out_length():
+    rng = np.random.default_rng(6)
+    held = rng.standard_t(4, size=(1, 1500)) * 0.01
+    k = stats.kurtosis(held[0])
+    # a source of reshuffled held-out years: each of its histories has the held-out kurtosis exactly
+    same = like_for_like(_Source(lambda g, n, m: np.stack([g.permutation(held[0])[:m] for _ in range(n)])), held, 0,
+                         seed=1, paths=20)
+    assert (same["length"], same["paths"]) == (1500, 20)
+    assert same["kurtosis_per_path_median"] == pytest.approx(k, rel=1e-9)
+    # volatility that differs between paths: the pooled kurtosis grows, each history's does not
+    mixed = _Source(lambda g, n, m: g.normal(size=(n, m)) * np.exp(g.normal(size=(n, 1))))
+    out = like_for_like(mixed, held, 0, seed=2, paths=200)
+    pooled = excess_kurtosis(mixed.sample_features(200, 1500, seed=2))
+    assert pooled > 2.0 and abs(out["kurtosis_per_path_median"]) < 0.2
+    assert out["held_out_kurtosis_percentile"] == 1.0  # every Gaussian history is thinner-tailed than the held-out
+    # several real series (the Dow stocks): the reference is the median of each one's own kurtosis
+    series = np.stack([held[0], held[0] * 2, rng.normal(size=1500)])
+    assert held_out_kurtosis(series) == pytest.approx(k, rel=1e-9)
 
 
 def test_windows_and_judges():

@@ -2,7 +2,9 @@
 and the state each bar is drawn in.
 
 - Columns with heavy tails (gap, ret, dvol and the implied vol's innovation) go through a Lambert W x Gaussian
-  transform fitted on the training residuals (lambertw.py); the square-rooted wicks only through standardisation.
+  transform fitted on the training residuals (lambertw.py), or, where that family cannot make the column Gaussian
+  (a value holding 5% of the rows, or tails past its largest delta), through the empirical quantile map
+  (quantile_map.py); the square-rooted wicks only through standardisation.
   Generated values go back through the forward map, so the tails the transform took out come back.
 - A bar is drawn given its state (``cond``): the filter's log variance, the implied vol's premium and the previous
   bar's coded residuals, all known before the bar. (The trailing window's return and volatility were tried as state
@@ -21,12 +23,26 @@ import numpy as np
 import torch
 
 from clstm_ppo.scenarios.filtering import BarFilter, FilterState
-from clstm_ppo.scenarios.lambertw import LambertW
+from clstm_ppo.scenarios.lambertw import MAX_DELTA, LambertW
+from clstm_ppo.scenarios.quantile_map import QuantileMap, has_atom
 from clstm_ppo.scenarios.residual_scale import Calibration
 
 HEAVY = ("gap", "ret", "dvol", "logiv")
 STD_FLOOR = 1e-8
 STARTS = ("end", "random")
+Marginal = LambertW | QuantileMap
+
+
+def fit_marginal(x: np.ndarray) -> Marginal:
+    """Lambert W where it Gaussianises the column; the empirical quantile map where it cannot: a point mass (a gap
+    of exactly 0 on half the S&P 500's training days drove its delta to the cap, and a generator's spread of that
+    spike came back as gaps twice the real ones' size) or tails past MAX_DELTA."""
+    lw = LambertW.fit(x)
+    return QuantileMap.fit(x) if has_atom(x) or lw.delta >= MAX_DELTA else lw
+
+
+def marginal_from_state_dict(state: dict[str, Any]) -> Marginal:
+    return QuantileMap.from_state_dict(state) if state.get("kind") == "quantile" else LambertW.from_state_dict(state)
 
 
 @dataclass
@@ -36,7 +52,7 @@ class ResidualCoder:
     like u exp(delta u^2 / 2), so a value far outside what it was fitted on would be an absurd bar (a volume change of
     e^12), and the training extremes are the tails the model is meant to bring back."""
 
-    lambert: list[LambertW | None]
+    marginals: list[Marginal | None]  # per column: its Gaussianising map, None for standardisation alone
     mean: np.ndarray
     std: np.ndarray
     lo: np.ndarray
@@ -45,33 +61,34 @@ class ResidualCoder:
     @classmethod
     def fit(cls, resid: np.ndarray, names: tuple[str, ...]) -> "ResidualCoder":
         rows = resid.reshape(-1, resid.shape[-1])
-        lambert = [LambertW.fit(rows[:, i]) if n in HEAVY else None for i, n in enumerate(names)]
+        marginals = [fit_marginal(rows[:, i]) if n in HEAVY else None for i, n in enumerate(names)]
         wide = np.full(len(names), np.inf)
-        coded = cls(lambert, np.zeros(len(names)), np.ones(len(names)), -wide, wide).encode(rows)
+        coded = cls(marginals, np.zeros(len(names)), np.ones(len(names)), -wide, wide).encode(rows)
         mean, std = coded.mean(axis=0), np.maximum(coded.std(axis=0), STD_FLOOR)
-        return cls(lambert, mean, std, (coded.min(axis=0) - mean) / std, (coded.max(axis=0) - mean) / std)
+        return cls(marginals, mean, std, (coded.min(axis=0) - mean) / std, (coded.max(axis=0) - mean) / std)
 
     def encode(self, resid: np.ndarray) -> np.ndarray:
         x = np.array(resid, dtype=np.float64)
-        for i, lw in enumerate(self.lambert):
-            if lw is not None:
-                x[..., i] = lw.gaussianise(x[..., i])
+        for i, m in enumerate(self.marginals):
+            if m is not None:
+                x[..., i] = m.gaussianise(x[..., i])
         return (x - self.mean) / self.std
 
     def decode(self, g: np.ndarray) -> np.ndarray:
         x = np.clip(np.asarray(g, dtype=np.float64), self.lo, self.hi) * self.std + self.mean
-        for i, lw in enumerate(self.lambert):
-            if lw is not None:
-                x[..., i] = lw.heavy(x[..., i])
+        for i, m in enumerate(self.marginals):
+            if m is not None:
+                x[..., i] = m.heavy(x[..., i])
         return x
 
     def state_dict(self) -> dict[str, Any]:
-        return {"lambert": [None if lw is None else lw.state_dict() for lw in self.lambert],
+        return {"marginals": [None if m is None else m.state_dict() for m in self.marginals],
                 **{k: getattr(self, k).tolist() for k in ("mean", "std", "lo", "hi")}}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "ResidualCoder":
-        return cls([None if s is None else LambertW.from_state_dict(s) for s in state["lambert"]],
+        saved = state.get("marginals", state.get("lambert"))  # "lambert": checkpoints from before the quantile map
+        return cls([None if s is None else marginal_from_state_dict(s) for s in saved],
                    *(np.asarray(state[k], dtype=np.float64) for k in ("mean", "std", "lo", "hi")))
 
 
@@ -138,8 +155,7 @@ class Transform:
         recursion reads (wgan_gp.py's moment loss)."""
         i = self.filt.names.index("ret")
         u = coded[..., i] * float(self.coder.std[i]) + float(self.coder.mean[i])
-        lw = self.coder.lambert[i]
-        return lw.mu + lw.sigma * u * torch.exp(0.5 * lw.delta * u * u)
+        return self.coder.marginals[i].heavy_torch(u)
 
     def residuals(self, coded: np.ndarray, state: FilterState, calibration: Calibration | None = None) -> np.ndarray:
         """Residual vectors (N, F) of coded rows, the return's scaled by ``calibration`` at the state's variance."""

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from scipy.optimize import brentq
 from scipy.special import lambertw
 from scipy.stats import kurtosis
@@ -75,9 +76,13 @@ class LambertW:
         """The forward map: the inverse of ``gaussianise``."""
         return self.mu + self.sigma * h_delta(u, self.delta)
 
+    def heavy_torch(self, u: torch.Tensor) -> torch.Tensor:
+        """``heavy`` in torch, differentiable in u (the generators' losses)."""
+        return self.mu + self.sigma * u * torch.exp(0.5 * self.delta * u * u)
+
     def state_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": "lambert_w", **asdict(self)}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "LambertW":
-        return cls(**state)
+        return cls(*(float(state[k]) for k in ("mu", "sigma", "delta")))

@@ -16,6 +16,7 @@ training years, as the held-out bars and the stress tests' paths do) or before a
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ def _held(gen: Any, state: FilterState, prev: np.ndarray, regime: int, proposals
     tf, n, k = gen.transform, len(state.var), proposals
     cond = np.repeat(tf.cond(state, prev), k, axis=0)
     coded = gen.model.draw(torch.from_numpy(cond), torch.full((n * k,), regime, dtype=torch.long), tgen)
-    coded = coded.cpu().numpy().astype(np.float64)
+    coded = gen.calibration.coded(coded.cpu().numpy().astype(np.float64))
     rep = FilterState(np.repeat(state.sym, k), np.repeat(state.var, k), np.repeat(state.prem, k),
                       np.repeat(state.rets, k, axis=0))
     z = tf.residuals(coded, rep, gen.calibration)[:, tf.filt.names.index("ret")]
@@ -80,7 +81,7 @@ def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int,
     if gen.kind == "timegan":
         chunks = -(-length // gen.seq_len)
         coded = gen.model.sample(paths * chunks, gen.seq_len, None, tgen).cpu().numpy()
-        coded = coded.reshape(paths, chunks * gen.seq_len, -1)[:, :length]
+        coded = gen.calibration.coded(coded.reshape(paths, chunks * gen.seq_len, -1)[:, :length].astype(np.float64))
         for t in range(length):
             out[:, t] = tf.step(coded[:, t], state, gen.calibration)
         return out
@@ -102,30 +103,38 @@ def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int,
                     drawn = _markov(matrix, drawn, rng)
                 lab = torch.as_tensor(drawn, dtype=torch.long)
             coded = gen.model.draw(torch.from_numpy(tf.cond(state, prev)), lab, tgen).cpu().numpy()
-            coded = coded.astype(np.float64)
+            coded = gen.calibration.coded(coded.astype(np.float64))
         out[:, t] = tf.step(coded, state, gen.calibration)
         prev = coded.astype(np.float32)
     return out
 
 
 def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
-    """The return residual's calibration (residual_scale.py) of ``gen`` on its training split's states; ``labels``
+    """The calibration (residual_scale.py) of ``gen`` on its training split's states: first the coded columns'
+    affine map, then the return residual's scale per band of the variance, measured after that map; ``labels``
     (S, T) the training bars' regimes (for a conditional model's draws)."""
     tf = gen.transform
     coded, cond = tf.training_rows()
     w, f = tf.window, coded.shape[-1]
     ret = tf.filt.names.index("ret")
-    real_z = tf.coder.decode(coded[:, w:].reshape(-1, f))[:, ret]
+    real = coded[:, w:].reshape(-1, f).astype(np.float64)
+    real_z = tf.coder.decode(real)[:, ret]
     tgen = torch.Generator().manual_seed(seed)
     if gen.kind == "timegan":  # windows drawn whole, without a state: one band
         windows = gen.model.sample(TIMEGAN_WINDOWS, gen.seq_len, None, tgen).cpu().numpy().reshape(-1, f)
-        return Calibration.fit(real_z, np.empty(0), lambda _: tf.coder.decode(windows)[:, ret])
+        scale, shift = Calibration.coded_affine(real, windows.astype(np.float64))
+        affine = replace(Calibration.identity(), coded_scale=scale, coded_shift=shift)
+        cal = Calibration.fit(real_z, np.empty(0), lambda _: tf.coder.decode(affine.coded(windows))[:, ret])
+        return replace(cal, coded_scale=scale, coded_shift=shift)
     rows = torch.from_numpy(np.ascontiguousarray(cond[:, w:].reshape(-1, cond.shape[-1])))
     lab = torch.as_tensor(labels[:, w:].reshape(-1), dtype=torch.long) if gen.regimes is not None else None
 
-    def draw(pick: np.ndarray) -> np.ndarray:
+    def draw_coded(pick: np.ndarray) -> np.ndarray:
         idx = torch.as_tensor(np.repeat(pick, DRAWS_PER_ROW))
-        g = gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen).cpu().numpy()
-        return tf.coder.decode(g)[:, ret]
+        return gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen).cpu().numpy().astype(np.float64)
 
-    return Calibration.fit(real_z, np.log(tf.var[:, w:-1].reshape(-1)), draw)
+    scale, shift = Calibration.coded_affine(real, draw_coded(np.arange(len(real))))
+    affine = replace(Calibration.identity(), coded_scale=scale, coded_shift=shift)
+    cal = Calibration.fit(real_z, np.log(tf.var[:, w:-1].reshape(-1)),
+                          lambda pick: tf.coder.decode(affine.coded(draw_coded(pick)))[:, ret])
+    return replace(cal, coded_scale=scale, coded_shift=shift)

@@ -58,6 +58,8 @@ def model_rows(report: dict[str, Any], base: dict[str, Any]) -> list[dict[str, A
                report["real_held_out"]["kurtosis"], "like_length": like.get("length"),
                "like_acf_abs": like.get("acf_score", {}).get("abs"), "like_leverage": like.get("leverage_score"),
                "like_kurtosis_path_median": like.get("kurtosis_per_path_median"),
+               "like_held_percentile": like.get("held_out_kurtosis_percentile"),
+               "held_kurtosis_series_median": report["real_held_out"].get("kurtosis_per_series_median"),
                "drift_min": min(r["drift"]["ratio_min"]), "drift_max": max(r["drift"]["ratio_max"]),
                "train_s": r["train_seconds"], "train_cpu_s": r.get("train_cpu_seconds"),
                "sample_s": r["sample_seconds"]}
