@@ -2,7 +2,7 @@
 
     python scripts/studies/scenario_rows.py add --report R.json --data sp500 --command "python -m ..." [--wall-s S]
         [--cpu-s S] [--note TEXT] [--rows docs/data/scenarios]
-    python scripts/studies/scenario_rows.py tables [--rows docs/data/scenarios] [--data sp500]
+    python scripts/studies/scenario_rows.py tables [--rows docs/data/scenarios] [--data sp500] [--commit C ...]
 
 ``add`` appends one row per model of a report (``python -m clstm_ppo.scenarios report --json``) to
 ``<rows>/reports.jsonl`` and one per (model, regime) of a conditional model's regime blocks to
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-ROWS = Path(__file__).resolve().parent.parent / "docs" / "data" / "scenarios"
+ROWS = Path(__file__).resolve().parents[2] / "docs" / "data" / "scenarios"
 MODELS = ("model", "garch_t", "bootstrap", "fhs")
 MARK = {True: "pass", False: "FAIL", None: "–"}
 
@@ -97,11 +97,12 @@ def add(args: argparse.Namespace) -> None:
     print(f"{len(MODELS)} model rows from {args.report} appended to {args.rows}")
 
 
-def _latest(path: Path, key: tuple[str, ...], data: str | None) -> list[dict[str, Any]]:
+def _latest(path: Path, key: tuple[str, ...], data: str | None, commits: list[str] | None = None
+            ) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     latest: dict[tuple, dict[str, Any]] = {}
     for row in rows:
-        if data is None or row["data"] == data:
+        if (data is None or row["data"] == data) and (not commits or row["commit"] in commits):
             latest[tuple(row.get(k) for k in key)] = row
     return list(latest.values())
 
@@ -116,7 +117,7 @@ def tables(args: argparse.Namespace) -> None:
             "sample s |")
     print(head)
     print("|" + "---|" * (head.replace("\\|", "").count("|") - 1))
-    for r in _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data):
+    for r in _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data, args.commit):
         print(f"| {r['data']} | {r['model']} | {r['judge']} | {_num(r['disc'], 3)} | {_num(r['strict'], 3)} | "
               + " | ".join(_num(r[f"emd{k}"], 5) for k in ("1", "5", "20", "100"))
               + f" | {_num(r['acf_abs'], 3)} | {_num(r['leverage'], 3)} | {_num(r['kurtosis'], 2)} | "
@@ -127,13 +128,13 @@ def tables(args: argparse.Namespace) -> None:
     goals = ("tails", "emd", "acf_abs", "leverage", "discriminative", "regimes", "drift", "budget")
     print("| data | model | " + " | ".join(goals) + " |")
     print("|" + "---|" * (len(goals) + 2))
-    for r in _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data):
+    for r in _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data, args.commit):
         print(f"| {r['data']} | {r['model']} | " + " | ".join(MARK[r.get(f'goal_{g}')] for g in goals) + " |")
     print()
     print("| data | sampling | regime | held-out share | real recall | generated agreement | vol real | vol gen "
           "| skew real | skew gen |")
     print("|" + "---|" * 10)
-    for r in _latest(args.rows / "regimes.jsonl", ("data", "sampling", "regime", "commit"), args.data):
+    for r in _latest(args.rows / "regimes.jsonl", ("data", "sampling", "regime", "commit"), args.data, args.commit):
         print(f"| {r['data']} | {r['sampling']} | {r['regime']} | {_num(100 * r['share_held'], 1)}% | "
               f"{_num(100 * r['recall_real'], 1)}% | {_num(100 * r['agreement'], 1)}% | "
               f"{_num(100 * r['vol_real_train'], 1)}% | {_num(100 * r['vol_generated'], 1)}% | "
@@ -154,6 +155,7 @@ def main() -> None:
     t = sub.add_parser("tables")
     t.add_argument("--rows", type=Path, default=ROWS)
     t.add_argument("--data", default=None)
+    t.add_argument("--commit", action="append", help="only rows measured at this commit (repeatable)")
     args = parser.parse_args()
     add(args) if args.command_name == "add" else tables(args)
 
