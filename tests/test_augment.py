@@ -92,6 +92,20 @@ def test_augment_without_a_checkpoint_or_of_another_feature_set_is_one_line(gen_
         augmented_data(real, cfg)
 
 
+def test_a_generator_fitted_after_the_training_split_is_refused_in_one_line(gen_path):
+    cfg = _cfg(gen_path, 0.3)
+    real = observed_market_data(cfg)
+    first, last = real.split_dates("train")
+    earlier = (first + (last - first) / 2).date()  # a fold whose training years end before the generator's
+    cfg = load_config("smoke", ["data.augment=0.3", f"data.augment_paths={PATHS}",
+                                f"data.augment_checkpoint={gen_path}", f"data.train_end={earlier}",
+                                f"data.val_end={last.date()}"])
+    with pytest.raises(ConfigError, match=f"fitted on bars up to {last.date()}, after this run's training split "
+                                          f"ends \\(20") as err:
+        augmented_data(observed_market_data(cfg), cfg)
+    assert "\n" not in str(err.value)
+
+
 def _bars_of(data, s: int, rows: slice) -> np.ndarray:
     """(T, F) the scenario columns (gap, return, wicks, volume change, log iv) and rate of underlying ``s``."""
     from clstm_ppo.scenarios.bar_columns import bar_features, feature_names

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.config import Config
+from clstm_ppo.config import Config, ConfigError
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.market.inputs import market_inputs
@@ -97,6 +97,17 @@ def _on_real_dates(built: MarketData, real: MarketData, symbol: str) -> np.ndarr
     return rows
 
 
+def check_fitted_before(gen: FittedGenerator, real: MarketData, what: str) -> None:
+    """A one-line ConfigError when ``gen`` was fitted on bars after the run's training split: its paths would carry
+    the years the run is validated and tested on (a walk-forward fold needs a generator of its own training years)."""
+    fitted_to, train_last = gen.data.get("train_last"), real.split_dates("train")[1]
+    if fitted_to and pd.Timestamp(fitted_to) > train_last:
+        raise ConfigError(f"{what}: the generator was fitted on bars up to {fitted_to}, after this run's training "
+                          f"split ends ({train_last.date()}), so its paths would carry the years this run is "
+                          "validated and tested on; fit one on this run's training years (python -m "
+                          "clstm_ppo.scenarios train with this run's data settings)")
+
+
 def pool_tables(real: MarketData, cfg: Config, warm: int, generator: FittedGenerator | None = None) -> list[PathTable]:
     """The pool's loader tables from ``data.augment_source``, on the real dates after ``warm`` warm-up days."""
     d = cfg.data
@@ -108,6 +119,7 @@ def pool_tables(real: MarketData, cfg: Config, warm: int, generator: FittedGener
         return underlying_tables(real, d.augment_underlyings, warm)
     gen = generator or load_generator(d.augment_checkpoint)
     check_fits(gen, real, f"data.augment_checkpoint {d.augment_checkpoint}")
+    check_fitted_before(gen, real, f"data.augment_checkpoint {d.augment_checkpoint}")
     flags = lambda x: bool(x[0]) if x is not None else False  # noqa: E731 - a generated path trades as the first
     return [PathTable(frame, flags(real.broad_index), flags(real.dividend_adjusted))
             for frame in _path_frames(gen, real, d.augment_paths, cfg.seed, warm)]
