@@ -209,22 +209,33 @@ def test_calibration_undoes_a_known_scale_error():
     assert Calibration.from_state_dict(cal.state_dict()) == cal
 
 
-def test_the_coded_affine_map_moves_draws_to_the_real_moments_and_old_calibrations_load():
+def test_the_coded_quantile_map_gives_draws_the_real_marginals_and_old_calibrations_load():
     rng = np.random.default_rng(8)
-    real = rng.standard_normal((5000, 3))
-    generated = rng.standard_normal((8000, 3)) * np.array([1.2, 0.9, 1.0]) + np.array([0.3, 0.0, -0.1])
-    scale, shift = Calibration.coded_affine(real, generated)
-    cal = Calibration((), (1.0,), (1.0,), scale, shift)
-    moved = cal.coded(generated)
-    np.testing.assert_allclose(moved.mean(axis=0), real.mean(axis=0), atol=1e-12)
-    np.testing.assert_allclose(moved.std(axis=0), real.std(axis=0), rtol=1e-12)
-    # a column the generator draws as a constant is left unscaled (shifted to the real mean)
+    real = rng.standard_normal((20_000, 3))
+    # a generator too wide, shifted, and one column heavy-tailed where the real one is normal
+    generated = np.stack([rng.normal(0.3, 1.2, 30_000), rng.normal(0, 0.9, 30_000),
+                          rng.standard_t(3, 30_000)], axis=1)
+    src, dst = Calibration.coded_quantiles(real, generated)
+    cal = Calibration((), (1.0,), (1.0,), src, dst)
+    fresh = np.stack([rng.normal(0.3, 1.2, 30_000), rng.normal(0, 0.9, 30_000), rng.standard_t(3, 30_000)], axis=1)
+    moved = cal.coded(fresh)
+    for i in range(3):  # every column's quantiles are the real ones' up to sampling noise, tails included
+        np.testing.assert_allclose(np.quantile(moved[:, i], [0.01, 0.1, 0.5, 0.9, 0.99]),
+                                   np.quantile(real[:, i], [0.01, 0.1, 0.5, 0.9, 0.99]), atol=0.1)
+        np.testing.assert_allclose(np.quantile(moved[:, i], [0.001, 0.999]),
+                                   np.quantile(real[:, i], [0.001, 0.999]), atol=0.25)
+    # the t(3) column was far heavier before: its 0.1% quantile moved from about -10 to the normal's -3.1
+    assert np.quantile(fresh[:, 2], 0.001) < -7
+    assert np.abs(moved).max() <= np.abs(real).max() + 1e-12  # nothing past the real extremes
+    # the map is monotone: the order of the draws (what the network made of its state) is kept
+    order = np.argsort(fresh[:, 2])
+    assert (np.diff(moved[order, 2]) >= 0).all()
+    # a column drawn as a constant still maps (to the real median region), without dividing by zero
     flat = generated.copy()
     flat[:, 2] = 0.5
-    scale, shift = Calibration.coded_affine(real, flat)
-    assert scale[2] == 1.0 and shift[2] == pytest.approx(real[:, 2].mean() - 0.5)
+    src, dst = Calibration.coded_quantiles(real, flat)
+    assert np.isfinite(Calibration((), (1.0,), (1.0,), src, dst).coded(flat)).all()
     assert Calibration.from_state_dict(cal.state_dict()) == cal
-    # a checkpoint saved before the affine step has no such keys: it draws as it did
-    old = {"edges": [0.0], "k_neg": [1.0, 0.9], "k_pos": [1.1, 1.0]}
-    loaded = Calibration.from_state_dict(old)
-    assert loaded.coded_scale == () and loaded.coded(generated) is generated
+    # a checkpoint saved before the map has no such keys: it draws as it did
+    loaded = Calibration.from_state_dict({"edges": [0.0], "k_neg": [1.0, 0.9], "k_pos": [1.1, 1.0]})
+    assert loaded.coded_from == () and loaded.coded(generated) is generated

@@ -10,10 +10,13 @@ E[z^2; z >= 0]: after training, each band's negative and positive residuals are 
 so, measured on the generator's own draws at the training split's states (docs/SCENARIOS.md). The shape, the tails'
 weight relative to the body and the dependence on the regime and the other columns stay the network's.
 
-Before that, every coded column the generator draws is moved by one affine map to the training rows' coded mean and
-standard deviation (the coded columns are near-Gaussian, so a generator a fifth too wide there puts several times the
-training share of its draws in the tails, and the Gaussianising maps turn those into the training split's extremes:
-the S&P 500 WGAN-GP's gap residual came out 1.8 times the real one's size before this step).
+Before that, every coded column the generator draws is mapped onto the training rows' coded distribution by quantile
+mapping (each draw's quantile among the generator's draws at the training states is read off the real rows'
+quantiles): the coded columns are near-Gaussian, so a generator a little too wide there puts several times the
+training share of its draws in the tails, which the Gaussianising maps turn into the training split's extremes (the
+S&P 500 WGAN-GP's gap residual came out 1.8 times the real one's size without this step, 1.2 times after matching
+only the mean and std). Each column's marginal is then the real one's; how a draw depends on its state, its regime
+and the other columns stays the network's.
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ import numpy as np
 # bands of the state's log variance, as quantiles of the training states: finer where the volatility runs away
 BANDS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98)
 MIN_DRAWS = 200
+QUANTILE_LEVELS = 1001  # coded quantiles kept per column for the quantile map
+TIE_STEP = 1e-12
 
 
 def _side_moments(z: np.ndarray) -> tuple[float, float]:
@@ -37,26 +42,33 @@ class Calibration:
     edges: tuple[float, ...]  # log variance band edges (percent^2 units); () for one band
     k_neg: tuple[float, ...]  # factor on negative residuals, per band
     k_pos: tuple[float, ...]
-    coded_scale: tuple[float, ...] = ()  # per coded column, applied to each draw first; () for none
-    coded_shift: tuple[float, ...] = ()
+    coded_from: tuple[tuple[float, ...], ...] = ()  # per coded column, the generator's quantiles; () for none
+    coded_to: tuple[tuple[float, ...], ...] = ()  # the real rows' quantiles at the same levels
 
     @classmethod
     def identity(cls) -> "Calibration":
         return cls((), (1.0,), (1.0,))
 
     @staticmethod
-    def coded_affine(real: np.ndarray, generated: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """(scale, shift) per column that move generated coded rows (m, F) to the real rows' (n, F) mean and std."""
-        g_std = generated.std(axis=0)
-        scale = np.where(g_std > 0, real.std(axis=0) / np.where(g_std > 0, g_std, 1.0), 1.0)
-        shift = real.mean(axis=0) - generated.mean(axis=0) * scale
-        return tuple(float(v) for v in scale), tuple(float(v) for v in shift)
+    def coded_quantiles(real: np.ndarray, generated: np.ndarray, levels: int = QUANTILE_LEVELS
+                        ) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]:
+        """(from, to): per column, the generated (m, F) and real (n, F) coded rows' quantiles at ``levels`` evenly
+        spaced probabilities; the generator's are made strictly increasing so the map is a function."""
+        p = np.linspace(0.0, 1.0, levels)
+        src = np.quantile(generated, p, axis=0).T
+        src = np.maximum.accumulate(src, axis=1) + np.arange(levels) * TIE_STEP  # a flat run (ties) still maps
+        dst = np.quantile(real, p, axis=0).T
+        return tuple(tuple(map(float, r)) for r in src), tuple(tuple(map(float, r)) for r in dst)
 
     def coded(self, g: np.ndarray) -> np.ndarray:
-        """Generated coded rows (..., F) after the affine map (unchanged without one)."""
-        if not self.coded_scale:
+        """Generated coded rows (..., F) after the quantile map (unchanged without one); a draw beyond the
+        generator's measured range maps to the real extreme."""
+        if not self.coded_from:
             return g
-        return g * np.asarray(self.coded_scale, dtype=g.dtype) + np.asarray(self.coded_shift, dtype=g.dtype)
+        out = np.empty_like(g)
+        for i, (src, dst) in enumerate(zip(self.coded_from, self.coded_to, strict=True)):
+            out[..., i] = np.interp(g[..., i], src, dst)
+        return out
 
     @classmethod
     def fit(cls, real_z: np.ndarray, logvar: np.ndarray, draw: Callable[[np.ndarray], np.ndarray],
@@ -88,5 +100,7 @@ class Calibration:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "Calibration":
-        # coded_scale and coded_shift: absent from checkpoints saved before the affine step, which stay without it
-        return cls(*(tuple(state.get(k, ())) for k in ("edges", "k_neg", "k_pos", "coded_scale", "coded_shift")))
+        # coded_from and coded_to: absent from checkpoints saved before the quantile map, which stay without it
+        flat = (tuple(state[k]) for k in ("edges", "k_neg", "k_pos"))
+        nested = (tuple(tuple(r) for r in state.get(k, ())) for k in ("coded_from", "coded_to"))
+        return cls(*flat, *nested)

@@ -111,7 +111,7 @@ def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int,
 
 def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
     """The calibration (residual_scale.py) of ``gen`` on its training split's states: first the coded columns'
-    affine map, then the return residual's scale per band of the variance, measured after that map; ``labels``
+    quantile map, then the return residual's scale per band of the variance, measured after that map; ``labels``
     (S, T) the training bars' regimes (for a conditional model's draws)."""
     tf = gen.transform
     coded, cond = tf.training_rows()
@@ -122,10 +122,10 @@ def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
     tgen = torch.Generator().manual_seed(seed)
     if gen.kind == "timegan":  # windows drawn whole, without a state: one band
         windows = gen.model.sample(TIMEGAN_WINDOWS, gen.seq_len, None, tgen).cpu().numpy().reshape(-1, f)
-        scale, shift = Calibration.coded_affine(real, windows.astype(np.float64))
-        affine = replace(Calibration.identity(), coded_scale=scale, coded_shift=shift)
-        cal = Calibration.fit(real_z, np.empty(0), lambda _: tf.coder.decode(affine.coded(windows))[:, ret])
-        return replace(cal, coded_scale=scale, coded_shift=shift)
+        src, dst = Calibration.coded_quantiles(real, windows.astype(np.float64))
+        mapped = replace(Calibration.identity(), coded_from=src, coded_to=dst)
+        cal = Calibration.fit(real_z, np.empty(0), lambda _: tf.coder.decode(mapped.coded(windows))[:, ret])
+        return replace(cal, coded_from=src, coded_to=dst)
     rows = torch.from_numpy(np.ascontiguousarray(cond[:, w:].reshape(-1, cond.shape[-1])))
     lab = torch.as_tensor(labels[:, w:].reshape(-1), dtype=torch.long) if gen.regimes is not None else None
 
@@ -133,8 +133,8 @@ def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
         idx = torch.as_tensor(np.repeat(pick, DRAWS_PER_ROW))
         return gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen).cpu().numpy().astype(np.float64)
 
-    scale, shift = Calibration.coded_affine(real, draw_coded(np.arange(len(real))))
-    affine = replace(Calibration.identity(), coded_scale=scale, coded_shift=shift)
+    src, dst = Calibration.coded_quantiles(real, draw_coded(np.arange(len(real))))
+    mapped = replace(Calibration.identity(), coded_from=src, coded_to=dst)
     cal = Calibration.fit(real_z, np.log(tf.var[:, w:-1].reshape(-1)),
-                          lambda pick: tf.coder.decode(affine.coded(draw_coded(pick)))[:, ret])
-    return replace(cal, coded_scale=scale, coded_shift=shift)
+                          lambda pick: tf.coder.decode(mapped.coded(draw_coded(pick)))[:, ret])
+    return replace(cal, coded_from=src, coded_to=dst)
