@@ -112,18 +112,18 @@ def _num(v: Any, digits: int) -> str:
 
 
 def tables(args: argparse.Namespace) -> None:
-    head = ("| data | model | judge | disc | strict | emd1 | emd5 | emd20 | emd100 | acf \\|r\\| | leverage | kurt | "
-            "kurt, path median | at held-out length: acf \\|r\\| | leverage | kurt, path median | drift | fit s | "
-            "sample s |")
+    head = ("| data | model | judge | disc | strict | emd1 | emd5 | emd20 | emd100 | acf \\|r\\| | leverage | kurt, pooled | "
+            "kurt, held-out length | held-out percentile | drift | fit s | sample s |")
     print(head)
     print("|" + "---|" * (head.replace("\\|", "").count("|") - 1))
     for r in _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data, args.commit):
+        pct = r.get("like_held_percentile")
         print(f"| {r['data']} | {r['model']} | {r['judge']} | {_num(r['disc'], 3)} | {_num(r['strict'], 3)} | "
               + " | ".join(_num(r[f"emd{k}"], 5) for k in ("1", "5", "20", "100"))
               + f" | {_num(r['acf_abs'], 3)} | {_num(r['leverage'], 3)} | {_num(r['kurtosis'], 2)} | "
-              f"{_num(r['kurtosis_path_median'], 2)} | {_num(r['like_acf_abs'], 3)} | {_num(r['like_leverage'], 3)} | "
-              f"{_num(r['like_kurtosis_path_median'], 2)} | {_num(r['drift_min'], 2)}–{_num(r['drift_max'], 2)} | "
-              f"{_num(r['train_s'], 0)} | {_num(r['sample_s'], 2)} |")
+              f"{_num(r['like_kurtosis_path_median'], 2)} | {'' if pct is None else f'{100 * pct:.0f}%'} | "
+              f"{_num(r['drift_min'], 2)}–{_num(r['drift_max'], 2)} | {_num(r['train_s'], 0)} | "
+              f"{_num(r['sample_s'], 2)} |")
     print()
     goals = ("tails", "emd", "acf_abs", "leverage", "discriminative", "regimes", "drift", "budget")
     print("| data | model | " + " | ".join(goals) + " |")
