@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clstm_ppo.backtest.statistics import bootstrap_ci
+from clstm_ppo.backtest.statistics import bootstrap_ci, clustered_bootstrap_ci
 from clstm_ppo.studies.results_tables import against_benchmarks, load_grids, paired_grids, refreshed, render
 
 DATA = Path(__file__).parent / "data"
@@ -34,6 +34,10 @@ def test_each_agent_against_each_benchmark_is_paired_by_seed_and_fold(grids):
             row = rows[(f"{config} - {bench}", "sharpe_excess")]
             assert row["pairs"] == 6 and row["mean"] == pytest.approx(diffs.mean())
             assert (row["ci_low"], row["ci_high"]) == pytest.approx(bootstrap_ci(diffs))
+            # the fold-clustered interval: folds resampled, then seeds within them
+            folds = np.repeat([0, 1], 3)
+            assert (row["fold_ci_low"], row["fold_ci_high"]) == pytest.approx(clustered_bootstrap_ci(diffs, folds))
+            assert row["folds"] == 2
             assert row["wins"] == pytest.approx((diffs > 0).mean())
 
 

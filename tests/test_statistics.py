@@ -7,6 +7,7 @@ import pytest
 
 from clstm_ppo.backtest.statistics import (
     bootstrap_ci,
+    clustered_bootstrap_ci,
     deflated_sharpe,
     expected_max_sharpe,
     paired_difference,
@@ -33,6 +34,28 @@ def test_paired_differences_pair_runs_and_drop_missing_pairs():
     assert out["wins"] == pytest.approx(2 / 3) and out["ci_low"] <= out["mean"] <= out["ci_high"]
     with pytest.raises(ValueError, match="paired samples need the same runs"):
         paired_difference(a, b[:3])
+
+
+def test_the_fold_clustered_interval_counts_folds_not_identical_seeds():
+    # ten seeds of each of three folds that all walk one rule: three observations, not thirty
+    folds = np.repeat([0, 1, 2], 10)
+    d = np.repeat([-0.6, 0.5, 0.4], 10)
+    naive = bootstrap_ci(d)
+    low, high = clustered_bootstrap_ci(d, folds)
+    # with identical runs in a fold, the two-stage bootstrap is the bootstrap of the three fold means
+    rng = np.random.default_rng(0)
+    means = np.array([np.array([-0.6, 0.5, 0.4])[rng.integers(0, 3, 3)].mean() for _ in range(20_000)])
+    assert (low, high) == pytest.approx((np.quantile(means, 0.025), np.quantile(means, 0.975)), abs=0.03)
+    assert low < naive[0] and high > naive[1] and high - low > 2 * (naive[1] - naive[0])
+    # one run a fold: the runs themselves are resampled (the plain bootstrap's distribution, another stream)
+    x = np.array([0.3, -1.2, 0.8, 1.9, 0.1, -0.4, 1.1, 0.6, 2.2, -0.7])
+    assert clustered_bootstrap_ci(x, np.arange(10), resamples=40_000) == pytest.approx(
+        bootstrap_ci(x, resamples=40_000), abs=0.05)
+    assert all(math.isnan(v) for v in clustered_bootstrap_ci(d[:10], folds[:10]))  # one fold: no interval
+    with pytest.raises(ValueError, match="a group per run"):
+        clustered_bootstrap_ci(d, folds[:5])
+    out = paired_difference(d, np.zeros(30), groups=folds)
+    assert out["folds"] == 3 and (out["fold_ci_low"], out["fold_ci_high"]) == (low, high)
 
 
 def test_the_deflated_sharpe_ratio_reproduces_the_papers_worked_example():

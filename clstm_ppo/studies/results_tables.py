@@ -37,17 +37,20 @@ def _keyed(rows: list[dict[str, Any]], config: str, with_window: bool = True) ->
 
 def _pair_rows(a: dict[tuple, dict[str, Any]], b: dict[tuple, dict[str, Any]], pair: str,
                metrics: tuple[str, ...] = CI_METRICS) -> list[dict[str, Any]]:
-    """``b - a`` run by run over the keys both have, per metric: mean, bootstrap 95% interval, share of wins."""
+    """``b - a`` run by run over the keys both have, per metric: mean, bootstrap 95% interval over runs, the
+    fold-clustered one (folds, then seeds within them: statistics.clustered_bootstrap_ci), share of wins."""
     shared = [k for k in a if k in b]
+    folds = np.array([k[-1] for k in shared])  # every key ends with the fold
     rows = []
     for metric in metrics:
         x = np.array([a[k].get(metric, np.nan) for k in shared], dtype=float)
         y = np.array([b[k].get(metric, np.nan) for k in shared], dtype=float)
         if not np.isfinite(x).any() or not np.isfinite(y).any():
             continue  # an older grid recorded only the benchmarks' Sharpe
-        d = paired_difference(y, x)
+        d = paired_difference(y, x, groups=folds)
         rows.append({"pair": pair, "metric": metric, "mean": d["mean"], "ci_low": d["ci_low"],
-                     "ci_high": d["ci_high"], "wins": d["wins"], "pairs": int(d["pairs"])})
+                     "ci_high": d["ci_high"], "fold_ci_low": d["fold_ci_low"], "fold_ci_high": d["fold_ci_high"],
+                     "wins": d["wins"], "pairs": int(d["pairs"]), "folds": int(d["folds"])})
     return rows
 
 

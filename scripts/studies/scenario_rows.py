@@ -112,8 +112,8 @@ def _num(v: Any, digits: int) -> str:
 
 
 def tables(args: argparse.Namespace) -> None:
-    head = ("| data | model | judge | disc | strict | emd1 | emd5 | emd20 | emd100 | acf \\|r\\| | leverage | kurt, pooled | "
-            "kurt, held-out length | held-out percentile | drift | fit s | sample s |")
+    head = ("| data | model | judge | disc | strict | emd1 | emd5 | emd20 | emd100 | acf \\|r\\| | leverage | "
+            "kurt, pooled | kurt, held-out length | held-out percentile | drift | fit s | sample s |")
     print(head)
     print("|" + "---|" * (head.replace("\\|", "").count("|") - 1))
     for r in _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data, args.commit):
