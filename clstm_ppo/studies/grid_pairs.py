@@ -1,6 +1,7 @@
 """Two grids paired run by run (scripts/studies/compare_grids.py): for each configuration both have and each headline
-metric, A's and B's mean +- std over the shared runs and B - A with its bootstrap 95% interval; with the runs'
-folders, what each run learnt where it trained and validated (docs/RESULTS.md, "Method")."""
+metric, A's and B's mean +- std over the shared runs and B - A with its bootstrap 95% interval over runs and the
+fold-clustered one (statistics.clustered_bootstrap_ci); with the runs' folders, what each run learnt where it
+trained and validated (docs/RESULTS.md, "Method")."""
 from __future__ import annotations
 
 import json
@@ -56,10 +57,11 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]],
         for metric in [m for m in (*METRICS, *LEARNING) if m in by_key_a[keys[0]] and m in by_key_b[keys[0]]]:
             x = np.array([_number(by_key_a[k][metric]) for k in keys])
             y = np.array([_number(by_key_b[k][metric]) for k in keys])
-            d = paired_difference(y, x)
+            d = paired_difference(y, x, groups=np.array([k[KEY.index("fold")] for k in keys]))
             rows.append({**dict(zip(by, values, strict=True)), "metric": metric, "runs": len(keys),
                          "a_mean": _mean(x), "a_std": _std(x), "b_mean": _mean(y), "b_std": _std(y),
-                         "b_minus_a": d["mean"], "ci_low": d["ci_low"], "ci_high": d["ci_high"], "b_higher": d["wins"]})
+                         "b_minus_a": d["mean"], "ci_low": d["ci_low"], "ci_high": d["ci_high"],
+                         "fold_ci_low": d["fold_ci_low"], "fold_ci_high": d["fold_ci_high"], "b_higher": d["wins"]})
     left_out = {"only_a": len(by_key_a) - len(shared), "only_b": len(by_key_b) - len(shared)}
     return rows, left_out
 

@@ -53,7 +53,8 @@ def main() -> None:
           f"{left_out['only_a']} of {a}, {left_out['only_b']} of {b}")
     shown = [{**{k: r[k] for k in args.by}, "metric": r["metric"], "runs": r["runs"], f"{a} mean": r["a_mean"],
               f"{a} std": r["a_std"], f"{b} mean": r["b_mean"], f"{b} std": r["b_std"], f"{b} - {a}": r["b_minus_a"],
-              "ci_low": r["ci_low"], "ci_high": r["ci_high"], f"{b} higher": r["b_higher"]} for r in rows]
+              "ci_low": r["ci_low"], "ci_high": r["ci_high"], "fold_ci_low": r["fold_ci_low"],
+              "fold_ci_high": r["fold_ci_high"], f"{b} higher": r["b_higher"]} for r in rows]
     print(format_records(shown, digits=3))
     if args.json:
         print(strict_json({"names": [a, b], "rows": rows, **left_out}))
