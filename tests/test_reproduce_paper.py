@@ -164,3 +164,13 @@ def test_the_grid_pairs_every_two_kinds_run_by_run():
     assert pair["ci_low"] <= pair["mean"] <= pair["ci_high"]
     assert [row["policy"] for row in tables["main"]][:2] == ["clstm", "mlp"]
     assert tables["deflated"]["trials"] == 2
+
+
+def test_a_setting_that_names_the_fold_reads_each_cell_s_own():
+    from clstm_ppo.studies.paper_grid import cell_overrides
+
+    sets = ["data.augment_checkpoint=gens/fold{fold}/wgan_gp.pt", "train.num_envs=8"]
+    cell = {"kind": "clstm", "reward": "equity", "window": 30, "seed": 4, "fold": 2}
+    assert cell_overrides(sets, cell) == ["data.augment_checkpoint=gens/fold2/wgan_gp.pt", "train.num_envs=8"]
+    assert cell_overrides(sets, {**cell, "fold": None})[0] == "data.augment_checkpoint=gens/foldsplit/wgan_gp.pt"
+    assert sets[0].endswith("fold{fold}/wgan_gp.pt")  # the grid's own list is left as given

@@ -217,3 +217,18 @@ def test_paths_of_any_length_keep_the_volatility_in_its_training_range(tmp_path,
     steady = drift(Fhs.fit(ts.raw, ts.names).sample_features(50, 1000, None, 0)[..., col:col + 1],
                    ts.raw[0, :, col:col + 1].std(axis=0))
     assert steady["ok"], steady
+
+
+def test_a_generator_fits_a_walk_forward_fold_s_training_years(tmp_path, capsys):
+    from clstm_ppo.data.folds import walk_forward_folds
+
+    fold = walk_forward_folds(build_market_data(DataConfig(source="sp500")).dates, 3)[0]
+    assert main(["train", "--data", "sp500", "--model", "wgan_gp", "--steps", "1", "--folds", "3", "--fold", "0",
+                 "--out", str(tmp_path)]) == 0
+    last = pd.Timestamp(load_generator(tmp_path / "wgan_gp.pt").data["train_last"])
+    # the fold's last training bar: on or just before its train_end (a year end may fall on a weekend)
+    assert pd.Timestamp(fold.train_end) - pd.Timedelta(days=7) <= last <= pd.Timestamp(fold.train_end)
+    for bad in (["--fold", "3", "--folds", "3"], ["--fold", "0"], ["--folds", "3"]):
+        err = _one_line_error(capsys, ["train", "--data", "sp500", "--model", "wgan_gp", "--out", str(tmp_path / "x"),
+                                       *bad])
+        assert "--fold K --folds N go together, with 0 <= K < N" in err

@@ -18,6 +18,7 @@ from clstm_ppo.config import ConfigError, DataConfig, first_line
 from clstm_ppo.config.fields import from_dict
 from clstm_ppo.config.resolve import to_dict
 from clstm_ppo.data.dataset import build_market_data
+from clstm_ppo.data.folds import walk_forward_folds
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.generator import DEFAULT_STEPS, MODELS, check_model, load_generator
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICE_CHOICES)}")
     train.add_argument("--resume", action="store_true", help="continue DIR/<model>.pt up to --steps")
+    train.add_argument("--folds", type=int, default=0, help="with --fold K: fit on the training years of walk-forward "
+                       "fold K of N, the folds reproduce_paper.py --folds N makes (a fold's augmentation needs them)")
+    train.add_argument("--fold", type=int, default=None)
     train.add_argument("--wandb", action="store_true", help="log the losses to Weights & Biases")
     train.add_argument("--tensorboard", default="", metavar="DIR", help="log the losses as TensorBoard scalars")
     add_config_arguments(train)
@@ -88,6 +92,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.data is not None:
         cfg.data.source = args.data
+    if (args.fold is None) != (not args.folds) or (args.folds and not 0 <= args.fold < args.folds):
+        raise ConfigError(f"--fold K --folds N go together, with 0 <= K < N (got --fold {args.fold}, --folds "
+                          f"{args.folds})")
+    if args.folds:  # the fold's dates, as reproduce_paper.py gives its runs
+        fold = walk_forward_folds(build_market_data(cfg.data).dates, args.folds)[args.fold]
+        cfg.data.train_end, cfg.data.val_end, cfg.data.test_end = fold.train_end, fold.val_end, fold.test_end
     device = pick_device(args.device)
     configure_backends(device)
     data = build_market_data(cfg.data)

@@ -49,6 +49,15 @@ def cell_settings(cell: dict[str, Any], fits: dict[str, dict[str, Any]]) -> list
     return sets
 
 
+def cell_overrides(overrides: list[str], cell: dict[str, Any]) -> list[str]:
+    """The grid's --set values for one cell: ``{fold}`` becomes the cell's fold (``split`` without folds), so a
+    setting that must differ by fold names it once, e.g. a generator fitted on each fold's own training years:
+    ``--set data.augment_checkpoint=gens/fold{fold}/wgan_gp.pt`` (python -m clstm_ppo.scenarios train --folds N
+    --fold K --out gens/foldK)."""
+    fold = "split" if cell["fold"] is None else str(cell["fold"])
+    return [o.replace("{fold}", fold) for o in overrides]
+
+
 def data_label(data: str) -> str:
     return Path(data).name.split(".")[0]
 
@@ -61,7 +70,8 @@ def train_and_backtest(cell: dict[str, Any], fits: dict, *, config: str | None, 
     name = run_name(label(cell["kind"], cell["reward"]), cell["window"], cell["seed"])
     folder = out / data_label(data) / ("split" if cell["fold"] is None else f"fold{cell['fold']}")
     run = folder / name
-    train_to_budget(config, data, cell["seed"], steps, folder, name, [*overrides, *cell_settings(cell, fits)],
+    train_to_budget(config, data, cell["seed"], steps, folder, name,
+                    [*cell_overrides(overrides, cell), *cell_settings(cell, fits)],
                     num_gpus=num_gpus)
     picks = {pick: run / file for pick, file in PICKS.items() if (run / file).exists()}
     report, returns = run / "test_report.json", run / "test_returns.csv"

@@ -21,7 +21,9 @@ equity reward) runs every window of --windows other than the config's. Every run
 benchmark's walk of the same folds, are rows of docs/data/grids/<--grid>.csv with the commit, machine and command;
 scripts/studies/results_tables.py makes docs/RESULTS.md's tables from those files. With --storage URL (an Optuna
 storage) the grid becomes the trials of a study: start the same command in several processes or machines, each
-runs the cells no other has claimed, and each gathers every cell's result from the storage.
+runs the cells no other has claimed, and each gathers every cell's result from the storage. A --set value may name
+``{fold}``: each cell reads its own fold there (a generator fitted on that fold's training years, for
+``data.augment_checkpoint``).
 """
 from __future__ import annotations
 
