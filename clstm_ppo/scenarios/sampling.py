@@ -122,19 +122,20 @@ def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
     tgen = torch.Generator().manual_seed(seed)
     if gen.kind == "timegan":  # windows drawn whole, without a state: one band
         windows = gen.model.sample(TIMEGAN_WINDOWS, gen.seq_len, None, tgen).cpu().numpy().reshape(-1, f)
-        src, dst = Calibration.coded_quantiles(real, windows.astype(np.float64))
-        mapped = replace(Calibration.identity(), coded_from=src, coded_to=dst)
-        cal = Calibration.fit(real_z, np.empty(0), lambda _: tf.coder.decode(mapped.coded(windows))[:, ret])
-        return replace(cal, coded_from=src, coded_to=dst)
-    rows = torch.from_numpy(np.ascontiguousarray(cond[:, w:].reshape(-1, cond.shape[-1])))
-    lab = torch.as_tensor(labels[:, w:].reshape(-1), dtype=torch.long) if gen.regimes is not None else None
+        generated, logvar = windows.astype(np.float64), np.empty(0)
 
-    def draw_coded(pick: np.ndarray) -> np.ndarray:
-        idx = torch.as_tensor(np.repeat(pick, DRAWS_PER_ROW))
-        return gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen).cpu().numpy().astype(np.float64)
+        def draw_coded(_pick: np.ndarray) -> np.ndarray:
+            return generated
+    else:
+        rows = torch.from_numpy(np.ascontiguousarray(cond[:, w:].reshape(-1, cond.shape[-1])))
+        lab = torch.as_tensor(labels[:, w:].reshape(-1), dtype=torch.long) if gen.regimes is not None else None
 
-    src, dst = Calibration.coded_quantiles(real, draw_coded(np.arange(len(real))))
+        def draw_coded(pick: np.ndarray) -> np.ndarray:
+            idx = torch.as_tensor(np.repeat(pick, DRAWS_PER_ROW))
+            return gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen).cpu().numpy().astype(np.float64)
+
+        generated, logvar = draw_coded(np.arange(len(real))), np.log(tf.var[:, w:-1].reshape(-1))
+    src, dst = Calibration.coded_quantiles(real, generated)
     mapped = replace(Calibration.identity(), coded_from=src, coded_to=dst)
-    cal = Calibration.fit(real_z, np.log(tf.var[:, w:-1].reshape(-1)),
-                          lambda pick: tf.coder.decode(mapped.coded(draw_coded(pick)))[:, ret])
+    cal = Calibration.fit(real_z, logvar, lambda pick: tf.coder.decode(mapped.coded(draw_coded(pick)))[:, ret])
     return replace(cal, coded_from=src, coded_to=dst)

@@ -91,6 +91,11 @@ def excess_kurtosis(x: np.ndarray) -> float:
     return float(np.mean(d**4) / np.mean(d**2) ** 2 - 3.0)
 
 
+def per_row_kurtosis(x: np.ndarray) -> np.ndarray:
+    """Each row's (series' or path's) own excess kurtosis."""
+    return np.array([excess_kurtosis(r) for r in _rows(x)])
+
+
 def stylised_facts(real: np.ndarray, fake: np.ndarray, max_lag: int = MAX_LAG) -> dict[str, object]:
     """The JSON block of one model against the real returns: emd, acf_score, leverage_score, kurtosis, skew."""
     # a correlation needs at least two pairs per row: lags stop two bars short of the shortest row
@@ -108,7 +113,7 @@ def like_for_like(model: Any, real_ret: np.ndarray, ret_col: int, seed: int, pat
     kurtosis is biased towards 0, so only a path of the held-out length compares like with like (docs/SCENARIOS.md)."""
     real_ret = np.asarray(real_ret, dtype=np.float64).reshape(-1, np.shape(real_ret)[-1])
     fake = model.sample_features(paths, real_ret.shape[-1], None, seed)[..., ret_col]
-    per_path = np.array([excess_kurtosis(p) for p in fake])
+    per_path = per_row_kurtosis(fake)
     return {**stylised_facts(real_ret, fake), "paths": paths, "length": int(real_ret.shape[-1]),
             "kurtosis_per_path_median": float(np.median(per_path)),
             "held_out_kurtosis_percentile": float(np.mean(per_path < held_out_kurtosis(real_ret)))}
@@ -116,4 +121,4 @@ def like_for_like(model: Any, real_ret: np.ndarray, ret_col: int, seed: int, pat
 
 def held_out_kurtosis(real_ret: np.ndarray) -> float:
     """The tail goal's reference: the median of each real series' own excess kurtosis (one series: its own)."""
-    return float(np.median([excess_kurtosis(r) for r in _rows(real_ret)]))
+    return float(np.median(per_row_kurtosis(real_ret)))
