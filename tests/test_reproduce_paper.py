@@ -174,3 +174,28 @@ def test_a_setting_that_names_the_fold_reads_each_cell_s_own():
     assert cell_overrides(sets, cell) == ["data.augment_checkpoint=gens/fold2/wgan_gp.pt", "train.num_envs=8"]
     assert cell_overrides(sets, {**cell, "fold": None})[0] == "data.augment_checkpoint=gens/foldsplit/wgan_gp.pt"
     assert sets[0].endswith("fold{fold}/wgan_gp.pt")  # the grid's own list is left as given
+
+
+def test_a_cell_stopped_before_its_budget_is_not_walked_and_resumes_on_the_next_launch(tmp_path, monkeypatch):
+    """SIGTERM makes the trainer return normally at an update boundary: a grid must not record that shorter run."""
+    from clstm_ppo.studies import seeded_runs
+    from clstm_ppo.training.checkpoint import FORMAT
+
+    launches = []
+
+    def trainer(stop_at: int):
+        def fake_train_run(config, sets, settings, resume_from, fresh_start, num_gpus):  # noqa: ARG001
+            launches.append(resume_from)
+            run = Path(settings["train.checkpoint_dir"]) / settings["train.run_name"]
+            run.mkdir(parents=True, exist_ok=True)
+            for name in ("latest.pt", "best_composite.pt"):
+                torch.save({"format": FORMAT, "global_step": stop_at}, run / name)
+        return fake_train_run
+
+    monkeypatch.setattr(seeded_runs, "train_run", trainer(stop_at=600))
+    with pytest.raises(SystemExit, match="stopped before its budget of 1,000 env steps; run the same command again"):
+        seeded_runs.train_to_budget(None, "sp500", 0, 1000, tmp_path, "clstm-seed0", [])
+    monkeypatch.setattr(seeded_runs, "train_run", trainer(stop_at=1000))
+    seeded_runs.train_to_budget(None, "sp500", 0, 1000, tmp_path, "clstm-seed0", [])
+    seeded_runs.train_to_budget(None, "sp500", 0, 1000, tmp_path, "clstm-seed0", [])  # finished: not launched
+    assert launches == [None, "latest"]

@@ -42,6 +42,11 @@ def train_to_budget(config: str, data: str, seed: int, steps: int, folder: Path,
                   resume_from="latest" if resume else None, fresh_start=not resume, num_gpus=num_gpus)
     except (ConfigError, WorkersFailed) as err:
         raise SystemExit(f"error: training {name} failed: {err}") from None
+    # a run stopped by SIGTERM or Ctrl-C returns normally at an update boundary: its checkpoints are not the
+    # budget's, so walking them would record a shorter run as this cell (a grid queues the cell again instead)
+    if not run_finished(run, steps):
+        raise SystemExit(f"error: training {name} stopped before its budget of {steps:,} env steps; run the same "
+                         "command again to continue it from latest.pt")
 
 
 def test_split_metrics(run: Path) -> dict[str, float]:
