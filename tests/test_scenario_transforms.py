@@ -239,3 +239,46 @@ def test_the_coded_quantile_map_gives_draws_the_real_marginals_and_old_calibrati
     # a checkpoint saved before the map has no such keys: it draws as it did
     loaded = Calibration.from_state_dict({"edges": [0.0], "k_neg": [1.0, 0.9], "k_pos": [1.1, 1.0]})
     assert loaded.coded_from == () and loaded.coded(generated) is generated
+
+
+def test_a_conditional_model_s_draws_take_each_regime_s_own_marginal():
+    """Real rows of two regimes skewed opposite ways, a generator that draws one symmetric shape for both: the map
+    per regime gives each regime its own skew back; a regime with too few rows takes the pooled map."""
+    from scipy.stats import skew
+
+    from clstm_ppo.scenarios.residual_scale import MIN_REGIME_ROWS
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    real_labels = np.repeat([0, 1, 2], [n, n, MIN_REGIME_ROWS - 1])
+    real = np.concatenate([rng.gamma(4, 1, (n, 2)) - 4, 4 - rng.gamma(4, 1, (n, 2)),
+                           rng.standard_normal((MIN_REGIME_ROWS - 1, 2))])
+    gen_labels = np.repeat([0, 1, 2], [2 * n, 2 * n, 2 * n])
+    generated = rng.standard_normal((6 * n, 2))
+    src, dst = Calibration.coded_quantiles(real, generated)
+    per_src, per_dst = Calibration.regime_quantiles(real, real_labels, generated, gen_labels, 3)
+    assert per_src[2] == () and per_dst[2] == ()
+    cal = Calibration((), (1.0,), (1.0,), src, dst, per_src, per_dst)
+    fresh = rng.standard_normal((3 * n, 2))
+    labels = np.repeat([0, 1, 2], n)
+    moved = cal.coded(fresh, labels)
+    assert skew(moved[labels == 0, 0]) > 0.8 and skew(moved[labels == 1, 0]) < -0.8  # gamma(4): skew 1.0
+    np.testing.assert_allclose(moved[labels == 2], cal.coded(fresh[labels == 2]))  # the pooled map
+    assert abs(skew(cal.coded(fresh)[:, 0])) < 0.2  # without labels: the pooled (mixture) map
+    # one label for every row (a held regime) broadcasts
+    np.testing.assert_allclose(cal.coded(fresh[:5], np.asarray(1)), cal.coded(fresh[:5], np.ones(5, dtype=int)))
+    assert Calibration.from_state_dict(cal.state_dict()) == cal
+
+
+def test_timegan_s_moment_loss_sees_a_generator_that_draws_one_window_for_every_noise():
+    """The moments are compared over the batch per bar and column: one window repeated for the whole batch (its
+    variation along the window like the real windows') is far from them, the real windows in another order are not."""
+    from clstm_ppo.scenarios.timegan import moment_loss
+
+    torch.manual_seed(0)
+    real = torch.randn(512, 24, 3)
+    one_shape = real[:1].expand(512, -1, -1)  # pooled over the window, its spread is a real window's
+    assert abs(one_shape.std(dim=(0, 1)) - real.std(dim=(0, 1))).mean() < 0.3
+    assert moment_loss(one_shape, real) > 0.9
+    assert moment_loss(real[torch.randperm(512)], real) < 1e-6
+    assert moment_loss(torch.randn(512, 24, 3), real) < 0.15

@@ -59,7 +59,7 @@ def _held(gen: Any, state: FilterState, prev: np.ndarray, regime: int, proposals
     tf, n, k = gen.transform, len(state.var), proposals
     cond = np.repeat(tf.cond(state, prev), k, axis=0)
     coded = gen.model.draw(torch.from_numpy(cond), torch.full((n * k,), regime, dtype=torch.long), tgen)
-    coded = gen.calibration.coded(coded.cpu().numpy().astype(np.float64))
+    coded = gen.calibration.coded(coded.cpu().numpy().astype(np.float64), np.asarray(regime))
     rep = FilterState(np.repeat(state.sym, k), np.repeat(state.var, k), np.repeat(state.prem, k),
                       np.repeat(state.rets, k, axis=0))
     z = tf.residuals(coded, rep, gen.calibration)[:, tf.filt.names.index("ret")]
@@ -103,7 +103,7 @@ def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int,
                     drawn = _markov(matrix, drawn, rng)
                 lab = torch.as_tensor(drawn, dtype=torch.long)
             coded = gen.model.draw(torch.from_numpy(tf.cond(state, prev)), lab, tgen).cpu().numpy()
-            coded = gen.calibration.coded(coded.astype(np.float64))
+            coded = gen.calibration.coded(coded.astype(np.float64), drawn)
         out[:, t] = tf.step(coded, state, gen.calibration)
         prev = coded.astype(np.float32)
     return out
@@ -120,6 +120,8 @@ def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
     real = coded[:, w:].reshape(-1, f).astype(np.float64)
     real_z = tf.coder.decode(real)[:, ret]
     tgen = torch.Generator().manual_seed(seed)
+    maps: dict[str, Any] = {}  # a conditional model's quantile maps per regime
+    real_labels = None
     if gen.kind == "timegan":  # windows drawn whole, without a state: one band
         windows = gen.model.sample(TIMEGAN_WINDOWS, gen.seq_len, None, tgen).cpu().numpy().reshape(-1, f)
         generated, logvar = windows.astype(np.float64), np.empty(0)
@@ -128,14 +130,24 @@ def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
             return generated
     else:
         rows = torch.from_numpy(np.ascontiguousarray(cond[:, w:].reshape(-1, cond.shape[-1])))
-        lab = torch.as_tensor(labels[:, w:].reshape(-1), dtype=torch.long) if gen.regimes is not None else None
+        real_labels = labels[:, w:].reshape(-1) if gen.regimes is not None else None
+        lab = None if real_labels is None else torch.as_tensor(real_labels, dtype=torch.long)
 
         def draw_coded(pick: np.ndarray) -> np.ndarray:
             idx = torch.as_tensor(np.repeat(pick, DRAWS_PER_ROW))
             return gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen).cpu().numpy().astype(np.float64)
 
         generated, logvar = draw_coded(np.arange(len(real))), np.log(tf.var[:, w:-1].reshape(-1))
+        if real_labels is not None:  # the draws above are at every row in order, DRAWS_PER_ROW each
+            regime_from, regime_to = Calibration.regime_quantiles(
+                real, real_labels, generated, np.repeat(real_labels, DRAWS_PER_ROW), len(gen.extra["transitions"]))
+            maps = {"regime_from": regime_from, "regime_to": regime_to}
     src, dst = Calibration.coded_quantiles(real, generated)
-    mapped = replace(Calibration.identity(), coded_from=src, coded_to=dst)
-    cal = Calibration.fit(real_z, logvar, lambda pick: tf.coder.decode(mapped.coded(draw_coded(pick)))[:, ret])
-    return replace(cal, coded_from=src, coded_to=dst)
+    mapped = replace(Calibration.identity(), coded_from=src, coded_to=dst, **maps)
+
+    def draw_z(pick: np.ndarray) -> np.ndarray:
+        regimes = None if not maps else np.repeat(real_labels[pick], DRAWS_PER_ROW)
+        return tf.coder.decode(mapped.coded(draw_coded(pick), regimes))[:, ret]
+
+    cal = Calibration.fit(real_z, logvar, draw_z)
+    return replace(cal, coded_from=src, coded_to=dst, **maps)

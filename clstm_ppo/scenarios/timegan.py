@@ -23,6 +23,13 @@ import torch
 from torch import nn
 
 
+def moment_loss(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Mean absolute gap of the first two moments over the batch, per bar of the window and column (the released
+    code's): pooled over the window too, a generator that draws one window for every noise, varying along it as
+    real windows do, would match them and collapse (every path the same 24-bar shape: docs/SCENARIOS.md)."""
+    return (x_hat.std(dim=0) - x.std(dim=0)).abs().mean() + (x_hat.mean(dim=0) - x.mean(dim=0)).abs().mean()
+
+
 class SeqNet(nn.Module):
     """A GRU and a linear read-out per step: (B, L, in) -> (B, L, out)."""
 
@@ -125,8 +132,7 @@ class TimeGan:
             adv = bce(y_fake, torch.ones_like(y_fake)) + self.settings.gamma * bce(y_fake_e, torch.ones_like(y_fake_e))
             sup = self._supervised_loss(h)
             x_hat = self.recovery(h_hat)
-            moments = ((x_hat.std(dim=(0, 1)) - x.std(dim=(0, 1))).abs().mean()
-                       + (x_hat.mean(dim=(0, 1)) - x.mean(dim=(0, 1))).abs().mean())
+            moments = moment_loss(x_hat, x)
             self._update(self.gs_opt, adv + 100 * torch.sqrt(sup) + 100 * moments)
             h = self._embed(x)
             recon = self._recon(x, h)
