@@ -271,8 +271,9 @@ def test_a_conditional_model_s_draws_take_each_regime_s_own_marginal():
 
 
 def test_timegan_s_moment_loss_sees_a_generator_that_draws_one_window_for_every_noise():
-    """The moments are compared over the batch per bar and column: one window repeated for the whole batch (its
-    variation along the window like the real windows') is far from them, the real windows in another order are not."""
+    """The moments are compared over the batch per bar and column, and the spread along a window: one window
+    repeated for the whole batch (varying along it as real windows do) is far from them, and so are flat windows
+    drawn apart; the real windows in another order are not."""
     from clstm_ppo.scenarios.timegan import moment_loss
 
     torch.manual_seed(0)
@@ -282,3 +283,5 @@ def test_timegan_s_moment_loss_sees_a_generator_that_draws_one_window_for_every_
     assert moment_loss(one_shape, real) > 0.9
     assert moment_loss(real[torch.randperm(512)], real) < 1e-6
     assert moment_loss(torch.randn(512, 24, 3), real) < 0.15
+    flat = torch.randn(512, 1, 3).expand(-1, 24, -1)  # a different window per noise, each nearly constant
+    assert abs(flat.std(dim=0) - real.std(dim=0)).mean() < 0.15 and moment_loss(flat, real) > 0.9
