@@ -100,6 +100,14 @@ def test_budget_and_drift():
     assert _passes(_report(train=TRAIN_SECONDS_MAX, sample=SAMPLE_SECONDS_MAX), "budget")
     assert not _passes(_report(train=TRAIN_SECONDS_MAX + 1), "budget")
     assert not _passes(_report(sample=SAMPLE_SECONDS_MAX + 0.01), "budget")
+    # a one-thread fit on a shared CPU: its CPU seconds are what an idle core takes; more CPU than wall
+    # (several threads) leaves the wall seconds
+    loaded = _report(train=TRAIN_SECONDS_MAX + 20)
+    loaded["model"]["train_cpu_seconds"] = 460.0
+    assert _passes(loaded, "budget")
+    assert "fit 460.0 CPU s" in verdict(loaded, NAMES)["model"]["budget"]["text"]
+    loaded["model"]["train_cpu_seconds"] = 2 * TRAIN_SECONDS_MAX
+    assert not _passes(loaded, "budget")
     assert not _passes(_report(drift_ok=False), "drift")
     rng = np.random.default_rng(0)
     steady = rng.normal(size=(50, 1000, 2))
