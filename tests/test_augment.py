@@ -8,6 +8,7 @@ import torch
 
 from clstm_ppo.config import ConfigError, load_config, to_dict
 from clstm_ppo.data import build_market_data
+from clstm_ppo.data.errors import DataError
 from clstm_ppo.env import BatchedOptionsEnv
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.scenarios.augment import augmented_data
@@ -19,13 +20,24 @@ PATHS = 4
 
 @pytest.fixture(scope="module")
 def gen_path(tmp_path_factory):
+    """A small cGAN whose paths augmentation accepts. A network of a few steps is noise, and some seeds' returns
+    drift its paths' prices past the limit (check_prices), which depends on the CPU's float rounding: the first seed
+    whose pool is accepted is kept, as a user would retrain such a generator."""
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("augment")
     cfg = load_config("smoke", [])
-    opts = FitOptions(steps=3, seq_len=12, batch_size=16, settings={"hidden": 8, "n_critic": 2}, progress=False)
-    fit_generator(build_market_data(cfg.data), "cgan", root / "cgan.pt", opts, torch.device("cpu"),
-                  data_config=to_dict(cfg.data))
-    return root / "cgan.pt"
+    for seed in range(5):
+        opts = FitOptions(steps=100, seq_len=12, batch_size=16, settings={"hidden": 8, "n_critic": 2},
+                          progress=False, seed=seed)
+        path = root / f"cgan{seed}.pt"
+        fit_generator(build_market_data(cfg.data), "cgan", path, opts, torch.device("cpu"),
+                      data_config=to_dict(cfg.data))
+        try:
+            augmented_data(observed_market_data(_cfg(path, 0.3)), _cfg(path, 0.3))
+        except (ConfigError, DataError):
+            continue
+        return path
+    raise AssertionError("no seed of the small cGAN gave an augmentation pool")
 
 
 def _cfg(gen_path, share):
@@ -103,6 +115,39 @@ def test_a_generator_fitted_after_the_training_split_is_refused_in_one_line(gen_
     with pytest.raises(ConfigError, match=f"fitted on bars up to {last.date()}, after this run's training split "
                                           f"ends \\(20") as err:
         augmented_data(observed_market_data(cfg), cfg)
+    assert "\n" not in str(err.value)
+
+
+def test_a_generator_whose_prices_drift_away_is_refused_in_one_line(gen_path, monkeypatch):
+    """A generator whose returns drift would take a path's prices to 1e-19 of their start, where the option grid and
+    the losses break; the pool is refused with why instead. The limit: 10 standard deviations of a random walk at the
+    real training returns' volatility over the path (the real bars themselves stay well inside it)."""
+    from clstm_ppo.scenarios.augment import DRIFT_SIGMAS, check_prices
+    from clstm_ppo.scenarios.bar_columns import split_bars
+    from clstm_ppo.scenarios.generator import load_generator
+
+    cfg = _cfg(gen_path, 0.3)
+    real = observed_market_data(cfg)
+    close = split_bars(real, "train")["close"]
+    vol = float(np.std(np.diff(np.log(close), axis=1)))
+    check_prices(close, vol, "real")  # a real history passes
+    walk = np.exp(np.cumsum(np.full((1, 1000), -1.01 * DRIFT_SIGMAS * vol / np.sqrt(1000))))[None]
+    with pytest.raises(ConfigError, match="past"):
+        check_prices(walk, vol, "just past")
+    check_prices(np.exp(np.cumsum(np.full((1, 1000), -0.99 * DRIFT_SIGMAS * vol / np.sqrt(1000))))[None], vol, "in")
+    gen = load_generator(gen_path)
+    sample, ret = gen.sample_features, gen.feature_names.index("ret")
+
+    def drifting(*args, **kwargs):
+        bars = sample(*args, **kwargs)
+        bars[..., ret] -= 50 / bars.shape[1]  # down e^50 over the path, as a 20-step S&P 500 cGAN went
+        return bars
+
+    monkeypatch.setattr(gen, "sample_features", drifting)
+    with pytest.raises(ConfigError, match=r"cgan\d.pt: generated path 0's close reaches \d\.\d+e-\d+ times its first "
+                                          r"over [\d,]+ bars, past .*train it longer, or use data.augment_source=fhs"
+                       ) as err:
+        augmented_data(real, cfg, generator=gen)
     assert "\n" not in str(err.value)
 
 

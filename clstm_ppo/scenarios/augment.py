@@ -42,6 +42,7 @@ from clstm_ppo.scenarios.histories import (
 from clstm_ppo.scenarios.market import WARMUP_MARGIN, check_fits
 
 PREFIX = "GEN"
+DRIFT_SIGMAS = 10.0  # a generated path further from its first close than a random walk at the real vol goes
 
 
 def _labels(gen: FittedGenerator, real: MarketData, paths: int, warm: int) -> np.ndarray | None:
@@ -60,7 +61,28 @@ def _labels(gen: FittedGenerator, real: MarketData, paths: int, warm: int) -> np
     return np.tile(row, (paths, 1))
 
 
-def _path_frames(gen: FittedGenerator, real: MarketData, paths: int, seed: int, warm: int) -> list[pd.DataFrame]:
+def check_prices(close: np.ndarray, real_vol: float, what: str) -> None:
+    """A one-line ConfigError when a generated path's close (N, T) is not finite or moves further from its first
+    than DRIFT_SIGMAS standard deviations of a random walk with the real training returns' bar volatility
+    ``real_vol`` over T bars (S&P 500, 4,500 bars: a factor of ~6,000). A generator whose returns drift (a tiny
+    budget, a collapsed network) takes prices to 1e-19 of their start, where the option grid and the losses break
+    (training stopped on a NaN loss after minutes per update) instead of saying why."""
+    moved = np.log(close / close[:, :1])
+    limit = DRIFT_SIGMAS * real_vol * np.sqrt(close.shape[1])
+    bad = ~np.isfinite(moved) | (np.abs(moved) > limit)
+    if bad.any():
+        i = int(np.argmax(bad.any(axis=1)))
+        finite = moved[i][np.isfinite(moved[i])]
+        far = finite[np.argmax(np.abs(finite))] if finite.size else np.nan
+        raise ConfigError(f"{what}: generated path {i}'s close reaches {np.exp(far):.3g} times its first over "
+                          f"{close.shape[1]:,} bars, past {np.exp(-limit):.3g}..{np.exp(limit):.3g} ({DRIFT_SIGMAS:g} "
+                          "standard deviations of a random walk at the real training volatility): the generator's "
+                          "returns drift; check its report (python -m clstm_ppo.scenarios report) and train it "
+                          "longer, or use data.augment_source=fhs")
+
+
+def _path_frames(gen: FittedGenerator, real: MarketData, paths: int, seed: int, warm: int,
+                 what: str) -> list[pd.DataFrame]:
     """One loader table per path: ``warm`` business days of warm-up before the real first date, then the real
     dates, starting from the real first bar's close (and volume, iv)."""
     start = {k: float(real.bars[k][0, 0]) for k in ("close", "volume", "iv") if k in real.bars}
@@ -68,6 +90,8 @@ def _path_frames(gen: FittedGenerator, real: MarketData, paths: int, seed: int, 
     # from random training bars' states: the pool's paths are as long as the whole real history
     bars = gen.sample_features(paths, length, None, seed, labels=_labels(gen, real, paths, warm), start="random")
     prices = reconstruct(bars, gen.feature_names, start)
+    real_close = split_bars(real, "train")["close"]
+    check_prices(np.asarray(prices["close"]), float(np.std(np.diff(np.log(real_close), axis=1))), what)
     dates = path_dates(real, warm)
     rate = real_rates(real, warm)  # the real day's rate: the same days, the same money market
     frames = []
@@ -122,7 +146,8 @@ def pool_tables(real: MarketData, cfg: Config, warm: int, generator: FittedGener
     check_fitted_before(gen, real, f"data.augment_checkpoint {d.augment_checkpoint}")
     flags = lambda x: bool(x[0]) if x is not None else False  # noqa: E731 - a generated path trades as the first
     return [PathTable(frame, flags(real.broad_index), flags(real.dividend_adjusted))
-            for frame in _path_frames(gen, real, d.augment_paths, cfg.seed, warm)]
+            for frame in _path_frames(gen, real, d.augment_paths, cfg.seed, warm,
+                                      f"data.augment_checkpoint {d.augment_checkpoint}")]
 
 
 def _with_model_iv(one: MarketData, cfg: Config) -> MarketData:
