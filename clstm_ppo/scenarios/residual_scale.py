@@ -87,14 +87,18 @@ class Calibration:
         calibration with maps per regime."""
         if not self.coded_from:
             return g
-        out = _mapped(g, self.coded_from, self.coded_to)
         if regimes is None or not self.regime_from:
-            return out
+            return _mapped(g, self.coded_from, self.coded_to)
         regimes = np.broadcast_to(np.asarray(regimes), g.shape[:-1])
+        out = np.empty_like(g)
+        pooled = np.ones(g.shape[:-1], dtype=bool)  # rows of a regime without a map of its own
         for k, (src, dst) in enumerate(zip(self.regime_from, self.regime_to, strict=True)):
             rows = regimes == k
             if src and rows.any():
                 out[rows] = _mapped(g[rows], src, dst)
+                pooled &= ~rows
+        if pooled.any():
+            out[pooled] = _mapped(g[pooled], self.coded_from, self.coded_to)
         return out
 
     @classmethod
