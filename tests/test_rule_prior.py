@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import strict_loads
 
+from clstm_ppo.agent.model import MASKED_LOGIT
 from clstm_ppo.agent.ppo import ppo_losses
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.rollout import collect
@@ -17,7 +18,7 @@ from clstm_ppo.backtest.rules import pick_rule
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, PPOConfig, load_config, to_dict
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.pretraining.rule_prior import RulePrior, clone_rule, prior_coef, rule_actions
+from clstm_ppo.pretraining.rule_prior import RulePrior, clone_rule, cloning_loss, prior_coef, rule_actions
 from clstm_ppo.train import main as train_main
 from clstm_ppo.training.runner import Trainer
 
@@ -71,6 +72,40 @@ def test_behaviour_cloning_takes_the_rules_action_on_nearly_every_training_decis
     assert torch.equal(rule, storage.actions), "the rollout followed the rule"
     assert (rule != 0).any() and (rule == 0).any(), "the rule both trades and holds here"
     assert float((greedy == rule).float().mean()) >= 0.95
+
+
+def test_cloning_loss_is_the_cross_entropy_from_the_rule_smoothed_over_the_valid_actions():
+    """Against a plain-numpy cross-entropy on hand-made logits: the target is 1 - eps on the rule's action plus
+    eps / (valid actions) on each valid one, masked actions carry nothing, each decision weighs as its action's
+    rarity; eps = 0 is the weighted negative log-likelihood of the rule's action."""
+    gen = torch.Generator().manual_seed(3)
+    mask = torch.rand(5, 4, 6, generator=gen) > 0.4
+    mask[..., 2] = True
+    logits = torch.randn(5, 4, 6, generator=gen).masked_fill(~mask, MASKED_LOGIT)
+    actions = torch.where(mask.sum(-1) > 1, (mask * torch.rand(5, 4, 6, generator=gen)).argmax(-1), 2)
+    weight = torch.tensor([0.5, 1.0, 2.0, 0.7, 1.3, 3.0])
+    for eps in (0.0, 0.3, 0.9):
+        total = 0.0
+        for i, j in np.ndindex(5, 4):
+            valid = mask[i, j].numpy()
+            z = logits[i, j].double().numpy()[valid]
+            log_p = z - np.log(np.exp(z - z.max()).sum()) - z.max()
+            target = np.full(valid.sum(), eps / valid.sum())
+            target[np.flatnonzero(valid).tolist().index(int(actions[i, j]))] += 1.0 - eps
+            total += float(weight[actions[i, j]]) * -(target * log_p).sum()
+        got = cloning_loss(logits, actions, mask, weight, eps)
+        assert float(got) == pytest.approx(total / 20, rel=1e-5)
+
+
+def test_a_smoothed_clone_still_walks_the_rule_but_keeps_sampling_the_other_actions():
+    """train.prior_smoothing 0.5: greedy decisions still match the rule on >= 95% of a fresh rollout, while the
+    rule's action has at most the target's 0.75 on the median decision (an unsmoothed clone ends near 1)."""
+    cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule", "train.prior_smoothing=0.5"])
+    trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
+    history, _, _ = clone_rule(trainer.model, trainer.env, trainer.env.reset(), trainer.lstm_state, trainer.prior.act,
+                               cfg, torch.Generator().manual_seed(0))
+    assert history[-1]["matched"] >= 0.95
+    assert 0.2 < history[-1]["p_rule"] <= 0.75
 
 
 def test_the_penalty_is_its_weight_times_the_rules_negative_log_probability_and_decays_on_schedule():

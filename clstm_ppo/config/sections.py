@@ -349,6 +349,11 @@ class TrainConfig(Section):
                                       "once a fresh one's decisions match it at train.prior_accuracy", limits=">= 1")
     prior_epochs: int = setting(20, "pretrain_method rule: passes over each cloned rollout", limits=">= 1")
     prior_lr: float = setting(3.0e-3, "pretrain_method rule: cloning's Adam learning rate", limits="> 0")
+    # A clone fitted to the rule's action alone ends near-deterministic (p ~0.995 on its walks), so PPO's samples
+    # almost never try anything else and no run has left its rule: smoothing keeps the others in its samples.
+    prior_smoothing: float = setting(0.0, "pretrain_method rule: share of cloning's target spread evenly over the "
+                                          "decision's valid actions (label smoothing), the rest on the rule's; 0: "
+                                          "the rule's action alone", limits="[0, 1)")
     prior_accuracy: float = setting(0.98, "pretrain_method rule: cloning stops once this share of a fresh rollout's "
                                           "greedy decisions are the rule's", limits="(0, 1]")
     prior_kl: float = setting(0.5, "pretrain_method rule: weight of -log pi(the rule's action) in the PPO loss at "

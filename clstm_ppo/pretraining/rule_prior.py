@@ -5,7 +5,8 @@ years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from
    the T-bill kept (``pick_rule`` on "train": no validation or test bar is read).
 2. Cloning: the training env's copies follow the rule for a rollout at a time, the model's greedy decisions are
    scored against the rule's on that fresh rollout, and the whole policy (LSTM 1, MLP, LSTM 2, actor) is fitted to
-   the rule's actions by cross-entropy, the critic to the rule's returns (GAE, as PPO's value loss), until a fresh
+   the rule's actions by cross-entropy (or a target smoothed over the valid actions, ``train.prior_smoothing``), the
+   critic to the rule's returns (GAE, as PPO's value loss), until a fresh
    rollout's decisions match at ``train.prior_accuracy`` or ``train.prior_rollouts`` are spent.
 3. Optionally, ``train.prior_kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling linearly to 0
    at ``train.prior_kl_until`` of the planned env steps (``prior_coef``).
@@ -68,11 +69,26 @@ def _sequence_forward(model: nn.Module, windows, s: RolloutStorage, idx: Tensor,
     return logits.float(), values.float()
 
 
+def cloning_loss(logits: Tensor, actions: Tensor, mask: Tensor, weight: Tensor, smoothing: float) -> Tensor:
+    """Cross-entropy from cloning's target to the policy, each decision weighted by the rarity of the rule's action
+    there (``weight[action]``). The target is the rule's action, or with ``smoothing`` > 0 that share of it spread
+    evenly over the decision's valid actions (``mask``) and the rest on the rule's: a clone that keeps sampling the
+    others, which PPO can then learn to prefer (docs/TRAINING.md, "A prior from the rules")."""
+    taken = action_logprob(logits, actions)
+    if smoothing == 0.0:
+        return -(weight[actions] * taken).mean()
+    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
+    valid = mask.to(normalised.dtype)
+    spread = (normalised * valid).sum(-1) / valid.sum(-1)  # a masked action's -1e9 times 0 adds 0
+    return -(weight[actions] * ((1.0 - smoothing) * taken + smoothing * spread)).mean()
+
+
 def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_state: State, act: RuleActions,
                cfg: Config, generator: torch.Generator) -> tuple[list[dict], Observation, State]:
     """Fit ``model`` to the rule ``act`` on the training env's copies, from ``obs``, in float32; one record per
-    rollout (the share of its decisions the model's greedy choice matched before fitting on it, the cross-entropy
-    after). Returns the records and where the env and LSTM 2 state stand."""
+    rollout (the share of its decisions the model's greedy choice matched before fitting on it, the median
+    probability it gave the rule's action, the cross-entropy after). Returns the records and where the env and
+    LSTM 2 state stand."""
     t, p = cfg.train, cfg.ppo
     precision = Precision(obs.row.device, "fp32")
     storage = RolloutStorage(p.num_steps, env.num_envs, obs.portfolio.shape[-1], env.actions.n, obs.row.device)
@@ -87,7 +103,8 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
         with torch.no_grad():
             logits, _ = _sequence_forward(model, env.market_windows, storage, torch.arange(env.num_envs), precision)
             matched = float((logits.argmax(-1) == storage.actions).float().mean())
-        record = {"rollout": rollout, "matched": matched}
+            p_rule = float(action_logprob(logits, storage.actions).exp().median())
+        record = {"rollout": rollout, "matched": matched, "p_rule": p_rule}
         history.append(record)
         if matched >= t.prior_accuracy:
             break
@@ -99,8 +116,8 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
             order = torch.randperm(env.num_envs, generator=generator).to(obs.row.device)
             for idx in order.split(per_batch):
                 logits, values = _sequence_forward(model, env.market_windows, storage, idx, precision)
-                chosen = storage.actions[:, idx]
-                cross_entropy = -(weight[chosen] * action_logprob(logits, chosen)).mean()
+                cross_entropy = cloning_loss(logits, storage.actions[:, idx], storage.mask[:, idx], weight,
+                                             t.prior_smoothing)
                 value_loss = 0.5 * ((values - storage.returns[:, idx]) ** 2).mean()
                 loss = cross_entropy + p.vf_coef * value_loss
                 optimizer.zero_grad(set_to_none=True)
@@ -129,7 +146,8 @@ class RulePrior:
         history, obs, lstm_state = clone_rule(model, env, obs, lstm_state, self.act, self.cfg, generator)
         last = history[-1]
         line = (f"{self.describe()}; behaviour cloning matched {last['matched']:.1%} of a fresh rollout's decisions "
-                f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.train.prior_accuracy:.0%})")
+                f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.train.prior_accuracy:.0%}), the rule's "
+                f"action at median probability {last['p_rule']:.3f}")
         return line, obs, lstm_state
 
     def fill(self, storage: RolloutStorage, env_steps: int, planned_steps: int) -> float:
