@@ -6,8 +6,8 @@ years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from
 2. Cloning: the training env's copies follow the rule for a rollout at a time, the model's greedy decisions are
    scored against the rule's on that fresh rollout, and the whole policy (LSTM 1, MLP, LSTM 2, actor) is fitted to
    the rule's actions by cross-entropy (or a target smoothed over the valid actions, ``train.prior_smoothing``), the
-   critic to the rule's returns (GAE, as PPO's value loss), until a fresh
-   rollout's decisions match at ``train.prior_accuracy`` or ``train.prior_rollouts`` are spent.
+   critic to the rule's returns (GAE, as PPO's value loss), until a fresh rollout's decisions match at
+   ``train.prior_accuracy`` or ``train.prior_rollouts`` are spent.
 3. Optionally, ``train.prior_kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling linearly to 0
    at ``train.prior_kl_until`` of the planned env steps (``prior_coef``).
 """
