@@ -74,13 +74,13 @@ def cloning_loss(logits: Tensor, actions: Tensor, mask: Tensor, weight: Tensor, 
     there (``weight[action]``). The target is the rule's action, or with ``smoothing`` > 0 that share of it spread
     evenly over the decision's valid actions (``mask``) and the rest on the rule's: a clone that keeps sampling the
     others, which PPO can then learn to prefer (docs/TRAINING.md, "A prior from the rules")."""
-    taken = action_logprob(logits, actions)
-    if smoothing == 0.0:
-        return -(weight[actions] * taken).mean()
-    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
-    valid = mask.to(normalised.dtype)
-    spread = (normalised * valid).sum(-1) / valid.sum(-1)  # a masked action's -1e9 times 0 adds 0
-    return -(weight[actions] * ((1.0 - smoothing) * taken + smoothing * spread)).mean()
+    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)  # action_logprob's arithmetic, shared by both terms
+    log_target = normalised.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    if smoothing > 0.0:  # at 0 the sum is the rule's log-probability alone, as runs before the setting computed it
+        valid = mask.to(normalised.dtype)
+        spread = (normalised * valid).sum(-1) / valid.sum(-1)  # a masked action's -1e9 times 0 adds 0
+        log_target = (1.0 - smoothing) * log_target + smoothing * spread
+    return -(weight[actions] * log_target).mean()
 
 
 def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_state: State, act: RuleActions,
