@@ -56,7 +56,7 @@ class FakeGenerator:
     def __init__(self, ts, draw, seq_len=LENGTH):
         self.feature_names, self.regimes, self.seq_len, self.draw = ts.names, ts.rule, seq_len, draw
 
-    def sample_features(self, paths, length, regime, seed):
+    def sample_features(self, paths, length, regime, seed, start="end", proposals=None):
         ret = self.draw(REGIMES.index(regime), paths, np.random.default_rng(seed))
         out = np.zeros((*ret.shape, len(self.feature_names)))
         out[..., self.feature_names.index("ret")] = ret
@@ -169,6 +169,7 @@ def test_report_has_a_regimes_block_for_conditional_checkpoints_only(tmp_path, c
                      "--runs", "1", "--judge-iters", "2", "--json", str(tmp_path / f"{model}.json")]) == 0
     report = strict_loads((tmp_path / "cgan.json").read_text())
     block = report["regimes"]
+    assert block["paths_start"] == report["regimes_network_alone"]["paths_start"] == "regime"
     assert block["window_bars"] == 20  # windows of 12 bars are too short for the 20-bar label: 20 are judged
     assert {"classifier_accuracy_real", "classifier_accuracy_generated", "gap_points", "goal_met"} <= set(block)
     assert 0.0 <= block["classifier_accuracy_generated"] <= 1.0

@@ -187,8 +187,27 @@ def test_transform_starts_and_state_columns():
     again.integers(1, size=3)
     bars = again.integers(20, 1500, size=3)
     np.testing.assert_allclose(tf.cond(state, prev), cond[0, bars], rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="one of end, random"):
+    with pytest.raises(ValueError, match="one of end, random, regime"):
         tf.start(1, rng, "middle")
+
+
+def test_a_regime_start_is_the_state_after_a_training_bar_of_that_regime():
+    raw = _bars()
+    tf = Transform.fit(raw, NAMES, 20)
+    coded, cond = tf.training_rows()
+    labels = (np.arange(1500) % 7 == 3).astype(np.int64)[None]  # regime 1 on every seventh bar
+    state, prev = tf.start(50, np.random.default_rng(1), "regime", labels, 1)
+    # the state after bar t is the one training row t + 1 records (the state after the last bar: tf.start "end")
+    after = {t: cond[0, t + 1] for t in np.flatnonzero(labels[0] == 1) if 19 <= t < 1499}
+    got = tf.cond(state, prev)
+    assert all(any(np.allclose(g, c, rtol=1e-5, atol=1e-5) for c in after.values()) for g in got)
+    last = raw[0, labels[0] == 1, 1]  # each state's window ends on a bar of the regime
+    assert all(np.isclose(last, r, rtol=0, atol=1e-12).any() for r in state.rets[:, -1])
+    assert len({tuple(np.round(g, 4)) for g in got}) > 10  # spread over the regime's bars, not one of them
+    with pytest.raises(ValueError, match="no training bar is in regime 2"):
+        tf.start(1, np.random.default_rng(1), "regime", labels, 2)
+    with pytest.raises(ValueError, match="needs the training bars' labels"):
+        tf.start(1, np.random.default_rng(1), "regime")
 
 
 def test_calibration_undoes_a_known_scale_error():

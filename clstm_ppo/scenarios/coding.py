@@ -29,7 +29,7 @@ from clstm_ppo.scenarios.residual_scale import Calibration
 
 HEAVY = ("gap", "ret", "dvol", "logiv")
 STD_FLOOR = 1e-8
-STARTS = ("end", "random")
+STARTS = ("end", "random", "regime")
 Marginal = LambertW | QuantileMap
 
 
@@ -135,14 +135,26 @@ class Transform:
     def n_cond(self) -> int:
         return 2 + self.coded.shape[-1]
 
-    def start(self, paths: int, rng: np.random.Generator, how: str = "end") -> tuple[FilterState, np.ndarray]:
-        """Each path's underlying (at random) and state: after the training split's last bar (``end``) or before a
-        random training bar (``random``); with the previous bar's coded residuals."""
+    def start(self, paths: int, rng: np.random.Generator, how: str = "end",
+              labels: np.ndarray | None = None, regime: int | None = None) -> tuple[FilterState, np.ndarray]:
+        """Each path's underlying and state, with the previous bar's coded residuals: after the training split's
+        last bar (``end``), before a random training bar (``random``), or after a random training bar that
+        ``labels`` (S, T), the training bars' regimes, put in ``regime`` (``regime``: where that regime's real bars
+        are, for comparing a held regime's paths with them)."""
         if how not in STARTS:
             raise ValueError(f"start {how!r}: one of {', '.join(STARTS)}")
         n_sym, n_bars = self.ret.shape
-        sym = rng.integers(n_sym, size=paths)
-        bar = np.full(paths, n_bars) if how == "end" else rng.integers(self.window, n_bars, size=paths)
+        if how == "regime":
+            if labels is None or regime is None:
+                raise ValueError("start 'regime' needs the training bars' labels and a regime")
+            sym_bar = np.argwhere(np.asarray(labels)[:, self.window - 1:] == regime)
+            if not len(sym_bar):
+                raise ValueError(f"start 'regime': no training bar is in regime {regime}")
+            pick = sym_bar[rng.integers(len(sym_bar), size=paths)]
+            sym, bar = pick[:, 0], pick[:, 1] + self.window  # the state after that bar is the one before bar + 1
+        else:
+            sym = rng.integers(n_sym, size=paths)
+            bar = np.full(paths, n_bars) if how == "end" else rng.integers(self.window, n_bars, size=paths)
         return self.filt.state_at(self.ret, self.var, self.prem, sym, bar), self.coded[sym, bar - 1].copy()
 
     def cond(self, state: FilterState, prev: np.ndarray) -> np.ndarray:

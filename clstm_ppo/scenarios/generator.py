@@ -86,7 +86,8 @@ class FittedGenerator:
                         labels: np.ndarray | None = None, start: str = "end",
                         proposals: int = PROPOSALS) -> np.ndarray:
         """(N, L, F) raw columns (feature_names). ``labels`` (N, L) overrides ``regime`` per bar; ``start``: "end"
-        continues from the training split's last bar's state, "random" from random training bars' states;
+        continues from the training split's last bar's state, "random" from random training bars' states, "regime"
+        from the states after random training bars of ``regime``;
         ``proposals``: bars proposed per bar to hold a requested regime (sampling.py; 1: the network alone)."""
         return draw_paths(self, paths, length, self.check_regime(regime), seed, labels, start, proposals)
 

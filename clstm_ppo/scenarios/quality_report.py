@@ -132,9 +132,11 @@ def build_report(gen: FittedGenerator, data: MarketData, paths: int = 1000, leng
                                                        ret_col, iters, seed)
     if gen.regimes is not None:
         # per regime: the classifier goal, and vol and skew of generated and real bars (recognise.py)
-        report["regimes"] = regime_report(gen, ts, real_ret, min(paths, 200), length, seed, data.periods_per_year)
+        # each regime's paths start where that regime's training bars are, so their vol and skew compare with them
+        report["regimes"] = regime_report(gen, ts, real_ret, min(paths, 200), length, seed, data.periods_per_year,
+                                          start="regime")
         report["regimes_network_alone"] = regime_report(gen, ts, real_ret, min(paths, 200), length, seed,
-                                                        data.periods_per_year, proposals=1)
+                                                        data.periods_per_year, proposals=1, start="regime")
     if plot_dir is not None:
         from clstm_ppo.scenarios.plots import write_plots  # matplotlib only when plots are asked for
 

@@ -33,6 +33,8 @@ from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
 from clstm_ppo.scenarios.stylised_facts import excess_kurtosis, skew
 
 GOAL_POINTS = 10.0  # the goal's tolerance between generated and real held-out accuracy, in percentage points
+STARTED = {"end": "after the last training bar", "random": "before random training bars",
+           "regime": "after training bars of the requested regime"}
 # The labels are a hard function of these statistics, so the ridge only keeps the optimum finite on a separable set;
 # 1e-4 already blurred the thresholds (training accuracy 0.93 instead of 0.99 on tests' hand-made regimes).
 L2 = 1e-7
@@ -172,13 +174,15 @@ def _order(stats: dict[str, dict[str, float]]) -> bool:
 
 
 def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, length: int,
-                  seed: int, periods_per_year: float, proposals: int | None = None) -> dict[str, Any]:
+                  seed: int, periods_per_year: float, proposals: int | None = None,
+                  start: str = "end") -> dict[str, Any]:
     """The report's ``regimes`` block for a conditional generator (``gen.regimes`` set).
 
     ``held_ret`` (S, T): the returns after the training split; ``periods_per_year``: the data's bars a year, which
     annualise the vols. Per regime, ``paths`` paths of ``length`` bars (seed + 10 + regime index) give both the
     classifier's generated windows and the generated vol and skew; ``proposals``: the generator's bars proposed per
-    bar to hold the regime (None: its default; 1: the network alone, sampling.py).
+    bar to hold the regime (None: its default; 1: the network alone, sampling.py); ``start``: where the
+    paths start (sampling.py; "regime": after training bars of the requested regime, as its real bars are).
     """
     rule = gen.regimes
     ret_col = gen.feature_names.index("ret")
@@ -188,7 +192,7 @@ def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, l
     real, real_labels = held_out_windows(held_ret, rule, n_bars)
     generated, gen_stats = {}, {}
     for i, name in enumerate(REGIMES):
-        kw = {} if proposals is None else {"proposals": proposals}
+        kw = {"start": start} if proposals is None else {"proposals": proposals, "start": start}
         r = gen.sample_features(paths, max(length, n_bars), name, seed + 10 + i, **kw)[..., ret_col]
         generated[i] = path_windows(r, n_bars)
         gen_stats[name] = _stats(r, periods_per_year)
@@ -201,7 +205,7 @@ def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, l
         "classifier": f"softmax regression on the trailing {rule.window}-bar return and volatility of windows of "
                       f"{n_bars} bars (and their squares and product), fitted on real training-split windows",
         "window_bars": n_bars, "windows_train": int(len(train_y)), "windows_real_held_out": int(len(real_labels)),
-        "windows_generated_per_regime": int(len(generated[0])),
+        "windows_generated_per_regime": int(len(generated[0])), "paths_start": start,
         "classifier_accuracy_train": clf.accuracy(train_x, train_y),
         **measure(clf, real, real_labels, generated, rule),
     }
@@ -239,8 +243,9 @@ def format_regimes(block: dict[str, Any]) -> list[str]:
     lines.append("held%: share of real held-out windows; recall: real held-out accuracy per regime; gen: generated "
                  "windows labelled as requested; rule: generated windows the labelling rule itself puts in the "
                  "requested regime; vol (annualised at the data's bars a year), skew, mean: bar log returns of the "
-                 "real training bars with that label and of the generated paths. Bear and crash more volatile and "
-                 "more negatively skewed than bull: "
+                 "real training bars with that label and of the generated paths (started "
+                 f"{STARTED[block.get('paths_start', 'end')]}). Bear and crash more volatile and more negatively "
+                 "skewed than bull: "
                  f"generated {'yes' if order['generated'] else 'no'}, real training bars "
                  f"{'yes' if order['real_train'] else 'no'}, real held-out bars "
                  f"{'yes' if order['real_held_out'] else 'no'}")

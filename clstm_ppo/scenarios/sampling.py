@@ -11,8 +11,9 @@
 - TimeGAN draws windows of coded residuals, laid end to end from fresh noise, and the filter turns them into bars.
 
 Every path starts from a state of the training split: after its last bar (``start="end"``: what follows the
-training years, as the held-out bars and the stress tests' paths do) or before a random training bar
-(``"random"``: windows like the training split's, for the judges).
+training years, as the held-out bars and the stress tests' paths do), before a random training bar
+(``"random"``: windows like the training split's, for the judges) or after a random training bar of the requested
+regime (``"regime"``: where that regime's real bars are, for the report's per-regime vol and skew).
 """
 from __future__ import annotations
 
@@ -76,7 +77,10 @@ def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int,
     rng = np.random.default_rng(seed)
     tgen = torch.Generator().manual_seed(seed)
     tf = gen.transform
-    state, prev = tf.start(paths, rng, start)
+    if start == "regime" and (gen.regimes is None or regime is None):
+        raise ValueError("start 'regime' is for a conditional model given a regime")
+    bar_labels = gen.regimes.label(tf.ret) if start == "regime" else None
+    state, prev = tf.start(paths, rng, start, bar_labels, regime)
     out = np.empty((paths, length, len(gen.feature_names)))
     if gen.kind == "timegan":
         chunks = -(-length // gen.seq_len)
