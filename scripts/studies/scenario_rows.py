@@ -76,6 +76,7 @@ def regime_rows(report: dict[str, Any], base: dict[str, Any]) -> list[dict[str, 
             continue
         for regime, row in block["per_regime"].items():
             rows.append({**base, "model": report["generator"], "sampling": how, "regime": regime,
+                         "paths_start": block.get("paths_start", "end"),
                          "share_held": row["share_real_held_out"], "recall_real": row["recall_real"],
                          "agreement": row.get("agreement_generated"),
                          "accuracy_real": block["classifier_accuracy_real"],
