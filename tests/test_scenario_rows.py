@@ -22,6 +22,8 @@ def test_rows_land_in_the_repository_s_docs_data_and_tables_read_them(tmp_path):
               "real_held_out": {"kurtosis": 3.65, "kurtosis_per_series_median": 3.65},
               **{k: _row() for k in ("model", "garch_t", "bootstrap", "fhs")},
               "verdict": {k: {"tails": {"pass": True}} for k in ("model", "garch_t", "bootstrap", "fhs")}}
+    # clusters more than GARCH-t on 252-bar paths, less on paths as long as the held-out series (which decide)
+    report["model"]["acf_score"]["abs"], report["model"]["at_held_out_length"]["acf_score"]["abs"] = 0.9, 0.3
     path = tmp_path / "r.json"
     path.write_text(json.dumps(report))
     out = subprocess.run([sys.executable, str(SCRIPT), "add", "--report", str(path), "--data", "toy", "--command", "c",
@@ -33,6 +35,8 @@ def test_rows_land_in_the_repository_s_docs_data_and_tables_read_them(tmp_path):
     tables = subprocess.run([sys.executable, str(SCRIPT), "tables", "--rows", str(tmp_path / "rows")],
                             capture_output=True, text=True, check=True).stdout
     assert "| toy | wgan_gp | 10x2000 | 0.100 |" in tables
+    assert "| toy | wgan_gp | pass | – | pass | FAIL |" in tables  # acf |r| 0.3 < 0.5; leverage 0.4, not below 0.4
+    assert "| toy | fhs | pass | – | FAIL | FAIL |" in tables
     # the default rows are the repository's docs/data/scenarios, not a folder beside the script
     help_text = subprocess.run([sys.executable, "-c", f"import runpy; m = runpy.run_path({str(SCRIPT)!r}); "
                                 "print(m['ROWS'])"], capture_output=True, text=True, check=True).stdout.strip()

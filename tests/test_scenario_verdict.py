@@ -22,11 +22,13 @@ HELD = 3.65
 
 
 def _row(kurtosis=3.5, emd=(0.001, 0.005, 0.01, 0.05), acf_abs=0.3, leverage=0.3, disc=0.1, train=100.0,
-         sample=1.0, drift_ok=True):
+         sample=1.0, drift_ok=True, short_acf_abs=0.9, short_leverage=0.9):
+    # acf_abs, leverage: of paths as long as the held-out series (the goal's); short_*: of the 252-bar paths
     return {"kurtosis": 20.0, "at_held_out_length": {"kurtosis_per_path_median": kurtosis, "paths": 200,
-                                                     "length": 1510},
+                                                     "length": 1510, "acf_score": {"r": 0.2, "abs": acf_abs, "sq": 0.3},
+                                                     "leverage_score": leverage},
             "emd": dict(zip(("1", "5", "20", "100"), emd, strict=True)),
-            "acf_score": {"r": 0.2, "abs": acf_abs, "sq": 0.3}, "leverage_score": leverage,
+            "acf_score": {"r": 0.2, "abs": short_acf_abs, "sq": 0.3}, "leverage_score": short_leverage,
             "discriminative_score": disc, "train_seconds": train, "sample_seconds": sample,
             "drift": {"ok": drift_ok, "ratio_min": [0.8], "ratio_max": [1.2], "bars": 1000}}
 
@@ -75,6 +77,10 @@ def test_emd_must_be_below_garch_t_at_every_lag():
 def test_acf_leverage_and_discriminative_thresholds():
     assert _passes(_report(acf_abs=0.4239), "acf_abs") and not _passes(_report(acf_abs=0.424), "acf_abs")
     assert _passes(_report(leverage=0.45), "leverage") and not _passes(_report(leverage=0.451), "leverage")
+    # the 252-bar paths' scores do not decide: only paths as long as the held-out history compare with it
+    assert _passes(_report(acf_abs=0.4, short_acf_abs=5.0), "acf_abs")
+    assert not _passes(_report(acf_abs=0.5, short_acf_abs=0.01, short_leverage=0.01), "acf_abs")
+    assert "1510-bar paths" in verdict(_report(), NAMES)["model"]["leverage"]["text"]
     assert _passes(_report(disc=DISCRIMINATIVE_MAX), "discriminative")
     assert not _passes(_report(disc=DISCRIMINATIVE_MAX + 1e-9), "discriminative")
 

@@ -87,6 +87,6 @@ def goals_warning(source: FittedGenerator | BaselineSource, label: str) -> str |
     ret = ts.names.index("ret")
     held = held_out_features(data, ts.names)[..., ret]
     reference = None if source.kind == "garch_t" else GarchT.fit(ts.raw, ret)
-    regimes = (regime_report(source, ts, held, REPORT_REGIME_PATHS, REPORT_LENGTH, 0, data.periods_per_year)
-               if source.regimes is not None else None)
+    regimes = (regime_report(source, ts, held, REPORT_REGIME_PATHS, REPORT_LENGTH, 0, data.periods_per_year,
+                             start="regime") if source.regimes is not None else None)
     return stress_warning(source, label, ret, held, reference, regimes, REPORT_PATHS, REPORT_LENGTH, 0)

@@ -112,6 +112,17 @@ def _num(v: Any, digits: int) -> str:
     return "" if v is None else f"{v:.{digits}f}".replace("-", "−")
 
 
+def _like_for_like_goals(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, bool | None]:
+    """acf_abs and leverage as the verdict now judges them (clstm_ppo/scenarios/verdict.py: paths as long as the
+    held-out series, against GARCH-t's in the same report), for rows recorded when the 252-bar paths decided."""
+    ref = next((r for r in rows if r["model"] == "garch_t" and r["data"] == row["data"]
+                and r["commit"] == row["commit"] and r["judge"] == row["judge"]), None)
+    if row["model"] == "garch_t" or ref is None or row.get("like_acf_abs") is None:
+        return {}
+    return {"acf_abs": row["like_acf_abs"] < ref["like_acf_abs"],
+            "leverage": row["like_leverage"] < ref["like_leverage"]}
+
+
 def tables(args: argparse.Namespace) -> None:
     head = ("| data | model | judge | disc | strict | emd1 | emd5 | emd20 | emd100 | acf \\|r\\| | leverage | "
             "kurt, pooled | kurt, held-out length | held-out percentile | drift | fit s | sample s |")
@@ -121,7 +132,8 @@ def tables(args: argparse.Namespace) -> None:
         pct = r.get("like_held_percentile")
         print(f"| {r['data']} | {r['model']} | {r['judge']} | {_num(r['disc'], 3)} | {_num(r['strict'], 3)} | "
               + " | ".join(_num(r[f"emd{k}"], 5) for k in ("1", "5", "20", "100"))
-              + f" | {_num(r['acf_abs'], 3)} | {_num(r['leverage'], 3)} | {_num(r['kurtosis'], 2)} | "
+              + f" | {_num(r.get('like_acf_abs'), 3)} | {_num(r.get('like_leverage'), 3)} | "
+              f"{_num(r['kurtosis'], 2)} | "
               f"{_num(r['like_kurtosis_path_median'], 2)} | {'' if pct is None else f'{100 * pct:.0f}%'} | "
               f"{_num(r['drift_min'], 2)}–{_num(r['drift_max'], 2)} | {_num(r['train_s'], 0)} | "
               f"{_num(r['sample_s'], 2)} |")
@@ -129,8 +141,11 @@ def tables(args: argparse.Namespace) -> None:
     goals = ("tails", "emd", "acf_abs", "leverage", "discriminative", "regimes", "drift", "budget")
     print("| data | model | " + " | ".join(goals) + " |")
     print("|" + "---|" * (len(goals) + 2))
-    for r in _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data, args.commit):
-        print(f"| {r['data']} | {r['model']} | " + " | ".join(MARK[r.get(f'goal_{g}')] for g in goals) + " |")
+    latest = _latest(args.rows / "reports.jsonl", ("data", "model", "judge", "commit"), args.data, args.commit)
+    for r in latest:
+        marks = {g: r.get(f"goal_{g}") for g in goals}
+        marks.update(_like_for_like_goals(r, latest))
+        print(f"| {r['data']} | {r['model']} | " + " | ".join(MARK[marks[g]] for g in goals) + " |")
     print()
     print("| data | sampling | regime | held-out share | real recall | generated agreement | vol real | vol gen "
           "| skew real | skew gen |")
