@@ -116,6 +116,20 @@ def test_the_tail_measure_compares_histories_of_the_held_out_length():
     assert held_out_kurtosis(series) == pytest.approx(k, rel=1e-9)
 
 
+def test_clustering_is_compared_on_histories_of_the_held_out_length():
+    """The acf_abs goal's reason (docs/SCENARIOS.md): the ACF of |r| up to lag 100 of one GARCH(1,1) process, measured
+    on 252-bar paths, is a fraction of the same process's on paths of the held-out length (1,510 bars)."""
+    rng = np.random.default_rng(0)
+    n, var = 200 * 1510, 1.0
+    r, z = np.empty(n), rng.standard_normal(n)
+    for t in range(n):  # persistence 0.99, as the S&P 500's training years have
+        r[t] = np.sqrt(var) * z[t]
+        var = 0.01 + 0.06 * r[t] ** 2 + 0.93 * var
+    short, long = acf(np.abs(r[:1198 * 252].reshape(-1, 252)), 100), acf(np.abs(r.reshape(200, 1510)), 100)
+    assert short.mean() < 0.3 * long.mean()
+    assert (short < long).all()  # at every lag the shorter path's estimate is the lower one
+
+
 def test_windows_and_judges():
     x = np.arange(2 * 10 * 3, dtype=float).reshape(2, 10, 3)
     assert non_overlapping(x, 4).shape == (4, 4, 3)  # 2 windows per underlying; bars 8, 9 are left over
