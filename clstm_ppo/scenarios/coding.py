@@ -29,7 +29,9 @@ from clstm_ppo.scenarios.residual_scale import Calibration
 
 HEAVY = ("gap", "ret", "dvol", "logiv")
 STD_FLOOR = 1e-8
-STARTS = ("end", "random", "regime")
+# where a generated path starts (Transform.start), and how the report says it
+STARTS = {"end": "after the last training bar", "random": "before random training bars",
+          "regime": "after training bars of the requested regime"}
 Marginal = LambertW | QuantileMap
 
 

@@ -28,13 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from clstm_ppo.scenarios.coding import STARTS
 from clstm_ppo.scenarios.fit import TrainingSet
 from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
 from clstm_ppo.scenarios.stylised_facts import excess_kurtosis, skew
 
 GOAL_POINTS = 10.0  # the goal's tolerance between generated and real held-out accuracy, in percentage points
-STARTED = {"end": "after the last training bar", "random": "before random training bars",
-           "regime": "after training bars of the requested regime"}
 # The labels are a hard function of these statistics, so the ridge only keeps the optimum finite on a separable set;
 # 1e-4 already blurred the thresholds (training accuracy 0.93 instead of 0.99 on tests' hand-made regimes).
 L2 = 1e-7
@@ -244,7 +243,7 @@ def format_regimes(block: dict[str, Any]) -> list[str]:
                  "windows labelled as requested; rule: generated windows the labelling rule itself puts in the "
                  "requested regime; vol (annualised at the data's bars a year), skew, mean: bar log returns of the "
                  "real training bars with that label and of the generated paths (started "
-                 f"{STARTED[block.get('paths_start', 'end')]}). Bear and crash more volatile and more negatively "
+                 f"{STARTS[block.get('paths_start', 'end')]}). Bear and crash more volatile and more negatively "
                  "skewed than bull: "
                  f"generated {'yes' if order['generated'] else 'no'}, real training bars "
                  f"{'yes' if order['real_train'] else 'no'}, real held-out bars "
