@@ -1,12 +1,11 @@
 """Two runs of the paper comparison side by side, run by run: what changed when one thing changed between them.
 
-    python scripts/studies/compare_grids.py A.json B.json [--names 50k 500k] [--runs A_DIR B_DIR] [--by config fold]
-        [--configs clstm clstm+dsr] [--json]
+    python scripts/studies/compare_grids.py docs/data/grids/sp500-ticks.csv docs/data/grids/sp500-dsr.csv \
+        --names ticks dsr --configs clstm clstm+dsr [--runs A_DIR B_DIR] [--by config fold] [--json]
 
-A and B are what ``scripts/studies/reproduce_paper.py --json`` printed (its log will do: the JSON is its last line),
-e.g. the same grid at two training budgets, or before and after a change to the market; or ``FILE.md#DATA``, the
-"Each run" block reproduce_paper.py wrote into that data's section of a results file (``docs/RESULTS.md#sp500``: a
-recorded grid whose log and run folders are gone, to 4 decimals). Runs are paired by
+A and B are grids' CSVs (``docs/data/grids/<name>.csv``, what ``scripts/studies/reproduce_paper.py --grid`` wrote)
+or what its ``--json`` printed (its log will do: the JSON is its last line), e.g. the same grid at two training
+budgets, or with and without one lever. Runs are paired by
 configuration, window, seed and fold: a pair differs only in what differs between the two grids. For each
 configuration both grids share, and for each headline metric: A's and B's mean +- std over the shared runs, and
 B - A paired run by run with its bootstrap 95% interval and the share of runs where B is higher (statistics as in
@@ -30,7 +29,7 @@ from clstm_ppo.tables import format_records, strict_json
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("a", type=Path, help="reproduce_paper.py --json output of the first grid, or FILE.md#DATA")
+    parser.add_argument("a", type=Path, help="the first grid: its CSV (docs/data/grids/) or its --json output")
     parser.add_argument("b", type=Path, help="the same of the second grid")
     parser.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="what to call them")
     parser.add_argument("--runs", nargs=2, type=Path, metavar=("A_DIR", "B_DIR"),
