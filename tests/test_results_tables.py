@@ -8,7 +8,14 @@ import pandas as pd
 import pytest
 
 from clstm_ppo.backtest.statistics import bootstrap_ci, clustered_bootstrap_ci
-from clstm_ppo.studies.results_tables import against_benchmarks, load_grids, paired_grids, refreshed, render
+from clstm_ppo.studies.results_tables import (
+    against_benchmarks,
+    lever_rows,
+    load_grids,
+    paired_grids,
+    refreshed,
+    render,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -47,6 +54,18 @@ def test_a_lever_is_its_grids_runs_less_the_grid_it_changed(grids):
     assert rows["total_return"]["mean"] == 0.0
 
 
+def test_a_levers_line_is_its_pair_with_the_base_and_its_own_runs_against_best_rule(grids):
+    (row,) = lever_rows(grids, "small:clstm", ["lever:clstm"])
+    pair = next(r for r in paired_grids(grids, "small:clstm", "lever:clstm") if r["metric"] == "sharpe_excess")
+    assert (row["mean"], row["ci_low"], row["fold_ci_high"], row["pairs"]) == \
+        (pair["mean"], pair["ci_low"], pair["fold_ci_high"], pair["pairs"])
+    frame = pd.read_csv(DATA / "grid_small.csv").set_index(["config", "seed", "fold"])
+    sharpe = frame["sharpe_excess"]
+    diffs = np.array([sharpe[("clstm", s, f)] + 0.25 - sharpe[("best_rule", s, f)] for f in (0, 1) for s in range(3)])
+    assert row["vs_best_rule"] == pytest.approx(diffs.mean())
+    assert (row["rule_ci_low"], row["rule_ci_high"]) == pytest.approx(bootstrap_ci(diffs))
+
+
 def test_a_doc_gets_its_tables_again_and_keeps_its_words(grids):
     doc = ("# Results\n\nWords stay.\n\n<!-- table against small -->\nstale\n<!-- end table -->\n\n"
            "More words.\n<!-- table pair small:clstm lever:clstm -->\n<!-- end table -->\n")
@@ -54,7 +73,9 @@ def test_a_doc_gets_its_tables_again_and_keeps_its_words(grids):
     assert new.startswith("# Results\n\nWords stay.\n\n<!-- table against small -->\n```\n")
     assert "stale" not in new and "More words." in new and "lever:clstm - small:clstm" in new
     assert refreshed(new, grids) == new, "made once, current after"
-    with pytest.raises(SystemExit, match="table 'sideways small': write 'against GRID' or 'pair"):
+    with pytest.raises(SystemExit, match="table 'sideways small': write 'against GRID', 'pair"):
         render("sideways small", grids)
     with pytest.raises(SystemExit, match="no grid 'gone'"):
         render("pair gone:clstm small:clstm", grids)
+    with pytest.raises(SystemExit, match="no grid 'gone'"):
+        render("levers small:clstm gone:clstm", grids)

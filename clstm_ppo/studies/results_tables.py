@@ -6,7 +6,8 @@ whose body is what ``render`` gives for NAME, so the doc is regenerated, never e
 NAME is ``against GRID``: each agent configuration of GRID against the benchmarks walked on the same folds
 (buy_and_hold, best_rule, putwrite where the grid has them), paired by seed and fold; or ``pair GRID_A:CONFIG_A
 GRID_B:CONFIG_B``: B's configuration less A's, run by run over the (window, seed, fold) both have: what one
-change made (a lever against the grid it changed).
+change made (a lever against the grid it changed); or ``levers BASE:CONFIG GRID:CONFIG ...``: one line a lever, its
+Sharpe over the T-bill less BASE's run by run, then less ``best_rule`` walked on its own folds.
 """
 from __future__ import annotations
 
@@ -73,20 +74,36 @@ def paired_grids(grids: Grids, a: str, b: str) -> list[dict[str, Any]]:
     return _pair_rows(_keyed(grids[grid_a], config_a), _keyed(grids[grid_b], config_b), f"{b} - {a}")
 
 
+def lever_rows(grids: Grids, base: str, levers: list[str]) -> list[dict[str, Any]]:
+    """One row a lever (``GRID:CONFIG``): its Sharpe over the T-bill less ``base``'s in the same (window, seed, fold),
+    with both intervals (runs; folds, then seeds), then less ``best_rule`` in the same (seed, fold)."""
+    out = []
+    for lever in levers:
+        grid, config = lever.split(":", 1)
+        (effect,) = paired_grids(grids, base, lever)[:1]
+        mine = _keyed(grids[grid], config, with_window=False)
+        (rule,) = _pair_rows(_keyed(grids[grid], "best_rule", with_window=False), mine, "", ("sharpe_excess",))
+        out.append({"lever": lever, "pairs": effect["pairs"], "folds": effect["folds"], "mean": effect["mean"],
+                    "ci_low": effect["ci_low"], "ci_high": effect["ci_high"], "fold_ci_low": effect["fold_ci_low"],
+                    "fold_ci_high": effect["fold_ci_high"], "wins": effect["wins"], "vs_best_rule": rule["mean"],
+                    "rule_ci_low": rule["ci_low"], "rule_ci_high": rule["ci_high"]})
+    return out
+
+
 def render(name: str, grids: Grids) -> str:
     """The body of table ``name`` (a fenced block of ``tables.format_records``)."""
     kind, _, rest = name.partition(" ")
     if kind == "against" and rest in grids:
         rows = against_benchmarks(grids[rest])
-    elif kind == "pair" and len(rest.split()) == 2:
-        a, b = rest.split()
-        missing = [s.split(":")[0] for s in (a, b) if s.split(":")[0] not in grids]
+    elif (kind == "pair" and len(rest.split()) == 2) or (kind == "levers" and len(rest.split()) >= 2):
+        specs = rest.split()
+        missing = [s.split(":")[0] for s in specs if s.split(":")[0] not in grids]
         if missing:
             raise SystemExit(f"error: table {name!r}: no grid {missing[0]!r} under docs/data/grids/")
-        rows = paired_grids(grids, a, b)
+        rows = paired_grids(grids, *specs) if kind == "pair" else lever_rows(grids, specs[0], specs[1:])
     else:
-        raise SystemExit(f"error: table {name!r}: write 'against GRID' or 'pair GRID_A:CONFIG GRID_B:CONFIG' with "
-                         f"grids of docs/data/grids/ ({', '.join(grids)})")
+        raise SystemExit(f"error: table {name!r}: write 'against GRID', 'pair GRID_A:CONFIG GRID_B:CONFIG' or 'levers "
+                         f"BASE:CONFIG GRID:CONFIG ...' with grids of docs/data/grids/ ({', '.join(grids)})")
     return "```\n" + format_records(rows, digits=3) + "\n```\n"
 
 
