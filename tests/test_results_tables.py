@@ -79,3 +79,5 @@ def test_a_doc_gets_its_tables_again_and_keeps_its_words(grids):
         render("pair gone:clstm small:clstm", grids)
     with pytest.raises(SystemExit, match="no grid 'gone'"):
         render("levers small:clstm gone:clstm", grids)
+    with pytest.raises(SystemExit, match="lever:ppo shares no .window, seed, fold. with small:clstm"):
+        render("levers small:clstm lever:ppo", grids)

@@ -76,17 +76,25 @@ def paired_grids(grids: Grids, a: str, b: str) -> list[dict[str, Any]]:
 
 def lever_rows(grids: Grids, base: str, levers: list[str]) -> list[dict[str, Any]]:
     """One row a lever (``GRID:CONFIG``): its Sharpe over the T-bill less ``base``'s in the same (window, seed, fold),
-    with both intervals (runs; folds, then seeds), then less ``best_rule`` in the same (seed, fold)."""
+    with both intervals (runs; folds, then seeds), then less ``best_rule`` in the same (seed, fold) (NaN where the
+    lever's grid walked no best_rule)."""
+    base_grid, base_config = base.split(":", 1)
     out = []
     for lever in levers:
         grid, config = lever.split(":", 1)
-        (effect,) = paired_grids(grids, base, lever)[:1]
-        mine = _keyed(grids[grid], config, with_window=False)
-        (rule,) = _pair_rows(_keyed(grids[grid], "best_rule", with_window=False), mine, "", ("sharpe_excess",))
-        out.append({"lever": lever, "pairs": effect["pairs"], "folds": effect["folds"], "mean": effect["mean"],
-                    "ci_low": effect["ci_low"], "ci_high": effect["ci_high"], "fold_ci_low": effect["fold_ci_low"],
-                    "fold_ci_high": effect["fold_ci_high"], "wins": effect["wins"], "vs_best_rule": rule["mean"],
-                    "rule_ci_low": rule["ci_low"], "rule_ci_high": rule["ci_high"]})
+        paired = _pair_rows(_keyed(grids[base_grid], base_config), _keyed(grids[grid], config), lever,
+                            ("sharpe_excess",))
+        if not paired:
+            raise SystemExit(f"error: {lever} shares no (window, seed, fold) with {base}: pair a lever with the grid "
+                             "whose settings it changed")
+        effect = paired[0]
+        rule = _pair_rows(_keyed(grids[grid], "best_rule", with_window=False),
+                          _keyed(grids[grid], config, with_window=False), "", ("sharpe_excess",))
+        against = rule[0] if rule else {"mean": np.nan, "ci_low": np.nan, "ci_high": np.nan}
+        out.append({"lever": lever, **{k: effect[k] for k in ("pairs", "folds", "mean", "ci_low", "ci_high",
+                                                               "fold_ci_low", "fold_ci_high", "wins")},
+                    "vs_best_rule": against["mean"], "rule_ci_low": against["ci_low"],
+                    "rule_ci_high": against["ci_high"]})
     return out
 
 
