@@ -57,6 +57,7 @@ def tails_goal(row: dict[str, Any], held_kurtosis: float) -> dict[str, Any]:
 
 
 def emd_goal(row: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """The EMD goal of one model's row: below the reference's (GARCH-t's) row at every lag."""
     worse = [lag for lag, v in row["emd"].items() if not v < reference["emd"].get(lag, np.inf)]
     return _goal(not worse, "below GARCH-t at every lag" if not worse else f"not below GARCH-t at lag "
                                                                             f"{', '.join(worse)}")

@@ -68,22 +68,20 @@ def against_benchmarks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def paired_grids(grids: Grids, a: str, b: str) -> list[dict[str, Any]]:
+def paired_grids(grids: Grids, a: str, b: str, metrics: tuple[str, ...] = CI_METRICS) -> list[dict[str, Any]]:
     """``GRID_B:CONFIG_B - GRID_A:CONFIG_A`` run by run (window, seed, fold)."""
     (grid_a, config_a), (grid_b, config_b) = (spec.split(":", 1) for spec in (a, b))
-    return _pair_rows(_keyed(grids[grid_a], config_a), _keyed(grids[grid_b], config_b), f"{b} - {a}")
+    return _pair_rows(_keyed(grids[grid_a], config_a), _keyed(grids[grid_b], config_b), f"{b} - {a}", metrics)
 
 
 def lever_rows(grids: Grids, base: str, levers: list[str]) -> list[dict[str, Any]]:
     """One row a lever (``GRID:CONFIG``): its Sharpe over the T-bill less ``base``'s in the same (window, seed, fold),
     with both intervals (runs; folds, then seeds), then less ``best_rule`` in the same (seed, fold) (NaN where the
     lever's grid walked no best_rule)."""
-    base_grid, base_config = base.split(":", 1)
     out = []
     for lever in levers:
         grid, config = lever.split(":", 1)
-        paired = _pair_rows(_keyed(grids[base_grid], base_config), _keyed(grids[grid], config), lever,
-                            ("sharpe_excess",))
+        paired = paired_grids(grids, base, lever, ("sharpe_excess",))
         if not paired:
             raise SystemExit(f"error: {lever} shares no (window, seed, fold) with {base}: pair a lever with the grid "
                              "whose settings it changed")
