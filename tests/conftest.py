@@ -39,6 +39,21 @@ def bars_csv(tmp_path):
     return path
 
 
+# The env tests' markets (test_env*.py), built once per module that asks for them.
+@pytest.fixture(scope="module")
+def synthetic_data():
+    from clstm_ppo.config import DataConfig, SyntheticConfig
+    from clstm_ppo.data import build_market_data
+    return build_market_data(DataConfig(source="synthetic", synthetic=SyntheticConfig(n_bars=1500, seed=5)))
+
+
+@pytest.fixture(scope="module")
+def sp500_data():
+    from clstm_ppo.config import DataConfig
+    from clstm_ppo.data import build_market_data
+    return build_market_data(DataConfig())
+
+
 def strict_loads(text: str):
     """json.loads that refuses NaN and Infinity: what the project's commands write must be strict JSON."""
     def refuse(constant: str):
@@ -89,7 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # tests that start two or more processes, one after another on the other worker's core. The other tests go to
 # whichever worker is free. A new test that compiles belongs in "inductor".
 INDUCTOR_MODULES = {"test_compile_cache.py", "test_functional_step.py", "test_fused_rollout.py",
-                    "test_static_update.py", "test_train.py"}
+                    "test_static_update.py", "test_train.py", "test_resume.py",
+                    "test_train_failures.py"}
 PROCESS_MODULES = {"test_distributed.py", "test_chaos.py", "test_tune.py", "test_tune_storage.py",
                    "test_tune_vs_default.py", "test_reproduce_paper.py"}
 

@@ -89,6 +89,11 @@ def step_digest(h: "hashlib._Hash", env, result) -> None:
             _update(h, np.concatenate(list(value)) if key == "equity_curve" else value)
 
 
+def random_valid(mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One valid action per copy, uniform over its mask."""
+    return torch.multinomial(mask.double(), 1, generator=gen).squeeze(-1)
+
+
 def make(data, split, market, cfg, n, seed, autoreset) -> BatchedOptionsEnv:
     """The env as the CPU runs it: eager, closes priced on the closing copies alone."""
     return BatchedOptionsEnv(data, split, market, cfg, n, seed=seed, autoreset=autoreset)

@@ -9,7 +9,7 @@ observed portfolio are written out from their definitions. Only the per-bar seri
 ``clstm_ppo.market.inputs.market_inputs`` (implied vol at each open and close, rates, the dividend yield, the
 long-run vol, which opens are stale) and the margin rates (a, b) of ``clstm_ppo.market.margin.margin_rates``
 (index or stock, per underlying) are taken as data: they are tested on their own elsewhere. The batched env
-must agree with this step by step, observation and mask included (tests/test_env.py).
+must agree with this step by step, observation and mask included (tests/test_env_reference.py).
 """
 from __future__ import annotations
 

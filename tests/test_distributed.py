@@ -169,7 +169,7 @@ def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, mo
     (without it they part after the first step). Every update's log counts its collectives: none inside a capture,
     and exactly the ones the update makes."""
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
-    # 32 copies a rank in minibatches of 8 copies x 32 steps: the compiled graphs of tests/test_train.py's compiled
+    # 32 copies a rank in minibatches of 8 copies x 32 steps: the compiled graphs of tests/test_resume.py's compiled
     # resume, so a cold CI machine compiles them once (this test runs after it)
     cfg = smoke_config(3 * 2 * 32 * 32, "train.num_envs=32", "env.compile=on", "ppo.num_minibatches=4",
                        "ppo.grad_accumulation=2")

@@ -1,7 +1,7 @@
 """The env step as a pure function: the sync-free step (what compiled code and GPUs run) agrees with the eager env
 over long trajectories and resumes bit for bit; the same run twice gives the same bits; no changed input; one
 compiled graph with no break or recompile; device-side episode sums equal to the host's records; random draws that
-are uniform, per copy and resumable. Both paths agree with the plain-Python reference env (tests/test_env.py)."""
+are uniform, per copy and resumable. Both paths agree with the plain-Python reference env (test_env_reference.py)."""
 import dataclasses
 
 import numpy as np

@@ -1,7 +1,7 @@
 """The PPO update's minibatch loss in fixed shapes (``agent/static_update.py``): LSTM 2 as a fixed
 loop with resets is the fused runs of ``decide``; the static loss and its gradients equal the eager loss's for every
 agent kind, both ways of encoding, fp32 and bf16; compiled, it is a fixed set of graphs that later updates never
-recompile (the trainer's whole set: tests/test_train.py's compiled resume); two DDP workers on it keep identical
+recompile (the trainer's whole set: tests/test_resume.py's compiled resume); two DDP workers on it keep identical
 weights (tests/test_distributed.py)."""
 import copy
 import tempfile

@@ -1,7 +1,7 @@
-"""The trainer end to end on the smoke config: learning, best checkpoints, exact resume, bad input."""
+"""The trainer end to end on the smoke config: learning, best checkpoints, evaluate, logging and monitoring (exact
+resume: test_resume.py; what a run says when something goes wrong: test_train_failures.py)."""
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import strict_loads
+from smoke_training import SMOKE, train
 
 from clstm_ppo.agent.from_checkpoint import model_from_checkpoint
 from clstm_ppo.backtest.policies import agent_policy, random_policy
@@ -19,14 +20,7 @@ from clstm_ppo.data import Normalizer
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS
 from clstm_ppo.tables import strict_json
-from clstm_ppo.train import main as train_main
 from clstm_ppo.training.checkpoint import load_checkpoint
-
-SMOKE = "smoke"
-
-
-def train(tmp: Path, *extra: str) -> int:
-    return run_cli(train_main, ["--config", SMOKE, "--checkpoint-dir", str(tmp), *extra])
 
 
 @pytest.fixture(scope="module")
@@ -80,120 +74,6 @@ def evaluations(run_dir: Path) -> list[dict]:
     return [r for r in map(strict_loads, lines) if r["kind"] == "eval"]
 
 
-def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_checkpoint(run_dir / "latest.pt")["model"]
-
-
-# 32 copies x 32 steps: the rollout uses cached bar codes; compiled: and then one compiled decision per step
-# (agent/fused_rollout.py) and the static update; 32 x 16 compiled: too few decisions to cache every bar's code, so
-# the eager rollout over the compiled env step (the same env step graph: a cold machine compiles it once). A resume
-# must not recompute the observation eagerly: the compiled step summed it in another order, and its last bits parted
-# the runs. Minibatches of 8 copies: the compiled update has the shapes of tests/test_distributed.py's.
-@pytest.mark.parametrize(("num_envs", "compile", "num_steps"), [(8, "off", 32), (32, "off", 32), (32, "on", 32),
-                                                              (32, "on", 16)])
-def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, num_steps, capsys):
-    """Compiled (32 copies), the first run is also the check that the trainer's graphs are a fixed set: the rollout
-    decision, LSTM 2's recurrence block and the losses compile in its first update, and five more updates (new
-    weights, rollouts and minibatch orders) recompile nothing and break no graph, while every weight trains."""
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-
-    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
-              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"env.compile={compile}",
-              "--set", f"ppo.num_steps={num_steps}"]
-    batch = num_envs * num_steps
-    torch._dynamo.reset()
-    counters.clear()
-    assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
-    if compile == "on" and num_steps == 32:
-        assert counters["stats"]["unique_graphs"] >= 3
-        assert not counters["recompiles"], dict(counters["recompiles"])
-        assert not counters["graph_break"], dict(counters["graph_break"])
-        assert_every_weight_trained(tmp_path / "a" / "synthetic-smoke" / "latest.pt")
-    rollout = "compiled" if compile == "on" and num_steps == 32 else "eager"  # one line says how it ran, once
-    compiled = "compiled" if compile == "on" else "eager"
-    assert capsys.readouterr().out.count(f"ran as: rollout {rollout}, env step {compiled}, update {compiled}, "
-                                         "optimizer step eager, precision fp32\n") == 1
-    assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0
-    assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common) == 0
-    a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(tmp_path / "b" / "synthetic-smoke")
-    assert load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")["update"] == 6
-    for name in a:
-        assert torch.equal(b[name], a[name]), f"{name}: the resumed run differs by {(b[name] - a[name]).abs().max()}"
-
-
-def assert_every_weight_trained(path: Path) -> None:
-    """Every weight of the checkpoint at ``path`` moved from the initial weights its run drew from its seed."""
-    from clstm_ppo.agent import CascadedActorCritic
-    from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
-
-    state = load_checkpoint(path)
-    cfg = from_dict(Config, state["config"])
-    torch.manual_seed(cfg.seed)  # as the trainer draws its initial weights
-    initial = CascadedActorCritic(len(state["normalizer"]["names"]), len(PORTFOLIO_FEATURES),
-                                  ActionSpace.from_config(cfg.market).n, cfg.agent).state_dict()
-    unchanged = [name for name, value in state["model"].items() if torch.equal(value, initial[name])]
-    assert not unchanged, f"untrained weights: {unchanged}"
-
-
-def test_rank_states_saved_every_n_updates_still_resume_the_last_update_exactly(tmp_path, capsys):
-    """train.rank_state_every: 2 leaves the env copies out of update 1's checkpoint (a resume from it starts fresh
-    episodes and says why), but the run's last latest.pt carries them, so resuming it equals an uninterrupted run."""
-    common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", "train.num_envs=8",
-              "--set", "train.checkpoint_every=1", "--set", "train.keep_last=5"]
-    batch = 8 * 32
-    assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
-    run_b = tmp_path / "b" / "synthetic-smoke"
-    every = ["--set", "train.rank_state_every=2"]
-    assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common, *every) == 0
-    assert "env" not in load_checkpoint(run_b / "update_0000001.pt")
-    early = tmp_path / "update_1.pt"
-    shutil.copy(run_b / "update_0000001.pt", early)  # keep_last prunes it once the run goes on
-    assert "env" in load_checkpoint(run_b / "update_0000002.pt")
-    assert load_checkpoint(run_b / "latest.pt")["update"] == 3 and "env" in load_checkpoint(run_b / "latest.pt")
-    assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common, *every) == 0
-    a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(run_b)
-    for name in a:
-        torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-7, msg=name)
-    capsys.readouterr()
-    assert train(tmp_path / "b", "--total-steps", str(2 * batch), "--resume-from", str(early), *common,
-                 *every) == 0
-    assert "env copies start fresh episodes (the checkpoint was written between train.rank_state_every's saves)" \
-        in capsys.readouterr().out
-
-
-def test_a_run_folder_in_use_by_another_training_process_is_refused(tmp_path, capsys):
-    from clstm_ppo.training.checkpoint import run_lock
-
-    args = ["--total-steps", "512", "--set", "train.num_envs=8"]
-    assert train(tmp_path, *args) == 0
-    run = tmp_path / "synthetic-smoke"
-    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
-    capsys.readouterr()
-    with run_lock(run):  # as if a first resume were still training there
-        for extra in (["--resume-from", "latest", "--total-steps", "1024"], ["--fresh-start"]):
-            assert train(tmp_path, *args[2:], *extra) == 2
-            err = capsys.readouterr().err.strip()
-            assert err.startswith(f"error: {run} is in use by a training process (pid ") and "--run-name" in err
-    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.name != ".lock"} == \
-        {k: v for k, v in before.items() if k != ".lock"}, "a refused launch touches nothing"
-    assert not list(tmp_path.glob("synthetic-smoke.old-*")), "--fresh-start must not move a run in use"
-    assert train(tmp_path, *args[2:], "--resume-from", "latest", "--total-steps", "1024") == 0  # free again
-
-
-def test_existing_run_is_protected_and_fresh_start_moves_it_aside(tmp_path, capsys):
-    args = ["--total-steps", "512", "--set", "train.num_envs=8"]
-    assert train(tmp_path, *args) == 0
-    capsys.readouterr()
-    assert train(tmp_path, *args) == 2
-    err = capsys.readouterr().err
-    assert "already holds a run" in err and "--resume-from latest" in err and "--fresh-start" in err
-    assert train(tmp_path, *args, "--fresh-start") == 0
-    folders = sorted(p.name for p in tmp_path.iterdir())
-    assert folders[0] == "synthetic-smoke" and folders[1].startswith("synthetic-smoke.old-")
-    assert (tmp_path / folders[1] / "latest.pt").is_file()
-
-
 def test_bad_checkpoints_and_resume_choices_get_clear_errors(tmp_path, smoke_run, capsys):
     truncated = tmp_path / "cut.pt"
     truncated.write_bytes((smoke_run / "latest.pt").read_bytes()[:5000])
@@ -208,26 +88,6 @@ def test_bad_checkpoints_and_resume_choices_get_clear_errors(tmp_path, smoke_run
     assert "composite, composite_smoothed, win_rate, profit_rate, sharpe, latest" in err
     assert train(tmp_path, "--set", "ppo.lr_schedule=cosine") == 2
     assert "linear, constant" in capsys.readouterr().err
-
-
-def test_resuming_a_run_that_finished_its_budget_says_how_to_continue(tmp_path, capsys):
-    # Unstaggered, all 8 copies' first 64-bar episodes end within the 64 steps, so --num-episodes 1 is spent too.
-    args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2", "--set", "env.stagger_starts=false"]
-    assert train(tmp_path, "--total-steps", "512", *args) == 0
-    run = tmp_path / "synthetic-smoke"
-    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
-    started = capsys.readouterr().out  # the run describes itself before training
-    assert f"run synthetic-smoke -> {run}" in started and "data synthetic: SYN0" in started
-    assert "1 worker(s) on cpu" in started and "8 env copies x 32 steps each = 256 env steps per update; " \
-        "budget 512 env steps (~2 updates)" in started
-    assert "parameters; fp32; learning rate 0.001 linear" in started
-    assert train(tmp_path, "--resume-from", "latest", "--total-steps", "512", *args) == 2
-    assert capsys.readouterr().err.strip() == (
-        "error: the checkpoint already holds 512 env steps, the budget of train.total_steps (512); "
-        "pass a larger --total-steps to train on")
-    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == before, "a refused resume touches nothing"
-    assert train(tmp_path, "--resume-from", "latest", "--num-episodes", "1", *args) == 2
-    assert "pass a larger --num-episodes" in capsys.readouterr().err
 
 
 def test_pretraining_learns_next_bar_returns(tmp_path, capsys):
@@ -266,95 +126,6 @@ def test_wandb_flag_logs_an_offline_run(tmp_path, monkeypatch):
     assert train(tmp_path, "--wandb", "--total-steps", "1024", "--resume-from", "latest") == 0
     runs = sorted((run / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(r.name.endswith(run_id) for r in runs), "a resume logs into the same W&B run"
-
-
-@pytest.mark.parametrize("update_graphs", [False, True])
-def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, monkeypatch, capsys, update_graphs):
-    """At 65,536 copies a GPU the update's activations are what runs out (docs/TRAINING.md, "Memory at scale"):
-    the one line says what was saved and which settings keep the same optimizer steps in less memory (with
-    train.update_graphs, which refuses gradient accumulation, turning it off)."""
-    from clstm_ppo.config import load_config
-    from clstm_ppo.training import runner
-
-    real, calls = runner.ppo_update, []
-
-    def second_update_runs_out(*args, **kwargs):  # what CUDA raises where an allocation does not fit
-        calls.append(1)
-        if len(calls) == 2:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(runner, "ppo_update", second_update_runs_out)
-    ran = ["train.num_envs=8", *(["train.update_graphs=true"] if update_graphs else [])]
-    assert train(tmp_path, "--total-steps", "5120", *(a for s in ran for a in ("--set", s))) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    graphs_off = "--set train.update_graphs=false " if update_graphs else ""
-    assert err == ("error: CUDA ran out of memory on rank 0; latest.pt holds update 1; split each minibatch with "
-                   f"{graphs_off}--set ppo.num_minibatches=8 --set ppo.grad_accumulation=4 (the same optimizer "
-                   "steps; about 1/4 of the update's activations), or lower --num-envs or the agent.* sizes")
-    assert load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")["update"] == 1
-    words = err.split()
-    suggested = [words[i + 1] for i, word in enumerate(words) if word == "--set"]
-    cfg = load_config(SMOKE, [*ran, *suggested])  # the settings it names are accepted on top of the run's
-    assert (cfg.ppo.num_minibatches, cfg.ppo.grad_accumulation, cfg.train.update_graphs) == (8, 4, False)
-
-
-@pytest.mark.parametrize("every", [1, 2])
-def test_a_checkpoint_that_outweighs_the_update_is_said_once_with_the_setting_that_lightens_it(tmp_path, monkeypatch,
-                                                                                                capsys, every):
-    """At 65,536 copies on several GPUs, gathering and writing every rank's state can cost a good part of an
-    update (docs/BENCHMARKS.md): the run says so once, naming train.rank_state_every, unless it is already set."""
-    import time
-
-    from clstm_ppo.training import checkpoint
-
-    real = checkpoint.atomic_save
-
-    def slow_disk(state, path):  # a checkpoint far slower than the smoke config's update
-        time.sleep(1.0)
-        real(state, path)
-
-    monkeypatch.setattr(checkpoint, "atomic_save", slow_disk)
-    args = ["--total-steps", "1024", "--set", "train.num_envs=8", "--set", f"train.rank_state_every={every}"]
-    assert train(tmp_path, *args) == 0  # 4 updates of 8 copies x 32 steps
-    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("each checkpoint takes ")]
-    assert len(notes) == (1 if every == 1 else 0)
-    if notes:
-        assert "--set train.rank_state_every=10 carries them every 10th update only" in notes[0]
-    records = (tmp_path / "synthetic-smoke" / "metrics.jsonl").read_text().splitlines()
-    saves = [r for r in map(strict_loads, records) if r["kind"] == "checkpoint"]
-    assert len(saves) == 4 and all(r["save_s"] >= 1.0 for r in saves)
-    assert [r["rank_states"] for r in saves] == [every == 1 or r["update"] % every == 0 for r in saves]
-
-
-def test_wandb_without_a_login_is_one_line_before_training(tmp_path):
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
-    env.update(HOME=str(tmp_path / "home"), WANDB_CONFIG_DIR=str(tmp_path / "home" / ".wandb"))  # no netrc, no login
-    # Its own process: wandb keeps settings from earlier runs in the test process.
-    result = subprocess.run([sys.executable, "-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir",
-                             str(tmp_path), "--wandb", "--total-steps", "512"], capture_output=True, text=True,
-                            timeout=120, env=env, stdin=subprocess.DEVNULL)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert result.stderr.startswith("error: --wandb could not start a W&B run") and result.stderr.count("\n") == 1
-    assert "WANDB_MODE=offline" in result.stderr and "Episode" not in result.stdout + result.stderr
-    assert not list((tmp_path / "synthetic-smoke").glob("*.pt"))
-
-
-def test_a_diverging_loss_stops_the_run_without_saving_broken_weights(tmp_path, capsys):
-    code = train(tmp_path, "--total-steps", "5120", "--set", "train.num_envs=8", "--set", "ppo.learning_rate=1e30")
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 2 and err.startswith("error: the loss became NaN or infinite in update ")
-    assert "lower ppo.learning_rate" in err
-    failed_update = int(err.split("in update ")[1].split(";")[0])
-    latest = tmp_path / "synthetic-smoke" / "latest.pt"
-    if failed_update == 1:
-        assert "no checkpoint was written" in err and not latest.exists()
-    else:  # what was saved before the failure is the last sound update, with finite weights
-        state = load_checkpoint(latest)
-        assert state["update"] == failed_update - 1 and f"latest.pt holds update {failed_update - 1}" in err
-        assert all(torch.isfinite(v).all() for v in state["model"].values())
 
 
 def test_evaluate_command_walks_the_agent_and_every_benchmark(smoke_run, tmp_path):
@@ -503,64 +274,6 @@ def test_compiled_encoder_trains_and_keeps_checkpoint_keys(tmp_path, smoke_run):
     assert all(torch.isfinite(v).all() for v in compiled["model"].values())
 
 
-def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no compiler to be found
-    monkeypatch.delenv("CXX", raising=False)
-    assert train(tmp_path, "--total-steps", "512", "--set", "train.compile=true") == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: train.compile on a CPU needs a C++ compiler")
-    assert not (tmp_path / "synthetic-smoke").exists(), "refused before the run folder was made"
-
-
-@pytest.mark.parametrize("written_by", ["an older layout", "an older random stream"])
-def test_resume_from_a_checkpoint_whose_env_state_does_not_fit_restarts_the_copies(tmp_path, capsys, written_by):
-    """Checkpoints written before the env's slot-major layout, or before its random stream became counters in
-    the state (they saved a torch.Generator's state instead), still resume here: the copies start afresh."""
-    from clstm_ppo.training.checkpoint import atomic_save
-
-    args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
-    assert train(tmp_path, "--total-steps", "512", *args) == 0
-    latest = tmp_path / "synthetic-smoke" / "latest.pt"
-    state = load_checkpoint(latest)
-    if written_by == "an older layout":
-        for name in ("active", "is_call", "strike", "expiry_time", "contracts", "entry_cost", "mark"):
-            state["env"][name] = state["env"][name].T.contiguous()  # the older (N, P) layout
-    else:
-        del state["env"]["key"], state["env"]["draws"]
-        state["env"]["generator"] = torch.zeros(5056, dtype=torch.uint8)  # what a CPU torch.Generator saved
-    atomic_save(state, latest)
-    assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
-    assert "env copies start fresh episodes (the saved env state has another layout)" in capsys.readouterr().out
-    resumed = load_checkpoint(latest)
-    assert resumed["update"] == 4 and resumed["env"]["active"].shape == (5, 8)
-
-
-def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys):
-    """Where a run executes is chosen per launch: a checkpoint's saved device and threads are not reused, nor its
-    Adam's device settings (a run whose optimizer step was a CUDA graph saved a capturable Adam with a tensor rate,
-    which cannot step on a CPU): it continues as the same checkpoint written by a CPU run does."""
-    from clstm_ppo.training.checkpoint import atomic_save
-
-    args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
-    assert train(tmp_path, "--total-steps", "512", *args) == 0
-    latest = tmp_path / "synthetic-smoke" / "latest.pt"
-    shutil.copytree(tmp_path / "synthetic-smoke", tmp_path / "cpu" / "synthetic-smoke")
-    state = load_checkpoint(latest)
-    assert state["config"]["train"]["device"] == "auto", "the resolved device must not be written as the user's choice"
-    state["config"]["train"].update(device="cuda", threads_per_worker=8)  # as written on a GPU machine
-    for group in state["optimizer"]["param_groups"]:  # by make_adam(..., capture_on=cuda), loaded to the CPU
-        group.update(capturable=True, foreach=True, lr=torch.tensor(group["lr"]))
-    atomic_save(state, latest)
-    assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
-    assert train(tmp_path / "cpu", "--total-steps", "1024", "--resume-from", "latest", *args) == 0
-    assert load_checkpoint(latest)["update"] == 4
-    cpu_written = final_params(tmp_path / "cpu" / "synthetic-smoke")
-    for name, value in final_params(tmp_path / "synthetic-smoke").items():
-        assert torch.equal(value, cpu_written[name]), name
-    assert train(tmp_path, "--total-steps", "1536", "--resume-from", "latest", "--device", "cuda", *args) == 2
-    assert "--device cuda was asked for" in capsys.readouterr().err  # asked for in this command: still an error
-
-
 def test_rollout_from_cached_bar_codes_equals_encoding_each_window(tmp_path):
     """The rollout encodes each bar once when the split is shorter than a rollout; decisions must not change."""
     from clstm_ppo.config import load_config
@@ -619,26 +332,3 @@ def test_tensorboard_gets_the_same_scalars_as_metrics_jsonl(tmp_path):
         assert logged and set(scalars) == set(logged), (kind, key)
         assert all(scalars[s] == pytest.approx(v, rel=1e-6, abs=1e-9) for s, v in logged.items())
 
-
-def test_an_unwritable_tensorboard_folder_is_one_line(tmp_path, capsys):
-    (tmp_path / "file").write_text("a file, not a folder")
-    assert train(tmp_path, "--total-steps", "512", "--tensorboard", str(tmp_path / "file" / "board")) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: --tensorboard") and err.count("\n") == 1
-
-
-def test_a_run_trains_and_resumes_from_python(tmp_path):
-    """train_run is what `python -m clstm_ppo.train` calls: it returns the run folder, resumes from a named
-    checkpoint with the run's own settings, and a bad setting is the command's one-line ConfigError."""
-    from clstm_ppo.config import ConfigError
-    from clstm_ppo.training.launch import train_run
-
-    common = [f"train.checkpoint_dir={tmp_path}", "train.run_name=lib", "train.num_envs=8", "ppo.num_steps=16"]
-    run = train_run("smoke", [*common, "train.total_steps=256"])
-    assert run == tmp_path / "lib" and load_checkpoint(run / "latest.pt")["update"] == 2
-    assert train_run("smoke", [*common, "train.total_steps=512"], resume_from="latest") == run
-    assert load_checkpoint(run / "latest.pt")["update"] == 4
-    with pytest.raises(ConfigError, match="ppo.no_such_key"):
-        train_run("smoke", ["ppo.no_such_key=1"])
-    with pytest.raises(ConfigError, match="contradict"):
-        train_run("smoke", common, resume_from="latest", fresh_start=True)
