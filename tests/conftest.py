@@ -39,7 +39,7 @@ def bars_csv(tmp_path):
     return path
 
 
-# The env tests' markets (test_env*.py), built once per module that asks for them.
+# The two markets the env, reward, market-input and functional-step tests share, built once per module.
 @pytest.fixture(scope="module")
 def synthetic_data():
     from clstm_ppo.config import DataConfig, SyntheticConfig

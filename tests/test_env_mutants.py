@@ -1,5 +1,5 @@
-"""References that each break one rule of docs/MARKET.md: the agreement with the batched env must fail for each,
-so the agreement tests (test_env_reference.py) can tell the rules apart."""
+"""References that each break one rule of docs/MARKET.md (section 1): the agreement with the batched env must
+fail for each, so the agreement tests (test_env_reference.py) can tell the rules apart."""
 import copy
 import dataclasses
 import math
@@ -20,7 +20,6 @@ from reference_env import Point, ReferenceCopy, ReferenceMarket
 
 from clstm_ppo.config import MarketConfig
 
-# Mutants: references that each break one rule of docs/MARKET.md section 1. The agreement test must catch each.
 ATM_YEARS = 30 / 365
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from env_trajectory import CASES, STATE, STATS, data_config, draw_action, make, make_sync_free, run, start
+from env_trajectory import CASES, STATE, STATS, data_config, draw_action, make, make_sync_free, random_valid, run, start
 from scipy import stats as scipy_stats
 
 from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig, SyntheticConfig
@@ -23,11 +23,6 @@ from clstm_ppo.metrics import concat_episodes, episode_sums
 def datasets():
     return {source: build_market_data(data_config(next(c for c in CASES if c.source == source)))
             for source in {c.source for c in CASES}}
-
-
-@pytest.fixture(scope="module")
-def synthetic():
-    return build_market_data(DataConfig(source="synthetic", synthetic=SyntheticConfig(n_bars=1500, seed=5)))
 
 
 def same_bits(a, b) -> bool:
@@ -94,15 +89,15 @@ def flat(state) -> dict[str, torch.Tensor]:
     return {**{k: v for k, v in d.items() if k != "stats"}, **{f"stats.{k}": v for k, v in d["stats"].items()}}
 
 
-def test_the_step_changes_no_input_and_the_same_input_gives_the_same_output(synthetic):
-    env = BatchedOptionsEnv(synthetic, "train", MarketConfig(), EnvConfig(dtype="float64", episode_length=10), 64,
+def test_the_step_changes_no_input_and_the_same_input_gives_the_same_output(synthetic_data):
+    env = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), EnvConfig(dtype="float64", episode_length=10), 64,
                             seed=2, records=False)
     env.reset()
     gen = torch.Generator().manual_seed(0)
     state = env.state
     for _ in range(40):  # through episode ends and restarts
         before = {k: v.clone() for k, v in flat(state).items()}
-        action = torch.multinomial(state.mask.double(), 1, generator=gen).squeeze(-1)
+        action = random_valid(state.mask, gen)
         first, again = pure.step(env.spec, state, action), pure.step(env.spec, state, action)
         for k, v in flat(state).items():
             assert torch.equal(v, before[k]), f"the step changed its input's {k}"
@@ -112,14 +107,14 @@ def test_the_step_changes_no_input_and_the_same_input_gives_the_same_output(synt
     assert set(STATE_FIELDS) == set(state.to_dict())
 
 
-def test_device_episode_sums_equal_the_host_records_of_the_same_episodes(synthetic):
+def test_device_episode_sums_equal_the_host_records_of_the_same_episodes(synthetic_data):
     """What the trainer logs (summed on the device, read once per update) equals metrics.episode_sums of the
     per-episode records the host tools read, staggered first episodes left out of both."""
     cfg = EnvConfig(dtype="float64", episode_length=12)
-    env = BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 96, seed=5)
+    env = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 96, seed=5)
     obs, gen, records = env.reset(), torch.Generator().manual_seed(3), []
     for _ in range(60):
-        result = env.step(torch.multinomial(obs.mask.double(), 1, generator=gen).squeeze(-1))
+        result = env.step(random_valid(obs.mask, gen))
         obs = result.obs
         records.append(result.episodes)
     host = episode_sums(concat_episodes(records))
@@ -128,11 +123,11 @@ def test_device_episode_sums_equal_the_host_records_of_the_same_episodes(synthet
     assert not env.take_episode_sums().any(), "a take clears the sums"
 
 
-def test_each_copy_draws_its_own_starts_whatever_the_others_do(synthetic):
+def test_each_copy_draws_its_own_starts_whatever_the_others_do(synthetic_data):
     """A copy's k-th episode start depends on its key and k alone: copies that end on other steps (other
     actions) leave it unchanged, so a rank's copies do not depend on each other's luck."""
     cfg = EnvConfig(dtype="float64", episode_length=8, ruin_fraction=0.0, stagger_starts=False)
-    a, b = (BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 16, seed=9) for _ in range(2))
+    a, b = (BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 16, seed=9) for _ in range(2))
     a.reset(), b.reset()
     hold = torch.zeros(16, dtype=torch.long)
     starts_a, starts_b = [], []
@@ -161,23 +156,23 @@ def test_draws_are_uniform_and_independent_of_neighbours():
         assert abs(np.corrcoef(u.numpy(), other.numpy())[0, 1]) < 0.06
 
 
-def test_a_restored_state_continues_exactly_through_restarts(synthetic):
+def test_a_restored_state_continues_exactly_through_restarts(synthetic_data):
     cfg = EnvConfig(dtype="float64", episode_length=9)
-    original = BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 24, seed=1, records=False)
-    restored = BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 24, seed=77, records=False)
+    original = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 24, seed=1, records=False)
+    restored = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 24, seed=77, records=False)
     obs, gen = original.reset(), torch.Generator().manual_seed(0)
     for _ in range(7):
-        obs = original.step(torch.multinomial(obs.mask.double(), 1, generator=gen).squeeze(-1)).obs
+        obs = original.step(random_valid(obs.mask, gen)).obs
     restored.load_state_dict(original.state_dict())
     for _ in range(30):
-        action = torch.multinomial(obs.mask.double(), 1, generator=gen).squeeze(-1)
+        action = random_valid(obs.mask, gen)
         obs = original.step(action).obs
         restored.step(action)
         for k, v in flat(original.state).items():
             assert torch.equal(v, flat(restored.state)[k]), k
 
 
-def test_the_step_compiles_to_one_graph_and_agrees_with_eager(synthetic):
+def test_the_step_compiles_to_one_graph_and_agrees_with_eager(synthetic_data):
     """fullgraph: no graph break (a .item(), nonzero or boolean index would break it); dynamo's explain sees one
     graph; a rollout does not recompile; each compiled step agrees with the eager one from the same state."""
     import torch._dynamo
@@ -185,7 +180,7 @@ def test_the_step_compiles_to_one_graph_and_agrees_with_eager(synthetic):
 
     # The env of the next test, whose graph is then read from inductor's cache: a cold CI machine compiles it once.
     cfg = EnvConfig(dtype="float64", episode_length=6)
-    env = BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 16, seed=4, records=False)
+    env = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 16, seed=4, records=False)
     env.reset()
     action = torch.zeros(16, dtype=torch.long)
     dense = dataclasses.replace(env.spec, gather_closes=False)  # what compiled_step traces: no host sync
@@ -197,7 +192,7 @@ def test_the_step_compiles_to_one_graph_and_agrees_with_eager(synthetic):
     compiled = pure.compiled_step(env.spec)
     state, gen = env.state, torch.Generator().manual_seed(0)
     for _ in range(25):  # through episode ends and restarts
-        action = torch.multinomial(state.mask.double(), 1, generator=gen).squeeze(-1)
+        action = random_valid(state.mask, gen)
         fast, slow = compiled(state, action), pure.step(env.spec, state, action)
         for name in ("cash", "equity", "mark", "margin", "greeks", "costs_paid", "contracts"):
             torch.testing.assert_close(getattr(fast.state, name), getattr(slow.state, name), rtol=1e-9, atol=1e-6)
@@ -210,12 +205,12 @@ def test_the_step_compiles_to_one_graph_and_agrees_with_eager(synthetic):
     assert not counters["recompiles"], dict(counters["recompiles"])
 
 
-def test_an_env_compiled_by_its_setting_steps_as_the_eager_one(synthetic):
+def test_an_env_compiled_by_its_setting_steps_as_the_eager_one(synthetic_data):
     """``env.compile: on`` through the shell: the trainer's env (no records) matches an eager twin, and the
     shell's host side (observations, episode sums) reads the compiled state."""
     cfg = EnvConfig(dtype="float64", episode_length=6)  # the previous test's env: one compile on a cold machine
-    eager = BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 16, seed=3, records=False)
-    compiled = BatchedOptionsEnv(synthetic, "train", MarketConfig(), cfg, 16, seed=3, records=False, compile="on")
+    eager = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 16, seed=3, records=False)
+    compiled = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 16, seed=3, records=False, compile="on")
     assert compiled.compiled and not eager.compiled
     obs_e, obs_c = eager.reset(), compiled.reset()
     hold = torch.zeros(16, dtype=torch.long)
@@ -242,15 +237,15 @@ def test_weighted_underlyings_are_drawn_in_proportion_and_never_at_weight_zero()
         BatchedOptionsEnv(data, "train", MarketConfig(), cfg, 4, symbol_weights=[1.0, -1.0, 0.5])
 
 
-def test_option_pnl_is_what_the_options_made_every_cost_in(synthetic):
+def test_option_pnl_is_what_the_options_made_every_cost_in(synthetic_data):
     """With no rate, no shares and no dividends, cash moves only through option trades, so at every bar a copy's
     equity less its initial cash is its closed options' P&L (option_pnl) plus its open ones' unrealised P&L."""
     market = MarketConfig(risk_free_rate=0.0, stock_targets=[])
     cfg = EnvConfig(dtype="float64", episode_length=40)
-    env = BatchedOptionsEnv(synthetic, "train", market, cfg, 64, seed=8)
+    env = BatchedOptionsEnv(synthetic_data, "train", market, cfg, 64, seed=8)
     obs, gen, closed = env.reset(), torch.Generator().manual_seed(2), 0.0
     for _ in range(150):
-        obs = env.step(torch.multinomial(obs.mask.double(), 1, generator=gen).squeeze(-1)).obs
+        obs = env.step(random_valid(obs.mask, gen)).obs
         unrealised = (env.mark - env.entry_cost).sum(0)
         torch.testing.assert_close(env.equity - cfg.initial_cash, env.stats["option_pnl"] + unrealised,
                                    rtol=0, atol=1e-6)

@@ -18,32 +18,27 @@ from clstm_ppo.env import BatchedOptionsEnv
 from clstm_ppo.market.inputs import fit_iv_model, market_inputs
 
 
-@pytest.fixture(scope="module")
-def sp500():
-    return build_market_data(DataConfig())
-
-
-def test_the_embedded_sp500_carries_the_real_vix_and_t_bill_joined_by_date(sp500):
-    dates = pd.DatetimeIndex(sp500.dates)
+def test_the_embedded_sp500_carries_the_real_vix_and_t_bill_joined_by_date(sp500_data):
+    dates = pd.DatetimeIndex(sp500_data.dates)
     vix = pd.read_csv("clstm_ppo/data/embedded/vix_daily_1990_2018.csv.gz", parse_dates=["Date"]).set_index("Date")
     for day, close in (("2008-11-20", 80.86), ("2017-11-03", 9.14), ("2004-11-05", 13.84)):
-        assert sp500.bars["iv"][0, dates.get_loc(pd.Timestamp(day))] == pytest.approx(close / 100)
+        assert sp500_data.bars["iv"][0, dates.get_loc(pd.Timestamp(day))] == pytest.approx(close / 100)
         assert vix.loc[day, "Close"] == pytest.approx(close)
     # 2004-11-08's VIX open (2.58) lies outside that day's range: the open used is the close before it.
-    assert sp500.bars["iv_open"][0, dates.get_loc(pd.Timestamp("2004-11-08"))] == pytest.approx(0.1384)
-    assert sp500.bars["iv_open"][0, dates.get_loc(pd.Timestamp("2016-06-24"))] == pytest.approx(
+    assert sp500_data.bars["iv_open"][0, dates.get_loc(pd.Timestamp("2004-11-08"))] == pytest.approx(0.1384)
+    assert sp500_data.bars["iv_open"][0, dates.get_loc(pd.Timestamp("2016-06-24"))] == pytest.approx(
         vix.loc["2016-06-24", "Open"] / 100)
     # DTB3 on 2007-01-03 was 4.92 (discount basis): ln(1 / (1 - 0.0492 * 91/360)) * 365/91.
     expected = -math.log(1 - 0.0492 * 91 / 360) * 365 / 91
-    assert sp500.bars["rate"][0, dates.get_loc(pd.Timestamp("2007-01-03"))] == pytest.approx(expected, rel=1e-9)
+    assert sp500_data.bars["rate"][0, dates.get_loc(pd.Timestamp("2007-01-03"))] == pytest.approx(expected, rel=1e-9)
     # 5% discount: price 1 - 0.05 * 91/360 = 0.987361, so ln(1 / 0.987361) * 365/91 = 0.0510175.
     assert tbill_to_continuous(np.array([5.0]))[0] == pytest.approx(0.0510175, abs=1e-7)
-    inputs = market_inputs(sp500, MarketConfig())
+    inputs = market_inputs(sp500_data, MarketConfig())
     assert inputs.iv_source == "column" and inputs.dividend_yield[0] == MarketConfig().dividend_yield
 
 
-def test_the_shipped_model_coefficients_are_the_fit_on_the_training_split(sp500):
-    coefs = fit_iv_model(sp500, MarketConfig())
+def test_the_shipped_model_coefficients_are_the_fit_on_the_training_split(sp500_data):
+    coefs = fit_iv_model(sp500_data, MarketConfig())
     np.testing.assert_allclose(coefs, MarketConfig().iv_model_coefs, atol=1e-3)
     assert coefs[1] > 0 and coefs[2] < 0, "vol rises with realised vol and falls after rallies"
 
@@ -57,14 +52,14 @@ def _window_dropout_correlation(iv: np.ndarray, returns: np.ndarray, window: int
 
 
 @pytest.mark.parametrize("source", ["column", "model"])
-def test_tomorrows_implied_vol_is_not_predictable_from_the_window_and_falls_on_rallies(sp500, source):
-    iv = market_inputs(sp500, MarketConfig(iv_source=source)).iv_close[0]
-    returns = sp500.raw_features[0, :, sp500.feature_names.index("log_return")]
+def test_tomorrows_implied_vol_is_not_predictable_from_the_window_and_falls_on_rallies(sp500_data, source):
+    iv = market_inputs(sp500_data, MarketConfig(iv_source=source)).iv_close[0]
+    returns = sp500_data.raw_features[0, :, sp500_data.feature_names.index("log_return")]
     for window in (5, 10, 20, 30, 60):
         assert _window_dropout_correlation(iv, returns, window) < 0.1, window
     assert np.corrcoef(returns[1:], np.diff(np.log(iv)))[0, 1] < -0.4
     # The old model (20-bar realised vol x a premium) fails the first check: the test has teeth.
-    boxcar = sp500.bars["realized_vol"][0] * 1.38
+    boxcar = sp500_data.bars["realized_vol"][0] * 1.38
     assert _window_dropout_correlation(boxcar, returns, 20) > 0.3
 
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from env_trajectory import random_valid
 from market_fixtures import handmade_market
 from reference_env import black_scholes
 
@@ -217,7 +218,7 @@ def test_a_short_is_never_opened_where_the_mask_forbids_it():
     masked_sent = allowed_sent = 0
     for _ in range(150):
         sale = first_sale + torch.randint(0, sales, (n,), generator=gen)
-        other = torch.multinomial(obs.mask.double(), 1, generator=gen).squeeze(-1)
+        other = random_valid(obs.mask, gen)
         wild = torch.where(torch.rand(n, generator=gen) < 0.7, sale, other)
         valid = obs.mask[rows, wild]
         assert torch.equal(obs.mask, twin.mask)
