@@ -4,13 +4,14 @@ runs trials until the study holds the number asked for, counted across every wor
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import optuna
 
@@ -20,13 +21,43 @@ HEARTBEAT_S = 60  # a worker that dies (kill -9, a lost machine) leaves its tria
 GRACE_S = 300
 
 
-def masked(url: str) -> str:
-    """``url`` without its password, for messages and summaries."""
+# Query keys that carry a secret in SQLAlchemy and libpq URLs (libpq also reads sslpassword).
+SECRET_KEYS = ("password", "passwd", "pwd", "sslpassword")
+
+
+def url_secrets(url: str) -> list[str]:
+    """Every secret ``url`` holds: the ``user:password@`` part and any ``?password=``-like query value."""
     parts = urlsplit(url)
-    if parts.password is None:
+    found = [parts.password] if parts.password else []
+    found += [value for key, value in parse_qsl(parts.query, keep_blank_values=True)
+              if key.lower() in SECRET_KEYS and value]
+    # the raw (still percent-encoded) forms too, as they stand in the URL and in a driver's error text
+    found += [raw for raw in (quote(s, safe="") for s in list(found)) if raw not in found]
+    return sorted(set(found), key=len, reverse=True)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """``text`` (a message, an error a driver raised about ``url``) with each of ``url``'s secrets as ***."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+def masked(url: str) -> str:
+    """``url`` without its passwords (``user:pw@`` and ``?password=pw``), for messages and summaries."""
+    if "://" not in url:  # a libpq keyword string ("host=db password=pw"), or a typo: mask key=value forms
+        return re.sub(rf"(?i)\b({'|'.join(SECRET_KEYS)})(\s*=\s*)('[^']*'|\S+)", r"\1\2***", url)
+    if not url_secrets(url):
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    query = "&".join(f"{key}=***" if key.lower() in SECRET_KEYS else f"{key}={value}"
+                     for key, value in parse_qsl(parts.query, keep_blank_values=True))
+    return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+            + (f"#{parts.fragment}" if parts.fragment else ""))
 
 
 def storage_url(url: str | None, out: Path) -> str:
@@ -64,8 +95,9 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 isinstance(err, sqlalchemy.exc.OperationalError)
                 and any(words in str(err) for words in ("already exists", "database is locked")))
             if not racing or attempt == 4:
-                raise ConfigError(f"--storage {masked(url)}: cannot open it ({first_line(err)}); check the URL, that "
-                                  "the server runs and accepts this user, and that its driver is installed") from None
+                why = scrubbed(first_line(err), url)  # a driver's error may quote the URL, password and all
+                raise ConfigError(f"--storage {masked(url)}: cannot open it ({why}); check the URL, that the server "
+                                  "runs and accepts this user, and that its driver is installed") from None
             time.sleep(0.5 + random.random())
     raise AssertionError("unreachable")
 
