@@ -50,3 +50,43 @@ def print_table(rows: list[dict[str, Any]], as_json: bool, extra: dict[str, Any]
         print(f"{key}: {value}")
     if as_json:
         print(strict_json({"rows": rows, **(extra or {})}))
+
+
+def provenance() -> dict[str, str]:
+    """Where a row was measured: the commit (short hash, ``-dirty`` with uncommitted changes), the machine and the
+    date, for every row a study or benchmark keeps under docs/data/."""
+    import datetime
+    import os
+    import platform
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=here).stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10, cwd=here).stdout.strip()
+    except OSError:
+        head, dirty = "unknown", ""
+    cpuinfo = Path("/proc/cpuinfo")
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")), "") if cpuinfo.exists() else platform.processor()
+    return {"commit": head + ("-dirty" if dirty else ""), "machine": f"{platform.machine()}, {os.cpu_count()} cores "
+            f"({cpu})", "date": datetime.date.today().isoformat()}
+
+
+def append_rows(path: Any, rows: list[dict[str, Any]]) -> None:
+    """Append ``rows`` to the CSV at ``path`` (its header written when the file is new; a row's columns must be the
+    file's)."""
+    import csv
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    with open(path, "a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)

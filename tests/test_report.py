@@ -96,7 +96,7 @@ def assert_matches(got: dict, want: dict) -> None:
 
 
 def test_returns_csv_has_one_column_per_policy_and_underlying(walks, csv):
-    assert list(csv.columns) == [f"{p}:{s}" for p in walks for s in SYMBOLS]
+    assert list(csv.columns) == [f"{p}:{s}" for p in (*walks, "tbill") for s in SYMBOLS]
     dates = walks["agent"].dates
     assert list(csv.index) == list(dates[1:])
     for p, res in walks.items():
@@ -108,8 +108,16 @@ def test_returns_csv_with_one_underlying_names_columns_by_policy(walks, tmp_path
     one = {p: walk(p, r.daily_returns[:1], r.dates, r.rate[:1], symbols=["SPY"]) for p, r in walks.items()}
     report.write_returns_csv(one, tmp_path / "r.csv")
     back = pd.read_csv(tmp_path / "r.csv")
-    assert list(back.columns) == ["date", "agent", "buy_and_hold", "cash"]
+    assert list(back.columns) == ["date", "agent", "buy_and_hold", "cash", "tbill"]
     assert back["date"].iloc[0] == walks["agent"].dates[1].date().isoformat()
+
+
+def test_returns_csv_holds_the_tbill_so_excess_returns_match_the_report(walks, csv):
+    """The tbill column is the T-bill's return over each bar: the returns less it are the reference's excess."""
+    res = walks["agent"]
+    gaps = np.array([(b - a).days for a, b in zip(res.dates[:-1], res.dates[1:], strict=True)], dtype=float)
+    for s, sym in enumerate(SYMBOLS):  # each underlying's own rate
+        np.testing.assert_allclose(csv[f"tbill:{sym}"], np.exp(res.rate[s, :-1] * gaps / 365) - 1, rtol=1e-9)
 
 
 @pytest.mark.parametrize("policy", ["agent", "buy_and_hold"])

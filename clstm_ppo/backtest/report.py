@@ -191,10 +191,16 @@ def _column(policy: str, symbol: str, several: bool) -> str:
 
 
 def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
-    """Bar returns, one row per bar after the first, one column per policy (and underlying when several)."""
+    """Bar returns, one row per bar after the first, one column per policy (and underlying when several), and last
+    ``tbill`` (``tbill:<symbol>`` when several): the T-bill's return over each bar (the rate known at its first
+    close), so a Sharpe ratio over the T-bill can be computed from the file alone (scripts/studies/sharpe_test.py)."""
     dates = _dates(results)
     cols = {_column(name, sym, len(res.symbols) > 1): res.daily_returns[s]
             for name, res in results.items() for s, sym in enumerate(res.symbols)}
+    first = next(iter(results.values()))
+    days = np.diff(dates.values).astype("timedelta64[s]").astype(float) / 86_400.0
+    for s, sym in enumerate(first.symbols):  # excess_returns' T-bill, each account's own rate
+        cols[_column("tbill", sym, len(first.symbols) > 1)] = np.expm1(first.rate[s, :-1] * days / 365.0)
     return pd.DataFrame(cols, index=pd.DatetimeIndex(dates[1:], name="date"))
 
 
