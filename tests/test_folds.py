@@ -14,7 +14,7 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig, MarketConfig
 from clstm_ppo.data import DataError, build_market_data
 from clstm_ppo.data.calendar import detect_clock
-from clstm_ppo.data.folds import Fold, walk_forward_folds
+from clstm_ppo.data.folds import Fold, annual_folds, folds_of, walk_forward_folds
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.market.inputs import market_inputs
 from clstm_ppo.train import main as train_main
@@ -41,6 +41,34 @@ def test_too_few_years_for_the_folds_is_one_line():
         walk_forward_folds(pd.bdate_range("2001-01-01", "2005-12-31"), 3)
     with pytest.raises(DataError, match="--folds must be at least 1"):
         walk_forward_folds(pd.bdate_range("2001-01-01", "2015-12-31"), 0)
+
+
+def test_annual_folds_test_each_year_after_three_training_years_and_a_validation_year():
+    dates = build_market_data(DataConfig(source="sp500")).dates  # bars from 2000-01-04 after warm-up
+    folds = annual_folds(dates)
+    assert len(folds) == 15 and folds_of(dates, "annual") == folds
+    assert folds[0] == Fold(0, "2002-12-31", "2003-12-31", "2004-12-31")  # trains on 2000, 2001, 2002
+    assert folds[-1] == Fold(14, "2016-12-31", "2017-12-31", "2018-12-31")
+    for a, b in zip(folds[:-1], folds[1:], strict=True):  # the test years tile 2004..2018, each year once
+        assert b.val_end == a.test_end and int(b.test_end[:4]) == int(a.test_end[:4]) + 1
+    assert folds_of(dates, "3") == walk_forward_folds(dates, 3)
+
+
+def test_annual_folds_join_a_partial_last_year_and_refuse_too_short_data():
+    dow = pd.bdate_range("2010-01-27", "2020-01-24")  # the Dow stocks after warm-up
+    folds = annual_folds(dow)
+    assert [f.test_end for f in folds] == [f"{y}-12-31" for y in range(2014, 2019)] + ["2020-01-24"]
+    with pytest.raises(DataError, match="annual folds need 3 training years, a validation year and a test year"):
+        annual_folds(pd.bdate_range("2001-01-01", "2004-12-31"))
+    with pytest.raises(DataError, match="--folds 'yearly': give a number of walk-forward folds or 'annual'"):
+        folds_of(dow, "yearly")
+
+
+def test_the_annual_fold_whose_fits_are_checked_below_is_one_annual_folds_makes():
+    """test_every_fit_of_a_fold_reads_only_its_training_years alters every bar after the fold's training years and
+    finds every fit unchanged; that fold is the annual fold testing 2006 of these bars."""
+    dates = pd.bdate_range("2001-01-01", "2008-08-01")  # the span of make_bars(2000, start="2001-01-01")
+    assert Fold(1, "2004-12-31", "2005-12-31", "2006-12-31") in annual_folds(dates)
 
 
 def with_iv(bars: pd.DataFrame, seed: int) -> pd.DataFrame:

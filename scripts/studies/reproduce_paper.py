@@ -10,20 +10,18 @@ its validation picks (best_composite.pt, the single best walk, and best_composit
 the last train.selection_window walks; the test split is never read), and walks both on the fold's test years
 with evaluate's continuous walk beside buy-and-hold, the MACD rule and best_rule (the best fixed rule of the
 agent's own actions on the fold's validation years, clstm_ppo/backtest/rules.py). ``--folds F`` makes F expanding
-walk-forward folds (clstm_ppo/data/folds.py; 0: the data's one default split), each with the market's fitted
-settings refitted on its own training years (clstm_ppo/backtest/calibration.py). Reported over seeds x folds:
-mean +- std and bootstrap 95% intervals of every metric, paired differences (kind against kind, each other reward
-against equity, each agent against buy-and-hold, best_rule and the PutWrite replica, the smoothed pick against the
-single best), each fold's mean,
-and the deflated Sharpe ratio of the best configuration given how many were tried. With several underlyings
-(the Dow stocks) each is walked on its own and a run's number is their mean. The window ablation (clstm,
-equity reward) runs every window of --windows other than the config's. Every run's test metrics, and each
-benchmark's walk of the same folds, are rows of docs/data/grids/<--grid>.csv with the commit, machine and command;
+walk-forward folds (clstm_ppo/data/folds.py; 0: the data's one default split; ``annual``: one test year a fold),
+each with the market's fitted settings refitted on its own training years (clstm_ppo/backtest/calibration.py). Reported
+over seeds x folds: mean +- std and bootstrap 95% intervals of every metric, paired differences (kind against kind, each
+other reward against equity, each agent against buy-and-hold, best_rule and the PutWrite replica, the smoothed pick
+against the single best), each fold's mean, and the deflated Sharpe ratio of the best configuration given how many were
+tried. With several underlyings (the Dow stocks) each is walked on its own and a run's number is their mean. The window
+ablation (clstm, equity reward) runs every window of --windows other than the config's. Every run's test metrics, and
+each benchmark's walk of the same folds, are rows of docs/data/grids/<--grid>.csv with the commit, machine and command;
 scripts/studies/results_tables.py makes docs/RESULTS.md's tables from those files. With --storage URL (an Optuna
-storage) the grid becomes the trials of a study: start the same command in several processes or machines, each
-runs the cells no other has claimed, and each gathers every cell's result from the storage. A --set value may name
-``{fold}``: each cell reads its own fold there (a generator fitted on that fold's training years, for
-``data.augment_checkpoint``).
+storage) the grid becomes the trials of a study: start the same command in several processes or machines, each runs the
+cells no other has claimed, and each gathers every cell's result from the storage. A --set value may name ``{fold}``:
+each cell reads its own fold there (a generator fitted on that fold's training years, for ``data.augment_checkpoint``).
 """
 from __future__ import annotations
 
@@ -43,7 +41,7 @@ import torch
 from clstm_ppo.backtest.calibration import fold_market_settings
 from clstm_ppo.config import ConfigError, load_config
 from clstm_ppo.data import DataError, build_market_data
-from clstm_ppo.data.folds import walk_forward_folds
+from clstm_ppo.data.folds import ANNUAL, folds_of
 from clstm_ppo.studies.across_runs import (
     display,
     write_grid_csv,
@@ -104,16 +102,16 @@ def run_cells(args: argparse.Namespace, cells: list[dict[str, Any]], fits: dict)
 def fold_fits(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Each fold's dates and market settings refitted on its training years, kept in the run folder's
     folds.json (the same folds on a second launch, and a record of what each fold's runs were given)."""
-    if not args.folds:
+    if args.folds == "0":
         return {}
     path = args.out / data_label(args.data) / "folds.json"
-    if path.exists():
-        fits = json.loads(path.read_text())
-        if len(fits) == args.folds:
-            return fits
     cfg = load_config(args.config, [*args.overrides, f"data.source={args.data}"])
     try:
-        folds = walk_forward_folds(build_market_data(cfg.data).dates, args.folds)
+        folds = folds_of(build_market_data(cfg.data).dates, args.folds)
+        if path.exists():
+            fits = json.loads(path.read_text())
+            if [fit["fold"] for fit in fits.values()] == [vars(f) for f in folds]:  # the same folds: keep their fits
+                return fits
         fits = {str(f.index): {"fold": vars(f), **fold_market_settings(f, cfg.data, cfg.market)} for f in folds}
     except DataError as err:
         raise SystemExit(f"error: {err}") from None
@@ -137,7 +135,9 @@ def main() -> None:
     parser.add_argument("--config", default="default", help="named config or YAML file every run starts from")
     parser.add_argument("--steps", type=int, default=300_000, help="env steps per training run")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (at least 3 for the report)")
-    parser.add_argument("--folds", type=int, default=0, help="walk-forward folds (0: the data's default split)")
+    parser.add_argument("--folds", default="0", help="walk-forward folds: a number of expanding blocks, or 'annual' "
+                        "(one test year each, trained on every year before the validation year; 0: the data's "
+                        "default split)")
     parser.add_argument("--num-gpus", type=int, default=1, help="passed through to the trainer")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--rewards", nargs="+", default=["equity", "excess"], choices=REWARDS,
@@ -154,8 +154,11 @@ def main() -> None:
     parser.add_argument("--storage", default=None, help="share the grid through this Optuna storage URL")
     parser.add_argument("--study", default=None, help="the grid's study name (default: reproduce-<data>)")
     args = parser.parse_args()
-    if args.seeds < 1 or args.steps < 1 or args.folds < 0:
-        raise SystemExit("error: --seeds and --steps must be at least 1, --folds at least 0")
+    if args.folds != ANNUAL and not args.folds.isdigit():
+        raise SystemExit(f"error: --folds {args.folds!r}: give a number of folds (0 or more) or 'annual'")
+    args.folds = args.folds if args.folds == ANNUAL else str(int(args.folds))
+    if args.seeds < 1 or args.steps < 1:
+        raise SystemExit("error: --seeds and --steps must be at least 1")
     started = datetime.datetime.now()
     base = load_config(args.config, args.overrides)  # every cell's settings before its own --set values
     default_window = base.data.window
