@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from clstm_ppo.backtest.report import format_report
-from clstm_ppo.cli import run_cli
+from clstm_ppo.cli import check_output_path, run_cli
 from clstm_ppo.data.dataset import SPLITS
 from clstm_ppo.device import DEVICE_CHOICES
 from clstm_ppo.tables import strict_json
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_output_path("--json", args.json)  # before minutes of training, not after them
     if args.threads:
         torch.set_num_threads(args.threads)
     done = adapt_checkpoint(args.checkpoint, args.data, args.steps, part=args.part, split=args.split,
@@ -58,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in done.report["summary"].items():
         print(f"  {name:<13} mean Sharpe {row['sharpe']:>7.3f}  mean total return {row['total_return']:>8.4f}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(strict_json(done.report, indent=2, default=str))
         print(f"every number written to {args.json}")
     return 0

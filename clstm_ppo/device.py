@@ -77,6 +77,25 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def available_memory() -> int | None:
+    """Bytes of host memory this process could still take: the kernel's MemAvailable, or less where a cgroup
+    (a container's memory limit) allows less; None where neither can be read."""
+    limits = []
+    try:
+        with open("/proc/meminfo") as fh:
+            limits += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as mx, open("/sys/fs/cgroup/memory.current") as cur:
+            ceiling = mx.read().strip()
+            if ceiling != "max":
+                limits.append(int(ceiling) - int(cur.read().strip()))
+    except (OSError, ValueError):
+        pass
+    return max(0, min(limits)) if limits else None
+
+
 def keep_freed_host_memory() -> bool:
     """Ask glibc to keep freed host memory for reuse instead of returning it to the OS at once.
 

@@ -22,6 +22,10 @@ class TrainingFailure(RuntimeError):
     """A stop every rank agreed on because training went wrong (e.g. a non-finite loss)."""
 
 
+class StrayRankVariables(ValueError):
+    """torchrun's RANK / WORLD_SIZE / LOCAL_RANK in the environment, but not as torchrun sets them."""
+
+
 @dataclass
 class CollectiveRecord:
     """How many times each collective ran, and how many of those inside a CUDA graph capture (always 0: such a
@@ -205,13 +209,37 @@ def find_free_port() -> int:
         return sock.getsockname()[1]
 
 
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")  # where the ranks meet: torchrun sets them with the rest
+
+
 def torchrun_context() -> DistContext | None:
-    """The group torchrun describes in RANK / WORLD_SIZE / LOCAL_RANK, or None outside torchrun."""
+    """The group torchrun describes in RANK / WORLD_SIZE / LOCAL_RANK, or None outside torchrun. A partial or
+    inconsistent set (left over in a shell, or from another launcher) is a ``StrayRankVariables`` line, not a
+    rendezvous that waits for ranks that never come."""
     import os
 
-    if not all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+    present = [k for k in TORCHRUN_VARIABLES if k in os.environ]
+    if not present:
         return None
-    return DistContext(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+    fix = f"unset {' '.join(present)} to train without torchrun, or launch with torchrun"
+    if len(present) < len(TORCHRUN_VARIABLES):
+        missing = [k for k in TORCHRUN_VARIABLES if k not in os.environ]
+        raise StrayRankVariables(f"{', '.join(present)} set without {', '.join(missing)}: a partial torchrun "
+                                 f"environment; {fix}")
+    try:
+        rank, world, local = (int(os.environ[k]) for k in TORCHRUN_VARIABLES)
+    except ValueError:
+        shown = ", ".join(f"{k}={os.environ[k]!r}" for k in TORCHRUN_VARIABLES)
+        raise StrayRankVariables(f"{shown}: these must be whole numbers; {fix}") from None
+    if world < 1 or not 0 <= rank < world or local < 0:
+        raise StrayRankVariables(f"RANK={rank} WORLD_SIZE={world} LOCAL_RANK={local} do not describe a group "
+                                 f"(0 <= RANK < WORLD_SIZE, LOCAL_RANK >= 0); {fix}")
+    unset = [k for k in RENDEZVOUS_VARIABLES if k not in os.environ]
+    if world > 1 and unset:
+        raise StrayRankVariables(f"RANK, WORLD_SIZE={world} and LOCAL_RANK are set but {' and '.join(unset)} "
+                                 f"{'is' if len(unset) == 1 else 'are'} not, so no rank could find the others; {fix}")
+    return DistContext(rank, world, local)
 
 
 def init_group(ctx: DistContext, device: torch.device, timeout_s: float) -> None:

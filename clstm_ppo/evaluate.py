@@ -13,7 +13,9 @@ macd_rule (a 30-day ATM call on an up-cross, a put on a down-cross), long_stradd
 rolled monthly) and best_rule: of every fixed rule made of the agent's own actions (shares held or not, one option
 order placed into every free slot or one at a time; clstm_ppo/backtest/rules.py), the best on the validation
 split by --rule-metric, the years the agent's checkpoint was picked on (unless --data or --set data.* moves
-them). Several checkpoints (e.g. one per
+them), and best_conditional_rule: the best on the same years of those rules and each of them gated on the option
+market's state (implied vol above its trailing-year median, above realized vol, its z-score above 0, or the
+opposites; clstm_ppo/backtest/conditional.py). Several checkpoints (e.g. one per
 seed) are reported each, then as mean +- std. With --folds the checkpoints are one setup's walk-forward folds
 (scripts/studies/reproduce_paper.py --folds): each walks its own fold's split, and every policy's folds are laid end to
 end into one out-of-sample walk (the table, --returns, --plot); --json adds each fold's own report. Checkpoints
@@ -47,25 +49,14 @@ from clstm_ppo.backtest.report import (
 from clstm_ppo.backtest.rules import PICK_METRICS
 from clstm_ppo.backtest.stress import format_stress, plot_fan
 from clstm_ppo.backtest.stress_checkpoints import StressTest, load_stress_source, stress_checkpoints
-from clstm_ppo.cli import run_cli
+from clstm_ppo.cli import check_output_path, run_cli
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.dataset import SPLITS
 from clstm_ppo.device import DEVICE_CHOICES
 from clstm_ppo.scenarios.generator import FittedGenerator
+from clstm_ppo.scenarios.sample_size import check_sample_size
 from clstm_ppo.scenarios.sources import BASELINE_NAMES
 from clstm_ppo.tables import strict_json
-
-
-def check_output_path(flag: str, path: Path | None, suffixes: tuple[str, ...] | None = None) -> None:
-    """Before minutes of evaluation: the output's format is one it can be written in, its folder is made."""
-    if path is None:
-        return
-    if suffixes is not None and path.suffix.lower() not in suffixes:
-        raise ConfigError(f"{flag} {path}: end the name in {' or '.join(suffixes)}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"{flag} {path}: cannot make its folder ({err.strerror}); choose another path") from None
 
 
 def check_plot_path(path: Path) -> None:
@@ -118,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "sideways, crash); default: drawn as in training")
     stress.add_argument("--paths", type=_positive, default=100, help="generated paths (default 100)")
     stress.add_argument("--length", type=_positive, default=252, help="bars per path (default 252: a year)")
+    stress.add_argument("--no-memory-check", action="store_true",
+                        help="walk --paths x --length even where they look larger than the memory available")
     return parser
 
 
@@ -139,6 +132,7 @@ def check_stress_flags(args: argparse.Namespace) -> FittedGenerator | str | None
     for flag, value in (("--returns", args.returns), ("--tearsheet", args.tearsheet)):
         if value is not None:
             raise ConfigError(f"{flag} is for one split's walk; with --scenarios use --json and --plot (a fan chart)")
+    check_sample_size(args.paths, args.length, args.no_memory_check)  # the generated bars alone, before the walk's
     return load_stress_source(args.scenarios, args.regime)
 
 
@@ -195,10 +189,14 @@ def write_reports(args: argparse.Namespace, done: Backtest, checkpoints: int, st
     what = "walk-forward folds' " if args.folds else ""
     print(f"{what}{args.split} split walked {first}..{last} ({len(walked.dates) - 1} returns of "
           f"{walked.clock.bars()}), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}")
+    if done.untradable:
+        print(done.untradable)
     if done.rule is not None:
         print(done.rule.line(args.split))
+        print(done.conditional_rule.line(args.split))
     else:
-        print("best_rule: one rule a fold, each picked on its fold's validation years (the fold lines above)")
+        print("best_rule and best_conditional_rule: one of each a fold, picked on its fold's validation years (the "
+              "fold lines above)")
     print(format_report(results))
     summary = done.report.get("across_checkpoints")
     if summary:

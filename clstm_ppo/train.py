@@ -46,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-gpus", "--num_gpus", type=int, default=1,
                    help="DDP workers, one per GPU (-1: every visible GPU); without CUDA, that many CPU workers")
     p.add_argument("--num-workers", "--num_workers", type=int, default=None,
-                   help="CPU workers over gloo, with --device cpu (one thread each on a small machine)")
+                   help="CPU workers over gloo, with --device cpu (one thread each on a small machine); at most "
+                   "the cores this process may use, unless --oversubscribe")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="allow more CPU workers than usable cores (each waits for a core: slower, never faster)")
     p.add_argument("--master-port", "--master_port", type=int, default=None,
                    help="rendezvous port for spawned workers (default: a free one)")
     p.add_argument("--resume-from", "--resume_from", metavar="WHICH",
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train_run(args.config, args.overrides, settings=setting_flags(args), resume_from=args.resume_from,
                   fresh_start=args.fresh_start, num_gpus=args.num_gpus, num_workers=args.num_workers,
-                  master_port=args.master_port)
+                  master_port=args.master_port, oversubscribe=args.oversubscribe)
     except WorkersFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

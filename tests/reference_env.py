@@ -10,6 +10,10 @@ observed portfolio are written out from their definitions. Only the per-bar seri
 long-run vol, which opens are stale) and the margin rates (a, b) of ``clstm_ppo.market.margin.margin_rates``
 (index or stock, per underlying) are taken as data: they are tested on their own elsewhere. The batched env
 must agree with this step by step, observation and mask included (tests/test_env_reference.py).
+
+Sizes follow docs/MARKET.md's "Sizing": with ``market.sizing: whole`` every count of contracts or shares is
+floored and an order needs one; with ``fractional`` (the default) counts are taken as they come and an order (or
+a change of the shares) needs a millionth of equity in notional.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ NICE_STEPS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0
 YEAR_DAYS = 365.0  # option time is calendar time
 ATM_DAYS = 30.0  # the maturity the at-the-money series quotes
 SESSION_DAYS = 6.5 / 24.0  # a bar opens 6.5 hours before its close (or at the previous close, if nearer)
+DUST = 1e-6  # a fractional order under this share of equity in notional is none (docs/MARKET.md, "Sizing")
 COST_NAMES = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf", "shares")
 
 
@@ -311,6 +316,15 @@ class ReferenceCopy:
         self.costs = dict.fromkeys(COST_NAMES, 0.0)
         self.closed = self.wins = self.margin_calls = 0
         self.seen = Seen()
+        self.whole = market.m.sizing == "whole"
+
+    def count(self, size: float) -> float:
+        """Contracts or shares as the account may hold them: floored to whole ones, or any amount."""
+        return float(math.floor(size)) if self.whole else size
+
+    def least(self, unit_notional: float) -> float:
+        """The fewest units (each ``unit_notional`` dollars of the underlying) an order may have."""
+        return 1.0 if self.whole else DUST * max(self.equity, 0.0) / unit_notional
 
     # ---------------------------------------------------------------- orders
 
@@ -344,10 +358,10 @@ class ReferenceCopy:
         return self.cash - self.margin - reserve - 2 * c.commission_min_per_order
 
     def round_trip_fees(self, minimum: bool) -> float:
-        """Per contract: opening and closing commission (at least its minimum, for the mask), OCC and ORF, and
-        one TAF."""
+        """Per contract: opening and closing commission (at least its minimum, for the mask of whole contracts;
+        a fractional order's minimums are in the cash room already), OCC and ORF, and one TAF."""
         c = self.c
-        commission = max(c.commission_per_contract, c.commission_min_per_order) if minimum \
+        commission = max(c.commission_per_contract, c.commission_min_per_order) if minimum and self.whole \
             else c.commission_per_contract
         return 2 * (commission + c.occ_clearing_per_contract + c.orf_per_contract) + c.finra_taf_per_contract
 
@@ -390,11 +404,13 @@ class ReferenceCopy:
         # 2. The underlying to its target (none on close-all; turbulence keeps it), buying only with the cash room.
         target = lay.target(action)
         wanted = 0.0 if action == lay.close_all else (
-            max(math.floor(target * self.equity / fill.spot), 0) if target is not None else self.shares)
+            max(self.count(target * self.equity / fill.spot), 0.0) if target is not None else self.shares)
         bps = self.c.share_cost_bps / 1e4
         most = self.shares if mk.turbulent[t] else self.share_cap(fill.spot, bps)  # no purchase when turbulent
         self.seen.room_bound_share_buys += wanted > most
         change = min(wanted, most) - self.shares
+        if abs(change) < self.least(fill.spot) and action != lay.close_all:
+            change = 0.0  # dust (fractional shares): no trade
         if change:
             self.seen.share_buys += change > 0
             self.seen.share_sales += change < 0
@@ -462,7 +478,7 @@ class ReferenceCopy:
 
     def share_cap(self, price: float, bps: float) -> float:
         """The most shares the cash room lets the copy hold after a buy."""
-        return self.shares + math.floor(max(self.cash_room(), 0.0) / (price * (1 + bps)))
+        return self.shares + self.count(max(self.cash_room(), 0.0) / (price * (1 + bps)))
 
     def sale_unit(self, quote: Quote, fill: Point) -> float:
         """What position_frac of equity measures a sale in: one contract's margin at the fill."""
@@ -475,6 +491,7 @@ class ReferenceCopy:
         call_shares = sum(p.contracts * mult for p in shorts if p.call)
         call_need = sum(n for n, p in zip(need, shorts, strict=True) if p.call)
         covered = min(1.0, self.shares / call_shares) if call_shares else 0.0
+        covered = 1.0 if covered >= 1 - 1e-9 else covered  # shares within a billionth (rounding) cover them all
         self.seen.covered_marks += covered > 0 and call_need > 0
         return sum(need) - covered * call_need
 
@@ -482,22 +499,24 @@ class ReferenceCopy:
         """The contracts env.max_order_notional of equity holds in notional at the fill's spot (inf: no cap)."""
         if self.e.max_order_notional <= 0:
             return math.inf
-        return math.floor(self.e.max_order_notional * self.equity / (fill.spot * self.m.multiplier))
+        return self.count(self.e.max_order_notional * self.equity / (fill.spot * self.m.multiplier))
 
     def open(self, quote: Quote, fill: Point, sell: bool) -> None:
-        """Size: position_frac of equity in premium at the one-contract ask (a buy) or in margin at the fill (a
-        sale), at most max_volume_share of the strike's volume proxy; then as many as the cash room carries: the
-        ask (a buy) or the margin less the bid (a sale) of the sized order, plus each contract's fees."""
+        """Size: position_frac of equity in premium at the one-contract ask (whole; fractional: the quoted ask) for
+        a buy or in margin at the fill for a sale, at most max_volume_share of the strike's volume proxy; then as
+        many as the cash room carries: the ask (a buy) or the margin less the bid (a sale) of the sized order, plus
+        each contract's fees."""
         m, c, mid, half, volume = self.m, self.c, quote.mid, quote.half, quote.volume
         if sell:
             unit = self.sale_unit(quote, fill)
         else:
-            unit = self.mk.fill_price(mid, half, self.impact(1.0, volume), sell=False) * m.multiplier
-        by_equity = math.floor(self.e.position_frac * self.equity / max(unit, 1e-12))
+            sized_at = 1.0 if self.whole else 0.0  # one whole contract's ask, or the quoted ask (fractional)
+            unit = self.mk.fill_price(mid, half, self.impact(sized_at, volume), sell=False) * m.multiplier
+        by_equity = self.count(self.e.position_frac * self.equity / max(unit, 1e-12))
         by_notional = self.notional_limit(fill)
         self.seen.notional_bound += by_notional < by_equity
         by_equity = min(by_equity, by_notional)
-        cap = math.floor(c.max_volume_share * volume)
+        cap = self.count(c.max_volume_share * volume)
         covered = self.free_cover() if sell and quote.call else 0  # covered calls need no margin
         wanted = min(max(by_equity, covered), cap)
         if sell:
@@ -507,10 +526,10 @@ class ReferenceCopy:
         else:
             need = self.mk.fill_price(mid, half, self.impact(wanted, volume), sell=False) * m.multiplier \
                 + self.round_trip_fees(minimum=False)
-        by_room = covered + math.floor(max(self.cash_room() / max(need, 1e-12), 0.0))
+        by_room = covered + self.count(max(self.cash_room() / max(need, 1e-12), 0.0))
         contracts = min(wanted, by_room)
         free = [i for i, p in enumerate(self.slots) if p is None]
-        if contracts < 1 or not free:
+        if contracts < self.least(fill.spot * m.multiplier) or not free:
             self.seen.rejected += 1
             return
         if sell:
@@ -527,14 +546,16 @@ class ReferenceCopy:
 
     # ---------------------------------------------------------------- what the copy observes at t
 
-    def free_cover(self) -> int:
+    def free_cover(self) -> float:
         """Call contracts the shares can still cover: shares not already under a short call, per contract."""
         under_calls = sum(p.contracts for p in self.open_positions() if p.short and p.call) * self.m.multiplier
-        return max(math.floor((self.shares - under_calls) / self.m.multiplier), 0)
+        return self.count(max((self.shares - under_calls) / self.m.multiplier, 0.0))
 
     def covers(self, quote: Quote) -> bool:
-        """Whether the shares not yet under a short call cover one more contract of this call (no margin call)."""
-        return quote.call and self.free_cover() >= 1 and not self.margin_call()
+        """Whether the shares not yet under a short call cover the smallest order of this call (no margin
+        call)."""
+        smallest = self.least(self.mk.close[self.t] * self.m.multiplier)
+        return quote.call and self.free_cover() >= smallest and not self.margin_call()
 
     def mask(self) -> list[bool]:
         """Valid actions at t, judged on t's chain at t's close: hold; a buy if a slot is free, the bar is calm
@@ -550,23 +571,30 @@ class ReferenceCopy:
         can_open = held < self.e.max_positions and calm
         at, buys, sales = self.mk.close_point(t), [], []
         cap = self.e.max_order_notional
-        in_cap = cap <= 0 or at.spot * mult <= cap * self.equity  # one contract's notional
+        n = self.least(at.spot * mult)  # the smallest order's contracts: 1, or fractional dust
+        in_cap = cap <= 0 or at.spot * mult * n <= cap * self.equity  # the smallest order's notional
         self.seen.notional_masked += can_open and not in_cap
         for index in range(2 * len(lay.grid)):
             quote = self.mk.quote(index, lay.grid, t, at, t)
             one = self.impact(1.0, quote.volume)
             ask = self.mk.fill_price(quote.mid, quote.half, one, sell=False) * mult
-            buys.append(can_open and in_cap and ask + fees <= min(room, budget))
+            if self.whole:  # one contract's ask and fees within both
+                buys.append(can_open and in_cap and ask + fees <= min(room, budget))
+            else:  # the premium within the budget, the premium and fees within the room
+                buys.append(can_open and in_cap and ask * n <= budget and (ask + fees) * n <= room)
             margin = self.mk.margin(quote.mid, at.spot, quote.strike, quote.call) * mult
             bid = self.mk.fill_price(quote.mid, quote.half, one, sell=True) * mult
             covered = self.covers(quote)
             self.seen.covered_past_cap += can_open and covered and not in_cap
-            sales.append(can_open and (covered or (in_cap and margin <= budget and margin - bid + fees <= room)))
+            sales.append(can_open and (covered or (in_cap and margin * n <= budget
+                                                   and (margin - bid + fees) * n <= room)))
         targets = []
         for target in lay.targets:
-            wanted = max(math.floor(target * self.equity / at.spot), 0)
-            one_share = at.spot * (1 + self.c.share_cost_bps / 1e4)
-            targets.append(wanted < self.shares or (wanted > self.shares and calm and one_share <= room))
+            wanted = max(self.count(target * self.equity / at.spot), 0.0)
+            least = self.least(at.spot)
+            one_share = at.spot * (1 + self.c.share_cost_bps / 1e4) * least
+            targets.append(wanted <= self.shares - least or (wanted >= self.shares + least and calm
+                                                              and one_share <= room))
         return [True, *buys, *(sales if lay.allow_short else []), *targets, held > 0 or self.shares > 0,
                 held > 0, held > 0]
 

@@ -7,7 +7,7 @@ from conftest import strict_loads
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
-from clstm_ppo.training.checkpoint import atomic_save, load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
 
 SMALL = ["train.num_envs=4", "ppo.num_steps=8", "ppo.num_minibatches=1", "ppo.update_epochs=1", "train.eval_every=1"]
 
@@ -21,7 +21,7 @@ def checkpoint(tmp_path_factory):
     cfg = load_config("smoke", [*SMALL, f"train.checkpoint_dir={folder}"])
     trainer = Trainer(cfg, folder / "run", torch.device("cpu"))
     path = folder / "run" / "latest.pt"
-    atomic_save(trainer.state_dict(), path)
+    save_checkpoint(trainer.run_state(), path)
     return path
 
 
@@ -29,9 +29,9 @@ def test_adapt_refuses_another_feature_set_in_one_line(checkpoint, tmp_path, cap
     from clstm_ppo.adapt import main
 
     state = load_checkpoint(checkpoint)
-    state["normalizer"]["names"] = [*state["normalizer"]["names"][:-1], "put_call_ratio"]
+    state.normalizer["names"] = [*state.normalizer["names"][:-1], "put_call_ratio"]
     other = tmp_path / "other.pt"
-    atomic_save(state, other)
+    save_checkpoint(state, other)
     assert run_cli(main, ["--checkpoint", str(other), "--data", "synthetic", "--steps", "32",
                           "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
@@ -52,7 +52,7 @@ def test_zero_shot_row_equals_evaluate(checkpoint, tmp_path):
     assert adapted["buy_and_hold"] == evaluated["policies"]["buy_and_hold"]
     assert set(adapted) >= {"adapted", "zero_shot", "buy_and_hold"}
     written = load_checkpoint(tmp_path / "runs" / "adapted" / "latest.pt")
-    assert written["global_step"] >= 32 and written["normalizer"] == load_checkpoint(checkpoint)["normalizer"]
+    assert written.global_step >= 32 and written.normalizer == load_checkpoint(checkpoint).normalizer
     assert adapted["adapted"] != adapted["zero_shot"]  # the update changed the agent
 
 

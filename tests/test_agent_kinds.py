@@ -15,7 +15,7 @@ from clstm_ppo.config import AgentConfig, load_config
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.predict import main as predict_main
 from clstm_ppo.train import main as train_main
-from clstm_ppo.training.checkpoint import atomic_save, load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
 from clstm_ppo.training.runner import Trainer
 
 KINDS = ("clstm", "lstm", "mlp")
@@ -140,7 +140,7 @@ def test_a_ppo_update_has_finite_gradients_that_reach_every_parameter(kind, step
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_kind_trains_and_its_checkpoint_evaluates_and_predicts(kind, runs, tmp_path, capsys):
     state = load_checkpoint(runs[kind])
-    assert state["config"]["agent"]["kind"] == kind
+    assert state.config["agent"]["kind"] == kind
     _, _, net = load_agent(str(runs[kind]), None, [], torch.device("cpu"))
     assert net.kind == kind
     report = tmp_path / "report.json"
@@ -158,9 +158,9 @@ def test_each_kind_trains_and_its_checkpoint_evaluates_and_predicts(kind, runs, 
 
 def test_a_checkpoint_written_before_agent_kind_loads_as_clstm(runs, tmp_path, capsys):
     state = load_checkpoint(runs["clstm"])
-    del state["config"]["agent"]["kind"]
+    del state.config["agent"]["kind"]
     old = tmp_path / "old.pt"
-    atomic_save(state, old)
+    save_checkpoint(state, old)
     _, _, net = load_agent(str(old), None, [], torch.device("cpu"))
     assert net.kind == "clstm" and hasattr(net.encoder, "lstm")
     assert run_cli(evaluate_main, ["--checkpoint", str(old), "--set", "agent.kind=mlp"]) == 2

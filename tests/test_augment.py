@@ -87,9 +87,9 @@ def test_validation_walks_stay_real_and_checkpoints_record_the_settings(gen_path
     np.testing.assert_array_equal(mixed.data.features, plain.data.features)
     mixed.model.load_state_dict(plain.model.state_dict())
     assert mixed.evaluate() == plain.evaluate()  # the same weights walk the same validation bars
-    saved = mixed.state_dict()
-    assert saved["config"]["data"]["augment"] == 0.3 and saved["config"]["data"]["augment_checkpoint"] == str(gen_path)
-    assert saved["normalizer"] == plain.data.normalizer.state_dict()
+    saved = mixed.run_state()
+    assert saved.config["data"]["augment"] == 0.3 and saved.config["data"]["augment_checkpoint"] == str(gen_path)
+    assert saved.normalizer == plain.data.normalizer.state_dict()
 
 
 def test_augment_without_a_checkpoint_or_of_another_feature_set_is_one_line(gen_path, tmp_path):

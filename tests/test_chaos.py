@@ -28,15 +28,18 @@ def test_random_kills_lose_nothing_and_every_fault_is_one_line():
         assert fault["line"] and "\n" not in fault["line"] and "Traceback" not in fault["line"], name
 
 
-def test_a_resume_drops_the_records_past_its_checkpoint_and_a_torn_line(tmp_path):
+def test_a_resume_moves_the_records_past_its_checkpoint_aside_and_drops_a_torn_line(tmp_path):
     from clstm_ppo.training.tracking import tidy_metrics
 
     path = tmp_path / "metrics.jsonl"
     records = [{"kind": "update", "step": s} for s in (512, 1024, 1536)] + [{"kind": "eval", "step": 1536}]
     path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"kind": "update", "st')
     note = tidy_metrics(path, 1024)
-    assert note.startswith("metrics.jsonl: dropped 2 record(s) past step 1,024") and "1 torn line(s)" in note
+    (aside,) = tmp_path.glob("metrics.dropped-*.jsonl")
+    assert note.startswith("metrics.jsonl: moved 2 record(s) past step 1,024 (to step 1,536)") and aside.name in note
+    assert "1 torn line(s)" in note
     assert [json.loads(line) for line in path.read_text().splitlines()] == records[:2]
+    assert [json.loads(line) for line in aside.read_text().splitlines()] == records[2:], "nothing logged is lost"
     assert tidy_metrics(path, 1024) is None, "a tidy file is left alone"
 
 

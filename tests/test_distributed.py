@@ -14,12 +14,13 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.distributed import find_free_port
 from clstm_ppo.train import main as train_main
-from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.launch import WorkersFailed, run_worker, spawn_workers
+from clstm_ppo.training.run_state import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
-SMALL = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
+# --oversubscribe: under make test each pytest-xdist worker has one core, and these runs start two workers on it
+SMALL = ["--set", "train.num_envs=8", "--set", "train.eval_every=2", "--oversubscribe"]
 
 
 def smoke_config(total_steps: int, *extra: str):
@@ -73,8 +74,8 @@ def test_two_workers_hold_identical_weights_and_only_rank_0_writes(tmp_path, mon
     assert r1["writes"] == [] and r1["trackers"] == 0
     assert r0["trackers"] == 1 and any(w.endswith("latest.pt") for w in r0["writes"])
     state = load_checkpoint(tmp_path / "run" / "latest.pt")
-    assert state["world_size"] == 2 and state["update"] == 4 and state["global_step"] == 4 * 512
-    assert not any(k.startswith("module.") for k in state["model"]), "DDP must not enter the state_dict"
+    assert state.world_size == 2 and state.update == 4 and state.global_step == 4 * 512
+    assert not any(k.startswith("module.") for k in state.model), "DDP must not enter the state_dict"
 
 
 def average_known_gradients(rank: int, port: int, out: str) -> None:
@@ -180,7 +181,7 @@ def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, mo
     for name in r0["final"]:
         assert torch.equal(r0["final"][name], r1["final"][name]), f"{name} differs across ranks"
         assert not torch.equal(r0["final"][name], r0["initial"][name]), f"{name} never moved"
-    assert load_checkpoint(tmp_path / "run" / "latest.pt")["update"] == 3
+    assert load_checkpoint(tmp_path / "run" / "latest.pt").update == 3
     updates = [strict_loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     updates = [r for r in updates if r["kind"] == "update"]
     # Each update: the advantages' moments, 4 epochs x 4 minibatches / 2 accumulated = 8 averaged gradients and the
@@ -253,11 +254,11 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     assert "no CUDA device is visible: running 2 CPU worker(s) over gloo instead" in first.stdout
     assert "| workers: 2" in first.stdout + first.stderr
     latest = tmp_path / "synthetic-smoke" / "latest.pt"
-    assert load_checkpoint(latest)["world_size"] == 2
+    assert load_checkpoint(latest).world_size == 2
     second = cli(*base, "--resume-from", "latest", "--total-steps", str(2 * 512 + 2 * 256))
     assert second.returncode == 0, second.stderr[-3000:]
     state = load_checkpoint(latest)
-    assert "written by 2 worker(s)" in second.stdout and state["world_size"] == 1 and state["update"] == 4
+    assert "written by 2 worker(s)" in second.stdout and state.world_size == 1 and state.update == 4
     assert "env copies start fresh episodes (saved: 2 worker(s) x 8 copies; now 1 x 8)" in second.stdout + second.stderr
     # The first command again: the CPU fallback it chose is not carried into the run's settings as --device cpu.
     # ... with a changed learning rate, which this launch's settings decide.
@@ -265,7 +266,7 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
                 "--set", "ppo.learning_rate=2e-3")
     assert third.returncode == 0, third.stderr[-3000:]
     state = load_checkpoint(latest)
-    assert state["world_size"] == 2 and state["update"] == 6 and state["global_step"] == 2560
+    assert state.world_size == 2 and state.update == 6 and state.global_step == 2560
     # The rate decays by env steps over each launch's budget: base x (1 - steps before the update / budget),
     # whatever the batch (1 -> 2 workers once set it to 0 for the rest of the run).
     records = [strict_loads(line) for line in (latest.parent / "metrics.jsonl").read_text().splitlines()]
@@ -292,19 +293,19 @@ def test_two_worker_resume_equals_an_uninterrupted_two_worker_run(tmp_path):
     part = cli("--checkpoint-dir", str(tmp_path / "b"), *common, "--total-steps", str(2 * batch))
     assert part.returncode == 0, part.stderr[-3000:]
     saved = load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")
-    assert len(saved["other_ranks"]) == 1
-    assert not torch.equal(saved["env"]["t_start"], saved["other_ranks"][0]["env"]["t_start"]), \
+    assert len(saved.ranks) == 2
+    assert not torch.equal(saved.ranks[0].env["t_start"], saved.ranks[1].env["t_start"]), \
         "rank 1's own copies must be saved, not a second copy of rank 0's"
     rest = cli("--checkpoint-dir", str(tmp_path / "b"), *common, "--total-steps", str(4 * batch),
                "--resume-from", "latest")
     assert rest.returncode == 0, rest.stderr[-3000:]
     assert "resumed at update 2: env copies continue their episodes" in rest.stdout + rest.stderr
     a, b = (load_checkpoint(tmp_path / run / "synthetic-smoke" / "latest.pt") for run in ("a", "b"))
-    assert a["update"] == b["update"] == 4
-    for name in a["model"]:
-        torch.testing.assert_close(b["model"][name], a["model"][name], rtol=1e-6, atol=1e-7, msg=name)
+    assert a.update == b.update == 4
+    for name in a.model:
+        torch.testing.assert_close(b.model[name], a.model[name], rtol=1e-6, atol=1e-7, msg=name)
     for name in ("cash", "t", "expiry_time"):
-        assert torch.equal(b["other_ranks"][0]["env"][name], a["other_ranks"][0]["env"][name]), name
+        assert torch.equal(b.ranks[1].env[name], a.ranks[1].env[name]), name
 
 
 @pytest.mark.slow
@@ -323,7 +324,7 @@ def test_sigterm_to_the_launcher_leaves_a_loadable_latest(tmp_path):
     assert "stop requested: latest.pt written at update" in out + err
     assert err.count("SIGTERM: stopping after update") == 1, "rank 0 alone says it, once"
     state = load_checkpoint(latest)
-    assert state["update"] >= 1 and state["world_size"] == 2
+    assert state.update >= 1 and state.world_size == 2
 
 
 def torchrun(*args: str) -> list[str]:
@@ -340,7 +341,7 @@ def test_torchrun_single_node_trains(tmp_path):
                             capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
-    assert state["world_size"] == 2 and state["update"] == 2
+    assert state.world_size == 2 and state.update == 2
 
 
 @pytest.mark.slow
@@ -355,7 +356,7 @@ def test_two_torchrun_launchers_form_one_two_node_job(tmp_path):
     for node, (_, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, err[-3000:]
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
-    assert state["world_size"] == 2 and state["update"] == 2
+    assert state.world_size == 2 and state.update == 2
 
 
 def test_gpu_requests_that_cannot_be_met_are_clear_errors(tmp_path, capsys, monkeypatch):

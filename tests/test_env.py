@@ -2,6 +2,7 @@
 notional cap, reward shaping and episode statistics (the step-by-step reference: test_env_reference.py)."""
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,9 @@ def independent_marks(env: BatchedOptionsEnv) -> tuple[torch.Tensor, torch.Tenso
     need = torch.where(short, per_share * env.contracts * m.multiplier, zero)
     call_need = torch.where(env.is_call, need, zero).sum(0)
     call_shares = torch.where(short & env.is_call, env.contracts * m.multiplier, zero).sum(0)
+    # Shares within a billionth of the calls' cover them: fractional counts round (docs/MARKET.md, "Sizing").
     covered = torch.where(call_shares > 0, (env.shares / call_shares).clamp(max=1.0), torch.zeros_like(call_shares))
+    covered = torch.where(covered >= 1 - 1e-9, torch.ones_like(covered), covered)
     margin = need.sum(0) - covered * call_need
     return torch.where(long, held, zero).sum(0), torch.where(short, held, zero).sum(0), margin
 
@@ -77,7 +80,7 @@ def test_invariants_on_random_rollouts_of_1000_copies(synthetic_data):
         torch.testing.assert_close(env.equity, env.cash + long_marks - short_marks + env.shares * spot,
                                    rtol=1e-12, atol=1e-6)
         torch.testing.assert_close(env.margin, margin, rtol=1e-12, atol=1e-6)
-        assert (env.shares == env.shares.floor()).all() and (env.shares >= 0).all(), "whole shares, never short"
+        assert (env.shares >= 0).all(), "never short (fractional shares: market.sizing's default)"
         assert (env.cash[~had_short] >= 0).all()
         assert (env.costs_paid >= 0).all()
         assert (env.costs_paid[:, live] >= last_costs[:, live] - 1e-9).all(), "costs only ever accumulate"
@@ -105,14 +108,14 @@ def test_a_notional_cap_stops_cheap_options_coming_by_the_thousand(sp500_data):
     ten-cent ask on the $0.05 grid) by the thousand and pays 6% of the order in commission. On the one-skew surface
     of the grids before 2026-11-27 (a fraction of a cent a share) it came by the 23,944, its volume cap, and its
     commission was 93% of the order: how 2016-18 ruined most agents of those grids (docs/RESULTS.md). With
-    env.max_order_notional 1 every order holds at most the account's equity in the index: 4 contracts at 2,430, $43
-    with their fees."""
+    env.max_order_notional 1 every order holds at most the account's equity in the index: 4 whole contracts at
+    2,430, $43 with their fees (market.sizing whole), or the 4.1 that the equity's notional holds (fractional)."""
     start = torch.tensor([int(np.searchsorted(sp500_data.dates, np.datetime64("2017-06-01")))])
     commission = COST_KINDS.index("commission")
     orders = {}
     for is_call, moneyness in ((True, 2), (True, 1), (False, 0)):  # the 1.05 and ATM calls, the 0.95 put
-        for cap in (0.0, 1.0):
-            env = BatchedOptionsEnv(sp500_data, "test", MarketConfig(), EnvConfig(dtype="float64",
+        for cap, sizing in ((0.0, "whole"), (1.0, "whole"), (1.0, "fractional")):
+            env = BatchedOptionsEnv(sp500_data, "test", MarketConfig(sizing=sizing), EnvConfig(dtype="float64",
                                     max_order_notional=cap), 1, seed=0, autoreset=False)
             obs = env.reset(start)
             equity = float(env.equity[0])
@@ -120,19 +123,26 @@ def test_a_notional_cap_stops_cheap_options_coming_by_the_thousand(sp500_data):
             assert bool(obs.mask[0, action])
             env.step(torch.tensor([action]))
             contracts, paid = float(env.contracts[0, 0]), float(env.entry_cost[0, 0])
-            orders[is_call, moneyness, cap] = contracts, paid, float(env.costs_paid[commission, 0])
+            orders[is_call, moneyness, cap, sizing] = contracts, paid, float(env.costs_paid[commission, 0])
             if cap:  # the index's notional at the fill (the next open) within the equity at the decision's close
                 spot = float(env.quotes.fill_px[0, int(start) + 1])
-                assert contracts == math.floor(cap * equity / (spot * 100)) == 4
-                assert orders[is_call, moneyness, cap][2] == pytest.approx(4 * CostConfig().commission_per_contract)
+                most = cap * equity / (spot * 100)
+                assert contracts == (math.floor(most) if sizing == "whole" else pytest.approx(most, rel=1e-12))
+                assert 4 <= contracts < 4.2
+                fee = max(contracts * CostConfig().commission_per_contract, CostConfig().commission_min_per_order)
+                assert orders[is_call, moneyness, cap, sizing][2] == pytest.approx(fee)
             else:
                 assert contracts > 4
-    contracts, paid, fees = orders[True, 2, 0.0]
+    contracts, paid, fees = orders[True, 2, 0.0, "whole"]
     assert contracts > 4_000 and fees > 0.05 * paid  # thousands of contracts, their commission a cost that counts
-    assert orders[True, 2, 1.0][1] < 50.0  # four of the same calls: tens of dollars, fees and all
-    # A cap below one contract of the index (2016-18: 1,829 at its lowest close) would leave a stock-only agent.
+    assert orders[True, 2, 1.0, "whole"][1] < 50.0  # four of the same calls: tens of dollars, fees and all
+    # A cap below one whole contract of the index (2016-18: 1,829 at its lowest close) would leave a stock-only agent.
     with pytest.warns(UserWarning, match=r"env.max_order_notional 0.1 x env.initial_cash 1,000,000 is below one "
                                          r"contract's notional \(182,9\d\d at the lowest close of the test split\)"):
+        BatchedOptionsEnv(sp500_data, "test", MarketConfig(sizing="whole"), EnvConfig(max_order_notional=0.1), 1,
+                          seed=0)
+    with warnings.catch_warnings():  # fractional orders fit under any cap: a tenth of a contract is an order
+        warnings.simplefilter("error")
         BatchedOptionsEnv(sp500_data, "test", MarketConfig(), EnvConfig(max_order_notional=0.1), 1, seed=0)
 
 
@@ -256,7 +266,8 @@ def test_an_opening_order_takes_at_most_its_share_of_the_strike_volume_and_a_clo
         env.step(torch.tensor([env.actions.buy(is_call=False, moneyness_index=m, expiry_index=e)]))
     base = max(1e8 * c.option_volume_ratio, c.min_option_volume)
     proxy = [base * math.exp(-abs(math.log(0.95)) / c.volume_moneyness_width), base, base * (30 / 60)]
-    assert env.contracts[:3, 0].tolist() == [math.floor(c.max_volume_share * v) for v in proxy] == [11, 20, 10]
+    # Fractional contracts (the default): exactly the share of the proxy; whole ones would be [11, 20, 10].
+    np.testing.assert_allclose(env.contracts[:3, 0].numpy(), [c.max_volume_share * v for v in proxy], rtol=1e-12)
     before = env.costs_paid[COST_KINDS.index("slippage"), 0].item()
     env.step(torch.tensor([env.actions.close_all]))  # at bar 6's close, 3 days after the first fill
     assert env.active.sum() == 0 and env.stats["closed"].item() == 3

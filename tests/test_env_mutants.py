@@ -224,7 +224,26 @@ class CapsCoveredCallsToo(ReferenceCopy):
         return super().covers(quote) and in_cap
 
 
-@pytest.mark.parametrize("mutant", [NoNotionalCapOnOrders, NotionalAtTheClose, CapsCoveredCallsToo],
+class FloorsFractionalOrders(ReferenceCopy):
+    """Whole contracts and shares under market.sizing fractional (the market before fractional sizing)."""
+    def count(self, size):
+        return float(math.floor(size))
+
+
+class ProRataOrderMinimum(ReferenceCopy):
+    """A 0.4-contract order pays 0.4 of the per-order commission minimum, not all of it."""
+    def trade(self, mid, half, contracts, volume, sell):
+        minimum = self.c.commission_min_per_order
+        self.c = dataclasses.replace(self.c, commission_min_per_order=minimum * min(contracts, 1.0))
+        try:
+            return super().trade(mid, half, contracts, volume, sell)
+        finally:
+            self.c = dataclasses.replace(self.c, commission_min_per_order=minimum)
+
+
+# The cap cuts most orders on $300,000 to about one contract of the index: fractions of one, under fractional sizing.
+@pytest.mark.parametrize("mutant", [NoNotionalCapOnOrders, NotionalAtTheClose, CapsCoveredCallsToo,
+                                    FloorsFractionalOrders, ProRataOrderMinimum],
                          ids=lambda m: m.__name__)
 def test_a_reference_that_breaks_the_notional_cap_no_longer_agrees(sp500_data, mutant):
     """The cap sizes an order at its fill's spot (t+1's open, or its close after a stale open), not t's close, and

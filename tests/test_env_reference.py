@@ -1,5 +1,7 @@
 """The batched env against the plain-Python reference env (tests/reference_env.py), step by step: the synthetic
 market on three accounts, the S&P 500 with its stale opens, the sync-free step, hourly bars with short expiries."""
+import dataclasses
+
 import pytest
 from env_trajectory import make_sync_free
 from reference_agreement import (
@@ -24,14 +26,17 @@ MARGIN = EnvConfig(dtype="float64", initial_cash=20_000.0, position_frac=0.5)
 
 # Rich: cash never binds. Tight: a $5,000 account where the budget and the cash room decide most buys. Margin:
 # shorts up to the cash room, called when the market moves against them.
+@pytest.mark.parametrize("sizing", ["fractional", "whole"])
 @pytest.mark.parametrize("env_cfg", [EXACT, TIGHT, MARGIN], ids=["rich", "tight", "margin"])
-def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg):
+def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synthetic_data, env_cfg, sizing):
     """The synthetic market: a model implied vol, one flat rate, a dividend yield, no stale opens, a thin option
-    market (the order cap binds often), index margin rates."""
-    checked = agree_with_reference(synthetic_data, MarketConfig(), env_cfg,
+    market (the order cap binds often), index margin rates; fractional orders (the default) and whole ones."""
+    checked = agree_with_reference(synthetic_data, MarketConfig(sizing=sizing), env_cfg,
                                    weights=SELLS if env_cfg is MARGIN else None)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 1000, checked
-    if env_cfg is EXACT:
+    if sizing == "fractional":  # no order is refused for want of a whole contract
+        assert checked["sales"] > 300 and checked["buys"] > 300 and checked["share_buys"] > 200, checked
+    elif env_cfg is EXACT:
         assert checked["capped_buys"] > 100 and checked["expiries"] > 20, checked
         assert checked["sales"] > 500 and checked["buybacks"] > 500, checked
         assert checked["short_expiries_itm"] >= 10 and checked["short_expiries_otm"] >= 10, checked
@@ -48,18 +53,25 @@ def test_the_batched_env_agrees_with_a_plain_python_reference_step_by_step(synth
 
 # The S&P 500 from 2005 into 2008: real VIX closes and opens (or the EWMA model), daily T-bill rates, and bars
 # whose open is stale (a copy of the previous close) mixed with traded opens; index margin rates.
-@pytest.mark.parametrize("iv_source, env_cfg", [("auto", EXACT),
-                                                ("model", EnvConfig(dtype="float64", initial_cash=60_000.0,
-                                                                    position_frac=0.1)),
-                                                ("auto", SP500_MARGIN), ("auto", NOTIONAL_CAP)],
-                         ids=["vix-rich", "model-tight", "vix-margin", "vix-notional-cap"])
-def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg):
-    checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source), env_cfg, starts=SP500_STARTS,
+@pytest.mark.parametrize("iv_source, env_cfg, sizing", [
+    ("auto", EXACT, "whole"), ("model", EnvConfig(dtype="float64", initial_cash=60_000.0, position_frac=0.1), "whole"),
+    ("auto", SP500_MARGIN, "whole"), ("auto", NOTIONAL_CAP, "whole"),
+    ("auto", SP500_MARGIN, "fractional"), ("auto", NOTIONAL_CAP, "fractional")],
+    ids=["vix-rich", "model-tight", "vix-margin", "vix-notional-cap", "vix-margin-fractional",
+         "vix-notional-cap-fractional"])
+def test_the_batched_env_agrees_with_the_reference_on_the_sp500(sp500_data, iv_source, env_cfg, sizing):
+    checked = agree_with_reference(sp500_data, MarketConfig(iv_source=iv_source, sizing=sizing), env_cfg,
+                                   starts=SP500_STARTS,
                                    weights=SELLS if env_cfg in (SP500_MARGIN, NOTIONAL_CAP) else None)
     assert checked["steps"] == 48 * 120 and checked["closes"] > 500, checked
     assert checked["stale_fills"] > 500 and checked["open_fills"] > 500, checked
     assert checked["expiries"] > 0 and checked["early_expiries"] > 0, checked
     assert checked["share_buys"] > 200 and checked["dividend_steps"] > 1000, checked
+    if sizing == "fractional":  # the cap cuts orders to fractions of a contract instead of refusing them
+        assert checked["sales"] > 300 and checked["margin_calls"] > 50, checked
+        if env_cfg is NOTIONAL_CAP:
+            assert checked["notional_bound"] > 100 and checked["notional_masked"] == 0, checked
+        return
     if env_cfg is EXACT:
         assert checked["sales"] > 500 and checked["buybacks"] > 500 and checked["covered_marks"] > 300, checked
         assert checked["short_expiries_itm"] >= 3 and checked["short_expiries_otm"] >= 3, checked
@@ -79,7 +91,7 @@ def test_the_sync_free_step_agrees_with_the_reference_too(synthetic_data, sp500_
     """The step compiled code and GPUs run (every copy priced at a close, no host sync), run eagerly, against the
     reference on a rich synthetic account and on the S&P 500 under margin calls: the same checks as the eager env's
     (tests/test_functional_step.py holds the two paths to each other over longer trajectories)."""
-    checked = agree_with_reference(synthetic_data, MarketConfig(), EXACT, make_env=make_sync_free)
+    checked = agree_with_reference(synthetic_data, MarketConfig(sizing="whole"), EXACT, make_env=make_sync_free)
     assert checked["steps"] == 48 * 120 and checked["expiries"] > 20 and checked["buybacks"] > 500, checked
     checked = agree_with_reference(sp500_data, MarketConfig(), SP500_MARGIN, starts=SP500_STARTS, weights=SELLS,
                                    make_env=make_sync_free)
@@ -90,7 +102,8 @@ def test_the_batched_env_agrees_with_the_reference_on_intraday_bars_and_short_ex
     """Hourly bars open at the previous bar's close (stale at a session's first bar); 1- and 3-day options, often
     listed for a weekend day or for the data's hole, expire at the last session's 16:00 close before it, some on
     the bar that buys them; short maturities reach the vol surface's wings."""
-    checked = agree_with_reference(intraday_market(), INTRADAY_MARKET, INTRADAY_ACCOUNT)
+    checked = agree_with_reference(intraday_market(), dataclasses.replace(INTRADAY_MARKET, sizing="whole"),
+                                   INTRADAY_ACCOUNT)
     assert checked["stale_fills"] > 100 and checked["open_fills"] > 2000 and checked["episodes"] > 20, checked
     assert checked["expiries"] > 200 and checked["early_expiries"] > 50 and checked["capped_buys"] > 20, checked
     assert checked["budget_bound"] > 100 and checked["same_bar_buys"] > 0 and checked["expiry_sales"] > 0, checked

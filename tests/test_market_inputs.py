@@ -92,7 +92,7 @@ def test_changing_validation_and_test_bars_changes_no_calibration_and_no_trainin
         np.testing.assert_array_equal(a.iv_close[:, train], b.iv_close[:, train])
         envs = [BatchedOptionsEnv(d, "train", market, EnvConfig(dtype="float64"), num_envs=1) for d in datas]
         qa, qb = envs[0].quotes, envs[1].quotes
-        for table in ("fill_mid", "fill_half_spread", "fill_volume", "close_cost"):
+        for table in ("fill_mid", "fill_half_spread", "fill_volume", "close_ask"):
             torch.testing.assert_close(getattr(qa, table)[:, train], getattr(qb, table)[:, train], rtol=0, atol=0,
                                        msg=f"{source} {table}")
         assert not torch.equal(qa.fill_mid[:, train.stop:], qb.fill_mid[:, train.stop:]), "the later bars did change"

@@ -126,15 +126,15 @@ def test_a_checkpoint_saved_before_the_option_features_loads_and_walks_without_t
     from clstm_ppo.cli import run_cli
     from clstm_ppo.evaluate import main as evaluate
     from clstm_ppo.train import main as train
-    from clstm_ppo.training.checkpoint import atomic_save, load_checkpoint
+    from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
 
     assert run_cli(train, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--total-steps", "512",
                            "--set", "data.option_features=false", "--set", "train.num_envs=16"]) == 0
     path = tmp_path / "synthetic-smoke" / "latest.pt"
     state = load_checkpoint(path)
-    del state["config"]["data"]["option_features"]  # as written before the setting existed
+    del state.config["data"]["option_features"]  # as written before the setting existed
     old = tmp_path / "old.pt"
-    atomic_save(state, old)
+    save_checkpoint(state, old)
     cfg, data, model = load_agent(str(old), None, [], torch.device("cpu"))
     assert cfg.data.option_features is False and data.feature_names == FEATURE_NAMES
     assert model.encoder.lstm.input_size == len(FEATURE_NAMES)

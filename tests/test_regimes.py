@@ -12,6 +12,7 @@ import torch
 from conftest import strict_loads
 from test_rules import ACTIONS, CFG, RULES, SLOTS, reference_rule, same_walk, sharpe_over_bill
 
+from clstm_ppo.backtest.conditional import switching_policy
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import pick_rule, rules_policy
@@ -24,7 +25,6 @@ from clstm_ppo.studies.regime_policies import (
     pick_pair_walked,
     pick_per_regime,
     placebo_regimes,
-    regime_policy,
     regime_sharpes,
     signal_regimes,
     signal_values,
@@ -142,7 +142,7 @@ def test_each_regime_picks_its_best_rule_and_a_short_regime_keeps_the_fallback(m
 
 def test_the_same_rule_in_every_regime_walks_as_that_rule(market):
     label = placebo_regimes(market, 2, seed=0)
-    policy = regime_policy(RULES, [[1, 1], [3, 3]], [label], [0, 0], ACTIONS, 2, SLOTS, "cpu")
+    policy = switching_policy(RULES, [[1, 1], [3, 3]], [label], [0, 0], ACTIONS, 2, SLOTS, "cpu")
     walks = walk_batched(["a", "b"], *policy, market, "validation", CFG, "cpu")
     for name, rule in (("a", RULES[1]), ("b", RULES[3])):
         alone = walk(name, *rules_policy([rule], ACTIONS, 2, SLOTS, "cpu"), market, "validation", CFG, "cpu")
@@ -163,7 +163,7 @@ def test_a_switching_copy_acts_at_each_bar_as_its_regimes_rule(market):
         assert (obs.row // n_bars == torch.arange(2)).all()  # copy s walks underlying s: row = s * T + t
         return torch.where(odd, b, a), state
 
-    vectorised = walk("switch", *regime_policy(RULES, [[0, 3]], [label], [0], ACTIONS, 2, SLOTS, "cpu"), market,
+    vectorised = walk("switch", *switching_policy(RULES, [[0, 3]], [label], [0], ACTIONS, 2, SLOTS, "cpu"), market,
                       "validation", CFG, "cpu")
     assert same_walk(vectorised, walk("switch", switching, None, market, "validation", CFG, "cpu"))
     calls_only = walk("calls", *rules_policy([first], ACTIONS, 2, SLOTS, "cpu"), market, "validation", CFG, "cpu")
@@ -198,7 +198,7 @@ def test_the_walked_pick_is_the_best_pair_walked_one_by_one(market):
     scores = {}
     for i in candidates:
         for j in candidates:
-            alone = walk("pair", *regime_policy(RULES, [[i, j]], [label], [0], ACTIONS, 2, SLOTS, "cpu"), market,
+            alone = walk("pair", *switching_policy(RULES, [[i, j]], [label], [0], ACTIONS, 2, SLOTS, "cpu"), market,
                          "validation", CFG, "cpu")
             scores[(i, j)] = np.mean([sharpe_over_bill(alone, s) for s in (0, 1)])
     assert tuple(pair) == max(scores, key=scores.get)

@@ -15,7 +15,7 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.data import build_market_data
 from clstm_ppo.train import main as train_main
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "min_equity", "ruined",
@@ -85,7 +85,8 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     # fold under each seed of the first configuration, every row saying which grid, commit, machine and command.
     from clstm_ppo.studies.across_runs import GRID_META, read_grid
     rows = read_grid(tmp_path / "grids" / "synthetic.csv")
-    runs = [r for r in rows if r["config"] not in ("buy_and_hold", "macd_rule", "best_rule", "putwrite")]
+    runs = [r for r in rows if r["config"] not in ("buy_and_hold", "macd_rule", "best_rule", "putwrite",
+                                                   "best_conditional_rule")]
     assert len(runs) == len(out["per_run"])
     for read, row in zip(runs, out["per_run"], strict=True):
         for key, value in row.items():
@@ -94,7 +95,7 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
                 continue
             assert read[key] == (value if isinstance(value, str | int) else
                                  pytest.approx(value, rel=1e-9, nan_ok=True)), (key, row)
-    for bench in ("buy_and_hold", "macd_rule", "best_rule", "putwrite"):
+    for bench in ("buy_and_hold", "macd_rule", "best_rule", "putwrite", "best_conditional_rule"):
         mine = [r for r in rows if r["config"] == bench]
         assert sorted((r["seed"], r["fold"]) for r in mine) == [(s, f) for s in (0, 1) for f in (0, 1)]
         for fold in (0, 1):  # one walk a fold, the same under each seed
@@ -126,9 +127,9 @@ def test_altering_test_bars_leaves_the_selected_checkpoint_unchanged(tmp_path):
                                     "--eval-every", "1", "--set", "train.num_envs=8"])
         assert code == 0
         chosen[name] = load_checkpoint(tmp_path / name / "run" / "best_composite.pt")
-    assert chosen["a"]["update"] == chosen["b"]["update"] and chosen["a"]["best"] == chosen["b"]["best"]
-    for key, tensor in chosen["a"]["model"].items():
-        assert torch.equal(tensor, chosen["b"]["model"][key]), key
+    assert chosen["a"].update == chosen["b"].update and chosen["a"].best == chosen["b"].best
+    for key, tensor in chosen["a"].model.items():
+        assert torch.equal(tensor, chosen["b"].model[key]), key
 
 
 def refuse(constant: str):
@@ -179,7 +180,7 @@ def test_a_setting_that_names_the_fold_reads_each_cell_s_own():
 def test_a_cell_stopped_before_its_budget_is_not_walked_and_resumes_on_the_next_launch(tmp_path, monkeypatch):
     """SIGTERM makes the trainer return normally at an update boundary: a grid must not record that shorter run."""
     from clstm_ppo.studies import seeded_runs
-    from clstm_ppo.training.checkpoint import FORMAT
+    from clstm_ppo.training.run_state import RunState, save_checkpoint
 
     launches = []
 
@@ -188,8 +189,11 @@ def test_a_cell_stopped_before_its_budget_is_not_walked_and_resumes_on_the_next_
             launches.append(resume_from)
             run = Path(settings["train.checkpoint_dir"]) / settings["train.run_name"]
             run.mkdir(parents=True, exist_ok=True)
+            state = RunState(model={}, optimizer={"state": {}, "param_groups": []}, scaler=None, update=1,
+                             global_step=stop_at, episodes=0, config={},
+                             normalizer={"names": [], "mean": [], "std": []}, world_size=1, num_envs=1)
             for name in ("latest.pt", "best_composite.pt"):
-                torch.save({"format": FORMAT, "global_step": stop_at}, run / name)
+                save_checkpoint(state, run / name)
         return fake_train_run
 
     monkeypatch.setattr(seeded_runs, "train_run", trainer(stop_at=600))

@@ -8,11 +8,11 @@ import torch
 from smoke_training import train
 
 from clstm_ppo.config import Config, from_dict
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint
 
 
 def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_checkpoint(run_dir / "latest.pt")["model"]
+    return load_checkpoint(run_dir / "latest.pt").model
 
 
 # 32 copies x 32 steps: the rollout uses cached bar codes; compiled: and then one compiled decision per step
@@ -48,7 +48,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, num_ste
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common) == 0
     a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(tmp_path / "b" / "synthetic-smoke")
-    assert load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt")["update"] == 6
+    assert load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt").update == 6
     for name in a:
         assert torch.equal(b[name], a[name]), f"{name}: the resumed run differs by {(b[name] - a[name]).abs().max()}"
 
@@ -59,11 +59,11 @@ def assert_every_weight_trained(path: Path) -> None:
     from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 
     state = load_checkpoint(path)
-    cfg = from_dict(Config, state["config"])
+    cfg = from_dict(Config, state.config)
     torch.manual_seed(cfg.seed)  # as the trainer draws its initial weights
-    initial = CascadedActorCritic(len(state["normalizer"]["names"]), len(PORTFOLIO_FEATURES),
+    initial = CascadedActorCritic(len(state.normalizer["names"]), len(PORTFOLIO_FEATURES),
                                   ActionSpace.from_config(cfg.market).n, cfg.agent).state_dict()
-    unchanged = [name for name, value in state["model"].items() if torch.equal(value, initial[name])]
+    unchanged = [name for name, value in state.model.items() if torch.equal(value, initial[name])]
     assert not unchanged, f"untrained weights: {unchanged}"
 
 
@@ -77,11 +77,11 @@ def test_rank_states_saved_every_n_updates_still_resume_the_last_update_exactly(
     run_b = tmp_path / "b" / "synthetic-smoke"
     every = ["--set", "train.rank_state_every=2"]
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common, *every) == 0
-    assert "env" not in load_checkpoint(run_b / "update_0000001.pt")
+    assert not load_checkpoint(run_b / "update_0000001.pt").ranks
     early = tmp_path / "update_1.pt"
     shutil.copy(run_b / "update_0000001.pt", early)  # keep_last prunes it once the run goes on
-    assert "env" in load_checkpoint(run_b / "update_0000002.pt")
-    assert load_checkpoint(run_b / "latest.pt")["update"] == 3 and "env" in load_checkpoint(run_b / "latest.pt")
+    assert load_checkpoint(run_b / "update_0000002.pt").ranks
+    assert load_checkpoint(run_b / "latest.pt").update == 3 and load_checkpoint(run_b / "latest.pt").ranks
     assert train(tmp_path / "b", "--total-steps", str(6 * batch), "--resume-from", "latest", *common, *every) == 0
     a, b = final_params(tmp_path / "a" / "synthetic-smoke"), final_params(run_b)
     for name in a:
@@ -117,44 +117,45 @@ def test_resuming_a_run_that_finished_its_budget_says_how_to_continue(tmp_path, 
 def test_resume_from_a_checkpoint_whose_env_state_does_not_fit_restarts_the_copies(tmp_path, capsys, written_by):
     """Checkpoints written before the env's slot-major layout, or before its random stream became counters in
     the state (they saved a torch.Generator's state instead), still resume here: the copies start afresh."""
-    from clstm_ppo.training.checkpoint import atomic_save
+    from clstm_ppo.training.run_state import save_checkpoint
 
     args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
     assert train(tmp_path, "--total-steps", "512", *args) == 0
     latest = tmp_path / "synthetic-smoke" / "latest.pt"
     state = load_checkpoint(latest)
+    env = state.ranks[0].env
     if written_by == "an older layout":
         for name in ("active", "is_call", "strike", "expiry_time", "contracts", "entry_cost", "mark"):
-            state["env"][name] = state["env"][name].T.contiguous()  # the older (N, P) layout
+            env[name] = env[name].T.contiguous()  # the older (N, P) layout
     else:
-        del state["env"]["key"], state["env"]["draws"]
-        state["env"]["generator"] = torch.zeros(5056, dtype=torch.uint8)  # what a CPU torch.Generator saved
-    atomic_save(state, latest)
+        del env["key"], env["draws"]
+        env["generator"] = torch.zeros(5056, dtype=torch.uint8)  # what a CPU torch.Generator saved
+    save_checkpoint(state, latest)
     assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
     assert "env copies start fresh episodes (the saved env state has another layout)" in capsys.readouterr().out
     resumed = load_checkpoint(latest)
-    assert resumed["update"] == 4 and resumed["env"]["active"].shape == (5, 8)
+    assert resumed.update == 4 and resumed.ranks[0].env["active"].shape == (5, 8)
 
 
 def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys):
     """Where a run executes is chosen per launch: a checkpoint's saved device and threads are not reused, nor its
     Adam's device settings (a run whose optimizer step was a CUDA graph saved a capturable Adam with a tensor rate,
     which cannot step on a CPU): it continues as the same checkpoint written by a CPU run does."""
-    from clstm_ppo.training.checkpoint import atomic_save
+    from clstm_ppo.training.run_state import save_checkpoint
 
     args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
     assert train(tmp_path, "--total-steps", "512", *args) == 0
     latest = tmp_path / "synthetic-smoke" / "latest.pt"
     shutil.copytree(tmp_path / "synthetic-smoke", tmp_path / "cpu" / "synthetic-smoke")
     state = load_checkpoint(latest)
-    assert state["config"]["train"]["device"] == "auto", "the resolved device must not be written as the user's choice"
-    state["config"]["train"].update(device="cuda", threads_per_worker=8)  # as written on a GPU machine
-    for group in state["optimizer"]["param_groups"]:  # by make_adam(..., capture_on=cuda), loaded to the CPU
+    assert state.config["train"]["device"] == "auto", "the resolved device must not be written as the user's choice"
+    state.config["train"].update(device="cuda", threads_per_worker=8)  # as written on a GPU machine
+    for group in state.optimizer["param_groups"]:  # by make_adam(..., capture_on=cuda), loaded to the CPU
         group.update(capturable=True, foreach=True, lr=torch.tensor(group["lr"]))
-    atomic_save(state, latest)
+    save_checkpoint(state, latest)
     assert train(tmp_path, "--total-steps", "1024", "--resume-from", "latest", *args) == 0
     assert train(tmp_path / "cpu", "--total-steps", "1024", "--resume-from", "latest", *args) == 0
-    assert load_checkpoint(latest)["update"] == 4
+    assert load_checkpoint(latest).update == 4
     cpu_written = final_params(tmp_path / "cpu" / "synthetic-smoke")
     for name, value in final_params(tmp_path / "synthetic-smoke").items():
         assert torch.equal(value, cpu_written[name]), name
@@ -170,9 +171,9 @@ def test_a_run_trains_and_resumes_from_python(tmp_path):
 
     common = [f"train.checkpoint_dir={tmp_path}", "train.run_name=lib", "train.num_envs=8", "ppo.num_steps=16"]
     run = train_run("smoke", [*common, "train.total_steps=256"])
-    assert run == tmp_path / "lib" and load_checkpoint(run / "latest.pt")["update"] == 2
+    assert run == tmp_path / "lib" and load_checkpoint(run / "latest.pt").update == 2
     assert train_run("smoke", [*common, "train.total_steps=512"], resume_from="latest") == run
-    assert load_checkpoint(run / "latest.pt")["update"] == 4
+    assert load_checkpoint(run / "latest.pt").update == 4
     with pytest.raises(ConfigError, match="ppo.no_such_key"):
         train_run("smoke", ["ppo.no_such_key=1"])
     with pytest.raises(ConfigError, match="contradict"):

@@ -138,7 +138,7 @@ def test_command_errors_are_one_line(tmp_path, capsys):
     err = _one_line_error(capsys, ["sample", "--checkpoint", str(tmp_path / "cgan.pt"), "--paths", "2",
                                    "--regime", "euphoria", "--out", out])
     assert "bull, bear, sideways, crash" in err
-    state = torch.load(tmp_path / "cgan.pt", weights_only=False)
+    state = torch.load(tmp_path / "cgan.pt", weights_only=True)
     state["feature_names"] = ["ret", "rsi"]
     state["feature_set"] = "indicators-v0"
     atomic_save(state, tmp_path / "other.pt")

@@ -68,7 +68,7 @@ def test_a_short_put_held_to_expiry_keeps_its_premium_less_costs_or_pays_its_int
     assert env.costs_paid[COST_KINDS.index("finra_taf"), 0] > 0  # a sale pays the TAF and the SEC fee
     # Sized by its margin at stock rates: position_frac of equity in max(premium + a S - OTM, premium + b K).
     margin = mid + max(STOCK_A * 100.0 - 5.0, STOCK_B * 95.0)
-    assert contracts == math.floor(EnvConfig().position_frac * 1e6 / (margin * 100))
+    assert contracts == pytest.approx(EnvConfig().position_frac * 1e6 / (margin * 100), rel=1e-12)  # fractional
     assert env.margin.item() == pytest.approx(margin * contracts * 100, rel=1e-12)
     assert env.mark[0, 0].item() == pytest.approx(-mid * contracts * 100, rel=1e-12)  # owed at mid
     assert env.equity.item() == pytest.approx(env.cash.item() - mid * contracts * 100, rel=1e-12)
@@ -275,8 +275,9 @@ def test_cash_alone_grows_exactly_at_the_rate_series(sp500):
 
 
 def test_holding_all_of_the_underlying_from_the_first_fill_tracks_buy_and_hold(sp500):
-    """The 100% target sent on the walk's first bar buys whole shares at its first fill (bar first + 1) with the
-    cash room (the account less two commission minimums, at fill x (1 + bps) a share); the rest stays in cash.
+    """The 100% target sent on the walk's first bar buys fractional shares (market.sizing's default) at its first
+    fill (bar first + 1) with the cash room (the account less two commission minimums, at fill x (1 + bps) a
+    share); the rest stays in cash.
     From then on its equity is exactly those shares at each close plus that cash, earning the rate, with the
     dividend yield paid on the shares. Buy-and-hold holds fractional shares instead: the two differ by less than
     one share's worth of the price (the whole-share rounding) plus the leftover cash (under one share's price
@@ -295,7 +296,7 @@ def test_holding_all_of_the_underlying_from_the_first_fill_tracks_buy_and_hold(s
     bps, c = cfg.market.costs.share_cost_bps / 1e4, cfg.market.costs
     years, rate = carry(data, cfg, first, last)
     room = cfg.env.initial_cash * math.exp(rate[0] * years[0]) - 2 * c.commission_min_per_order  # at the fill
-    shares = min(math.floor(cfg.env.initial_cash / fill), math.floor(room / (fill * (1 + bps))))
+    shares = min(cfg.env.initial_cash / fill, room / (fill * (1 + bps)))
     assert env_policy.equity.shape == (1, len(close)) and shares > 300
     q = float(market_inputs(data, cfg.market).dividend_yield[0])
     cash = [cfg.env.initial_cash, cfg.env.initial_cash * math.exp(rate[0] * years[0]) - shares * fill * (1 + bps)]
@@ -326,5 +327,5 @@ def test_a_fully_invested_holder_writes_covered_calls_on_every_share_without_mar
         "a put is never covered"
     step(env, call)
     sold = env.contracts[:, 0][env.active[:, 0] & env.short[:, 0]]
-    assert sold.tolist() == [float(int(shares) // 100)]
+    assert sold.tolist() == [pytest.approx(shares / 100, rel=1e-12)]  # fractional contracts: every share
     assert float(env.margin[0]) == 0.0 and float(env.free_cover()[0]) == 0.0, "every share is under a call now"

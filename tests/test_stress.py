@@ -18,7 +18,7 @@ from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.market import sample_market_data
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.checkpoint import atomic_save
+from clstm_ppo.training.run_state import save_checkpoint
 from clstm_ppo.training.runner import Trainer
 
 POLICIES = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle",
@@ -33,7 +33,7 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("stress")
     cfg = load_config("smoke", [])
     trainer = Trainer(cfg, root / "run", torch.device("cpu"))
-    atomic_save(trainer.state_dict(), root / "agent.pt")
+    save_checkpoint(trainer.run_state(), root / "agent.pt")
     for kind in ("cgan", "wgan_gp"):
         fit_generator(trainer.data, kind, root / f"{kind}.pt", TINY, torch.device("cpu"), data_config=to_dict(cfg.data))
     return root

@@ -34,8 +34,8 @@ def test_no_command_writes_json_but_through_strict_json():
     """json.dumps is left only where it writes no report: a study's cell key, a config's deep copy, a --set value."""
     allowed = {("clstm_ppo/tuning/grid.py", "json.dumps(cell, sort_keys=True)"),
                ("clstm_ppo/backtest/calibration.py", "json.dumps(fit['iv_model_coefs'])"),
-               ("clstm_ppo/agent/from_checkpoint.py", 'json.loads(json.dumps(state["config"]))'),
                # the regex takes the call's ) too
+               ("clstm_ppo/agent/from_checkpoint.py", "json.loads(json.dumps(state.config)))"),
                ("clstm_ppo/agent/from_checkpoint.py", "json.loads(json.dumps(base)))")}
     found = set()
     for path in (ROOT / "clstm_ppo").rglob("*.py"):

@@ -20,7 +20,7 @@ from clstm_ppo.data import Normalizer
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,8 @@ def smoke_run(tmp_path_factory):
 
 def test_trained_agent_beats_a_random_policy_on_validation(smoke_run):
     state = load_checkpoint(smoke_run / "latest.pt")
-    cfg = from_dict(Config, state["config"])
-    data = observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))
+    cfg = from_dict(Config, state.config)
+    data = observed_market_data(cfg, Normalizer.from_state_dict(state.normalizer))
     model = model_from_checkpoint(state, data, cfg, torch.device("cpu")).eval()
     cpu = torch.device("cpu")
     agent = selection_metrics(walk("agent", *agent_policy(model, 1, cpu), data, "validation", cfg, cpu))
@@ -50,8 +50,8 @@ def test_run_folder_holds_best_checkpoints_metrics_and_config(smoke_run, capsys)
     for name in BEST_METRICS:
         state = load_checkpoint(smoke_run / f"best_{name}.pt")
         # composite_smoothed is null (no number) until its window of walks is full
-        assert state["best"][name] == pytest.approx(max(r[name] for r in evaluations(smoke_run)
-                                                        if r["step"] <= state["global_step"] and r[name] is not None))
+        assert state.best[name] == pytest.approx(max(r[name] for r in evaluations(smoke_run)
+                                                        if r["step"] <= state.global_step and r[name] is not None))
     assert len(list(smoke_run.glob("update_*.pt"))) <= 3
     assert (smoke_run / "config.yaml").is_file()
     records = [strict_loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
@@ -110,7 +110,7 @@ def test_command_line_entry_point_and_underscore_aliases(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Episode " in proc.stderr + proc.stdout and "resume with:" in proc.stdout
     state = load_checkpoint(tmp_path / "runs" / "alias" / "latest.pt")
-    assert state["episodes"] >= 20 and state["config"]["train"]["num_envs"] == 8
+    assert state.episodes >= 20 and state.config["train"]["num_envs"] == 8
     assert not (tmp_path / "checkpoints").exists()
 
 
@@ -138,7 +138,7 @@ def test_evaluate_command_walks_the_agent_and_every_benchmark(smoke_run, tmp_pat
     assert lines[0].startswith("test split walked ")
     assert lines[1].startswith("best_rule: ") and "fixed rules on validation" in lines[1]
     policies = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle",
-                "best_rule"]
+                "best_rule", "best_conditional_rule"]
     header = next(i for i, line in enumerate(lines) if line.startswith("policy"))
     rows = lines[header + 1:header + 1 + len(policies)]
     assert [line.split()[0] for line in rows] == policies
@@ -158,7 +158,7 @@ def test_evaluate_command_walks_the_agent_and_every_benchmark(smoke_run, tmp_pat
     import numpy as np
     import pandas as pd
     daily = pd.read_csv(returns, index_col="date", parse_dates=True)
-    assert list(daily.columns) == policies
+    assert list(daily.columns) == [*policies, "tbill"]
     r = daily["agent"].to_numpy()  # the reported numbers are those of the written returns
     assert agent["sharpe"] == pytest.approx(np.sqrt(252) * r.mean() / r.std(ddof=1), rel=1e-9)
     assert agent["total_return"] == pytest.approx(np.prod(1 + r) - 1, rel=1e-9)
@@ -219,8 +219,8 @@ def test_evaluate_on_another_file_normalises_with_the_checkpoints_statistics(smo
                                    str(tmp_path / "other.csv")]) == 0
     assert "data " + str(tmp_path / "other.csv") in capsys.readouterr().out
     state = load_checkpoint(smoke_run / "latest.pt")
-    state["normalizer"]["names"] = list(state["normalizer"]["names"])[:-1]  # a checkpoint of another feature set
-    torch.save(state, tmp_path / "other_features.pt")
+    state.normalizer["names"] = list(state.normalizer["names"])[:-1]  # a checkpoint of another feature set
+    save_checkpoint(state, tmp_path / "other_features.pt")
     assert run_cli(evaluate_main, ["--checkpoint", str(tmp_path / "other_features.pt")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: saved normalisation covers features") and err.count("\n") == 1
@@ -232,7 +232,7 @@ def test_early_stopping_ends_the_run_after_patience_evaluations(tmp_path, capsys
     out = capsys.readouterr().out
     assert "early stop: 1 evaluations without a new best composite" in out
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
-    assert state["update"] < 40 and state["evals_without_best"] == 1
+    assert state.update < 40 and state.evals_without_best == 1
 
 
 def test_bf16_training_runs_and_fp16_on_cpu_is_refused(tmp_path, capsys):
@@ -245,8 +245,8 @@ def test_bf16_training_runs_and_fp16_on_cpu_is_refused(tmp_path, capsys):
     said = "precision bf16\n" if cpu_runs_bf16_lstm() else "precision bf16 (LSTMs in fp32: no bf16 LSTM on this CPU)\n"
     assert capsys.readouterr().out.count(said) == 1
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
-    assert state["config"]["train"]["precision"] == "bf16" and state["update"] == 4
-    assert all(torch.isfinite(v).all() and v.dtype == torch.float32 for v in state["model"].values())
+    assert state.config["train"]["precision"] == "bf16" and state.update == 4
+    assert all(torch.isfinite(v).all() and v.dtype == torch.float32 for v in state.model.values())
     capsys.readouterr()
     assert train(tmp_path / "x", "--set", "train.precision=fp16") == 2
     assert capsys.readouterr().err.strip() == ("error: train.precision fp16 needs a CUDA device; "
@@ -270,8 +270,8 @@ def test_compiled_encoder_trains_and_keeps_checkpoint_keys(tmp_path, smoke_run):
     assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--set", "train.compile=true") == 0
     compiled = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
     eager = load_checkpoint(smoke_run / "latest.pt")
-    assert compiled["model"].keys() == eager["model"].keys()  # checkpoints work with and without compile
-    assert all(torch.isfinite(v).all() for v in compiled["model"].values())
+    assert compiled.model.keys() == eager.model.keys()  # checkpoints work with and without compile
+    assert all(torch.isfinite(v).all() for v in compiled.model.values())
 
 
 def test_rollout_from_cached_bar_codes_equals_encoding_each_window(tmp_path):

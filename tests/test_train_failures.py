@@ -10,7 +10,7 @@ import torch
 from conftest import strict_loads
 from smoke_training import SMOKE, train
 
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint
 
 
 def test_a_run_folder_in_use_by_another_training_process_is_refused(tmp_path, capsys):
@@ -69,7 +69,7 @@ def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, m
     assert err == ("error: CUDA ran out of memory on rank 0; latest.pt holds update 1; split each minibatch with "
                    f"{graphs_off}--set ppo.num_minibatches=8 --set ppo.grad_accumulation=4 (the same optimizer "
                    "steps; about 1/4 of the update's activations), or lower --num-envs or the agent.* sizes")
-    assert load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")["update"] == 1
+    assert load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt").update == 1
     words = err.split()
     suggested = [words[i + 1] for i, word in enumerate(words) if word == "--set"]
     cfg = load_config(SMOKE, [*ran, *suggested])  # the settings it names are accepted on top of the run's
@@ -129,8 +129,8 @@ def test_a_diverging_loss_stops_the_run_without_saving_broken_weights(tmp_path, 
         assert "no checkpoint was written" in err and not latest.exists()
     else:  # what was saved before the failure is the last sound update, with finite weights
         state = load_checkpoint(latest)
-        assert state["update"] == failed_update - 1 and f"latest.pt holds update {failed_update - 1}" in err
-        assert all(torch.isfinite(v).all() for v in state["model"].values())
+        assert state.update == failed_update - 1 and f"latest.pt holds update {failed_update - 1}" in err
+        assert all(torch.isfinite(v).all() for v in state.model.values())
 
 
 def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch, capsys):

@@ -16,7 +16,8 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, load_config, parse_override, to_dict
 from clstm_ppo.data import build_market_data
 from clstm_ppo.train import build_parser, resolve_config
-from clstm_ppo.training.checkpoint import load_checkpoint, run_lock
+from clstm_ppo.training.checkpoint import run_lock
+from clstm_ppo.training.run_state import load_checkpoint
 from clstm_ppo.tune import main as tune_main
 from clstm_ppo.tuning.objective import Objective, report_steps
 from clstm_ppo.tuning.runs import TrainSpec
@@ -201,7 +202,7 @@ def test_a_pruned_trial_stops_at_an_update_boundary(tmp_path):
     assert len(trial.reported) == 1 and trial.user_attrs["stop_exit_codes"] == [0]
     run_dir = Path(trial.user_attrs["run_dirs"][0])
     latest = load_checkpoint(run_dir / "latest.pt")
-    assert 1 <= latest["update"] < 200 and latest["config"]["ppo"]["ent_coef"] == 0.02
+    assert 1 <= latest.update < 200 and latest.config["ppo"]["ent_coef"] == 0.02
     assert "stop requested: latest.pt written" in (run_dir.parent / f"{run_dir.name}.log").read_text()
     with run_lock(run_dir):  # released: a resume could take the folder at once
         pass

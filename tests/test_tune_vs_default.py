@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from clstm_ppo.config import load_config, to_dict
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "studies" / "tune_vs_default.py")
@@ -39,7 +39,7 @@ def test_both_arms_train_on_fresh_seeds_and_the_paired_statistics_hold(tmp_path)
                                                                ("tuned", 8)]
     for arm, rate in (("default", load_config("smoke", []).ppo.learning_rate), ("tuned", 0.002)):
         saved = load_checkpoint(tmp_path / "runs" / "synthetic" / f"{arm}-seed7" / "latest.pt")
-        assert saved["config"]["ppo"]["learning_rate"] == pytest.approx(rate) and saved["global_step"] >= 256
+        assert saved.config["ppo"]["learning_rate"] == pytest.approx(rate) and saved.global_step >= 256
     by = {(r["arm"], r["seed"]): r for r in records}
     for key in ("val_composite", "test_sharpe", "test_total_return"):
         diffs = [by[("tuned", s)][key] - by[("default", s)][key] for s in (7, 8)]

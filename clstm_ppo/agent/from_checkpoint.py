@@ -14,25 +14,27 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.training.checkpoint import CheckpointError, load_checkpoint
+from clstm_ppo.training.checkpoint import CheckpointError
+from clstm_ppo.training.run_folder import without_saved_outputs
+from clstm_ppo.training.run_state import RunState, load_checkpoint
 
 
-def model_from_checkpoint(state: dict, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
+def model_from_checkpoint(state: RunState, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
     """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an older one's as clstm)."""
     model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
                                 ActionSpace.from_config(cfg.market).n, cfg.agent).to(device)
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(state.model)
     except RuntimeError as err:
         raise CheckpointError(f"the checkpoint's model does not fit this version's agent ({first_line(err, 100)}); "
                               "it was written before the actions or the observed portfolio changed: retrain") from None
     return model
 
 
-def checkpoint_config(state: dict, path: str, data_source: str | None, overrides: list[str]) -> Config:
+def checkpoint_config(state: RunState, path: str, data_source: str | None, overrides: list[str]) -> Config:
     """The checkpoint's own settings, then ``--data`` and ``--set``; refused where the model could not read
     what they make (another window or action space) or would be another model (agent kind or sizes)."""
-    base = json.loads(json.dumps(state["config"]))  # a deep copy
+    base = without_saved_outputs(json.loads(json.dumps(state.config)))  # a deep copy; outputs: this command's
     # Written before agent.kind existed: the cascaded LSTM, whatever the default kind becomes.
     base.setdefault("agent", {}).setdefault("kind", "clstm")
     saved = load_config(None, [], base=json.loads(json.dumps(base)))
@@ -58,7 +60,7 @@ def load_agent(path: str, data_source: str | None, overrides: list[str],
     the studies walk. ``data_source`` None keeps the checkpoint's data."""
     state = load_checkpoint(path)
     cfg = checkpoint_config(state, path, data_source, overrides)
-    data = observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))
+    data = observed_market_data(cfg, Normalizer.from_state_dict(state.normalizer))
     model = model_from_checkpoint(state, data, cfg, device)
     model.eval()
     return cfg, data, model

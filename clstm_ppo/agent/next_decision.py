@@ -25,7 +25,7 @@ from clstm_ppo.config import ConfigError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.run_state import load_checkpoint
 
 BOOK_KEYS = ("right", "strike", "expiry", "contracts", "paid")
 
@@ -76,7 +76,7 @@ def next_decisions(checkpoint: str | Path, data: str, overrides: Sequence[str] =
     checkpoint = str(checkpoint)
     state = load_checkpoint(checkpoint)
     cfg = checkpoint_config(state, checkpoint, data, list(overrides))
-    market = observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))
+    market = observed_market_data(cfg, Normalizer.from_state_dict(state.normalizer))
     model = model_from_checkpoint(state, market, cfg, torch.device("cpu")).eval()
     n = len(market.symbols)
     if book and n > 1:

@@ -16,6 +16,8 @@ import torch
 
 from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.cboe import buywrite, putwrite
+from clstm_ppo.backtest.conditional import LABEL as CONDITIONAL
+from clstm_ppo.backtest.conditional import conditional_policy, pick_conditional_rule
 from clstm_ppo.backtest.ensemble import ENSEMBLE, Agent, check_members, group_folds, walk_ensemble
 from clstm_ppo.backtest.policies import agent_policy, cash_policy, long_straddle, macd_rule, random_policy
 from clstm_ppo.backtest.report import across_checkpoints, report_dict, underlying_metrics
@@ -27,26 +29,33 @@ from clstm_ppo.config import Config, ConfigError, to_dict
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.device import configure_backends, keep_freed_host_memory, pick_device
 from clstm_ppo.env import ActionSpace
+from clstm_ppo.env.tradability import untradable_line
 
 
 @dataclass
 class Backtest:
     """One backtest: every policy's walk by name, the checkpoints' (first) config, the rule picked on the validation
-    years (one split's walk; each fold's is in ``report["folds"]``) and ``report``, what --json writes."""
+    years (one split's walk; each fold's is in ``report["folds"]``), the conditional rule picked beside it, and
+    ``report``, what --json writes."""
     results: dict[str, WalkResult]
     config: Config
     report: dict[str, Any]
     rule: RulePick | None = None
+    conditional_rule: RulePick | None = None
+    untradable: str | None = None  # the line saying which offered orders the account cannot hold (tradability)
 
 
 def benchmarks(data: MarketData, split: str, cfg: Config, device: torch.device, seed: int,
-               best_rule: RulePick) -> dict[str, WalkResult]:
+               best_rule: RulePick, best_conditional: RulePick | None = None) -> dict[str, WalkResult]:
     """Every benchmark on the same walk: the underlying, CBOE's PutWrite and BuyWrite (simulated directly, not
-    through the action space), cash, random valid actions, two option rules and ``best_rule`` (``pick_rule``)."""
+    through the action space), cash, random valid actions, two option rules, ``best_rule`` (``pick_rule``) and
+    ``best_conditional_rule`` (``pick_conditional_rule``) where given."""
     actions, slots = ActionSpace.from_config(cfg.market), cfg.env.max_positions
     rules = {"cash": cash_policy(), "random": random_policy(seed), "macd_rule": macd_rule(data, actions, slots),
              "long_straddle": long_straddle(actions, slots),
              "best_rule": rules_policy([best_rule.rule], actions, len(data.symbols), slots, device)}
+    if best_conditional is not None:
+        rules[CONDITIONAL] = conditional_policy(best_conditional, data, cfg, device)
     out = {"buy_and_hold": buy_and_hold(data, split, cfg), "putwrite": putwrite(data, split, cfg),
            "buywrite": buywrite(data, split, cfg)}
     return out | walk_together(rules, data, split, cfg, device)
@@ -128,9 +137,12 @@ def backtest_checkpoints(checkpoints: Sequence[str], *, split: str = "test", dat
     names = agent_names(len(agents))
     results = walk_agents(names, agents, None, split, picked, ensemble)
     rule = pick_rule(market, cfg, picked, rule_metric)
-    results.update(benchmarks(market, split, cfg, picked, cfg.seed if seed is None else seed, rule))
-    extra = {"best_rule": rule.as_dict(), "across_checkpoints": seed_summary(results, names)}
-    return Backtest(results, cfg, _report(split, checkpoints, cfg, results, extra), rule)
+    conditional = pick_conditional_rule(market, cfg, picked, rule_metric)
+    results.update(benchmarks(market, split, cfg, picked, cfg.seed if seed is None else seed, rule, conditional))
+    untradable = untradable_line(market, split, cfg.market, cfg.env)
+    extra = {"best_rule": rule.as_dict(), CONDITIONAL: conditional.as_dict(),
+             "across_checkpoints": seed_summary(results, names), "untradable": untradable}
+    return Backtest(results, cfg, _report(split, checkpoints, cfg, results, extra), rule, conditional, untradable)
 
 
 def _report(split: str, checkpoints: list[str], cfg: Config, results: dict[str, WalkResult],
@@ -159,15 +171,18 @@ def _walk_forward(checkpoints: list[str], agents: list[Agent], split: str, ensem
         fold_cfg, fold_data, _ = agents[fold[0]]
         walked = walk_agents(names, [agents[i] for i in fold], None, split, device, ensemble)
         rule = pick_rule(fold_data, fold_cfg, device, rule_metric)  # each fold's own years
-        walked |= benchmarks(fold_data, split, fold_cfg, device, fold_cfg.seed if seed is None else seed, rule)
+        conditional = pick_conditional_rule(fold_data, fold_cfg, device, rule_metric)
+        walked |= benchmarks(fold_data, split, fold_cfg, device, fold_cfg.seed if seed is None else seed, rule,
+                             conditional)
         which = {"checkpoint": paths[0]} if len(paths) == 1 else {"checkpoints": paths}
-        per_fold.append({**which, **report_dict(walked), "best_rule": rule.as_dict()})
+        per_fold.append({**which, **report_dict(walked), "best_rule": rule.as_dict(),
+                         CONDITIONAL: conditional.as_dict()})
         for name, result in walked.items():
             walks.setdefault(name, []).append(result)
         start, end = fold_data.split_dates(split)
         if progress is not None:
             progress(f"fold {len(per_fold)}: {', '.join(paths)} walk{'s' if len(paths) == 1 else ''} "
-                     f"{start.date()}..{end.date()}\n  {rule.line(split)}")
+                     f"{start.date()}..{end.date()}\n  {rule.line(split)}\n  {conditional.line(split)}")
     try:
         results = {name: stitch(fold_walks) for name, fold_walks in walks.items()}
     except ValueError as err:

@@ -176,6 +176,7 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
     clock = _clock(results)
     lines = [f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns of "
              f"{clock.describe()}" + (f"; excess_annual against {benchmark}" if benchmark in whole else ""),
+             *masked_notes(results),
              format_table([*names, *keys], _rows(whole, keys, several), len(names)), "", "Costs by kind ($)"]
     cost_keys = ("costs", *(f"cost_{kind}" for kind in COST_KINDS))
     lines.append(format_table([*names, *cost_keys], _rows(whole, cost_keys, several), len(names)))
@@ -184,6 +185,20 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
         per_year = {name: by_year[year] for name, by_year in yearly.items() if year in by_year}
         lines += ["", f"{year}", format_table([*names, *YEAR_KEYS], _rows(per_year, YEAR_KEYS, several), len(names))]
     return "\n".join(lines)
+
+
+def masked_notes(results: dict[str, WalkResult]) -> list[str]:
+    """One line for each walk that never traded although it chose orders: the mask turned every one into hold
+    (the account could not hold them: docs/MARKET.md, "Sizing")."""
+    notes = []
+    for name, res in results.items():
+        if res.masked is None or res.traded.sum() > 0 or res.masked.sum() == 0:
+            continue
+        bars = len(res.dates) - 1
+        notes.append(f"note: {name} never traded: the mask turned the order it chose into hold on "
+                     f"{int(res.masked.max())} of {bars} bars (no offered order fitted the account; docs/MARKET.md, "
+                     f"'Sizing')")
+    return notes
 
 
 def _column(policy: str, symbol: str, several: bool) -> str:

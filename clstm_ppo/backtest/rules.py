@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from clstm_ppo.backtest.gates import ALWAYS, WORDS
 from clstm_ppo.backtest.policies import OPEN_SHARE
-from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.report import excess_returns, underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.statistics import deflated_sharpe
 from clstm_ppo.backtest.walk import Policy, walk_batched
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
@@ -51,8 +53,21 @@ class FixedRule:
 
 
 @dataclass(frozen=True)
-class RulePick:
+class GatedRule:
+    """A fixed rule followed only while a gate (``backtest/gates.py``) is open; while it is shut the copy places no
+    option order and keeps only the rule's shares (cash or the underlying), its open options running on."""
     rule: FixedRule
+    gate: str  # a key of gates.GATES
+
+    def describe(self, actions: ActionSpace) -> str:
+        """The rule's words, then the gate's: '... every free slot, while implied vol is above realized vol'."""
+        base = self.rule.describe(actions)
+        return base if self.gate == ALWAYS else f"{base}, while {WORDS.get(self.gate, self.gate.replace('_', ' '))}"
+
+
+@dataclass(frozen=True)
+class RulePick:
+    rule: FixedRule | GatedRule
     name: str  # ``rule.describe``
     metric: str  # what it was picked by, on the validation split
     score: float  # its validation value of ``metric`` (mean over underlyings)
@@ -60,16 +75,20 @@ class RulePick:
     best: list[dict]  # the SHOWN best rules and their scores, best first
     tried: int  # how many rules were walked
     split: str = PICK_SPLIT  # the split it was picked on: validation for best_rule, train for a prior
+    label: str = "best_rule"  # or best_conditional_rule (backtest/conditional.py)
+    deflated: dict | None = None  # the pick's deflated Sharpe against the best of ``tried`` skill-less rules
 
     def line(self, split: str) -> str:
         """One line for the report: which rule, picked where and by what, and whether ``split`` is in sample."""
         note = " (in sample: the split walked here)" if split == self.split else ""
-        return (f"best_rule: {self.name}, the best {self.metric} ({self.score:.3f}) of {self.tried} fixed rules on "
-                f"{self.split} {self.walked}{note}")
+        kind = "fixed rules" if self.label == "best_rule" else "fixed and gated rules"
+        deflated = f", deflated Sharpe {self.deflated['deflated_sharpe']:.2f}" if self.deflated else ""
+        return (f"{self.label}: {self.name}, the best {self.metric} ({self.score:.3f}) of {self.tried} {kind} on "
+                f"{self.split} {self.walked}{deflated}{note}")
 
     def as_dict(self) -> dict:
         return {"rule": self.name, "picked_by": self.metric, "on": f"{self.split} {self.walked}",
-                "score": self.score, "tried": self.tried, "best": self.best}
+                "score": self.score, "tried": self.tried, "best": self.best, "deflated_sharpe": self.deflated}
 
 
 def rule_family(actions: ActionSpace) -> list[FixedRule]:
@@ -134,9 +153,25 @@ def pick_rule(data: MarketData, cfg: Config, device: torch.device | str, metric:
     if metric not in PICK_METRICS:
         raise ValueError(f"a rule is picked by one of {', '.join(PICK_METRICS)}, not {metric!r}")
     rules = rule_family(ActionSpace.from_config(cfg.market))
-    walks = walk_family(data, split, cfg, device)
+    return pick_from_walks(rules, walk_family(data, split, cfg, device), data, metric, split, "best_rule")
+
+
+def family_deflated_sharpe(walks: dict[str, WalkResult], best: int) -> dict[str, float]:
+    """The deflated Sharpe (over the T-bill, per bar) of walk ``best`` as the best of every walk of ``walks``
+    (Bailey and Lopez de Prado 2014): each walk's bar returns are the mean over its underlyings."""
+    excess = [np.mean([excess_returns(w.equity[s], w.dates, w.rate[s]) for s in range(len(w.symbols))], axis=0)
+              for w in walks.values()]
+    sharpes = [float(r.mean() / r.std(ddof=1)) if r.std(ddof=1) > 0 else 0.0 for r in excess]
+    variance = float(np.var(sharpes, ddof=1)) if len(sharpes) > 1 else 0.0
+    return deflated_sharpe(excess[best], len(excess), variance)
+
+
+def pick_from_walks(rules: list, walks: dict[str, WalkResult], data: MarketData, metric: str, split: str,
+                    label: str) -> RulePick:
+    """The best of ``walks`` (``rules[i]`` walked as the i-th) by ``metric``, the first of equal ones."""
     names = list(walks)
     scores, order = rank_walks(walks, metric)
     start, end = data.split_dates(split)
     return RulePick(rules[order[0]], names[order[0]], metric, scores[order[0]], f"{start.date()}..{end.date()}",
-                    [{"rule": names[i], metric: scores[i]} for i in order[:SHOWN]], len(rules), split)
+                    [{"rule": names[i], metric: scores[i]} for i in order[:SHOWN]], len(rules), split, label,
+                    family_deflated_sharpe(walks, order[0]))

@@ -95,7 +95,7 @@ def _result(name: str, ends: list[tuple[dict, int]], data: MarketData, env: Batc
         rate=env.quotes.inputs.rate[:, first:last + 1], closed=column("closed"),
         wins=column("wins"), open_at_end=column("open"), traded=column("traded"),
         costs=column("costs").astype(np.float64), ruin_fraction=ruin_fraction, clock=data.clock,
-        option_pnl=column("option_pnl"),
+        option_pnl=column("option_pnl"), masked=column("invalid"),
     )
 
 

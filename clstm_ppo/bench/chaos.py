@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from clstm_ppo.training.run_state import RunState, load_checkpoint
+
 UPDATES = 24  # smoke config: 16 copies x 32 steps = 512 env steps an update
 STEPS = UPDATES * 512
 RUN = "synthetic-smoke"
@@ -38,7 +40,8 @@ RUN = "synthetic-smoke"
 
 def command(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> list[str]:
     return [sys.executable, "-m", "clstm_ppo.train", "--config", "smoke", "--checkpoint-dir", str(folder),
-            "--total-steps", str(steps), "--num-workers", str(workers), "--set", "train.threads_per_worker=1",
+            "--total-steps", str(steps), "--num-workers", str(workers), "--oversubscribe",
+            "--set", "train.threads_per_worker=1",
             "--set", "train.eval_every=4", "--set", "train.checkpoint_every=4",
             *(["--resume-from", "latest"] if resume else [])]
 
@@ -107,11 +110,11 @@ def finish(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> subp
     return subprocess.run(command(folder, workers, resume, steps), capture_output=True, text=True, env=env, timeout=900)
 
 
-def final_state(folder: Path) -> dict:
-    return torch.load(folder / RUN / "latest.pt", map_location="cpu", weights_only=False)
+def final_state(folder: Path) -> RunState:
+    return load_checkpoint(folder / RUN / "latest.pt")
 
 
-def identical(a: dict, b: dict) -> bool:
+def identical(a: RunState, b: RunState) -> bool:
     """Model, optimizer state, counters and best scores equal bit for bit."""
     def same(x, y) -> bool:
         if isinstance(x, torch.Tensor):
@@ -121,7 +124,8 @@ def identical(a: dict, b: dict) -> bool:
         if isinstance(x, (list, tuple)):
             return isinstance(y, (list, tuple)) and len(x) == len(y) and all(map(same, x, y))
         return x == y
-    return all(same(a[k], b[k]) for k in ("model", "optimizer", "update", "global_step", "episodes", "best"))
+    return all(same(getattr(a, k), getattr(b, k))
+               for k in ("model", "optimizer", "update", "global_step", "episodes", "best"))
 
 
 def chaos_run(root: Path, workers: int, kills: int, updates: int, rng: random.Random) -> dict:
@@ -156,12 +160,12 @@ def chaos_run(root: Path, workers: int, kills: int, updates: int, rng: random.Ra
         finished, error = done.returncode == 0, "" if done.returncode == 0 else last_line(done)
     same = finished and identical(final_state(clean), final_state(chaotic))
     return {"workers": workers, "kills": made, "victims": ", ".join(victims), "finished": finished, "identical": same,
-            "updates": final_state(chaotic)["update"] if finished else None, "error": str(error)}
+            "updates": final_state(chaotic).update if finished else None, "error": str(error)}
 
 
 def done_steps(folder: Path) -> int:
     """The env steps a copied run has done: a resume of it must ask for more."""
-    return int(torch.load(folder / RUN / "latest.pt", map_location="cpu", weights_only=False)["global_step"])
+    return load_checkpoint(folder / RUN / "latest.pt").global_step
 
 
 def last_line(done: subprocess.CompletedProcess) -> str:
@@ -184,7 +188,7 @@ def fault_kill_during_write(root: Path) -> dict:
     kill_all(proc)
     if not caught:
         return {"passed": False, "line": "no checkpoint write was caught in progress"}
-    previous = torch.load(run / "latest.pt", map_location="cpu", weights_only=False)["update"]  # must load
+    previous = load_checkpoint(run / "latest.pt").update  # must load
     done = finish(folder, 1, resume=True, steps=(previous + 2) * 512)  # two updates past it: the leftover is gone
     leftover = list(run.glob(".*.tmp-*"))
     line = next((x for x in done.stdout.splitlines() if x.startswith("removed ")), "")
@@ -196,7 +200,7 @@ def fault_write_fails(root: Path, source: Path) -> dict:
     folder = root / "write-fails"
     shutil.copytree(source, folder)
     latest = folder / RUN / "latest.pt"
-    size, before = latest.stat().st_size, torch.load(latest, map_location="cpu", weights_only=False)["update"]
+    size, before = latest.stat().st_size, load_checkpoint(latest).update
 
     def limit() -> None:  # a file-size limit below one checkpoint: every checkpoint write fails
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills the process instead of failing write
@@ -206,7 +210,7 @@ def fault_write_fails(root: Path, source: Path) -> dict:
     args[args.index("--total-steps") + 1] = str(done_steps(folder) + 4 * 512)
     done = subprocess.run(args, capture_output=True, text=True, timeout=900, preexec_fn=limit,
                           env={**os.environ, "WANDB_MODE": "offline"})
-    intact = torch.load(latest, map_location="cpu", weights_only=False)["update"] == before
+    intact = load_checkpoint(latest).update == before
     line = last_line(done)
     # The first write past the limit fails: a checkpoint, or metrics.jsonl once it is the larger file
     return {"passed": done.returncode != 0 and line.startswith("error: could not write ")

@@ -25,6 +25,7 @@ from clstm_ppo.config.sections import (
                                       DataConfig,
                                       EnvConfig,
                                       MarketConfig,
+                                      PlantedConfig,
                                       PPOConfig,
                                       SyntheticConfig,
                                       TrainConfig,
@@ -35,6 +36,6 @@ CHOICES = MappingProxyType({k: r.choices for k, _, r in walk_rules(Config) if r.
 LIMITS = MappingProxyType({k: r.limits for k, _, r in walk_rules(Config) if r.limits})
 
 __all__ = ["ADDED", "CHOICES", "LIMITS", "OBSOLETE", "AgentConfig", "Config", "ConfigError", "CostConfig", "DataConfig",
-           "EnvConfig", "MarketConfig", "PPOConfig", "SyntheticConfig", "TrainConfig", "check_values",
+           "EnvConfig", "MarketConfig", "PlantedConfig", "PPOConfig", "SyntheticConfig", "TrainConfig", "check_values",
            "config_text", "first_line", "from_dict", "load_config", "merge", "named_configs", "parse_override",
            "save_config", "to_dict", "walk_rules", "without_obsolete", "WITHOUT_RULE_PRIOR"]

@@ -1,6 +1,7 @@
 """Rules that tie settings to each other; a single setting's own limits live beside it (``setting``)."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from clstm_ppo.config.fields import ConfigError, walk_rules
@@ -15,6 +16,10 @@ def check_values(cfg: Any) -> None:
     d, m, p, t = cfg.data, cfg.market, cfg.ppo, cfg.train
     for key, _, rule in walk_rules(type(cfg)):
         rule.check(key, _get(cfg, key))  # a list changed in place escaped its assignment check
+    why = run_name_problem(t.run_name)
+    if why:  # a name that walks out of train.checkpoint_dir, or names it, would let --fresh-start move it
+        raise ConfigError(f"config: train.run_name {t.run_name!r} {why}: a run name is one folder name inside "
+                          "train.checkpoint_dir (e.g. --run-name mine); put the folder itself in --checkpoint-dir")
     pairs = [
         (not m.moneyness or not m.expiries_days, "market.moneyness and market.expiries_days need at least one entry"),
         (len(m.index_margin) != 2 or len(m.stock_margin) != 2,
@@ -25,9 +30,10 @@ def check_values(cfg: Any) -> None:
         (len(set(m.stock_targets)) != len(m.stock_targets), f"market.stock_targets repeat a value: {m.stock_targets}"),
         (len(m.iv_model_coefs) != 3, f"market.iv_model_coefs needs three entries (a, b, c), got {m.iv_model_coefs}"),
         (m.min_iv >= m.max_iv, f"market.min_iv ({m.min_iv}) must be below market.max_iv ({m.max_iv})"),
-        (m.costs.max_volume_share * m.costs.min_option_volume < 1,
+        (m.sizing == "whole" and m.costs.max_volume_share * m.costs.min_option_volume < 1,
          f"market.costs.max_volume_share x min_option_volume ({m.costs.max_volume_share} x "
-         f"{m.costs.min_option_volume}) must be at least 1 contract, or no order on a thin strike could fill"),
+         f"{m.costs.min_option_volume}) must be at least 1 contract under market.sizing whole, or no order on a thin "
+         f"strike could fill"),
         (m.costs.spread_min > m.costs.spread_max,
          f"market.costs.spread_min ({m.costs.spread_min}) must not exceed spread_max ({m.costs.spread_max})"),
         (d.train_frac + d.val_frac >= 1,
@@ -70,3 +76,18 @@ def _get(node: Any, dotted: str) -> Any:
         node = getattr(node, part)
     return node
 
+
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a run folder's name (one path component: no separator, not . or .., no control
+    character), or None when it can. The empty name means "derived from the data and the config"."""
+    if name == "":
+        return None
+    if any(sep in name for sep in {"/", "\\", os.sep, os.altsep or "/"}):
+        return "holds a path separator"
+    if not name.strip():
+        return "is blank"
+    if name.strip() in (".", ".."):
+        return "names a folder, not a run"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "holds a control character"
+    return None

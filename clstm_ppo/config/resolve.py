@@ -61,11 +61,16 @@ def _get(values: dict[str, Any], dotted: str) -> Any:
     return values
 
 
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], update: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``update`` laid over ``base``, key by key; a section (a mapping) is never replaced by a single value, which
+    would drop every setting it held for the defaults."""
     out = dict(base)
     for key, value in update.items():
+        if isinstance(out.get(key), dict) and not isinstance(value, dict):
+            raise ConfigError(f"config: '{prefix}{key}' is a section of settings, not one value (got {value!r}); set "
+                              f"its keys instead, e.g. --set {prefix}{key}.<key>=VALUE")
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+            out[key] = merge(out[key], value, f"{prefix}{key}.")
         else:
             out[key] = value
     return out
@@ -83,7 +88,12 @@ def parse_override(text: str) -> dict[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: write it as section.key=value, e.g. --set data.window=20")
     dotted, raw = text.split("=", 1)
-    return nested(dotted.strip(), yaml.safe_load(raw) if raw.strip() else None)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:  # a ParserError, or a ConstructorError for a tag such as !!python/object
+        raise ConfigError(f"--set {text!r}: the value is not plain YAML ({first_line(err, 80)}); quote it as text or "
+                          "write it as YAML, e.g. --set data.window=20 or --set data.symbols=[SPY,QQQ]") from None
+    return nested(dotted.strip(), value)
 
 
 def load_config(config: str | Path | None = None, overrides: list[str] | None = None,

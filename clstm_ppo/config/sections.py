@@ -39,10 +39,49 @@ class SyntheticConfig(Section):
 
 
 @dataclass
+class PlantedConfig(Section):
+    """A synthetic index whose implied vol carries a variance risk premium that moves with a hidden AR(1) state: a
+    market with a known option-selling edge (docs/ENVIRONMENT.md, "The planted-edge market")."""
+
+    path: ClassVar[str] = "data.planted"
+    years: float = setting(66.0, "years of daily bars (252 a year): one warm-up year, then 20 train, 5 validation "
+                                 "and 40 test years by default", limits=">= 2")
+    train_years: float = setting(20.0, "years of the training split after the warm-up year (data.train_end "
+                                       "overrides)", limits="> 0")
+    val_years: float = setting(5.0, "years of the validation split; the test split is what follows", limits="> 0")
+    seed: int = setting(0, "the generator's seed")
+    start_date: str = setting("1990-01-02", "date of the first bar; bars fall on US exchange days (weekdays less "
+                                            "federal holidays)")
+    initial_price: float = setting(1000.0, "index level of the first bar (SPX-like: index option ticks and "
+                                           "margin)", limits="> 0")
+    rate: float = setting(0.02, "the T-bill rate column, continuously compounded", limits="(-0.5, 0.5)")
+    equity_premium: float = setting(0.0, "the index's expected annual return over the T-bill (0: holding it earns "
+                                           "nothing, so no rule gains by owning the market)",
+                                    limits="(-1, 1)")
+    vol: float = setting(0.16, "long-run annualised volatility of the index's returns, jumps included",
+                         limits="(0, 2)")
+    garch_alpha: float = setting(0.06, "GARCH(1,1) weight of the last squared diffusive shock", limits="[0, 1)")
+    garch_beta: float = setting(0.92, "GARCH(1,1) weight of the last variance (alpha + beta < 1)", limits="[0, 1)")
+    jumps_per_year: float = setting(4.0, "Poisson rate of jumps (they give the put wing the skew the surface quotes)",
+                                    limits=">= 0")
+    jump_mean: float = setting(-0.05, "mean log jump at the long-run vol (jumps scale with the vol level)",
+                               limits="(-1, 1)")
+    jump_std: float = setting(0.03, "std of the log jump at the long-run vol", limits=">= 0")
+    premium_mean: float = setting(0.0, "mean of premium_t: iv = the market's own 30-day vol forecast x "
+                                       "(1 + premium_t)", limits="(-0.9, 5)")
+    premium_swing: float = setting(0.6, "stationary std of premium_t (0: a constant premium, nothing to time)",
+                                   limits=">= 0")
+    premium_persistence: float = setting(0.99, "AR(1) coefficient of premium_t per bar (0.99: a half-life of 69 "
+                                               "bars)", limits="[0, 1)")
+    base_volume: float = setting(2.0e9, "index shares a bar (the S&P 500's magnitude); rises with the vol level, "
+                                        "never with premium_t", limits="> 0")
+
+
+@dataclass
 class DataConfig(Section):
     path: ClassVar[str] = "data"
-    source: str = setting("sp500", "a built-in name (sp500, dow, synthetic), a CSV/parquet file, a folder of them, "
-                                   "or paths joined by ','", flag="--data")
+    source: str = setting("sp500", "a built-in name (sp500, dow, synthetic, planted), a CSV/parquet file, a folder "
+                                   "of them, or paths joined by ','", flag="--data")
     symbols: list[str] | None = setting(None, "keep only these underlyings of a multi-symbol source")
     window: int = setting(30, "TW: bars in one observation (CLSTM-PPO paper: 30)", limits=">= 1")
     train_end: str | None = setting(None, "last date of the training split; None: the built-in's default, "
@@ -81,6 +120,7 @@ class DataConfig(Section):
     augment_underlyings: str = setting("", "augment_source underlyings: a data source (a built-in name such as dow, "
                                            "or files) whose underlyings train beside the real ones")
     synthetic: SyntheticConfig = section(SyntheticConfig, "the synthetic market (data.source: synthetic)")
+    planted: PlantedConfig = section(PlantedConfig, "the planted-edge market (data.source: planted)")
 
 
 @dataclass
@@ -192,6 +232,13 @@ class MarketConfig(Section):
     strike_step: float = setting(0.0, "strikes round to this; 0: the largest of 0.01, 0.05, ..., 100 below 0.5% "
                                       "of spot", limits=">= 0")
     multiplier: int = setting(100, "shares per contract", limits=">= 1")
+    # Whole contracts make returns depend on the price level and the account: one S&P 500 contract at 12,500
+    # needs ~$190k of margin, over position_frac of a $1M account, so every sale is masked (docs/MARKET.md,
+    # "Sizing"). Fractional orders, as the PutWrite/BuyWrite replicas hold, keep every return scale-free.
+    sizing: str = setting("fractional", "order sizes: fractional (contracts and shares of any size, as "
+                                        "position_frac x equity gives them: returns do not depend on the price level "
+                                        "or the account's size) or whole (whole contracts and shares, floored; the "
+                                        "market before fractional sizing)", choices=("fractional", "whole"))
     costs: CostConfig = section(CostConfig, "fees, spreads, slippage and the volume cap")
 
 

@@ -5,11 +5,21 @@ import argparse
 import sys
 
 from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
-from clstm_ppo.data.dataset import SPLITS, MarketData, build_market_data
+from clstm_ppo.config import MarketConfig
+from clstm_ppo.data.dataset import SPLITS, MarketData
 from clstm_ppo.data.stale import market_stale_opens
+from clstm_ppo.env.tradability import untradable_notice
+from clstm_ppo.market.inputs import market_inputs
+from clstm_ppo.market.observed import OPTION_FEATURE_NAMES, observed_market_data
+
+# Where the implied vol the env prices with (and the option features read) comes from (docs/MARKET.md).
+IV_ORIGIN = {"column": "the data's implied-vol column (the VIX for the embedded S&P 500, else a file's iv/vix)",
+             "model": "the EWMA model fitted on the training split (no implied-vol column, or market.iv_source model)"}
 
 
-def summary(data: MarketData) -> str:
+def summary(data: MarketData, market: MarketConfig | None = None) -> str:
+    """What the pipeline makes of ``data``: its splits, then every feature the agent observes (with ``market``,
+    where the implied vol of the option features comes from)."""
     lines = [f"underlyings: {', '.join(data.symbols)}  |  bars after warm-up: {len(data.dates)}  |  "
              f"window: {data.window}",
              data.clock.describe()]
@@ -37,6 +47,10 @@ def summary(data: MarketData) -> str:
         lines.append(f"{name:<20} {raw.mean():>11.4f} {raw.std():>10.4f} {raw.min():>10.4f} {raw.max():>10.4f}"
                      f" {data.features[:, val, i].mean():>10.3f} {data.features[:, test, i].mean():>11.3f}")
     lines.append("(z-mean: mean of the normalised feature; training statistics are applied to every split)")
+    if market is not None and any(name in data.feature_names for name in OPTION_FEATURE_NAMES):
+        lines.append(f"option-market features ({', '.join(OPTION_FEATURE_NAMES)}): the 30-day at-the-money implied "
+                     f"vol from {IV_ORIGIN[market_inputs(data, market).iv_source]}, its premium over realized vol, "
+                     f"its 5- and 20-bar changes and its z-score over a year")
     return "\n".join(lines)
 
 
@@ -48,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     if args.data is not None:
         cfg.data.source = args.data
-    data = build_market_data(cfg.data)
-    print(summary(data))
+    data = observed_market_data(cfg)  # the features the agent observes, the option market's included
+    print(summary(data, cfg.market))
+    notice = untradable_notice(data, SPLITS, cfg.market, cfg.env)
+    if notice:
+        print(notice)
     return 0
 
 

@@ -12,6 +12,7 @@ from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.features import FEATURE_NAMES, compute_features, log_returns
 from clstm_ppo.data.loading import BUILTIN_SOURCES, load_bars
 from clstm_ppo.data.normalize import Normalizer
+from clstm_ppo.data.planted import planted_split_ends
 from clstm_ppo.data.turbulence import turbulence
 
 SPLITS = ("train", "validation", "test")
@@ -82,8 +83,10 @@ def _end_date(key: str, text: str) -> pd.Timestamp:
 
 def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[int, int]]:
     builtin = BUILTIN_SOURCES.get(cfg.source)
-    train_end = cfg.train_end or (builtin.train_end if builtin else None)
-    val_end = cfg.val_end or (builtin.val_end if builtin else None)
+    default_ends = (builtin.train_end, builtin.val_end) if builtin else \
+        planted_split_ends(cfg.planted) if cfg.source == "planted" else (None, None)
+    train_end = cfg.train_end or default_ends[0]
+    val_end = cfg.val_end or default_ends[1]
     if (train_end is None) != (val_end is None):
         raise DataError("set both data.train_end and data.val_end, or neither (then train_frac/val_frac apply)")
     if train_end is None:
@@ -108,7 +111,7 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     part of them, where they go on with the option market's (``market.observed``).
     """
     _check_config(cfg)
-    frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic)
+    frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic, cfg.planted)
     check_one_interval(frames, cfg.source)
     adjusted = np.array([bool(f.attrs.get("dividend_adjusted", False)) for f in frames.values()])
     dates, frames = _align(frames, cfg.source)
@@ -158,6 +161,6 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
         symbols=symbols, dates=dates, feature_names=FEATURE_NAMES, features=normalizer.apply(raw), raw_features=raw,
         bars=bars, turbulence=turb, turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),
         splits=splits, normalizer=normalizer, window=cfg.window, clock=clock, dividend_adjusted=adjusted,
-        broad_index=np.full(len(symbols), cfg.source == "synthetic" or getattr(BUILTIN_SOURCES.get(cfg.source),
-                                                                              "broad_index", False)),
+        broad_index=np.full(len(symbols), cfg.source in ("synthetic", "planted")
+                            or getattr(BUILTIN_SOURCES.get(cfg.source), "broad_index", False)),
     )

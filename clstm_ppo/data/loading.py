@@ -5,6 +5,7 @@ and the fix; pandas' own exceptions never reach the user.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.config import SyntheticConfig, first_line
+from clstm_ppo.config import PlantedConfig, SyntheticConfig, first_line
 from clstm_ppo.data.errors import DataError
+from clstm_ppo.data.planted import generate_planted
 from clstm_ppo.data.synthetic import generate_synthetic
 
 PRICE_COLUMNS = ("open", "high", "low", "close")
@@ -131,6 +133,11 @@ def _to_datetime(raw: pd.Series) -> pd.Series:
 
 def _parse_dates(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     raw = frame["date"]
+    if pd.api.types.is_numeric_dtype(raw) and not pd.api.types.is_bool_dtype(raw):
+        # pandas reads a bare number as nanoseconds since 1970: 17532 (days) would become bars 1e-09 s apart
+        raise DataError(f"{label}: column 'date' holds numbers ({raw.iloc[0]!r} in row 1), not dates; convert them "
+                        "first, e.g. pd.to_datetime(frame['date'], unit='D') for days since 1970-01-01 (unit='s' for "
+                        "seconds, format='%Y%m%d' for 20130131), or write dates as YYYY-MM-DD")
     dates = _to_datetime(raw)
     bad = np.flatnonzero(dates.isna().to_numpy())
     if bad.size:
@@ -168,10 +175,16 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
         if bad.size:
             raise DataError(f"{label}: column 'rate' {_row_label(frame, bad[0])} is {frame['rate'].iloc[bad[0]]}; "
                             "give the risk-free rate as an annual decimal (0.05 for 5%), not in percent")
+    crossed = np.flatnonzero(frame["high"].to_numpy() < frame["low"].to_numpy())
+    if crossed.size:
+        i = crossed[0]
+        raise DataError(f"{label}: {_row_label(frame, i)} has high {frame['high'].iloc[i]} below low "
+                        f"{frame['low'].iloc[i]}; fix that row (are the high and low columns swapped?) or drop it")
     if "volume" in frame.columns:
         bad = np.flatnonzero(frame["volume"].to_numpy() < 0)
         if bad.size:
             raise DataError(f"{label}: column 'volume' {_row_label(frame, bad[0])} is negative; fix or drop that row")
+        _warn_zero_volume(frame, label)
     dates = frame["date"].to_numpy()
     steps = np.diff(dates).astype(np.int64)
     backward = np.flatnonzero(steps < 0)
@@ -185,6 +198,24 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
         raise DataError(f"{label}: date {frame['date'].iloc[i]} appears twice (rows {i} and {i + 1}); "
                         "remove the duplicate row")
     return frame
+
+
+ZERO_VOLUME_RUN = 10  # consecutive bars of no volume (two weeks of days) that are more likely missing data than calm
+
+
+def _warn_zero_volume(frame: pd.DataFrame, label: str) -> None:
+    """One warning for the longest run of zero-volume bars, when it reaches ZERO_VOLUME_RUN: the volume features
+    and the option fill limits read it as a market where nothing traded."""
+    zero = np.concatenate([[0], (frame["volume"].to_numpy() == 0).astype(np.int8), [0]])
+    edges = np.flatnonzero(np.diff(zero))
+    starts, ends = edges[::2], edges[1::2]
+    if not starts.size or (ends - starts).max() < ZERO_VOLUME_RUN:
+        return
+    longest = int(np.argmax(ends - starts))
+    first, count = int(starts[longest]), int(ends[longest] - starts[longest])
+    warnings.warn(f"{label}: {count} bars in a row from {_row_label(frame, first)} have zero volume; the volume "
+                  "features read them as no trading: fill in the volume, or drop the volume column if the source "
+                  "has none", stacklevel=2)
 
 
 def _adjust_for_splits(frame: pd.DataFrame) -> pd.DataFrame:
@@ -236,7 +267,7 @@ def _expand_paths(source: str) -> list[Path]:
         elif path.is_file():
             paths.append(path)
         else:
-            names = ", ".join([*BUILTIN_SOURCES, "synthetic"])
+            names = ", ".join([*BUILTIN_SOURCES, "synthetic", "planted"])
             raise DataError(f"data source '{part}' is neither a file nor a folder nor a built-in name; "
                             f"pass a CSV/parquet path or one of: {names}")
     return paths
@@ -302,10 +333,13 @@ def _join_builtin_series(frame: pd.DataFrame, spec: BuiltinSource) -> pd.DataFra
 
 
 def load_bars(source: str, symbols: list[str] | None = None,
-              synthetic: SyntheticConfig | None = None) -> dict[str, pd.DataFrame]:
+              synthetic: SyntheticConfig | None = None,
+              planted: PlantedConfig | None = None) -> dict[str, pd.DataFrame]:
     """Bars per underlying symbol, each a frame with date, open, high, low, close[, volume][, iv[, iv_open]][, rate]."""
     if source == "synthetic":
         frames = generate_synthetic(synthetic or SyntheticConfig())
+    elif source == "planted":
+        frames = generate_planted(planted or PlantedConfig())
     elif source in BUILTIN_SOURCES:
         spec = BUILTIN_SOURCES[source]
         frames = _frames_from_table(_read_table(_embedded(spec.filename)), f"built-in '{source}'", spec.symbol)

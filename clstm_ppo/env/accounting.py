@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.sizing import COVER_ROUNDING, units
 from clstm_ppo.env.state import EnvSpec, EnvState
 from clstm_ppo.market import closing_fee_reserve
 from clstm_ppo.market.black_scholes import bs_greeks_before_expiry
@@ -88,7 +89,9 @@ def mark_to_market(spec: EnvSpec, s: EnvState, spot: Tensor, row: Tensor) -> Non
     # Shares cover short calls share for share (a covered call needs no margin).
     calls = as_float(s.is_call, spec.dtype)
     call_size = (short_size * calls).sum(0)
+    # Fractional counts round: shares within a billionth of the calls' cover them all (no margin call on dust).
     covered = (s.shares / call_size.clamp_min(1e-12)).clamp(max=1.0)
+    covered = covered.masked_fill(covered >= 1.0 - COVER_ROUNDING, 1.0)
     call_margin = (requirement * calls).sum(0)
     s.margin = requirement.sum(0) - covered * call_margin
     s.greeks = torch.stack([
@@ -108,7 +111,8 @@ def cash_room(spec: EnvSpec, s: EnvState) -> Tensor:
 
 
 def free_cover(spec: EnvSpec, s: EnvState) -> Tensor:
-    """(N,) call contracts the shares could still cover: shares not already under a short call, per 100."""
+    """(N,) call contracts the shares could still cover: shares not already under a short call, per 100 (whole
+    contracts, or fractional ones: ``market.sizing``)."""
     multiplier = spec.market.multiplier
     short_calls = (s.contracts * as_float(s.short & s.is_call, spec.dtype)).sum(0) * multiplier
-    return torch.floor(((s.shares - short_calls) / multiplier).clamp_min(0))
+    return units(spec, ((s.shares - short_calls) / multiplier).clamp_min(0))

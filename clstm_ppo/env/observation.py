@@ -11,6 +11,7 @@ from torch import Tensor
 from clstm_ppo.data.windows import MarketWindows
 from clstm_ppo.env.accounting import cash_room, free_cover
 from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.sizing import order_fits, smallest, units
 from clstm_ppo.env.state import EnvSpec, EnvState, flat_row
 from clstm_ppo.market.costs import share_price_with_fees
 from clstm_ppo.market.flags import as_float
@@ -105,22 +106,24 @@ def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
     mask[:, a.close_all] = holding | (s.shares > 0)
     mask[:, a.close_worst:] = holding.unsqueeze(-1)  # close worst and best: options only
     can_open = ((n_open < spec.cfg.max_positions) & ~turbulent).unsqueeze(-1)
-    room, budget = cash_room(spec, s), spec.cfg.position_frac * s.equity
-    sized = can_open  # and one contract's notional within env.max_order_notional of equity (covered calls aside)
-    if spec.cfg.max_order_notional > 0:
-        sized = sized & (spot * spec.market.multiplier <= spec.cfg.max_order_notional * s.equity).unsqueeze(-1)
-    one = at_rows(q.close_cost, row)  # (N, 2G): one contract with its buying and closing fees
-    mask[:, 1:1 + 2 * g] = (one <= torch.minimum(room, budget).unsqueeze(-1)) & sized
-    if a.allow_short:  # one contract's margin within position_frac of equity, what it takes within the room;
-        need, margin = at_rows(q.close_short_need, row), at_rows(q.close_short_margin, row)  # or a covered call
-        naked = (need <= room.unsqueeze(-1)) & (margin <= budget.unsqueeze(-1)) & sized
+    room = cash_room(spec, s)
+    # The smallest order (one contract, or fractional dust) within position_frac of equity, the cash room and
+    # env.max_order_notional; a covered call needs only free shares.
+    ask, bid, margin = (at_rows(table, row) for table in (q.close_ask, q.close_bid, q.close_short_margin))
+    buys = order_fits(spec, s.equity, room, spot, ask, bid, margin, selling=False)
+    mask[:, 1:1 + 2 * g] = buys.budget & buys.room & buys.notional & can_open
+    if a.allow_short:
+        sales = order_fits(spec, s.equity, room, spot, ask, bid, margin, selling=True)
+        naked = sales.budget & sales.room & sales.notional
         called = (s.cash < s.margin) & (s.margin > 0)  # a margin call opens nothing, covered or not
-        naked[:, :g] |= ((free_cover(spec, s) >= 1) & ~called).unsqueeze(-1)
+        least_cover = smallest(spec, s.equity, spot * spec.market.multiplier)
+        naked[:, :g] |= ((free_cover(spec, s) >= least_cover) & ~called).unsqueeze(-1)
         mask[:, 1 + 2 * g:1 + 4 * g] = naked & can_open
     if a.stock_targets:  # a target that changes the holding: lower always, higher when calm and one share fits
-        wanted = torch.floor(spec.stock_targets * s.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
+        wanted = units(spec, spec.stock_targets * s.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
         held = s.shares.unsqueeze(-1)
-        one_share = share_price_with_fees(spot, spec.market.costs)
-        can_buy = (~turbulent & (room >= one_share)).unsqueeze(-1)
-        mask[:, a.first_stock:a.close_all] = (wanted < held) | ((wanted > held) & can_buy)
+        least = smallest(spec, s.equity, spot).unsqueeze(-1)  # a change smaller than dust is no change
+        one_share = share_price_with_fees(spot, spec.market.costs).unsqueeze(-1) * least
+        can_buy = ~turbulent.unsqueeze(-1) & (room.unsqueeze(-1) >= one_share)
+        mask[:, a.first_stock:a.close_all] = (wanted <= held - least) | ((wanted >= held + least) & can_buy)
     return mask

@@ -41,7 +41,8 @@ class BatchedOptionsEnv:
         self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather,
                               symbol_weights)
         self.dtype, self.market_cfg, self.cfg, self.actions = self.spec.dtype, market, cfg, self.spec.actions
-        if cfg.max_order_notional > 0:  # a cap below one contract leaves a stock-only agent: say so, not silently
+        if cfg.max_order_notional > 0 and market.sizing == "whole":  # a cap below one whole contract leaves a
+            # stock-only agent: say so, not silently (fractional orders fit under any cap)
             one = float(np.min(data.bars["close"][:, self.spec.first_bar:self.spec.split_end])) * market.multiplier
             if cfg.max_order_notional * cfg.initial_cash < one:
                 warnings.warn(f"env.max_order_notional {cfg.max_order_notional:g} x env.initial_cash "

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from clstm_ppo.env.accounting import book_closes, cash_room, free_cover
 from clstm_ppo.env.quotes import at_rows, ticks_of
+from clstm_ppo.env.sizing import smallest, units, whole
 from clstm_ppo.env.state import EnvSpec, EnvState
 from clstm_ppo.market import bs_price, order_fill
 from clstm_ppo.market.costs import (
@@ -100,8 +101,8 @@ def _close_fills(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_ro
 def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, turbulent: Tensor,
                  fill_row: Tensor) -> None:
     """Bring the underlying to the chosen share of equity (at t's close) at ``fill_row``'s fill price, in
-    whole shares, buying only with the cash room; close-all sells every share. Never short: a negative
-    equity targets none."""
+    whole or fractional shares (``market.sizing``), buying only with the cash room; close-all sells every share.
+    Never short: a negative equity targets none. A fractional change under the dust limit is no trade."""
     a, costs = spec.actions, spec.market.costs
     if not a.stock_targets:
         return
@@ -110,12 +111,14 @@ def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, 
     targets = spec.stock_targets.index_select(0, pick)
     choosing = (action >= a.first_stock) & (action < a.close_all)
     price = at_rows(spec.quotes.fill_px, fill_row)
-    wanted = (torch.floor(targets * s.equity.clamp_min(0) / price) * as_float(choosing, dtype)  # others keep theirs
+    wanted = (units(spec, targets * s.equity.clamp_min(0) / price) * as_float(choosing, dtype)  # others keep theirs
               + s.shares * as_float(~choosing, dtype)) * as_float(~close_all, dtype)
     # The cash room caps a purchase; a turbulent bar allows none (a lower target can buy if the price fell).
-    most = s.shares + torch.floor((cash_room(spec, s) / share_price_with_fees(price, costs)).clamp_min(0)) \
+    most = s.shares + units(spec, (cash_room(spec, s) / share_price_with_fees(price, costs)).clamp_min(0)) \
         * as_float(~turbulent, dtype)
     change = torch.minimum(wanted, most) - s.shares
+    if not whole(spec):  # dust is no trade, but close-all sells every share
+        change = change * as_float((change.abs() >= smallest(spec, s.equity, price)) | close_all, dtype)
     notional = change.abs() * price
     fees = share_fees(notional, costs)
     s.cash = s.cash - change * price - fees
@@ -127,7 +130,8 @@ def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, 
 def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fill_bar: Tensor) -> None:
     """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free slot:
     bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin; with
-    ``env.max_order_notional``, at most that multiple of equity in notional at the fill's spot."""
+    ``env.max_order_notional``, at most that multiple of equity in notional at the fill's spot. Whole contracts
+    (floored, at least one) or fractional ones (``market.sizing``; at least the dust limit)."""
     cfg, costs, mult, grid = spec.cfg, spec.market.costs, spec.market.multiplier, spec.actions.grid_size
     ordering = (action >= 1) & (action <= spec.actions.option_orders)
     order = (action - 1).clamp(0, spec.actions.option_orders - 1)
@@ -145,22 +149,24 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     # closing-fee reserves and the margin.
     ticks = ticks_of(q, s.sym)
     quote = side_quote(mid, sell, half, ticks)  # on the grid once, for the three pricings below
-    first = fill_price_at(mid, 1.0, sell, half, opt_volume, costs, ticks, quote) * mult
+    # A buy is sized at the ask of one whole contract (its slippage in), or of none (fractional: one contract is no
+    # fixed amount of money, so its slippage would make the size depend on the price level).
+    first = fill_price_at(mid, 1.0 if whole(spec) else 0.0, sell, half, opt_volume, costs, ticks, quote) * mult
     per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
     # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
     # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
     covered = free_cover(spec, s) * as_float(selling & is_call, spec.dtype)
-    by_equity = torch.floor(cfg.position_frac * s.equity / per_unit)
+    by_equity = units(spec, cfg.position_frac * s.equity / per_unit)
+    spot_notional = (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)  # one contract's
     if cfg.max_order_notional > 0:  # a setting, not a tensor: no branch in the compiled graph
-        by_equity = torch.minimum(by_equity, torch.floor(cfg.max_order_notional * s.equity
-                                                         / (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)))
-    wanted = torch.minimum(torch.maximum(by_equity, covered), torch.floor(costs.max_volume_share * opt_volume))
+        by_equity = torch.minimum(by_equity, units(spec, cfg.max_order_notional * s.equity / spot_notional))
+    wanted = torch.minimum(torch.maximum(by_equity, covered), units(spec, costs.max_volume_share * opt_volume))
     price = fill_price_at(mid, wanted, sell, half, opt_volume, costs, ticks, quote) * mult  # more slippage
     need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
-    affordable = covered + torch.floor((cash_room(spec, s) / need.clamp_min(1e-12)).clamp_min(0))
+    affordable = covered + units(spec, (cash_room(spec, s) / need.clamp_min(1e-12)).clamp_min(0))
     contracts = torch.minimum(wanted, affordable)
     slot, has_slot = first_slot(spec, ~s.active)
-    go = ordering & (contracts >= 1) & has_slot
+    go = ordering & (contracts >= smallest(spec, s.equity, spot_notional)) & has_slot
     s.stats["rejected"] = s.stats["rejected"] + (ordering & ~go)
     contracts = contracts * as_float(go, spec.dtype)
     fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult, ticks, quote)

@@ -20,7 +20,6 @@ from clstm_ppo.market.costs import (
     base_option_volume,
     fill_price_at,
     half_spread,
-    round_trip_fees_one_contract,
     strike_volume,
     tick_sizes,
 )
@@ -92,9 +91,9 @@ class Quotes:
     fill_half_spread: Tensor  # (S, T, 2G)
     fill_volume: Tensor  # (S, T, G): each strike's volume proxy at the fill (the decision bar's volume)
     fill_margin: Tensor  # (S, T, 2G): margin per share of one option sold short at the fill
-    close_cost: Tensor  # (S, T, 2G): one contract bought at t's close with its buying and closing fees (the mask)
-    close_short_need: Tensor  # (S, T, 2G): cash room one contract sold at t's close needs: margin - bid + fees
-    close_short_margin: Tensor  # (S, T, 2G): its margin ($ per contract)
+    close_ask: Tensor  # (S, T, 2G): $ per contract of one contract bought at t's close, before fees (the mask)
+    close_bid: Tensor  # (S, T, 2G): $ per contract of one contract sold at t's close, before fees
+    close_short_margin: Tensor  # (S, T, 2G): the margin of one contract sold at t's close ($ per contract)
     margin_a: Tensor  # (S,) short-option margin rates (docs/MARKET.md): a x spot ...
     margin_b: Tensor  # (S,) ... at least b x (strike for a put, spot for a call)
     ticks: Ticks | None  # (S,) quote increments per underlying; None: no tick grid (every increment 0)
@@ -122,8 +121,8 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
         long_run_iv=as_tensor(inputs.long_run_iv), dividend_yield=as_tensor(inputs.dividend_yield),
         expiry_bar=as_tensor(exp_bar[:, expiry_index.cpu().numpy()]),
         expiry_time=as_tensor(exp_time[:, expiry_index.cpu().numpy()]),
-        fill_strike=None, fill_mid=None, fill_half_spread=None, fill_volume=None, fill_margin=None, close_cost=None,
-        close_short_need=None, close_short_margin=None,  # below
+        fill_strike=None, fill_mid=None, fill_half_spread=None, fill_volume=None, fill_margin=None, close_ask=None,
+        close_bid=None, close_short_margin=None,  # below
         margin_a=None, margin_b=None, ticks=None,
     )
     rates = as_tensor(margin_rates(data.broad_index, len(data.symbols), market))
@@ -142,10 +141,8 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
                                                        q.close_time.expand_as(q.close_px), q.base_volume)
     one_ask = fill_price_at(mids, 1.0, False, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks)
     one_bid = fill_price_at(mids, 1.0, True, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks)
-    fees = round_trip_fees_one_contract(costs)
-    q.close_cost = one_ask * market.multiplier + fees
+    q.close_ask, q.close_bid = one_ask * market.multiplier, one_bid * market.multiplier
     q.close_short_margin = _margin(q, mids, q.close_px, strike, calls) * market.multiplier
-    q.close_short_need = q.close_short_margin - one_bid * market.multiplier + fees
     return q
 
 

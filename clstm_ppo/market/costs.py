@@ -151,9 +151,9 @@ def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, o
 
 
 def _orders(contracts: Tensor) -> Tensor:
-    """1 where an order (or position) has contracts, else 0. Contracts are whole numbers, so min(c, 1) is
-    exact, and on CPU several times faster than casting the comparison ``c > 0`` to floats."""
-    return contracts.clamp(0.0, 1.0)
+    """1 where an order (or position) has contracts, else 0: whole or fractional (a 0.3-contract order pays the
+    whole per-order minimum)."""
+    return (contracts > 0).to(contracts.dtype)
 
 
 def fees_only(fill: Fill) -> Tensor:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
+from clstm_ppo.cli import add_config_arguments, check_output_path, config_from_args, run_cli
 from clstm_ppo.config import ConfigError, DataConfig, first_line
 from clstm_ppo.config.fields import from_dict
 from clstm_ppo.config.resolve import to_dict
@@ -22,6 +22,7 @@ from clstm_ppo.data.folds import walk_forward_folds
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.generator import DEFAULT_STEPS, MODELS, check_model, load_generator
+from clstm_ppo.scenarios.sample_size import check_sample_size
 from clstm_ppo.tables import strict_json
 
 
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--regime", default=None, help="a regime the checkpoint was trained with (cgan)")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--out", required=True, help="FILE.parquet or FILE.csv")
+    sample.add_argument("--no-memory-check", action="store_true",
+                        help="sample even when the paths look larger than the memory available")
 
     report = sub.add_parser("report", help="quality scores beside GARCH(1,1)-t, a stationary bootstrap and filtered "
                                            "historical simulation, and each one's verdict on the goals")
@@ -80,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--judge-iters", type=_positive, default=2000, help="judge training iterations (TimeGAN: "
                         "2000 for the discriminative score)")
     report.add_argument("--seed", type=int, default=0)
+    report.add_argument("--no-memory-check", action="store_true",
+                        help="run even when the paths look larger than the memory available")
     return parser
 
 
@@ -113,11 +118,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    gen = load_generator(args.checkpoint)
-    gen.check_regime(args.regime)
     out = Path(args.out)
     if not out.name.endswith((".parquet", ".pq", ".csv", ".csv.gz")):
         raise ConfigError(f"--out {out}: give a .parquet or .csv file name")
+    check_output_path("--out", out)
+    check_sample_size(args.paths, args.length, args.no_memory_check)
+    gen = load_generator(args.checkpoint)
+    gen.check_regime(args.regime)
     started = time.perf_counter()
     frame = gen.sample_frame(args.paths, args.length, args.regime, args.seed)
     elapsed = time.perf_counter() - started
@@ -134,6 +141,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from clstm_ppo.scenarios.quality_report import build_report, format_report  # arch and the judges: only when asked
 
+    check_output_path("--json", Path(args.json) if args.json else None)
+    if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
+        raise ConfigError(f"--plot {args.plot} is a file; --plot names a folder for the report's figures")
+    check_sample_size(args.paths, args.length, args.no_memory_check)
     gen = load_generator(args.checkpoint)
     if "config" not in gen.data:
         raise ConfigError(f"{args.checkpoint} does not record its data settings; retrain it with this version")

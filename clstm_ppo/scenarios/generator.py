@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clstm_ppo.config import ConfigError
+from clstm_ppo.config import ConfigError, first_line
 from clstm_ppo.scenarios.bar_columns import BASE_COLUMNS, paths_frame, reconstruct
 from clstm_ppo.scenarios.cgan import CGan
 from clstm_ppo.scenarios.coding import Transform
@@ -25,10 +25,15 @@ from clstm_ppo.scenarios.residual_scale import Calibration
 from clstm_ppo.scenarios.sampling import PROPOSALS, draw_paths
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings
-from clstm_ppo.training.checkpoint import FORMAT as AGENT_FORMAT
+from clstm_ppo.training import run_state
 from clstm_ppo.training.checkpoint import CheckpointError, atomic_save, read_torch_file
+from clstm_ppo.training.safe_load import as_plain_data
 
-FORMAT = "clstm_ppo-scenarios-v1"
+# v2: plain data only (numpy arrays saved as tensors), read with torch.load(weights_only=True); v1 files had numpy
+# arrays inside and are read only by `python -m clstm_ppo.migrate` (docs/RELIABILITY.md, "What is safe to load")
+FORMAT = "clstm_ppo-scenarios-v2"
+OLD_FORMAT = "clstm_ppo-scenarios-v1"
+AGENT_FORMATS = (run_state.FORMAT, run_state.OLD_FORMAT)
 # Bumped whenever what a model learns changes meaning: a checkpoint of another feature set is refused.
 # v2: the volatility filter's coded residuals and each bar's state (coding.py) instead of standardised bars.
 FEATURE_SET = "bars-v2"
@@ -104,7 +109,8 @@ class FittedGenerator:
         return paths_frame(self.sample_prices(paths, length, regime, seed, start), start, first_date)
 
     def state(self) -> dict[str, Any]:
-        return {
+        """What the checkpoint holds: tensors and plain values alone (numpy arrays become tensors)."""
+        return as_plain_data({
             "format": FORMAT, "feature_set": FEATURE_SET, "kind": self.kind,
             "settings": asdict(self.model.settings), "model": self.model.state_dict(),
             "feature_names": list(self.feature_names), "transform": self.transform.state_dict(),
@@ -112,7 +118,7 @@ class FittedGenerator:
             "regimes": None if self.regimes is None else self.regimes.state_dict(),
             "step": self.step, "total_steps": self.total_steps, "extra": self.extra,
             "calibration": self.calibration.state_dict(),
-        }
+        })
 
     def save(self, path: Path) -> None:
         atomic_save(self.state(), Path(path))
@@ -133,16 +139,29 @@ def load_generator(path: str | Path, device: torch.device | None = None) -> Fitt
     path = Path(path)
     state = read_torch_file(path, "scenario checkpoint", "`python -m clstm_ppo.scenarios train` writes "
                             "DIR/<model>.pt", "train it again")
-    if isinstance(state, dict) and state.get("format") == AGENT_FORMAT:
+    if isinstance(state, dict) and state.get("format") in AGENT_FORMATS:
         raise CheckpointError(f"{path} is an agent checkpoint (python -m clstm_ppo.train); pass a scenario "
                               "generator's checkpoint (python -m clstm_ppo.scenarios train)")
+    if isinstance(state, dict) and state.get("format") == OLD_FORMAT:
+        raise CheckpointError(f"{path} is a scenario checkpoint of the older format {OLD_FORMAT}; convert it once "
+                              f"with `python -m clstm_ppo.migrate {path} NEW.pt` and use NEW.pt")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a scenario generator checkpoint (no '{FORMAT}' marker)")
+    try:
+        return generator_from_state(state, path, device or torch.device("cpu"))
+    except (CheckpointError, ConfigError):  # already one line saying what is wrong
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:  # a field missing or mistyped
+        raise CheckpointError(f"{path} is a damaged scenario checkpoint ({type(err).__name__}: "
+                              f"{first_line(err, 100)}); train it again") from None
+
+
+def generator_from_state(state: dict[str, Any], path: Path, device: torch.device) -> FittedGenerator:
+    """The generator a checkpoint's loaded dict describes (``FittedGenerator.state``'s)."""
     names = _check_feature_set(state, path)
     if state.get("kind") not in MODELS:
         raise CheckpointError(f"{path} holds a model of unknown kind {state.get('kind')!r}; "
                               f"this version knows {', '.join(MODELS)}")
-    device = device or torch.device("cpu")
     transform = Transform.from_state_dict(state["transform"])
     model = build_model(state["kind"], len(names), transform.n_cond, state["settings"], device)
     model.load_state_dict(state["model"])

@@ -32,7 +32,7 @@ from clstm_ppo.training.checkpoint import CheckpointError
 KINDS = ("clstm", "lstm", "mlp")
 REWARDS = ("equity", "excess", "dsr")  # --rewards' choices; the paper's comparison: equity and excess
 WINDOWS = (5, 15, 30, 50)
-BENCHMARKS = ("buy_and_hold", "macd_rule", "best_rule", "putwrite")
+BENCHMARKS = ("buy_and_hold", "macd_rule", "best_rule", "putwrite", "best_conditional_rule")
 PICKS = {"agent": "best_composite.pt", "smoothed": "best_composite_smoothed.pt"}
 
 
@@ -120,7 +120,8 @@ def gather(cells: list[dict[str, Any]], results: list[dict[str, Any]], kinds: li
     pairs = [(label(a, w), label(b, w)) for w in rewards for i, a in enumerate(kinds) for b in kinds[i + 1:]]
     pairs += [(label(k, w), label(k, "equity")) for w in rewards if w != "equity" and "equity" in rewards
               for k in kinds]
-    pairs += [(lab, bench) for bench in ("buy_and_hold", "best_rule", "putwrite") for lab in labels]
+    pairs += [(lab, bench) for bench in ("buy_and_hold", "best_rule", "putwrite", "best_conditional_rule")
+              for lab in labels]
     pairs += [(f"{lab} [smoothed]", lab) for lab in labels if f"{lab} [smoothed]" in smoothed]
     per_fold = []
     for fold in folds:

@@ -8,7 +8,9 @@ years. The regimes' rules are picked on the validation years, either as a walk p
 (``pick_pair_walked``: every pair of rules walked as the switching policy it is) or each from its regime's own days
 (``pick_per_regime``). The switching policy is walked as one policy, like any other: at each bar a copy acts as
 its regime's rule (positions opened under the other rule stay until they close or expire; shares once bought are
-held, as every rule holds them). Nothing here reads a bar after the validation split to pick; the test walk is the
+held, as every rule holds them): ``backtest/conditional.py``'s ``switching_policy``, the one that walks the gated
+rules of best_conditional_rule, so a regime pair is a member of the same rule family. Nothing here reads a bar
+after the validation split to pick; the test walk is the
 out-of-sample answer, and the same pick on a placebo regime (a random label per bar, in the same shares) says how
 much of a gain picking per regime makes on noise alone.
 """
@@ -19,14 +21,15 @@ import math
 import numpy as np
 import torch
 
+from clstm_ppo.backtest.conditional import switching_policy
 from clstm_ppo.backtest.report import excess_returns
 from clstm_ppo.backtest.result import WalkResult
-from clstm_ppo.backtest.rules import PICK_METRICS, PICK_SPLIT, FixedRule, follow_rules, rank_walks
-from clstm_ppo.backtest.walk import Policy, walk_batched
+from clstm_ppo.backtest.rules import PICK_METRICS, PICK_SPLIT, FixedRule, rank_walks
+from clstm_ppo.backtest.walk import walk_batched
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.features import FEATURE_NAMES
-from clstm_ppo.env import ActionSpace, Observation
+from clstm_ppo.env import ActionSpace
 
 PICK_METRIC = PICK_METRICS[0]  # Sharpe over the T-bill: best_rule's own default
 MIN_DAYS = 20  # a regime with fewer validation days than this gets no rule of its own (best_rule's)
@@ -101,23 +104,6 @@ def pick_per_regime(walks: dict[str, WalkResult], data: MarketData, regime: np.n
     return picks
 
 
-def regime_policy(rules: list[FixedRule], choices: list[list[int]], labels: list[np.ndarray], label_of_walk: list[int],
-                  actions: ActionSpace, n_symbols: int, max_positions: int,
-                  device: torch.device | str) -> tuple[Policy, None]:
-    """One policy for ``len(choices)`` walks at once (``walk_batched``'s layout: copies p*S..p*S+S-1 are walk p):
-    walk p's copy follows ``rules[choices[p][g]]`` at a bar of regime g by ``labels[label_of_walk[p]]`` ((S, T))."""
-    follow = follow_rules(rules, actions, max_positions, device)
-    walk_of_copy = torch.arange(len(choices), device=device).repeat_interleave(n_symbols)
-    table = torch.tensor(choices, dtype=torch.long, device=device)  # (walks, regimes)
-    label_of_copy = torch.tensor(label_of_walk, dtype=torch.long, device=device)[walk_of_copy]
-    regime_of_row = torch.stack([torch.as_tensor(r.reshape(-1), dtype=torch.long) for r in labels]).to(device)
-
-    def act(obs: Observation, state: None) -> tuple[torch.Tensor, None]:
-        regime = regime_of_row[label_of_copy, obs.row]  # the regime at the copy's current bar (row = s * T + t)
-        return follow(obs, table[walk_of_copy, regime]), state
-    return act, None
-
-
 def pick_pair_walked(rules: list[FixedRule], candidates: list[int], label: np.ndarray, data: MarketData, cfg: Config,
                      device: torch.device | str) -> list[int]:
     """Two regimes' rules as a walk picks them: of every pair (low-regime rule, high-regime rule) of ``candidates``
@@ -125,7 +111,7 @@ def pick_pair_walked(rules: list[FixedRule], candidates: list[int], label: np.nd
     (the first of equal ones), path and all: positions opened under one rule live on into the other's bars."""
     actions = ActionSpace.from_config(cfg.market)
     pairs = [[i, j] for i in candidates for j in candidates]
-    policy = regime_policy(rules, pairs, [label], [0] * len(pairs), actions, len(data.symbols), cfg.env.max_positions,
-                           device)
+    policy = switching_policy(rules, pairs, [label], [0] * len(pairs), actions, len(data.symbols),
+                              cfg.env.max_positions, device)
     walks = walk_batched([f"{i},{j}" for i, j in pairs], *policy, data, PICK_SPLIT, cfg, device)
     return pairs[rank_walks(walks, PICK_METRIC)[1][0]]

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.backtest.calibration import fold_market_settings, fold_overrides
+from clstm_ppo.backtest.conditional import switching_policy
 from clstm_ppo.backtest.rules import PICK_SPLIT, rank_walks, rule_family, walk_family
 from clstm_ppo.backtest.walk import walk_batched
 from clstm_ppo.config import Config, load_config
@@ -18,7 +19,6 @@ from clstm_ppo.studies.regime_policies import (
     pick_pair_walked,
     pick_per_regime,
     placebo_regimes,
-    regime_policy,
     signal_cuts,
     signal_regimes,
 )
@@ -53,7 +53,7 @@ def study_fold(cfg: Config, regimes: int, signal: str, placebos: int, pick: str,
     # The signal pick's low-regime rule followed at every bar: what the switching adds beyond choosing another rule.
     walked = ["best_rule", "signal_regimes", "low_rule_alone", *(f"placebo_{k}" for k in range(placebos))]
     choices = [[best] * regimes, chosen[0], [chosen[0][0]] * regimes, *chosen[1:]]
-    policy = regime_policy(rules, choices, labels, [0, 0, 0, *range(1, len(labels))], actions, len(data.symbols),
+    policy = switching_policy(rules, choices, labels, [0, 0, 0, *range(1, len(labels))], actions, len(data.symbols),
                            cfg.env.max_positions, device)
     sharpe = {split: rank_walks(walk_batched(walked, *policy, data, split, cfg, device), PICK_METRIC)[0]
               for split in (PICK_SPLIT, "test")}

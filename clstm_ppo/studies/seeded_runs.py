@@ -16,8 +16,9 @@ from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.config import ConfigError
 from clstm_ppo.studies.across_runs import mean_over_underlyings
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.checkpoint import CheckpointError, load_checkpoint
+from clstm_ppo.training.checkpoint import CheckpointError
 from clstm_ppo.training.launch import WorkersFailed, train_run
+from clstm_ppo.training.run_state import load_checkpoint
 
 
 def run_finished(run: Path, steps: int) -> bool:
@@ -25,7 +26,7 @@ def run_finished(run: Path, steps: int) -> bool:
     latest = run / "latest.pt"
     if not (latest.exists() and (run / "best_composite.pt").exists()):
         return False
-    return load_checkpoint(latest)["global_step"] >= steps
+    return load_checkpoint(latest).global_step >= steps
 
 
 def train_to_budget(config: str, data: str, seed: int, steps: int, folder: Path, name: str, sets: list[str],
@@ -80,8 +81,8 @@ def run_record(run: Path) -> dict[str, float]:
     """A finished run's numbers: the trainer's own best validation composite (what tuning scores), the update
     that set it, the test walk of best_composite.pt, and the training minutes."""
     # latest.pt's selection state holds the run's final best composite; best_composite.pt says when it was set.
-    best = load_checkpoint(run / "latest.pt")["best"]["composite"]
-    best_update = load_checkpoint(run / "best_composite.pt")["update"]
+    best = load_checkpoint(run / "latest.pt").best["composite"]
+    best_update = load_checkpoint(run / "best_composite.pt").update
     return {"val_composite": float(best), "best_update": int(best_update), **test_split_metrics(run),
             "train_min": train_minutes(run)}
 

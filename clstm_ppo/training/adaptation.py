@@ -34,30 +34,30 @@ from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.market.observed import observed_feature_names, observed_market_data
-from clstm_ppo.training.checkpoint import has_run, load_checkpoint
+from clstm_ppo.training.checkpoint import has_run
+from clstm_ppo.training.run_state import RunState, load_checkpoint
 from clstm_ppo.training.selection import Selection
 
 ROWS = ("adapted", "zero_shot", "scratch", "buy_and_hold")
 
 
-def check_feature_set(state: dict[str, Any], path: str, source: str, cfg: Config) -> None:
+def check_feature_set(state: RunState, path: str, source: str, cfg: Config) -> None:
     """The checkpoint's encoder reads the features it was normalised on; another set is refused in one line."""
-    saved, observed = tuple(state["normalizer"]["names"]), observed_feature_names(cfg.data.option_features)
+    saved, observed = tuple(state.normalizer["names"]), observed_feature_names(cfg.data.option_features)
     if saved != observed:
         raise DataError(f"{path} was trained on features {list(saved)}; '{source}' gives {list(observed)}: "
                         "adapt a checkpoint of this version's feature set, or retrain")
 
 
-def start_state(state: dict[str, Any], model: dict[str, Any], optimizer: dict[str, Any],
-                num_envs: int) -> dict[str, Any]:
+def start_state(state: RunState, model: dict[str, Any], optimizer: dict[str, Any], num_envs: int) -> RunState:
     """What the trainer's resume path reads to begin a new run from given weights: the checkpoint's normalisation,
     update 0, no env state (the copies start fresh on the new data) and fresh checkpoint selection."""
-    return {"normalizer": state["normalizer"], "model": model, "optimizer": optimizer, "scaler": None,
-            "update": 0, "global_step": 0, "episodes": 0, "world_size": 1, "num_envs": num_envs,
-            **Selection().state_dict()}
+    return RunState(model=model, optimizer=optimizer, scaler=None, update=0, global_step=0, episodes=0,
+                    config=state.config, normalizer=state.normalizer, world_size=1, num_envs=num_envs,
+                    **Selection().state_dict())
 
 
-def fresh_start(cfg: Config, state: dict[str, Any]) -> dict[str, Any]:
+def fresh_start(cfg: Config, state: RunState) -> RunState:
     """A new agent of the checkpoint's settings, initialised as the trainer would, and a fresh Adam."""
     torch.manual_seed(cfg.seed)
     model = CascadedActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
@@ -66,7 +66,7 @@ def fresh_start(cfg: Config, state: dict[str, Any]) -> dict[str, Any]:
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 
 
-def train_from_start(cfg: Config, run_dir: Path, device: torch.device, start: dict[str, Any], part: str) -> Path:
+def train_from_start(cfg: Config, run_dir: Path, device: torch.device, start: RunState, part: str) -> Path:
     """K env steps of PPO from ``start`` into ``run_dir`` through the trainer; returns its latest.pt."""
     from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
@@ -112,7 +112,7 @@ def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str
     state = load_checkpoint(checkpoint)
     cfg = checkpoint_config(state, checkpoint, data, list(overrides))
     check_feature_set(state, checkpoint, data, cfg)
-    observed_market_data(cfg, Normalizer.from_state_dict(state["normalizer"]))  # bad data: one line
+    observed_market_data(cfg, Normalizer.from_state_dict(state.normalizer))  # bad data: one line
     out = out or default_out(cfg, checkpoint, data, steps)
     for sub in ("adapted", "scratch"):
         if has_run(out / sub):
@@ -124,7 +124,7 @@ def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str
     if seed is not None:
         cfg.seed = seed
     runs = {"adapted": train_from_start(cfg, out / "adapted", picked,
-                                        start_state(state, state["model"], state["optimizer"], cfg.train.num_envs),
+                                        start_state(state, state.model, state.optimizer, cfg.train.num_envs),
                                         part)}
     if scratch:
         runs["scratch"] = train_from_start(cfg, out / "scratch", picked, fresh_start(cfg, state), "all")

@@ -1,8 +1,7 @@
 """Checkpoints: atomic writes, best-model files, retention, and loading with clear errors.
 
-A checkpoint is one torch file holding everything a resume needs: model,
-optimizer, scaler, counters, RNG states, the env copies' state, the
-config, the normalisation statistics, the world size and the best scores.
+A checkpoint is one torch file holding everything a resume needs, as plain data
+(training/run_state.py); every .pt is read with torch.load(weights_only=True), which never runs code from it.
 Files are written to a temporary name in the same folder, fsynced, then renamed
 over the target, so a crash mid-write never leaves a damaged checkpoint.
 """
@@ -11,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
-import time
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +20,8 @@ import torch
 
 from clstm_ppo.config import first_line
 from clstm_ppo.metrics import BEST_METRICS
+from clstm_ppo.training.safe_load import refusal_line
 
-FORMAT = "clstm_ppo-checkpoint-v1"
 RESUME_CHOICES = (*BEST_METRICS, "latest")
 
 
@@ -54,25 +52,22 @@ def atomic_save(obj: Any, path: Path) -> None:
 
 
 def read_torch_file(path: Path, what: str, missing: str, corrupt: str) -> Any:
-    """The object torch saved at ``path`` (on the CPU), or a one-line CheckpointError: ``what`` (e.g. "checkpoint")
-    not found (then ``missing``, the fix), or truncated or corrupt (then ``corrupt``)."""
+    """The tensors and plain values torch saved at ``path`` (on the CPU), read as data: never code, whatever the file
+    holds. Otherwise one CheckpointError line: ``what`` (e.g. "checkpoint") not found (then ``missing``, the
+    caller's fix), holding Python objects (what they are, and the migrate step), or truncated or corrupt (then
+    ``corrupt``, the caller's fix)."""
     if not path.is_file():
         raise CheckpointError(f"{what} {path} not found; {missing}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as err:
+        with warnings.catch_warnings():  # torch's note on a pickle protocol it did not write: the refusal says more
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err):  # refused before any object was built
+            raise CheckpointError(refusal_line(path, what, str(err))) from None
         raise CheckpointError(f"{what} {path} is truncated or corrupt ({first_line(err, 120)}); {corrupt}") from None
-
-
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    state = read_torch_file(path, "checkpoint", "a run folder holds latest.pt, best_<metric>.pt and update_*.pt: "
-                            "check the path", "resume from another file of the run, e.g. --resume-from latest or a "
-                            "best_*.pt")
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a clstm_ppo checkpoint (no '{FORMAT}' marker); "
-                              "pass a file written by python -m clstm_ppo.train")
-    return state
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+        raise CheckpointError(f"{what} {path} is truncated or corrupt ({first_line(err, 120)}); {corrupt}") from None
 
 
 def resolve_resume(choice: str, run_dir: Path) -> Path:
@@ -142,19 +137,6 @@ class CheckpointManager:
             for old in kept[: max(0, len(kept) - self.keep_last)]:
                 old.unlink()
         return latest
-
-
-def move_aside(run_dir: Path) -> Path | None:
-    """--fresh-start: keep the old run under a dated name instead of deleting it."""
-    if not run_dir.exists() or all(p.name == ".lock" for p in run_dir.iterdir()):
-        return None  # nothing to keep
-    target = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-    counter = 1
-    while target.exists():
-        target = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}-{counter}")
-        counter += 1
-    shutil.move(str(run_dir), str(target))
-    return target
 
 
 @contextlib.contextmanager

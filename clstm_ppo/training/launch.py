@@ -28,24 +28,29 @@ from clstm_ppo.device import (
     usable_cores,
 )
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
+from clstm_ppo.env.tradability import untradable_notice
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.training.checkpoint import (
     has_run,
-    load_checkpoint,
-    move_aside,
     remove_stale_writes,
     resolve_resume,
     run_lock,
 )
+from clstm_ppo.training.run_folder import check_fresh_start, check_writable_folder, move_aside, remove_if_empty
+from clstm_ppo.training.run_state import RunState, load_checkpoint
 
 
 class WorkersFailed(RuntimeError):
     """A spawned worker ended with an error (its last line is the message)."""
 
 
+# train's own fixes for a resume file that is missing or not whole
+RESUME_FIXES = ("a run folder holds latest.pt, best_<metric>.pt and update_*.pt: check the path",
+                "resume from another file of the run, e.g. --resume-from latest or a best_*.pt")
 # Where and how wide a run executes belongs to each launch, not to the run: a resume on another machine
-# (a laptop after a GPU box, or GPUs after CPU workers) starts these from the defaults, not the checkpoint.
-PER_LAUNCH_SETTINGS = ("device", "threads_per_worker")
+# (a laptop after a GPU box, or GPUs after CPU workers) starts these from the defaults, not the checkpoint. So do
+# the folders it writes to: they come from this launch's command line and config, never from a file's settings.
+PER_LAUNCH_SETTINGS = ("device", "threads_per_worker", "checkpoint_dir", "run_name", "tensorboard")
 
 
 def resume_base(saved_config: dict) -> dict:
@@ -55,14 +60,14 @@ def resume_base(saved_config: dict) -> dict:
     return {**saved_config, "train": train}
 
 
-def check_budget_left(resume: dict, cfg: Config) -> None:
+def check_budget_left(resume: RunState, cfg: Config) -> None:
     """A resume must have training left to do; otherwise say how to give it some."""
     t = cfg.train
-    if t.num_episodes > 0 and resume["episodes"] >= t.num_episodes:
-        raise ConfigError(f"the checkpoint already holds {resume['episodes']:,} episodes, the budget of "
+    if t.num_episodes > 0 and resume.episodes >= t.num_episodes:
+        raise ConfigError(f"the checkpoint already holds {resume.episodes:,} episodes, the budget of "
                           f"train.num_episodes ({t.num_episodes:,}); pass a larger --num-episodes to train on")
-    if t.num_episodes <= 0 and resume["global_step"] >= t.total_steps:
-        raise ConfigError(f"the checkpoint already holds {resume['global_step']:,} env steps, the budget of "
+    if t.num_episodes <= 0 and resume.global_step >= t.total_steps:
+        raise ConfigError(f"the checkpoint already holds {resume.global_step:,} env steps, the budget of "
                           f"train.total_steps ({t.total_steps:,}); pass a larger --total-steps to train on")
 
 
@@ -73,8 +78,10 @@ def default_run_name(cfg: Config, config: str | None) -> str:
     return f"{source}-{config_name}"
 
 
-def plan_workers(num_gpus: int, num_workers: int | None, cfg: Config) -> tuple[int, str, str | None]:
-    """(number of workers, device kind, a notice to print) for a launch outside torchrun."""
+def plan_workers(num_gpus: int, num_workers: int | None, cfg: Config,
+                 oversubscribe: bool = False) -> tuple[int, str, str | None]:
+    """(number of workers, device kind, a notice to print) for a launch outside torchrun; more CPU workers than
+    the usable cores only with ``oversubscribe``."""
     visible = cuda_device_count()
     if num_gpus == 0 or num_gpus < -1:
         raise ConfigError(f"--num-gpus {num_gpus} must be -1 (every GPU) or at least 1")
@@ -91,6 +98,10 @@ def plan_workers(num_gpus: int, num_workers: int | None, cfg: Config) -> tuple[i
             workers = max(1, num_gpus)  # -1, every GPU: one worker when there is none
             notice = (f"no CUDA device is visible: running {workers} CPU worker(s) over gloo instead "
                       f"(the same as --device cpu --num-workers {workers})")
+        cores = usable_cores()
+        if workers > cores and not oversubscribe:  # each worker is a process with its own copy of the run
+            raise ConfigError(f"{workers} CPU workers asked for, but this process may use {cores} core(s): "
+                              f"use --num-workers {cores} or fewer, or add --oversubscribe if more are meant")
         return workers, "cpu", notice
     if visible == 0:
         raise ConfigError("--device cuda was asked for, but this machine has no CUDA device visible to torch; "
@@ -120,7 +131,7 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
     try:
         from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
-        resume = load_checkpoint(resume_path) if resume_path else None
+        resume = load_checkpoint(resume_path, *RESUME_FIXES) if resume_path else None
         wrap = None
         if ctx.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -200,51 +211,66 @@ def settings_of(config: str | None, overrides: Sequence[str], settings: dict[str
 
 def train_run(config: str | None = None, overrides: Sequence[str] = (), *, settings: dict[str, Any] | None = None,
               resume_from: str | None = None, fresh_start: bool = False, num_gpus: int = 1,
-              num_workers: int | None = None, master_port: int | None = None) -> Path:
+              num_workers: int | None = None, master_port: int | None = None, oversubscribe: bool = False) -> Path:
     """Train one run to its budget and return its folder (``train.checkpoint_dir`` / ``train.run_name``, or a name
     from the data and ``config``). ``config``: a named config or a YAML file; ``overrides``: ``KEY=VALUE`` strings;
     ``settings``: dotted keys to values. ``resume_from``: latest, composite, ... or a checkpoint path (the run's
     settings, then these); ``fresh_start``: move an existing run folder aside. ``num_gpus``/``num_workers``: DDP
-    workers, one per GPU or CPU workers over gloo. Raises ``ConfigError`` (a bad setting, file or resume: one line)
-    or ``WorkersFailed``."""
+    workers, one per GPU or CPU workers over gloo (no more CPU workers than cores unless ``oversubscribe``).
+    Raises ``ConfigError`` (a bad setting, file or resume: one line) or ``WorkersFailed``."""
     if resume_from and fresh_start:
         raise ConfigError("--resume-from and --fresh-start contradict each other; pick one")
     group = torchrun_context()
     is_first = group is None or group.rank == 0
     cfg = settings_of(config, overrides, settings)
+    if (settings or {}).get("train.run_name") == "":
+        raise ConfigError("--run-name is empty: give the run folder a name (e.g. --run-name mine), or leave the "
+                          "flag out for <data source>-<config name>")
+    check_writable_folder(Path(cfg.train.checkpoint_dir), "--checkpoint-dir")
     run_dir = Path(cfg.train.checkpoint_dir) / (cfg.train.run_name or default_run_name(cfg, config))
+    if fresh_start:
+        check_fresh_start(run_dir)
     resume_path = None
     if resume_from:
         resume_path = resolve_resume(resume_from, run_dir)
-        resume = load_checkpoint(resume_path)
-        cfg = settings_of(config, overrides, settings, base=resume_base(resume["config"]))  # the run's, then these
+        resume = load_checkpoint(resume_path, *RESUME_FIXES)
+        cfg = settings_of(config, overrides, settings, base=resume_base(resume.config))  # the run's, then these
         check_budget_left(resume, cfg)
     elif has_run(run_dir) and not fresh_start:
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume-from latest, "
                           "start over with --fresh-start (the old run is moved aside), or pick --run-name")
-    observed_market_data(cfg)  # bad data fails here, in one line, before any worker starts
+    data = observed_market_data(cfg)  # bad data fails here, in one line, before any worker starts
+    if is_first:  # an account that cannot hold what the agent may order says so once (docs/MARKET.md, "Sizing")
+        notice = untradable_notice(data, ("train", "validation"), cfg.market, cfg.env)
+        if notice:
+            print(notice)
     if cfg.train.compile:
         check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
     cores = usable_cores()
     share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731
     if group is None:
-        workers, kind, notice = plan_workers(num_gpus, num_workers, cfg)
+        workers, kind, notice = plan_workers(num_gpus, num_workers, cfg, oversubscribe)
         if kind == "cpu" and cfg.train.precision == "fp16":
             raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
-    # Every check passed: only now is the run folder touched (locked, and with a fresh start moved aside).
+    # Every check passed: only now is the run folder touched (locked, and with a fresh start moved aside); a
+    # launch that fails before training wrote anything takes back the folder it made.
+    made = is_first and not run_dir.exists()
     with contextlib.ExitStack() as held:
+        if made:
+            held.callback(remove_if_empty, run_dir)
         if is_first:
             held.enter_context(run_lock(run_dir))
             stale = remove_stale_writes(run_dir)
             if stale:
                 print(f"removed {len(stale)} unfinished checkpoint write(s) of a killed run: {', '.join(stale)}")
             if resume_from:
-                print(f"resuming {run_dir} at update {resume['update']} ({resume['global_step']:,} env steps, "
-                      f"written by {resume['world_size']} worker(s))")
+                print(f"resuming {run_dir} at update {resume.update} ({resume.global_step:,} env steps, "
+                      f"written by {resume.world_size} worker(s))")
             if fresh_start:
                 moved = move_aside(run_dir)
                 if moved:
                     print(f"--fresh-start: moved the previous run to {moved}")
+                    held.callback(remove_if_empty, run_dir)
                     held.enter_context(run_lock(run_dir))  # the new, empty folder
         if group is not None:  # torchrun decides: join the group it describes, spawn nothing
             local_world = int(os.environ.get("LOCAL_WORLD_SIZE", group.world_size))

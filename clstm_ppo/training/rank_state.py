@@ -6,52 +6,46 @@ resume each rank takes its own back when the run has the saved run's workers and
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import numpy as np
 import torch
 
 from clstm_ppo.distributed import DistContext
 from clstm_ppo.env import BatchedOptionsEnv
-
-State = tuple[torch.Tensor, torch.Tensor]
+from clstm_ppo.training.run_state import RankState, RngState, RunState, State
 
 
 def capture(env: BatchedOptionsEnv, lstm_state: State, portfolio: torch.Tensor, minibatches: torch.Generator,
-            device: torch.device) -> dict[str, Any]:
+            device: torch.device) -> RankState:
     """This rank's random streams, env copies, carried LSTM state and the portfolio features its next decision
     reads, on the CPU. The features are saved, not recomputed on a resume: a compiled env step computes them in
     another operation order than the eager code would, and a last-bit difference would part the runs."""
-    rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-           "minibatches": minibatches.get_state()}
-    if device.type == "cuda":
-        rng["cuda"] = torch.cuda.get_rng_state(device)
-    return {"rng": rng, "env": env.state_dict(), "lstm_state": tuple(s.cpu() for s in lstm_state),
-            "portfolio": portfolio.cpu()}
+    rng = RngState(torch.get_rng_state(), np.random.get_state(), random.getstate(), minibatches.get_state(),
+                   torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+    return RankState(rng, env.state_dict(), (lstm_state[0].cpu(), lstm_state[1].cpu()), portfolio.cpu())
 
 
-def saved_for_this_rank(state: dict[str, Any], ctx: DistContext, num_envs: int) -> dict[str, Any] | None:
+def saved_for_this_rank(state: RunState, ctx: DistContext, num_envs: int) -> RankState | None:
     """This rank's saved state in checkpoint ``state``, when its workers and copies match this launch's."""
-    world, others = ctx.world_size, state.get("other_ranks", [])
-    if "env" not in state:
+    if not state.ranks:
         return None  # written between train.rank_state_every's saves
-    if state["world_size"] != world or state["num_envs"] != num_envs or len(others) != world - 1:
+    if state.world_size != ctx.world_size or state.num_envs != num_envs or len(state.ranks) != ctx.world_size:
         return None  # also a multi-worker checkpoint from before ranks > 0 were saved
-    return state if ctx.rank == 0 else others[ctx.rank - 1]
+    return state.ranks[ctx.rank]
 
 
-def restore(mine: dict[str, Any], env: BatchedOptionsEnv, minibatches: torch.Generator,
+def restore(mine: RankState, env: BatchedOptionsEnv, minibatches: torch.Generator,
             device: torch.device) -> State | None:
     """Put ``mine`` (from ``saved_for_this_rank``) back and return the carried LSTM state, or do nothing and
     return None when the env copies cannot continue (another env layout or another device's stream)."""
-    if not env.fits(mine["env"]):
+    if not env.fits(mine.env):
         return None
-    rng = mine["rng"]
-    torch.set_rng_state(rng["torch"])
-    if "cuda" in rng and device.type == "cuda":
-        torch.cuda.set_rng_state(rng["cuda"], device)
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
-    minibatches.set_state(rng["minibatches"])
-    env.load_state_dict(mine["env"])
-    return tuple(s.to(device) for s in mine["lstm_state"])
+    rng = mine.rng
+    torch.set_rng_state(rng.torch)
+    if rng.cuda is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(rng.cuda, device)
+    np.random.set_state(rng.numpy)
+    random.setstate(rng.python)
+    minibatches.set_state(rng.minibatches)
+    env.load_state_dict(mine.env)
+    return mine.lstm_state[0].to(device), mine.lstm_state[1].to(device)

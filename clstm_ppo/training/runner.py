@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,10 +35,11 @@ from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.pretraining.encoder import pretrain
 from clstm_ppo.pretraining.rule_prior import RulePrior
 from clstm_ppo.training import rank_state as ranks
-from clstm_ppo.training.checkpoint import FORMAT, CheckpointError, CheckpointManager
+from clstm_ppo.training.checkpoint import CheckpointError, CheckpointManager
 from clstm_ppo.training.monitor import ResourceMonitor
 from clstm_ppo.training.plan import ExecutionPlan
 from clstm_ppo.training.reporting import Reporter, describe, farewell
+from clstm_ppo.training.run_state import RankState, RunState
 from clstm_ppo.training.selection import Selection
 from clstm_ppo.training.stopping import StopRequest, agree
 from clstm_ppo.training.tracking import Tracker
@@ -51,15 +51,15 @@ class Trainer:
     rollouts and checkpoints use the raw module, so DDP never enters a state_dict."""
 
     def __init__(self, cfg: Config, run_dir: Path, device: torch.device, ctx: DistContext = DistContext(),
-                 resume: dict[str, Any] | None = None, wrap: Callable[[nn.Module], nn.Module] | None = None):
+                 resume: RunState | None = None, wrap: Callable[[nn.Module], nn.Module] | None = None):
         check_values(cfg)  # a config changed in code after it was built obeys the same rules
         self.cfg, self.run_dir, self.device, self.ctx = cfg, run_dir, device, ctx
         t, p = cfg.train, cfg.ppo
         self.plan = plan = ExecutionPlan.choose(cfg, device, ctx.world_size)
-        normalizer = Normalizer.from_state_dict(resume["normalizer"]) if resume else None
+        normalizer = Normalizer.from_state_dict(resume.normalizer) if resume else None
         self.data = observed_market_data(cfg, normalizer)
         # Each rank its own streams; a resumed run whose env copies start afresh must not replay the first run's.
-        seeds = rank_seeds(cfg.seed, ctx.rank, ctx.world_size, resume["update"] if resume else 0)
+        seeds = rank_seeds(cfg.seed, ctx.rank, ctx.world_size, resume.update if resume else 0)
         # No per-episode records: the copies' episode figures are summed on the device, read once per update.
         # data.augment: generated underlyings join the training env's data only; self.data stays real for every
         # validation walk and the saved normaliser. The pool is sampled from the run's seed, so a resume rebuilds it.
@@ -111,14 +111,14 @@ class Trainer:
         self.env_restored = False
         self.rollout_path = "eager"  # how the last rollout's decisions ran (agent/fused_rollout.py's path, or eager)
         self.saved_portfolio: torch.Tensor | None = None  # the restored copies' observed portfolio features
-        self.other_ranks: list[dict[str, Any]] = []  # ranks 1.. of the last update boundary, on rank 0
+        self.other_ranks: list[RankState] = []  # ranks 1.. of the last update boundary, on rank 0
         self.with_rank_states = True  # whether the checkpoints of this update boundary carry the ranks' states
         self.resume_note = ""
         self.improved: tuple[str, ...] = ()  # metrics at a new best since the last checkpoint: their best_*.pt are due
         if resume:
             self._restore(resume)
-            saved, now = (resume["world_size"], resume["num_envs"]), (ctx.world_size, t.num_envs)
-            why = ("the checkpoint was written between train.rank_state_every's saves" if "env" not in resume
+            saved, now = (resume.world_size, resume.num_envs), (ctx.world_size, t.num_envs)
+            why = ("the checkpoint was written between train.rank_state_every's saves" if not resume.ranks
                    else f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
                    else "the saved env state has another layout")
             self.resume_note = ("env copies continue their episodes" if self.env_restored
@@ -163,7 +163,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
 
-    def rank_state(self) -> dict[str, Any]:
+    def rank_state(self) -> RankState:
         return ranks.capture(self.env, self.lstm_state, self.obs.portfolio, self.minibatch_generator, self.device)
 
     def gather_rank_states(self, force: bool = False) -> None:
@@ -172,44 +172,44 @@ class Trainer:
         self.with_rank_states = force or self.update % self.cfg.train.rank_state_every == 0
         # Rank 0 takes its own state when it saves.
         others_send = self.ctx.enabled and not self.ctx.is_main and self.with_rank_states
-        sent = self.ctx.gather_to_main({"state": self.rank_state() if others_send else None,
+        # As the file holds it (tensors and plain values): its tensors travel as one buffer, not pickled.
+        sent = self.ctx.gather_to_main({"state": self.rank_state().to_file() if others_send else None,
                                         "gpu": self.resources.gpu(), "gpu_off": self.resources.off_reason},
                                        self.device)
-        self.other_ranks = [one["state"] for one in sent[1:]] if self.with_rank_states else []
+        self.other_ranks = [RankState.from_file(one["state"], f"rank {r}.") for r, one in enumerate(sent[1:], 1)] \
+            if self.with_rank_states else []
         self.rank_gpus = [one["gpu"] for one in sent]
         self.gpu_notes = [f"rank {r}: {one['gpu_off']}" for r, one in enumerate(sent) if one["gpu_off"]]
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scaler": self.precision.state_dict(),
-            "update": self.update, "global_step": self.global_step, "episodes": self.episodes,
+    def run_state(self) -> RunState:
+        """What a checkpoint of this update boundary holds (training/run_state.py)."""
+        return RunState(
+            model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+            scaler=self.precision.state_dict(), update=self.update, global_step=self.global_step,
+            episodes=self.episodes, config=to_dict(self.cfg), normalizer=self.data.normalizer.state_dict(),
+            world_size=self.ctx.world_size, num_envs=self.cfg.train.num_envs, **self.selection.state_dict(),
             # rank 0's own, then ranks 1, 2, ...
-            **({**self.rank_state(), "other_ranks": list(self.other_ranks)} if self.with_rank_states else {}),
-            "config": to_dict(self.cfg), "normalizer": self.data.normalizer.state_dict(),
-            "world_size": self.ctx.world_size, "num_envs": self.cfg.train.num_envs,
-            **self.selection.state_dict(),
-        }
+            ranks=[self.rank_state(), *self.other_ranks] if self.with_rank_states else [])
 
-    def _restore(self, state: dict[str, Any]) -> None:
+    def _restore(self, state: RunState) -> None:
         try:
-            self.model.load_state_dict(state["model"])
+            self.model.load_state_dict(state.model)
         except RuntimeError as err:
             raise CheckpointError("checkpoint model does not fit these agent sizes "
                                   f"({first_line(err, 100)}); resume with the run's own config, or retrain if an "
                                   "older version wrote it (its actions or observed portfolio differ)") from None
         # This run's device settings, whichever device wrote it (a captured run's Adam cannot step on a CPU); its
         # saved rate is replaced at every update.
-        self.optimizer.load_state_dict(fit_saved_state(state["optimizer"], self.optimizer))
-        self.precision.load_state_dict(state.get("scaler"))
-        self.update, self.global_step, self.episodes = state["update"], state["global_step"], state["episodes"]
-        self.selection.load_state_dict(state)
+        self.optimizer.load_state_dict(fit_saved_state(state.optimizer, self.optimizer))
+        self.precision.load_state_dict(state.scaler)
+        self.update, self.global_step, self.episodes = state.update, state.global_step, state.episodes
+        self.selection.load_state_dict(state.selection_state())
         # The env copies and random streams continue exactly when this run has the saved run's workers and copies;
         # otherwise (another world size, --num-envs or env layout) every copy starts afresh.
         mine = ranks.saved_for_this_rank(state, self.ctx, self.cfg.train.num_envs)
         carried = ranks.restore(mine, self.env, self.minibatch_generator, self.device) if mine else None
         if carried is not None:
-            self.lstm_state, self.env_restored, self.saved_portfolio = carried, True, mine.get("portfolio")
+            self.lstm_state, self.env_restored, self.saved_portfolio = carried, True, mine.portfolio
 
     # ------------------------------------------------------------------ one update
 
@@ -301,7 +301,7 @@ class Trainer:
         """latest.pt; with ``periodic`` also update_<n>.pt, and best_<metric>.pt of each metric improved since the
         last save: one write, the other files its other names (``CheckpointManager.save``)."""
         best, self.improved = self.improved, ()
-        return self.checkpoints.save(self.state_dict(), self.update if periodic else None, best)
+        return self.checkpoints.save(self.run_state().to_file(), self.update if periodic else None, best)
 
     # ------------------------------------------------------------------ the loop
 

@@ -58,12 +58,13 @@ def start_tensorboard(folder: str) -> Any:
 
 
 def tidy_metrics(path: Path, up_to_step: int) -> str | None:
-    """Before a resume from ``up_to_step``: drop metrics.jsonl's records past it (work a killed run logged but
-    never checkpointed, which the resume does again) and a torn last line, rewriting the file atomically; says
-    what went, or None."""
+    """Before a resume from ``up_to_step``: move metrics.jsonl's records past it (work logged after the checkpoint
+    resumed from, which the resume does again: a run killed before its next checkpoint, or a resume from an
+    earlier checkpoint of the run) into metrics.dropped-<time>.jsonl beside it, and drop a torn last line,
+    rewriting the file atomically; says what went where, or None. Nothing logged is ever deleted."""
     if not path.is_file():
         return None
-    kept, dropped, torn = [], 0, 0
+    kept, dropped, torn = [], [], 0
     for line in path.read_text().splitlines(keepends=True):
         try:
             record = json.loads(line)
@@ -74,16 +75,29 @@ def tidy_metrics(path: Path, up_to_step: int) -> str | None:
             torn += 1  # a whole record whose newline never came: the next record would be glued onto it
             continue
         if record.get("step", 0) > up_to_step:
-            dropped += 1
+            dropped.append(line)
             continue
         kept.append(line)
     if not (dropped or torn):
         return None
+    kept_aside = ""
+    if dropped:
+        aside = path.with_name(f"metrics.dropped-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+        counter = 1
+        while aside.exists():
+            aside = path.with_name(f"metrics.dropped-{time.strftime('%Y%m%d-%H%M%S')}-{counter}.jsonl")
+            counter += 1
+        tmp = aside.with_name(aside.name + ".tmp")
+        tmp.write_text("".join(dropped))
+        tmp.replace(aside)  # kept before metrics.jsonl loses them
+        last = json.loads(dropped[-1]).get("step", 0)
+        kept_aside = (f"moved {len(dropped)} record(s) past step {up_to_step:,} (to step {last:,}), logged after the "
+                      f"checkpoint this resume starts from and trained again now, to {aside.name}")
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(kept))
     tmp.replace(path)
-    return (f"metrics.jsonl: dropped {dropped} record(s) past step {up_to_step:,} (logged by a run stopped before "
-            f"its next checkpoint; redone now) and {torn} torn line(s)")
+    torn_part = f"dropped {torn} torn line(s)" if torn else ""
+    return "metrics.jsonl: " + "; ".join(p for p in (kept_aside, torn_part) if p)
 
 
 class Tracker:

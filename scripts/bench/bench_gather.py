@@ -60,7 +60,7 @@ def worker(rank: int, port: int, sizes: list[int], repeats: int, config: str, tr
                 trainer.gather_rank_states()
                 dist.barrier()
                 seconds[name].append(time.perf_counter() - start)
-        size = len(pickle_bytes(trainer.rank_state()))
+        size = len(pickle_bytes(trainer.rank_state().to_file()))
         for name in transports:
             rows.append({"config": config, "num_envs": num_envs, "transport": name,
                          "ms_per_gather": round(statistics.median(seconds[name]) * 1e3, 2),
@@ -89,7 +89,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(find_free_port(), args.sizes, args.repeats, args.config, args.transports, tmp),
                  nprocs=2)
-        rows = torch.load(Path(tmp) / "rows.pt")
+        rows = torch.load(Path(tmp) / "rows.pt", weights_only=True)  # rows of numbers: read as data
     print_table(rows, args.json, {"workers": 2, "backend": "gloo", "threads_per_worker": 1})
 
 

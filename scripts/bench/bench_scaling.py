@@ -43,7 +43,8 @@ def samples_per_second(workers: int, updates: int, config: str, sets: list[str] 
         cfg = load_config(config)
         batch = cfg.train.num_envs * cfg.ppo.num_steps * workers
         cmd = [sys.executable, "-m", "clstm_ppo.train", "--config", config, "--checkpoint-dir", tmp,
-               "--device", "cpu", "--num-workers", str(workers), "--total-steps", str(batch * (updates + 1)),
+               "--device", "cpu", "--num-workers", str(workers), "--oversubscribe",
+               "--total-steps", str(batch * (updates + 1)),
                "--set", "train.threads_per_worker=1", "--set", "train.eval_every=100000",
                "--set", "train.checkpoint_every=100000",
                *[x for v in [*WITHOUT_RULE_PRIOR, *(sets or [])] for x in ("--set", v)]]

@@ -1,0 +1,138 @@
+"""The planted-edge market: a seeded synthetic index whose options carry a variance risk premium that moves with a
+hidden state, so that the best option-selling policy is known (docs/ENVIRONMENT.md, "The planted-edge market").
+
+- Returns: a GARCH(1,1) diffusion plus Poisson jumps whose sizes scale with the vol level (they give the put wing
+  the skew the market's surface quotes), drifting at the T-bill rate plus ``equity_premium``.
+- The market's own forecast: the GARCH forecast, at bar t's close, of the variance over the next 21 bars (an
+  option's 30 calendar days), jumps included: what the index's returns will realise on average.
+- Implied vol: the ``iv`` column is that forecast times ``1 + premium_t``, ``premium_t`` an AR(1) independent of the
+  returns. Selling while it is rich pays on average, while it is cheap loses. Nothing else in the bars moves with
+  it (volume follows the vol level, not the premium), so an agent sees it only through the implied-vol features.
+
+The true state travels beside the bars as the columns ``premium`` and ``forecast_vol``, which the dataset does not
+load: the oracle (``backtest/oracle.py``) reads them by date, no agent ever does.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pandas.tseries.holiday import USFederalHolidayCalendar
+from pandas.tseries.offsets import CustomBusinessDay
+
+from clstm_ppo.config import ConfigError, PlantedConfig
+
+BARS_PER_YEAR = 252
+OPTION_BARS = 21  # the exchange days of a 30-calendar-day option: the horizon the forecast (and the iv) quotes
+SYMBOL = "PLT"
+WARM_UP_YEARS = 1.0  # the indicators' (turbulence's) look-back, dropped by the dataset before the training split
+MIN_IV_FACTOR = 0.05  # 1 + premium_t never falls below this: implied vol stays positive
+
+
+def _check(cfg: PlantedConfig) -> None:
+    if cfg.garch_alpha + cfg.garch_beta >= 1.0:
+        raise ConfigError(f"config: data.planted.garch_alpha + garch_beta is {cfg.garch_alpha + cfg.garch_beta:g}; "
+                          "keep it below 1 (a stationary variance)")
+    if _jump_variance(cfg) >= cfg.vol ** 2:
+        raise ConfigError(f"config: data.planted jumps alone give a variance of {_jump_variance(cfg):.4f} a year, "
+                          f"not below vol^2 = {cfg.vol ** 2:.4f}; lower jumps_per_year or the jump sizes, or raise vol")
+    if WARM_UP_YEARS + cfg.train_years + cfg.val_years >= cfg.years:
+        raise ConfigError(f"config: data.planted.years ({cfg.years:g}) leaves no test years after the warm-up year, "
+                          f"train_years ({cfg.train_years:g}) and val_years ({cfg.val_years:g}); raise years")
+
+
+def _jump_variance(cfg: PlantedConfig) -> float:
+    """Annual variance of the jumps at the long-run vol level."""
+    return cfg.jumps_per_year * (cfg.jump_mean ** 2 + cfg.jump_std ** 2)
+
+
+def planted_dates(cfg: PlantedConfig) -> pd.DatetimeIndex:
+    """``years`` x 252 exchange days (weekdays less US federal holidays) from ``start_date``."""
+    days = CustomBusinessDay(calendar=USFederalHolidayCalendar())
+    return pd.date_range(pd.Timestamp(cfg.start_date), periods=int(round(cfg.years * BARS_PER_YEAR)), freq=days)
+
+
+def planted_split_ends(cfg: PlantedConfig) -> tuple[str, str]:
+    """The last dates of the training and validation splits: ``train_years`` and ``val_years`` after the warm-up."""
+    dates = planted_dates(cfg)
+    train = int(round((WARM_UP_YEARS + cfg.train_years) * BARS_PER_YEAR)) - 1
+    val = int(round((WARM_UP_YEARS + cfg.train_years + cfg.val_years) * BARS_PER_YEAR)) - 1
+    return str(dates[train].date()), str(dates[val].date())
+
+
+def premium_path(cfg: PlantedConfig, rng: np.random.Generator, n: int) -> np.ndarray:
+    """(n,) premium_t: a stationary AR(1) around ``premium_mean`` with std ``premium_swing``."""
+    phi = cfg.premium_persistence
+    shocks = rng.standard_normal(n)
+    out = np.empty(n)
+    out[0] = cfg.premium_mean + cfg.premium_swing * shocks[0]
+    scale = cfg.premium_swing * np.sqrt(1.0 - phi ** 2)
+    for t in range(1, n):  # an AR(1) is sequential by nature
+        out[t] = cfg.premium_mean + phi * (out[t - 1] - cfg.premium_mean) + scale * shocks[t]
+    return out
+
+
+def _garch_variance(cfg: PlantedConfig, shocks: np.ndarray, long_run: float) -> np.ndarray:
+    """(n + 1,) per-bar diffusive variance h_t of bars 0..n (h_n is the next bar's, known at bar n-1's close)."""
+    omega = long_run * (1.0 - cfg.garch_alpha - cfg.garch_beta)
+    h = np.empty(len(shocks) + 1)
+    h[0] = long_run
+    for t, z in enumerate(shocks):
+        h[t + 1] = omega + cfg.garch_alpha * h[t] * z * z + cfg.garch_beta * h[t]
+    return h
+
+
+def forecast_variance(h_next: np.ndarray, long_run: float, persistence: float, horizon: int) -> np.ndarray:
+    """The GARCH forecast of the mean per-bar variance over the next ``horizon`` bars, from the next bar's
+    variance: E[h_{t+k}] = long_run + persistence^(k-1) (h_{t+1} - long_run), averaged over k = 1..horizon."""
+    share = (1.0 - persistence ** horizon) / ((1.0 - persistence) * horizon) if persistence > 0 else 1.0 / horizon
+    return long_run + (h_next - long_run) * share
+
+
+def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
+    """The planted market's bars, one underlying (PLT), reproducible by ``cfg.seed``: date, OHLCV, iv, rate, and
+    beside them the hidden state ``premium`` and ``forecast_vol`` (never loaded into an observation)."""
+    _check(cfg)
+    dates = planted_dates(cfg)
+    n = len(dates)
+    rng = np.random.default_rng(cfg.seed)
+    dt = 1.0 / BARS_PER_YEAR
+    jump_var = _jump_variance(cfg)
+    diffusive_long_run = (cfg.vol ** 2 - jump_var) * dt  # per bar
+    total_per_diffusive = cfg.vol ** 2 / (cfg.vol ** 2 - jump_var)  # jumps scale with the level: a fixed ratio
+
+    z = rng.standard_normal(n)
+    h = _garch_variance(cfg, z, diffusive_long_run)  # h[t]: bar t's variance; h[t + 1] is known at bar t's close
+    level = np.sqrt(h[:n] / diffusive_long_run)  # the vol level against its long run: jump sizes scale with it
+    counts = rng.poisson(cfg.jumps_per_year * dt, n)
+    jumps = level * (counts * cfg.jump_mean + np.sqrt(counts) * cfg.jump_std * rng.standard_normal(n))
+    compensator = cfg.jumps_per_year * dt * np.expm1(level * cfg.jump_mean + 0.5 * (level * cfg.jump_std) ** 2)
+    log_ret = (cfg.rate + cfg.equity_premium) * dt - 0.5 * h[:n] - compensator + np.sqrt(h[:n]) * z + jumps
+    log_ret[0] = 0.0
+    close = cfg.initial_price * np.exp(np.cumsum(log_ret))
+
+    persistence = cfg.garch_alpha + cfg.garch_beta
+    forecast = forecast_variance(h[1:], diffusive_long_run, persistence, OPTION_BARS)
+    forecast_vol = np.sqrt(forecast * total_per_diffusive * BARS_PER_YEAR)
+    premium = premium_path(cfg, rng, n)
+    iv = forecast_vol * np.maximum(1.0 + premium, MIN_IV_FACTOR)
+
+    bar_vol = np.sqrt(h[:n])
+    open_ = np.empty(n)
+    open_[0] = cfg.initial_price
+    open_[1:] = close[:-1] * np.exp(0.1 * bar_vol[1:] * rng.standard_normal(n - 1))  # a small overnight gap
+    high = np.maximum(open_, close) * np.exp(0.5 * bar_vol * np.abs(rng.standard_normal(n)))
+    low = np.minimum(open_, close) * np.exp(-0.5 * bar_vol * np.abs(rng.standard_normal(n)))
+    volume = cfg.base_volume * level * np.exp(0.3 * rng.standard_normal(n))
+    frame = pd.DataFrame({"date": dates, "open": open_, "high": high, "low": low, "close": close, "volume": volume,
+                          "iv": iv, "rate": np.full(n, cfg.rate), "premium": premium, "forecast_vol": forecast_vol})
+    return {SYMBOL: frame}
+
+
+def planted_state(cfg: PlantedConfig, dates: pd.DatetimeIndex) -> pd.DataFrame:
+    """The hidden ``premium`` and ``forecast_vol`` at ``dates`` (a dataset's bars of this market)."""
+    frame = generate_planted(cfg)[SYMBOL].set_index("date")
+    missing = dates.difference(frame.index)
+    if len(missing):
+        raise ValueError(f"{missing[0].date()} is not a bar of the planted market of these settings; give the "
+                         "dates of a dataset built from the same data.planted settings")
+    return frame.loc[dates, ["premium", "forecast_vol"]]
