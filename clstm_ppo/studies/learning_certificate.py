@@ -1,0 +1,188 @@
+"""Does the trainer find an edge that exists? Seeded agents trained on the planted-edge market, each walked on its
+test years beside the oracle, ``best_rule`` and ``best_conditional_rule`` (scripts/studies/learning_certificate.py
+writes the rows; docs/ENVIRONMENT.md, "The planted-edge market").
+
+Per run: the agent's test Sharpe over the T-bill, the share of the oracle's edge over best_rule it captures,
+``(agent - best_rule) / (oracle - best_rule)``, and whether its greedy walk is a fixed rule: the rule (of the 147
+unconditional ones, the oracle and the conditional pick) whose daily returns correlate most with the agent's, and
+what the agent chose and how sure it was. A walk that correlates above ``FIXED_RULE_CORR`` with a rule is that rule,
+whatever its Sharpe says about learning.
+"""
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from clstm_ppo.agent.from_checkpoint import load_agent
+from clstm_ppo.backtest.conditional import LABEL as CONDITIONAL
+from clstm_ppo.backtest.conditional import conditional_policy, pick_conditional_rule
+from clstm_ppo.backtest.oracle import oracle_policy
+from clstm_ppo.backtest.policies import agent_logits
+from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.rules import PICK_SPLIT, pick_from_walks, rule_family, walk_family
+from clstm_ppo.backtest.walk import walk, walk_together
+from clstm_ppo.config import WITHOUT_RULE_PRIOR, Config, PlantedConfig
+from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.env import ActionSpace, Observation
+from clstm_ppo.studies.agent_actions import closest_rule
+from clstm_ppo.studies.seeded_runs import run_record, train_to_budget
+
+METRIC = "sharpe_excess"  # what evaluate picks best_rule by, and what the capture share is measured in
+# The two arms: the agent `make run` trains (default config, rule prior on) and the agent started from nothing.
+ARMS: dict[str, tuple[str, ...]] = {"default": (), "scratch": WITHOUT_RULE_PRIOR}
+DEFAULT_SWING = PlantedConfig().premium_swing
+# A greedy walk whose daily returns correlate this much with a rule's makes that rule's trades on nearly every day:
+# it is the rule, however it was reached.
+FIXED_RULE_CORR = 0.95
+TOP_ACTIONS = 3
+KEY = ("strength", "market_seed", "arm", "steps", "seed")  # what makes a row; a row already kept is not run again
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the study: an arm trained with ``seed`` to ``steps`` env steps on the planted market of
+    ``market_seed`` whose premium swings ``strength`` times the default."""
+    strength: float
+    market_seed: int
+    arm: str
+    steps: int
+    seed: int
+
+    def key(self) -> tuple[str, ...]:
+        return tuple(str(v) for v in (self.strength, self.market_seed, self.arm, self.steps, self.seed))
+
+    def market_sets(self) -> list[str]:
+        return [f"data.planted.premium_swing={self.strength * DEFAULT_SWING:g}",
+                f"data.planted.seed={self.market_seed}"]
+
+    def folder(self, out: Path) -> Path:
+        return out / f"market{self.market_seed}-swing{self.strength:g}"
+
+    def name(self) -> str:
+        return f"{self.arm}-{self.steps}-seed{self.seed}"
+
+
+def cells(strengths: list[float], market_seeds: list[int], arms: list[str], budgets: list[int],
+          seeds: list[int]) -> Iterator[Cell]:
+    """Every cell, seeds innermost: a study stopped early has each setting's first seeds."""
+    for strength in strengths:
+        for market_seed in market_seeds:
+            for arm in arms:
+                for steps in budgets:
+                    for seed in seeds:
+                        yield Cell(strength, market_seed, arm, steps, seed)
+
+
+def kept_keys(rows: Path) -> set[tuple[str, ...]]:
+    """The cells a rows file already holds."""
+    if not rows.exists():
+        return set()
+    with rows.open(newline="") as f:
+        return {tuple(str(float(r[k])) if k == "strength" else r[k] for k in KEY) for r in csv.DictReader(f)}
+
+
+def benchmarks(data: MarketData, cfg: Config, device: torch.device | str) -> dict[str, Any]:
+    """The planted market's test walks that every agent of it is measured against: the 147 unconditional rules,
+    best_rule and best_conditional_rule (both picked on the validation years, as evaluate picks them) and the
+    oracle; and their test Sharpes over the T-bill."""
+    rules = rule_family(ActionSpace.from_config(cfg.market))
+    best = pick_from_walks(rules, walk_family(data, PICK_SPLIT, cfg, device), data, METRIC, PICK_SPLIT, "best_rule")
+    conditional = pick_conditional_rule(data, cfg, device, METRIC)
+    family = walk_family(data, "test", cfg, device)
+    picked = walk_together({"oracle": oracle_policy(data, cfg, device),
+                            CONDITIONAL: conditional_policy(conditional, data, cfg, device)}, data, "test", cfg,
+                           device)
+    return {"family": family, "oracle": picked["oracle"], "conditional_walk": picked[CONDITIONAL],
+            "best_rule": best.name, "best_conditional_rule": conditional.name, "rules": len(rules),
+            "conditional_rules": conditional.tried,
+            "sharpe": {"best_rule": sharpe(family[best.name]), "oracle": sharpe(picked["oracle"]),
+                       CONDITIONAL: sharpe(picked[CONDITIONAL])}}
+
+
+def sharpe(result: WalkResult) -> float:
+    """A walk's Sharpe over the T-bill, averaged over its underlyings (the planted market has one)."""
+    return float(np.mean([underlying_metrics(result, s)[METRIC] for s in range(len(result.symbols))]))
+
+
+def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device | str) -> tuple[WalkResult, dict]:
+    """The agent's greedy walk of the test years, and what it chose: its most frequent actions with their shares,
+    and the median probability it gave the action it took (near 1: a sure policy; near 1/actions: a coin)."""
+    actions = ActionSpace.from_config(cfg.market)
+    choices: list[torch.Tensor] = []
+    p_chosen: list[torch.Tensor] = []
+
+    def act(obs: Observation, state: Any) -> tuple[torch.Tensor, Any]:
+        logits, state = agent_logits(model, obs, state)
+        choice = logits.argmax(-1)
+        choices.append(choice)
+        p_chosen.append(torch.softmax(logits.float(), -1).gather(-1, choice.unsqueeze(-1)).squeeze(-1))
+        return choice, state
+
+    with torch.no_grad():
+        result = walk("agent", act, model.initial_state(len(data.symbols), device), data, "test", cfg, device)
+    chosen = Counter(torch.cat(choices).tolist())
+    total = sum(chosen.values())
+    mix = ", ".join(f"{actions.describe(a)} {n / total:.0%}" for a, n in chosen.most_common(TOP_ACTIONS))
+    return result, {"top_actions": mix, "p_chosen": float(torch.cat(p_chosen).median())}
+
+
+def capture(agent: float, best_rule: float, oracle: float) -> float:
+    """The share of the oracle's edge over best_rule the agent earns: 0 at best_rule, 1 at the oracle (nan where
+    the oracle does not beat best_rule, so there is no edge to share)."""
+    edge = oracle - best_rule
+    return (agent - best_rule) / edge if edge > 0 else float("nan")
+
+
+def correlation(a: WalkResult, b: WalkResult) -> float:
+    """Correlation of two walks' daily returns (nan where either never moves)."""
+    x, y = a.daily_returns.ravel(), b.daily_returns.ravel()
+    return float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
+
+
+def measure(run: Path, marks: dict[str, Any] | None, device: torch.device | str) -> tuple[dict[str, Any], dict]:
+    """A finished run's row: its best checkpoint walked on the test years against ``marks`` (``benchmarks`` of
+    its market; computed here, and returned for the next run of the same market, when None)."""
+    cfg, data, model = load_agent(str(run / "best_composite.pt"), None, [], torch.device(device))
+    if marks is None:
+        marks = benchmarks(data, cfg, device)
+    result, chose = greedy_walk(model, data, cfg, device)
+    agent = sharpe(result)
+    named = {**marks["family"], "oracle": marks["oracle"], f"{CONDITIONAL}: {marks['best_conditional_rule']}":
+             marks["conditional_walk"]}
+    rule, corr = closest_rule(result, named)
+    s = marks["sharpe"]
+    row = {"agent_test_sharpe": agent, "best_rule_test_sharpe": s["best_rule"], "oracle_test_sharpe": s["oracle"],
+           "best_conditional_test_sharpe": s[CONDITIONAL],
+           "capture": capture(agent, s["best_rule"], s["oracle"]),
+           "capture_vs_conditional": capture(agent, s[CONDITIONAL], s["oracle"]),
+           "closest_rule": rule, "closest_corr": corr,
+           "walks_a_rule": corr is not None and corr > FIXED_RULE_CORR,
+           "corr_best_rule": correlation(result, marks["family"][marks["best_rule"]]),
+           "corr_oracle": correlation(result, marks["oracle"]), **chose,
+           "trades": int(sum(underlying_metrics(result, s)["trades"] for s in range(len(result.symbols)))),
+           "best_rule": marks["best_rule"], "best_conditional_rule": marks["best_conditional_rule"],
+           "test_years": f"{data.split_dates('test')[0].date()}..{data.split_dates('test')[1].date()}"}
+    return row, marks
+
+
+def run_cell(cell: Cell, out: Path, threads: int | None, sets: list[str], marks: dict[str, Any] | None,
+             device: torch.device | str = "cpu") -> tuple[dict[str, Any], dict]:
+    """Train ``cell`` to its budget (resumably) under ``out`` and measure it; its row and its market's marks."""
+    run_sets = [*ARMS[cell.arm], *cell.market_sets(), *sets,
+                *([f"train.threads_per_worker={threads}"] if threads else [])]
+    train_to_budget(None, "planted", cell.seed, cell.steps, cell.folder(out), cell.name(), run_sets)
+    run = cell.folder(out) / cell.name()
+    row, marks = measure(run, marks, device)
+    record = run_record(run)
+    head = {"strength": cell.strength, "premium_swing": cell.strength * DEFAULT_SWING,
+            "market_seed": cell.market_seed, "arm": cell.arm, "steps": cell.steps, "seed": cell.seed}
+    return head | row | {k: record[k] for k in ("val_composite", "best_update", "train_min")} | {
+        "sets": " ".join(sets)}, marks
