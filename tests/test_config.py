@@ -52,7 +52,7 @@ def test_every_numeric_setting_outside_synthetic_market_has_a_rule():
 
 
 def test_every_default_and_shipped_config_obeys_the_rules():
-    for name in ("default", "smoke", "paper"):
+    for name in ("default", "smoke", "paper", "planted"):
         load_config(name)
     load_config()
 

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_configs_are_one_top_level_copy_that_a_built_wheel_carries(tmp_path):
     named = ROOT / "clstm_ppo" / "config" / "named"
     assert named.is_symlink() and named.resolve() == (ROOT / "configs").resolve()
-    assert sorted(p.name for p in (ROOT / "configs").glob("*.yaml")) == ["default.yaml", "paper.yaml", "smoke.yaml"]
+    shipped = ["default.yaml", "paper.yaml", "planted.yaml", "smoke.yaml"]
+    assert sorted(p.name for p in (ROOT / "configs").glob("*.yaml")) == shipped
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
                            "-q", "-w", str(tmp_path / "wheel")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -20,7 +21,7 @@ def test_configs_are_one_top_level_copy_that_a_built_wheel_carries(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
                            str(site), str(wheel)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert {"default.yaml", "paper.yaml", "smoke.yaml"} <= {p.name for p in zipfile.ZipFile(wheel).infolist()
+    assert set(shipped) <= {p.name for p in zipfile.ZipFile(wheel).infolist()
                                                             for p in [Path(p.filename)]}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

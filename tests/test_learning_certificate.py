@@ -1,9 +1,10 @@
-"""The learning certificate's study on the planted-edge market (docs/ENVIRONMENT.md, "The planted-edge market"): the
+"""The learning certificate's study on the planted-edge market (docs/PLANTED.md): the
 share of the oracle's edge a run captures, and the study command's refusals."""
 import importlib.util
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from clstm_ppo.studies.learning_certificate import capture
@@ -25,7 +26,9 @@ def study_main():
 
 @pytest.mark.parametrize("argv, words", [(["--strengths", "-1"], "--strengths must be >= 0"),
                                          (["--budgets", "0"], "--budgets > 0"),
-                                         (["--set", "train.no_such=1"], "no_such")])
+                                         (["--set", "train.no_such=1", "--variant", "x"], "no_such"),
+                                         (["--set", "ppo.ent_coef=0.1"], "--set needs --variant"),
+                                         (["--set", "ppo.ent_coef=0.1", "--variant", "a/b"], "--set needs")])
 def test_the_study_refuses_bad_input_in_one_line_before_training(argv, words, tmp_path, capsys):
     rows = tmp_path / "rows.csv"
     try:
@@ -35,3 +38,21 @@ def test_the_study_refuses_bad_input_in_one_line_before_training(argv, words, tm
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and words in err[-1]
     assert not rows.exists() and not (tmp_path / "runs").exists()
+
+
+def test_sell_timing_is_one_for_the_oracles_choices_and_zero_for_a_policy_blind_to_the_state():
+    from clstm_ppo.backtest.oracle import true_premium
+    from clstm_ppo.config import load_config
+    from clstm_ppo.market.observed import observed_market_data
+    from clstm_ppo.studies.learning_certificate import sell_timing
+    cfg = load_config("planted", ["data.planted.years=4", "data.planted.train_years=1", "data.planted.val_years=1",
+                                  "data.planted.premium_mean=0"])
+    data = observed_market_data(cfg)
+    rows = np.arange(len(data.dates))
+    rich = true_premium(data, cfg)[0] > 0
+    assert 0.02 < rich.mean() < 0.98  # both kinds of bar are there
+    assert sell_timing(rows, rich.astype(float), data, cfg)["sell_timing"] == 1.0
+    blind = sell_timing(rows, np.full(len(rows), 0.3), data, cfg)
+    assert blind["sell_timing"] == pytest.approx(0.0) and blind["p_sell_rich"] == pytest.approx(0.3)
+    masked = np.where(rich, np.nan, 0.2)  # no sale allowed on the rich bars: nothing known there
+    assert math.isnan(sell_timing(rows, masked, data, cfg)["p_sell_rich"])

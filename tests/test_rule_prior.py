@@ -1,6 +1,7 @@
 """A prior from the rules (pretraining/rule_prior.py): the rule is the best fixed rule of the training years alone, the
 policy cloned from it takes its action on nearly every training decision, and PPO's penalty to it is exactly its
 weight times -log pi(the rule's action), falling to 0 on schedule."""
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -14,11 +15,22 @@ from clstm_ppo.agent.ppo import ppo_losses
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.rollout import collect
 from clstm_ppo.agent.storage import RolloutStorage
-from clstm_ppo.backtest.rules import pick_rule
+from clstm_ppo.backtest.conditional import conditional_family, pick_conditional_rule
+from clstm_ppo.backtest.gates import gate_series
+from clstm_ppo.backtest.rules import FixedRule, GatedRule, pick_rule
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, PPOConfig, load_config, to_dict
+from clstm_ppo.env import ActionSpace
+from clstm_ppo.env.observation import PORTFOLIO_FEATURES
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.pretraining.rule_prior import RulePrior, clone_rule, cloning_loss, prior_coef, rule_actions
+from clstm_ppo.pretraining.rule_prior import (
+    RulePrior,
+    clone_rule,
+    cloning_loss,
+    pick_prior,
+    prior_coef,
+    rule_actions,
+)
 from clstm_ppo.train import main as train_main
 from clstm_ppo.training.runner import Trainer
 
@@ -59,7 +71,7 @@ def test_behaviour_cloning_takes_the_rules_action_on_nearly_every_training_decis
     greedy = []
 
     def rule_and_record(o):
-        return trainer.prior.act(o.portfolio, o.mask)
+        return trainer.prior.act(o.portfolio, o.mask, o.row)
     collect(trainer.model, trainer.env, storage, obs, state, Precision(CPU, "fp32"), cfg.ppo, None,
             act=rule_and_record)
     with torch.no_grad():
@@ -68,7 +80,7 @@ def test_behaviour_cloning_takes_the_rules_action_on_nearly_every_training_decis
         logits, _, _ = trainer.model(trainer.env.market_windows.gather(bars), storage.portfolio, storage.mask,
                                      storage.starts, (h0, c0), index)
     greedy = logits.argmax(-1)
-    rule = rule_actions(trainer.prior.pick, cfg, CPU)(storage.portfolio, storage.mask)
+    rule = rule_actions(trainer.prior.pick, trainer.data, cfg, CPU)(storage.portfolio, storage.mask, storage.rows)
     assert torch.equal(rule, storage.actions), "the rollout followed the rule"
     assert (rule != 0).any() and (rule == 0).any(), "the rule both trades and holds here"
     assert float((greedy == rule).float().mean()) >= 0.95
@@ -180,3 +192,25 @@ def test_the_default_run_starts_from_the_rule_and_older_runs_resume_as_they_ran(
     assert "train.prior_kl (0.5)" in err and "prior_kl 0" in err and "\n" not in err
     assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--no-pretraining",
                                 "--total-steps", "512"]) == 0
+
+
+def test_a_conditional_prior_is_the_best_gated_rule_of_the_training_years_and_follows_its_gate():
+    """train.prior_rules conditional: the pick is best_conditional_rule's family picked on the training years (as
+    pick_conditional_rule picks it there), and the prior's action follows the gate bar by bar: the rule's order
+    where the gate is open at the observed bar, none where it is shut."""
+    cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule",
+                                "train.prior_rules=conditional"])
+    data = observed_market_data(cfg)
+    pick = pick_prior(data, cfg, CPU)
+    assert pick.split == "train" and pick.tried == len(conditional_family(ActionSpace.from_config(cfg.market)))
+    assert pick.name == pick_conditional_rule(data, cfg, CPU, "sharpe_excess", "train").name
+    actions = ActionSpace.from_config(cfg.market)
+    sale = actions.sell(False, 0, 0)
+    gated = dataclasses.replace(pick, rule=GatedRule(FixedRule(None, sale), "vrp_positive"))
+    rows = torch.arange(len(data.symbols) * len(data.dates))
+    portfolio = torch.zeros(len(rows), len(PORTFOLIO_FEATURES))  # nothing open: every slot free
+    mask = torch.ones(len(rows), actions.n, dtype=torch.bool)
+    chosen = rule_actions(gated, data, cfg, CPU)(portfolio, mask, rows)
+    open_ = torch.as_tensor(gate_series(data, cfg.market)["vrp_positive"].reshape(-1))
+    assert 0.1 < float(open_.float().mean()) < 0.9
+    assert torch.equal(chosen, torch.where(open_, sale, actions.hold))

@@ -1,6 +1,6 @@
-"""The planted market's oracle: the policy that knows the hidden premium (docs/ENVIRONMENT.md, "The planted-edge
-market"). It sells the 0.95 x 30-day put into every free slot while the true premium is rich (above
-``RICH``) and otherwise holds cash, its open puts running to expiry. It reads the premium the generator keeps beside
+"""The planted market's oracle: the policy that knows the hidden premium (docs/PLANTED.md). It sells the 0.95 x
+30-day put into every free slot while the true premium is rich (above ``RICH``) and otherwise holds cash, its open
+puts running to expiry. It reads the premium the generator keeps beside
 the bars (``data.planted.planted_state``), which no observation holds: a bound on what timing the implied-vol
 features can earn, walked through the same env as every other policy.
 """

@@ -38,7 +38,7 @@ class SyntheticConfig(Section):
 @dataclass
 class PlantedConfig(Section):
     """A synthetic index whose implied vol carries a variance risk premium that moves with a hidden AR(1) state: a
-    market with a known option-selling edge (docs/ENVIRONMENT.md, "The planted-edge market")."""
+    market with a known option-selling edge (docs/PLANTED.md)."""
 
     path: ClassVar[str] = "data.planted"
     years: float = setting(66.0, "years of daily bars (252 a year): one warm-up year, then 20 train, 5 validation "
@@ -58,16 +58,23 @@ class PlantedConfig(Section):
     vol: float = setting(0.16, "long-run annualised volatility of the index's returns, jumps included",
                          limits="(0, 2)")
     garch_alpha: float = setting(0.06, "GARCH(1,1) weight of the last squared diffusive shock", limits="[0, 1)")
-    garch_beta: float = setting(0.92, "GARCH(1,1) weight of the last variance (alpha + beta < 1)", limits="[0, 1)")
-    jumps_per_year: float = setting(4.0, "Poisson rate of jumps (they give the put wing the skew the surface quotes)",
-                                    limits=">= 0")
+    garch_leverage: float = setting(0.0, "GJR-GARCH's extra weight of the last squared shock when it was a fall",
+                                    limits="[0, 1)")
+    garch_beta: float = setting(0.92, "GARCH(1,1) weight of the last variance (alpha + leverage / 2 + beta < 1)",
+                                limits="[0, 1)")
+    jumps_per_year: float = setting(0.0, "Poisson rate of jumps (0: none, so the planted config's flat surface "
+                                         "prices the chain fairly; jumps make the put wing dear)", limits=">= 0")
     jump_mean: float = setting(-0.05, "mean log jump at the long-run vol (jumps scale with the vol level)",
                                limits="(-1, 1)")
     jump_std: float = setting(0.03, "std of the log jump at the long-run vol", limits=">= 0")
-    premium_mean: float = setting(0.0, "mean of premium_t: iv = the market's own 30-day vol forecast x "
+    premium_mean: float = setting(-0.5, "mean of premium_t: iv = the market's own 30-day vol forecast x "
                                        "(1 + premium_t)", limits="(-0.9, 5)")
-    premium_swing: float = setting(0.6, "stationary std of premium_t (0: a constant premium, nothing to time)",
+    premium_swing: float = setting(0.8, "stationary std of premium_t (0: a constant premium, nothing to time)",
                                    limits=">= 0")
+    premium_floor: float = setting(0.0, "the implied vol's markup never falls below 1 + this (0: while premium_t < 0 "
+                                        "options are fair, so either side pays only its costs; below 0 bought options "
+                                        "gain while cheap, an edge the sell-only oracle does not bound)",
+                                   limits="(-1, 0]")
     premium_persistence: float = setting(0.99, "AR(1) coefficient of premium_t per bar (0.99: a half-life of 69 "
                                                "bars)", limits="[0, 1)")
     base_volume: float = setting(2.0e9, "index shares a bar (the S&P 500's magnitude); rises with the vol level, "

@@ -327,6 +327,10 @@ class TrainConfig(Section):
     pretrain_epochs: int = setting(5, "pretraining passes over the training split", limits=">= 1")
     pretrain_batch_size: int = setting(256, "windows per pretraining batch", limits=">= 1")
     pretrain_lr: float = setting(1.0e-3, "pretraining's Adam learning rate", limits="> 0")
+    prior_rules: str = setting("unconditional", "pretrain_method rule: which family the prior is the best of on the "
+                                                "training years: unconditional (the 147 fixed rules) or conditional "
+                                                "(those rules gated on the implied-vol state, as "
+                                                "best_conditional_rule)", choices=("unconditional", "conditional"))
     prior_rollouts: int = setting(40, "pretrain_method rule: at most this many rollouts of the rule cloned, fewer "
                                       "once a fresh one's decisions match it at train.prior_accuracy", limits=">= 1")
     prior_epochs: int = setting(20, "pretrain_method rule: passes over each cloned rollout", limits=">= 1")

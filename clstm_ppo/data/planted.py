@@ -1,13 +1,17 @@
 """The planted-edge market: a seeded synthetic index whose options carry a variance risk premium that moves with a
-hidden state, so that the best option-selling policy is known (docs/ENVIRONMENT.md, "The planted-edge market").
+hidden state, so that the best option-selling policy is known (docs/PLANTED.md).
 
-- Returns: a GARCH(1,1) diffusion plus Poisson jumps whose sizes scale with the vol level (they give the put wing
-  the skew the market's surface quotes), drifting at the T-bill rate plus ``equity_premium``.
+- Returns: a GJR-GARCH(1,1) diffusion (by default no jumps and no dividends), drifting at the T-bill rate plus
+  ``equity_premium``; optional Poisson jumps whose sizes scale with the vol level.
 - The market's own forecast: the GARCH forecast, at bar t's close, of the variance over the next 21 bars (an
   option's 30 calendar days), jumps included: what the index's returns will realise on average.
-- Implied vol: the ``iv`` column is that forecast times ``1 + premium_t``, ``premium_t`` an AR(1) independent of the
-  returns. Selling while it is rich pays on average, while it is cheap loses. Nothing else in the bars moves with
-  it (volume follows the vol level, not the premium), so an agent sees it only through the implied-vol features.
+- Implied vol: the ``iv`` column is that forecast times ``1 + max(premium_t, premium_floor)``, ``premium_t`` an
+  AR(1) independent of the returns. Selling while it is rich pays on average; below 0 selling loses. The floor
+  keeps the cheap side shallow: an out-of-the-money option's price moves several times its vol, so a deep cheap
+  side would make a bought option a lottery ticket that outscores every sale. Nothing else in the bars moves with
+  the premium (volume follows the vol level), so an agent sees it only through the implied-vol features.
+- Priced by the ``planted`` config's flat surface (``config/named/planted.yaml``), every strike is fair at
+  premium_t = 0: the only edge is the planted one.
 
 The true state travels beside the bars as the columns ``premium`` and ``forecast_vol``, which the dataset does not
 load: the oracle (``backtest/oracle.py``) reads them by date, no agent ever does.
@@ -25,19 +29,24 @@ BARS_PER_YEAR = 252
 OPTION_BARS = 21  # the exchange days of a 30-calendar-day option: the horizon the forecast (and the iv) quotes
 SYMBOL = "PLT"
 WARM_UP_YEARS = 1.0  # the indicators' (turbulence's) look-back, dropped by the dataset before the training split
-MIN_IV_FACTOR = 0.05  # 1 + premium_t never falls below this: implied vol stays positive
 
 
 def _check(cfg: PlantedConfig) -> None:
-    if cfg.garch_alpha + cfg.garch_beta >= 1.0:
-        raise ConfigError(f"config: data.planted.garch_alpha + garch_beta is {cfg.garch_alpha + cfg.garch_beta:g}; "
-                          "keep it below 1 (a stationary variance)")
+    if garch_persistence(cfg) >= 1.0:
+        raise ConfigError(f"config: data.planted.garch_alpha + garch_leverage / 2 + garch_beta is "
+                          f"{garch_persistence(cfg):g}; keep it below 1 (a stationary variance)")
     if _jump_variance(cfg) >= cfg.vol ** 2:
         raise ConfigError(f"config: data.planted jumps alone give a variance of {_jump_variance(cfg):.4f} a year, "
                           f"not below vol^2 = {cfg.vol ** 2:.4f}; lower jumps_per_year or the jump sizes, or raise vol")
     if WARM_UP_YEARS + cfg.train_years + cfg.val_years >= cfg.years:
         raise ConfigError(f"config: data.planted.years ({cfg.years:g}) leaves no test years after the warm-up year, "
                           f"train_years ({cfg.train_years:g}) and val_years ({cfg.val_years:g}); raise years")
+
+
+def garch_persistence(cfg: PlantedConfig) -> float:
+    """How much of today's variance gap survives a bar on average: alpha + leverage / 2 + beta (a shock is
+    negative half the time)."""
+    return cfg.garch_alpha + 0.5 * cfg.garch_leverage + cfg.garch_beta
 
 
 def _jump_variance(cfg: PlantedConfig) -> float:
@@ -72,12 +81,15 @@ def premium_path(cfg: PlantedConfig, rng: np.random.Generator, n: int) -> np.nda
 
 
 def _garch_variance(cfg: PlantedConfig, shocks: np.ndarray, long_run: float) -> np.ndarray:
-    """(n + 1,) per-bar diffusive variance h_t of bars 0..n (h_n is the next bar's, known at bar n-1's close)."""
-    omega = long_run * (1.0 - cfg.garch_alpha - cfg.garch_beta)
+    """(n + 1,) per-bar diffusive variance h_t of bars 0..n (h_n is the next bar's, known at bar n-1's close): a
+    GJR-GARCH(1,1), in which a fall raises the variance more than a rise (the leverage effect), so that the
+    index's month is skewed to the left as the surface's wings say: its calls are not lottery tickets."""
+    omega = long_run * (1.0 - garch_persistence(cfg))
     h = np.empty(len(shocks) + 1)
     h[0] = long_run
-    for t, z in enumerate(shocks):
-        h[t + 1] = omega + cfg.garch_alpha * h[t] * z * z + cfg.garch_beta * h[t]
+    for t, z in enumerate(shocks):  # a GARCH recursion is sequential by nature
+        weight = cfg.garch_alpha + (cfg.garch_leverage if z < 0.0 else 0.0)
+        h[t + 1] = omega + weight * h[t] * z * z + cfg.garch_beta * h[t]
     return h
 
 
@@ -86,6 +98,11 @@ def forecast_variance(h_next: np.ndarray, long_run: float, persistence: float, h
     variance: E[h_{t+k}] = long_run + persistence^(k-1) (h_{t+1} - long_run), averaged over k = 1..horizon."""
     share = (1.0 - persistence ** horizon) / ((1.0 - persistence) * horizon) if persistence > 0 else 1.0 / horizon
     return long_run + (h_next - long_run) * share
+
+
+def iv_factor(premium: np.ndarray, floor: float) -> np.ndarray:
+    """The implied vol's markup on the market's forecast: ``1 + premium_t``, never below ``1 + floor``."""
+    return 1.0 + np.maximum(premium, floor)
 
 
 def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
@@ -110,11 +127,11 @@ def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
     log_ret[0] = 0.0
     close = cfg.initial_price * np.exp(np.cumsum(log_ret))
 
-    persistence = cfg.garch_alpha + cfg.garch_beta
+    persistence = garch_persistence(cfg)
     forecast = forecast_variance(h[1:], diffusive_long_run, persistence, OPTION_BARS)
     forecast_vol = np.sqrt(forecast * total_per_diffusive * BARS_PER_YEAR)
     premium = premium_path(cfg, rng, n)
-    iv = forecast_vol * np.maximum(1.0 + premium, MIN_IV_FACTOR)
+    iv = forecast_vol * iv_factor(premium, cfg.premium_floor)
 
     bar_vol = np.sqrt(h[:n])
     open_ = np.empty(n)

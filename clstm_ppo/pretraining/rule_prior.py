@@ -1,8 +1,9 @@
 """A prior from the rules (``train.pretrain_method: rule``): the policy starts as the best fixed rule of the training
 years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from the rules").
 
-1. The rule: every rule of ``backtest.rules.rule_family`` walked over the training split, the best by Sharpe over
-   the T-bill kept (``pick_rule`` on "train": no validation or test bar is read).
+1. The rule: every rule of ``backtest.rules.rule_family`` (or, ``train.prior_rules: conditional``, of the gated
+   family of ``backtest.conditional``) walked over the training split, the best by Sharpe over the T-bill kept
+   (picked on "train": no validation or test bar is read; a gate reads bars up to its own).
 2. Cloning: the training env's copies follow the rule for a rollout at a time, the model's greedy decisions are
    scored against the rule's on that fresh rollout, and the whole policy (LSTM 1, MLP, LSTM 2, actor) is fitted to
    the rule's actions by cross-entropy (or a target smoothed over the valid actions, ``train.prior_smoothing``), the
@@ -23,7 +24,9 @@ from clstm_ppo.agent.model import State
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.rollout import action_logprob, collect
 from clstm_ppo.agent.storage import RolloutStorage
-from clstm_ppo.backtest.rules import RulePick, follow_rules, pick_rule
+from clstm_ppo.backtest.conditional import pick_conditional_rule
+from clstm_ppo.backtest.gates import ALWAYS, gate_series
+from clstm_ppo.backtest.rules import FixedRule, GatedRule, RulePick, follow_rules, pick_rule
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import ActionSpace, BatchedOptionsEnv, Observation
@@ -31,23 +34,34 @@ from clstm_ppo.env import ActionSpace, BatchedOptionsEnv, Observation
 PRIOR_SPLIT = "train"
 PRIOR_METRIC = "sharpe_excess"  # what the policy is judged by
 
-RuleActions = Callable[[Tensor, Tensor], Tensor]  # (portfolio (..., P), mask (..., A)) -> the rule's actions (...)
+# (portfolio (..., P), mask (..., A), row (...)) -> the rule's actions (...); row = s * T + t, the bar observed
+RuleActions = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
 def pick_prior(data: MarketData, cfg: Config, device: torch.device) -> RulePick:
-    """The best fixed rule of the training split by Sharpe over the T-bill."""
+    """The best rule of the training split by Sharpe over the T-bill, of the family ``train.prior_rules`` names."""
+    if cfg.train.prior_rules == "conditional":
+        return pick_conditional_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
     return pick_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
 
 
-def rule_actions(pick: RulePick, cfg: Config, device: torch.device) -> RuleActions:
-    """The rule's action for observed portfolios and masks of any leading shape: a function of the observation
-    alone, so the update reads it from the stored rollout, whichever path collected it."""
-    follow = follow_rules([pick.rule], ActionSpace.from_config(cfg.market), cfg.env.max_positions, device)
+def rule_actions(pick: RulePick, data: MarketData, cfg: Config, device: torch.device) -> RuleActions:
+    """The rule's action for observed portfolios, masks and bars (rows of ``data``, the env's) of any leading
+    shape: a function of the observation alone, so the update reads it from the stored rollout, whichever path
+    collected it. A gated rule follows its rule where its gate is open at the observed bar, and keeps only its
+    shares where it is shut."""
+    gated = pick.rule if isinstance(pick.rule, GatedRule) else GatedRule(pick.rule, ALWAYS)
+    switch = [gated.rule, FixedRule(gated.rule.stock, None)]  # 0: the rule; 1: its shares alone
+    follow = follow_rules(switch, ActionSpace.from_config(cfg.market), cfg.env.max_positions, device)
+    always = gated.gate == ALWAYS  # no gate to read: the env's bars need not be the picking data's
+    shut = None if always else torch.as_tensor(~gate_series(data, cfg.market)[gated.gate].reshape(-1),
+                                               dtype=torch.long, device=device)
 
-    def act(portfolio: Tensor, mask: Tensor) -> Tensor:
+    def act(portfolio: Tensor, mask: Tensor, row: Tensor) -> Tensor:
         flat = SimpleNamespace(portfolio=portfolio.reshape(-1, portfolio.shape[-1]),
                                mask=mask.reshape(-1, mask.shape[-1]))
-        chosen = follow(flat, torch.zeros(flat.mask.shape[0], dtype=torch.long, device=mask.device))
+        which = torch.zeros_like(row.reshape(-1)) if shut is None else shut[row.reshape(-1)]
+        chosen = follow(flat, which)
         return chosen.view(mask.shape[:-1])
     return act
 
@@ -98,7 +112,7 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
     history = []
     for rollout in range(t.prior_rollouts):
         obs, lstm_state = collect(model, env, storage, obs, lstm_state, precision, p, None,
-                                  act=lambda o: act(o.portfolio, o.mask))
+                                  act=lambda o: act(o.portfolio, o.mask, o.row))
         env.take_episode_sums()  # the rule's episodes are not the agent's: the training log starts after cloning
         with torch.no_grad():
             logits, _ = _sequence_forward(model, env.market_windows, storage, torch.arange(env.num_envs), precision)
@@ -131,10 +145,12 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
 class RulePrior:
     """The rule a run starts from, and its penalty in every update (``train.prior_kl``)."""
 
-    def __init__(self, data: MarketData, cfg: Config, device: torch.device):
+    def __init__(self, data: MarketData, cfg: Config, device: torch.device, env_data: MarketData | None = None):
+        """``data``: where the rule is picked (the real training years); ``env_data``: the training env's bars, when
+        they are more (``data.augment``), which a gate is read on."""
         self.cfg = cfg
         self.pick = pick_prior(data, cfg, device)  # the same on every rank and on a resume: a pure function of data
-        self.act = rule_actions(self.pick, cfg, device)
+        self.act = rule_actions(self.pick, data if env_data is None else env_data, cfg, device)
 
     def describe(self) -> str:
         return (f"prior: {self.pick.name}, the best {self.pick.metric} ({self.pick.score:.3f}) of {self.pick.tried} "
@@ -155,5 +171,6 @@ class RulePrior:
         weight."""
         coef = prior_coef(self.cfg, env_steps, planned_steps)
         storage.prior_coef.fill_(coef)
-        storage.prior_actions.copy_(self.act(storage.portfolio, storage.mask))  # its -log pi is logged either way
+        # its -log pi is logged either way
+        storage.prior_actions.copy_(self.act(storage.portfolio, storage.mask, storage.rows))
         return coef

@@ -1,6 +1,6 @@
 """Does the trainer find an edge that exists? Seeded agents trained on the planted-edge market, each walked on its
 test years beside the oracle, ``best_rule`` and ``best_conditional_rule`` (scripts/studies/learning_certificate.py
-writes the rows; docs/ENVIRONMENT.md, "The planted-edge market").
+writes the rows; docs/PLANTED.md).
 
 Per run: the agent's test Sharpe over the T-bill, the share of the oracle's edge over best_rule it captures,
 ``(agent - best_rule) / (oracle - best_rule)``, and whether its greedy walk is a fixed rule: the rule (of the 147
@@ -23,7 +23,7 @@ import torch
 from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.conditional import LABEL as CONDITIONAL
 from clstm_ppo.backtest.conditional import conditional_policy, pick_conditional_rule
-from clstm_ppo.backtest.oracle import oracle_policy
+from clstm_ppo.backtest.oracle import RICH, oracle_policy, true_premium
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
@@ -32,6 +32,7 @@ from clstm_ppo.backtest.walk import walk, walk_together
 from clstm_ppo.config import WITHOUT_RULE_PRIOR, Config, PlantedConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import ActionSpace, Observation
+from clstm_ppo.pretraining.rule_prior import pick_prior
 from clstm_ppo.studies.agent_actions import closest_rule
 from clstm_ppo.studies.seeded_runs import run_record, train_to_budget
 
@@ -43,7 +44,9 @@ DEFAULT_SWING = PlantedConfig().premium_swing
 # it is the rule, however it was reached.
 FIXED_RULE_CORR = 0.95
 TOP_ACTIONS = 3
-KEY = ("strength", "market_seed", "arm", "steps", "seed")  # what makes a row; a row already kept is not run again
+# What makes a row; a row already kept is not run again. ``variant`` names the extra settings a row was trained
+# with (one name per --set list, "" for none), so a tried fix is its own cell and its own run folder.
+KEY = ("strength", "market_seed", "arm", "steps", "seed", "variant")
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,11 @@ class Cell:
     arm: str
     steps: int
     seed: int
+    variant: str = ""
 
     def key(self) -> tuple[str, ...]:
-        return tuple(str(v) for v in (self.strength, self.market_seed, self.arm, self.steps, self.seed))
+        return tuple(str(v) for v in (self.strength, self.market_seed, self.arm, self.steps, self.seed,
+                                      self.variant))
 
     def market_sets(self) -> list[str]:
         return [f"data.planted.premium_swing={self.strength * DEFAULT_SWING:g}",
@@ -67,18 +72,18 @@ class Cell:
         return out / f"market{self.market_seed}-swing{self.strength:g}"
 
     def name(self) -> str:
-        return f"{self.arm}-{self.steps}-seed{self.seed}"
+        return f"{self.arm}{'-' + self.variant if self.variant else ''}-{self.steps}-seed{self.seed}"
 
 
 def cells(strengths: list[float], market_seeds: list[int], arms: list[str], budgets: list[int],
-          seeds: list[int]) -> Iterator[Cell]:
+          seeds: list[int], variant: str = "") -> Iterator[Cell]:
     """Every cell, seeds innermost: a study stopped early has each setting's first seeds."""
     for strength in strengths:
         for market_seed in market_seeds:
             for arm in arms:
                 for steps in budgets:
                     for seed in seeds:
-                        yield Cell(strength, market_seed, arm, steps, seed)
+                        yield Cell(strength, market_seed, arm, steps, seed, variant)
 
 
 def kept_keys(rows: Path) -> set[tuple[str, ...]]:
@@ -86,7 +91,8 @@ def kept_keys(rows: Path) -> set[tuple[str, ...]]:
     if not rows.exists():
         return set()
     with rows.open(newline="") as f:
-        return {tuple(str(float(r[k])) if k == "strength" else r[k] for k in KEY) for r in csv.DictReader(f)}
+        return {tuple(str(float(r[k])) if k == "strength" else r.get(k, "") for k in KEY)
+                for r in csv.DictReader(f)}
 
 
 def benchmarks(data: MarketData, cfg: Config, device: torch.device | str) -> dict[str, Any]:
@@ -114,16 +120,25 @@ def sharpe(result: WalkResult) -> float:
 
 def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device | str) -> tuple[WalkResult, dict]:
     """The agent's greedy walk of the test years, and what it chose: its most frequent actions with their shares,
-    and the median probability it gave the action it took (near 1: a sure policy; near 1/actions: a coin)."""
+    the median probability it gave the action it took (near 1: a sure policy; near 1/actions: a coin), and
+    ``sell_timing``: whether it sells options while the hidden premium is rich."""
     actions = ActionSpace.from_config(cfg.market)
     choices: list[torch.Tensor] = []
     p_chosen: list[torch.Tensor] = []
+    rows: list[torch.Tensor] = []
+    p_sell: list[torch.Tensor] = []
+    sells = torch.arange(2 * actions.grid_size + 1, 4 * actions.grid_size + 1, device=device)
 
     def act(obs: Observation, state: Any) -> tuple[torch.Tensor, Any]:
         logits, state = agent_logits(model, obs, state)
         choice = logits.argmax(-1)
+        probs = torch.softmax(logits.float(), -1)
         choices.append(choice)
-        p_chosen.append(torch.softmax(logits.float(), -1).gather(-1, choice.unsqueeze(-1)).squeeze(-1))
+        p_chosen.append(probs.gather(-1, choice.unsqueeze(-1)).squeeze(-1))
+        rows.append(obs.row.clone())
+        # a sale's probability among the orders the mask allows now: full slots say nothing about timing
+        allowed = obs.mask[:, sells]
+        p_sell.append(torch.where(allowed.any(-1), (probs[:, sells] * allowed).sum(-1), torch.nan))
         return choice, state
 
     with torch.no_grad():
@@ -131,7 +146,19 @@ def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device 
     chosen = Counter(torch.cat(choices).tolist())
     total = sum(chosen.values())
     mix = ", ".join(f"{actions.describe(a)} {n / total:.0%}" for a, n in chosen.most_common(TOP_ACTIONS))
-    return result, {"top_actions": mix, "p_chosen": float(torch.cat(p_chosen).median())}
+    timing = sell_timing(torch.cat(rows).cpu().numpy(), torch.cat(p_sell).cpu().numpy(), data, cfg)
+    return result, {"top_actions": mix, "p_chosen": float(torch.cat(p_chosen).median()), **timing}
+
+
+def sell_timing(rows: np.ndarray, p_sell: np.ndarray, data: MarketData, cfg: Config) -> dict[str, float]:
+    """The policy's mean probability of selling an option (where a sale is allowed) on the bars whose hidden
+    premium is rich and on the others, and their difference: the oracle's is 1 (it always sells while rich and
+    never otherwise), a policy blind to the state's 0, whatever its Sharpe."""
+    rich = true_premium(data, cfg).reshape(-1)[rows] > RICH
+    known = ~np.isnan(p_sell)
+    on, off = p_sell[known & rich], p_sell[known & ~rich]
+    mean = lambda x: float(x.mean()) if len(x) else float("nan")  # noqa: E731
+    return {"p_sell_rich": mean(on), "p_sell_not_rich": mean(off), "sell_timing": mean(on) - mean(off)}
 
 
 def capture(agent: float, best_rule: float, oracle: float) -> float:
@@ -156,7 +183,7 @@ def measure(run: Path, marks: dict[str, Any] | None, device: torch.device | str)
     result, chose = greedy_walk(model, data, cfg, device)
     agent = sharpe(result)
     named = {**marks["family"], "oracle": marks["oracle"], f"{CONDITIONAL}: {marks['best_conditional_rule']}":
-             marks["conditional_walk"]}
+             marks["conditional_walk"], **prior_walk(data, cfg, device, marks)}
     rule, corr = closest_rule(result, named)
     s = marks["sharpe"]
     row = {"agent_test_sharpe": agent, "best_rule_test_sharpe": s["best_rule"], "oracle_test_sharpe": s["oracle"],
@@ -173,16 +200,31 @@ def measure(run: Path, marks: dict[str, Any] | None, device: torch.device | str)
     return row, marks
 
 
+def prior_walk(data: MarketData, cfg: Config, device: torch.device | str, marks: dict[str, Any]) -> dict:
+    """A conditional prior's test walk, keyed by its name (once per market, kept in ``marks``): the gated rule a
+    run cloned is no rule of the unconditional family, and an agent that walks it is walking a rule. Nothing for
+    an unconditional prior (its rule is in the family) or a run without one."""
+    t = cfg.train
+    if not (t.pretraining and t.pretrain_method == "rule" and t.prior_rules == "conditional"):
+        return {}
+    if "prior" not in marks:
+        pick = pick_prior(data, cfg, device)
+        walked = walk_together({"prior": conditional_policy(pick, data, cfg, device)}, data, "test", cfg, device)
+        marks["prior"] = {f"prior: {pick.name}": walked["prior"]}
+    return marks["prior"]
+
+
 def run_cell(cell: Cell, out: Path, threads: int | None, sets: list[str], marks: dict[str, Any] | None,
              device: torch.device | str = "cpu") -> tuple[dict[str, Any], dict]:
     """Train ``cell`` to its budget (resumably) under ``out`` and measure it; its row and its market's marks."""
     run_sets = [*ARMS[cell.arm], *cell.market_sets(), *sets,
                 *([f"train.threads_per_worker={threads}"] if threads else [])]
-    train_to_budget(None, "planted", cell.seed, cell.steps, cell.folder(out), cell.name(), run_sets)
+    train_to_budget("planted", "planted", cell.seed, cell.steps, cell.folder(out), cell.name(), run_sets)
     run = cell.folder(out) / cell.name()
     row, marks = measure(run, marks, device)
     record = run_record(run)
     head = {"strength": cell.strength, "premium_swing": cell.strength * DEFAULT_SWING,
-            "market_seed": cell.market_seed, "arm": cell.arm, "steps": cell.steps, "seed": cell.seed}
+            "market_seed": cell.market_seed, "arm": cell.arm, "variant": cell.variant, "steps": cell.steps,
+            "seed": cell.seed}
     return head | row | {k: record[k] for k in ("val_composite", "best_update", "train_min")} | {
         "sets": " ".join(sets)}, marks

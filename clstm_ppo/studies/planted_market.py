@@ -1,5 +1,5 @@
 """The planted market's known answer, walked: the oracle against every unconditional fixed rule and the conditional
-rules (scripts/studies/planted_market.py writes the rows; docs/ENVIRONMENT.md, "The planted-edge market").
+rules (scripts/studies/planted_market.py writes the rows; docs/PLANTED.md).
 
 Every policy walks the same validation and test years of one planted market through the backtest's env, costs
 on. ``best_rule`` and ``best_conditional_rule`` are picked on the validation years, as evaluate picks them; the
@@ -28,7 +28,7 @@ KEYS = ("sharpe_excess", "annual_return", "annual_vol", "max_drawdown", "trades"
 
 def planted_config(overrides: Sequence[str] = ()) -> Config:
     """The default run's settings on the planted market, with ``overrides`` (key=value) on top."""
-    return load_config(None, ["data.source=planted", *overrides])
+    return load_config("planted", list(overrides))
 
 
 def _row(policy: str, kind: str, walks: dict, split_names: dict[str, str]) -> dict:

@@ -102,7 +102,7 @@ class Trainer:
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
         # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
         starts_from_rule = t.pretraining and t.pretrain_method == "rule" and not resume
-        self.prior = RulePrior(self.data, cfg, device) if starts_from_rule or t.prior_kl > 0 else None
+        self.prior = RulePrior(self.data, cfg, device, env_data) if starts_from_rule or t.prior_kl > 0 else None
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
         self.update, self.global_step, self.episodes = 0, 0, 0

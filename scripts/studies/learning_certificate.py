@@ -3,7 +3,8 @@ years (validated on 5) and walked on its 40 test years beside the oracle, best_r
 
     python scripts/studies/learning_certificate.py [--arms default scratch] [--seeds 0 1 2 ...]
         [--budgets 200000 5000000] [--strengths 0 0.5 1 2] [--market-seeds 0] [--threads 1]
-        [--set KEY=VALUE ...] [--out checkpoints/certificate] [--rows docs/data/planted/certificate.csv] [--json]
+        [--set KEY=VALUE ... --variant NAME] [--out checkpoints/certificate]
+        [--rows docs/data/planted/certificate.csv] [--json]
 
 Arms: ``default`` is the agent ``make run`` trains (the default config, rule prior on); ``scratch`` starts from
 nothing (train.pretraining=false, train.prior_kl=0). ``--strengths`` multiplies data.planted.premium_swing's
@@ -27,8 +28,8 @@ from clstm_ppo.data.errors import DataError
 from clstm_ppo.studies.learning_certificate import ARMS, cells, kept_keys, run_cell
 from clstm_ppo.tables import append_rows, print_table, provenance
 
-SHOWN = ("strength", "arm", "steps", "seed", "agent_test_sharpe", "best_rule_test_sharpe", "oracle_test_sharpe",
-         "capture", "closest_rule", "closest_corr", "p_chosen")
+SHOWN = ("strength", "arm", "variant", "steps", "seed", "agent_test_sharpe", "best_rule_test_sharpe",
+         "oracle_test_sharpe", "capture", "sell_timing", "closest_rule", "closest_corr", "p_chosen")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,17 +44,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="train.threads_per_worker (0: the trainer's choice)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting on top of every run's (repeatable)")
+    parser.add_argument("--variant", default="",
+                        help="a name for the --set settings (a fix tried): its runs get their own folders and rows")
     parser.add_argument("--out", type=Path, default=Path("checkpoints/certificate"))
     parser.add_argument("--rows", type=Path, default=Path("docs/data/planted/certificate.csv"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if any(s < 0 for s in args.strengths) or any(b <= 0 for b in args.budgets) or args.threads < 0:
         parser.error("--strengths must be >= 0, --budgets > 0 and --threads >= 0")
+    if bool(args.overrides) != bool(args.variant) or not all(c.isalnum() or c in "_." for c in args.variant):
+        parser.error("--set needs --variant NAME (letters, digits, '_' or '.'), and --variant needs --set: the "
+                     "name keeps runs of other settings apart")
     torch.set_num_threads(max(args.threads, 1))
     kept, rows, marks = kept_keys(args.rows), [], {}
     try:
-        load_config(None, ["data.source=planted", *args.overrides])  # a bad --set fails here, before any training
-        for cell in cells(args.strengths, args.market_seeds, args.arms, args.budgets, args.seeds):
+        load_config("planted", args.overrides)  # a bad --set fails here, before any training
+        for cell in cells(args.strengths, args.market_seeds, args.arms, args.budgets, args.seeds,
+                          args.variant):
             if cell.key() in kept:
                 print(f"{cell.folder(args.out).name}/{cell.name()}: kept in {args.rows}, skipped")
                 continue
