@@ -173,3 +173,26 @@ def test_pretraining_fits_the_current_bar_projection_of_a_kind_without_lstm_1(tm
     assert run_cli(train_main, args) == 0
     rows = (tmp_path / "synthetic-smoke" / "pretrain_loss.csv").read_text().splitlines()[1:]
     assert len(rows) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_initial_hold_sets_the_untrained_policys_hold_probability_and_zero_keeps_the_old_init(kind):
+    """agent.initial_hold: the untrained policy holds with that probability on any input, the other actions sharing
+    the rest evenly; at 0 (the default) the weights are the ones every earlier run started from, bit for bit."""
+    n_actions, features, portfolio = 9, 5, 4
+    windows, port = torch.randn(3, 4, 6, features), torch.randn(3, 4, portfolio)
+    mask, starts = torch.ones(3, 4, n_actions, dtype=torch.bool), torch.zeros(3, 4, dtype=torch.bool)
+    for hold in (0.5, 0.9):
+        torch.manual_seed(0)
+        model = CascadedActorCritic(features, portfolio, n_actions, AgentConfig(**SIZES, kind=kind,
+                                                                                initial_hold=hold))
+        probs = torch.softmax(model(windows, port, mask, starts, model.initial_state(4, "cpu"))[0], -1)
+        assert torch.allclose(probs[..., 0], torch.tensor(hold), atol=0.02)  # the actor's weights start at gain 0.01
+        others = probs[..., 1:]
+        assert torch.allclose(others, others.mean(-1, keepdim=True), rtol=0.2)
+    states = []
+    for config in (AgentConfig(**SIZES, kind=kind), AgentConfig(**SIZES, kind=kind, initial_hold=0.0)):
+        torch.manual_seed(0)
+        states.append(CascadedActorCritic(features, portfolio, n_actions, config).state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert float(states[0]["actor.bias"].abs().max()) == 0.0

@@ -158,3 +158,13 @@ def test_at_no_premium_the_planted_configs_chain_is_fair_and_the_sp500_surface_i
     assert skewed[(0.95, False)][0] < -0.2 and skewed[(1.05, True)][0] > 0.3
     rich = _buyer_edges(load_config("planted", []).market, 0.3)[(0.95, False)]  # a state 30% rich
     assert rich[0] < -0.4  # the 0.95 put's buyer pays (its seller earns) most of the markup's price impact
+
+
+def test_the_planted_market_on_another_surface_says_so_in_one_line(capsys):
+    assert run_cli(data_main, ["--data", "planted", "--set", "data.planted.years=4", "--set",
+                               "data.planted.train_years=1", "--set", "data.planted.val_years=1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "planted market is priced" in line]
+    assert len(lines) == 1 and "--config planted" in lines[0] and "market.iv_skew" in lines[0]
+    assert run_cli(data_main, ["--config", "planted", "--set", "data.planted.years=4", "--set",
+                               "data.planted.train_years=1", "--set", "data.planted.val_years=1"]) == 0
+    assert "planted market is priced" not in capsys.readouterr().out

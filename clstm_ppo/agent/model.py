@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from clstm_ppo.config import AgentConfig
+from clstm_ppo.env.actions import HOLD
 
 KINDS = ("clstm", "lstm", "mlp")  # agent.kind
 MASKED_LOGIT = -1e9  # finite, so entropy of a masked categorical stays 0 * (-1e9) = 0, never NaN
@@ -134,6 +136,9 @@ class CascadedActorCritic(nn.Module):
                 else:
                     nn.init.orthogonal_(param, 1.0)
         self.actor = _init(nn.Linear(width, n_actions), 0.01)  # near-uniform first policy
+        if cfg.initial_hold > 1.0 / n_actions:  # hold's logit so far above the others' 0 that softmax gives it this
+            with torch.no_grad():
+                self.actor.bias[HOLD] = math.log(cfg.initial_hold * (n_actions - 1) / (1.0 - cfg.initial_hold))
         self.critic = _init(nn.Linear(width, 1), 1.0)
         self.hidden_size = 0 if self.lstm2 is None else width  # the carried state's width: none without LSTM 2
         self.lstm_float32 = False

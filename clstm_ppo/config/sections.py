@@ -241,6 +241,11 @@ class AgentConfig(Section):
     kind: str = setting("clstm", "clstm: LSTM 1 + MLP over the window, then LSTM 2; lstm: the current bar "
                                  "(projected to mlp_hidden) straight to LSTM 2; mlp: the current bar through two "
                                  "tanh layers lstm2_hidden wide, no recurrence", choices=("clstm", "lstm", "mlp"))
+    # A near-uniform first policy opens a random option on most bars, and bought options (premium = a share of
+    # equity) swing equity by far more than any planted edge: the untrained agent's returns bury the signal.
+    initial_hold: float = setting(0.0, "the untrained policy's probability of hold (0: uniform over the actions, "
+                                       "as CleanRL's); e.g. 0.9 explores by trading on one bar in ten",
+                                  limits="[0, 1)")
 
 
 @dataclass

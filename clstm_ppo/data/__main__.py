@@ -7,6 +7,7 @@ import sys
 from clstm_ppo.cli import add_config_arguments, config_from_args, run_cli
 from clstm_ppo.config import MarketConfig
 from clstm_ppo.data.dataset import SPLITS, MarketData
+from clstm_ppo.data.planted import planted_surface_notice
 from clstm_ppo.data.stale import market_stale_opens
 from clstm_ppo.env.tradability import untradable_notice
 from clstm_ppo.market.inputs import market_inputs
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     data = observed_market_data(cfg)  # the features the agent observes, the option market's included
     print(summary(data, cfg.market))
     notice = untradable_notice(data, SPLITS, cfg.market, cfg.env)
+    if notice:
+        print(notice)
+    notice = planted_surface_notice(cfg)
     if notice:
         print(notice)
     return 0

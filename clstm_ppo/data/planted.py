@@ -23,7 +23,7 @@ import pandas as pd
 from pandas.tseries.holiday import USFederalHolidayCalendar
 from pandas.tseries.offsets import CustomBusinessDay
 
-from clstm_ppo.config import ConfigError, PlantedConfig
+from clstm_ppo.config import Config, ConfigError, PlantedConfig, load_config
 
 BARS_PER_YEAR = 252
 OPTION_BARS = 21  # the exchange days of a 30-calendar-day option: the horizon the forecast (and the iv) quotes
@@ -153,3 +153,21 @@ def planted_state(cfg: PlantedConfig, dates: pd.DatetimeIndex) -> pd.DataFrame:
         raise ValueError(f"{missing[0].date()} is not a bar of the planted market of these settings; give the "
                          "dates of a dataset built from the same data.planted settings")
     return frame.loc[dates, ["premium", "forecast_vol"]]
+
+
+# The market settings the planted config prices the chain with: a flat surface at the iv column, no dividend.
+FAIR_SURFACE = ("atm_per_iv", "iv_skew", "iv_call_skew", "iv_smile", "dividend_yield")
+
+
+def planted_surface_notice(cfg: Config) -> str | None:
+    """One line when ``cfg`` walks the planted market on another surface than the planted config's, whose chain
+    is then not fair with nothing planted (docs/PLANTED.md); None otherwise."""
+    if cfg.data.source != "planted":
+        return None
+    fair = load_config("planted", []).market
+    differ = [k for k in FAIR_SURFACE if getattr(cfg.market, k) != getattr(fair, k)]
+    if not differ:
+        return None
+    return (f"warning: the planted market is priced here with market.{', market.'.join(differ)} unlike its own "
+            "config's flat surface, so some strikes pay a buyer or a seller before any premium is planted; "
+            "train and walk it with --config planted")

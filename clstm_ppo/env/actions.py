@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from clstm_ppo.config import MarketConfig
 
+HOLD = 0  # the first action of every action space
+
 
 @dataclass(frozen=True)
 class ActionSpace:
@@ -38,7 +40,7 @@ class ActionSpace:
 
     @property
     def hold(self) -> int:
-        return 0
+        return HOLD
 
     @property
     def first_stock(self) -> int:

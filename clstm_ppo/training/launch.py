@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import Config, ConfigError, load_config, to_dict
+from clstm_ppo.data.planted import planted_surface_notice
 from clstm_ppo.device import (
     check_compile_toolchain,
     configure_backends,
@@ -242,6 +243,9 @@ def train_run(config: str | None = None, overrides: Sequence[str] = (), *, setti
     data = observed_market_data(cfg)  # bad data fails here, in one line, before any worker starts
     if is_first:  # an account that cannot hold what the agent may order says so once (docs/MARKET.md, "Sizing")
         notice = untradable_notice(data, ("train", "validation"), cfg.market, cfg.env)
+        if notice:
+            print(notice)
+        notice = planted_surface_notice(cfg)
         if notice:
             print(notice)
     if cfg.train.compile:
