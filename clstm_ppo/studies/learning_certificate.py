@@ -127,7 +127,9 @@ def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device 
     p_chosen: list[torch.Tensor] = []
     rows: list[torch.Tensor] = []
     p_sell: list[torch.Tensor] = []
-    sells = torch.arange(2 * actions.grid_size + 1, 4 * actions.grid_size + 1, device=device)
+    grid = [(m, e) for e in range(len(actions.expiries_days)) for m in range(len(actions.moneyness))]
+    sales = [actions.sell(c, m, e) for c in (True, False) for m, e in grid] if actions.allow_short else []
+    sells = torch.tensor(sales, dtype=torch.long, device=device)  # none without short options: nothing to time
 
     def act(obs: Observation, state: Any) -> tuple[torch.Tensor, Any]:
         logits, state = agent_logits(model, obs, state)
