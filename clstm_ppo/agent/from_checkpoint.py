@@ -13,6 +13,7 @@ from clstm_ppo.config import Config, ConfigError, first_line, load_config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
+from clstm_ppo.env.scaled import agent_choices
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.training.checkpoint import CheckpointError
 from clstm_ppo.training.run_folder import without_saved_outputs
@@ -21,8 +22,8 @@ from clstm_ppo.training.run_state import RunState, load_checkpoint
 
 def model_from_checkpoint(state: RunState, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
     """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an older one's as clstm)."""
-    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
-                                ActionSpace.from_config(cfg.market).n, cfg.agent).to(device)
+    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), agent_choices(cfg.agent, cfg.market),
+                                cfg.agent).to(device)
     try:
         model.load_state_dict(state.model)
     except RuntimeError as err:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.from_checkpoint import checkpoint_config, model_from_checkpoint
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition
@@ -82,7 +83,8 @@ def next_decisions(checkpoint: str | Path, data: str, overrides: Sequence[str] =
     if book and n > 1:
         raise ConfigError(f"--positions describes one account: pick its underlying with --set data.symbols=[NAME] "
                           f"(the data holds {', '.join(market.symbols)})")
-    env = BatchedOptionsEnv(market, "test", cfg.market, cfg.env, n, autoreset=False)  # the last split ends the data
+    env = BatchedOptionsEnv(market, "test", cfg.market, cfg.env, n, autoreset=False,  # the last split ends the data
+                            scaled=scaled_rule(cfg, market, "cpu"))
     obs = env.reset(starts=torch.full((n,), env.split_end - 1))
     if book:
         try:

@@ -23,6 +23,7 @@ from clstm_ppo.backtest.policies import agent_policy, cash_policy, long_straddle
 from clstm_ppo.backtest.report import across_checkpoints, report_dict, underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import RulePick, pick_rule, rules_policy
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.stitch import stitch
 from clstm_ppo.backtest.walk import buy_and_hold, walk, walk_together
 from clstm_ppo.config import Config, ConfigError, to_dict
@@ -73,7 +74,8 @@ def walk_agents(names: list[str], agents: Sequence[Agent], data: MarketData, spl
     for name, (agent_cfg, agent_data, model) in zip(names, agents, strict=True):
         market = agent_data if data is None else data
         policy, state = agent_policy(model, len(market.symbols), device)
-        results[name] = walk(name, policy, state, market, split, agent_cfg, device)
+        results[name] = walk(name, policy, state, market, split, agent_cfg, device,
+                             scaled_rule(agent_cfg, market, device))
     if ensemble:
         cfg, own, _ = agents[0]  # check_members made every member's walk this one
         results[ENSEMBLE] = walk_ensemble([model for _, _, model in agents], own if data is None else data, split,

@@ -11,6 +11,7 @@ import torch
 from clstm_ppo.agent.model import CascadedActorCritic
 from clstm_ppo.backtest.policies import ensemble_policy
 from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import walk
 from clstm_ppo.config import Config, ConfigError, walk_rules
 from clstm_ppo.data.dataset import SPLITS, MarketData
@@ -82,4 +83,4 @@ def walk_ensemble(models: list[CascadedActorCritic], data: MarketData, split: st
                   device: torch.device) -> WalkResult:
     """The ensemble's one walk over ``split``: every underlying at once, each member called once a bar."""
     policy, state = ensemble_policy(models, len(data.symbols), device)
-    return walk(ENSEMBLE, policy, state, data, split, cfg, device)
+    return walk(ENSEMBLE, policy, state, data, split, cfg, device, scaled_rule(cfg, data, device))

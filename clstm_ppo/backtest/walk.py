@@ -17,6 +17,7 @@ from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.stale import market_stale_opens
 from clstm_ppo.env import BatchedOptionsEnv, Observation
+from clstm_ppo.env.scaled import ScaledRule
 from clstm_ppo.market import COST_KINDS
 from clstm_ppo.market.volatility import DAYS_PER_YEAR
 from clstm_ppo.metrics import composite_score, max_drawdown, sharpe, sortino
@@ -25,28 +26,29 @@ Policy = Callable[[Observation, object], tuple[torch.Tensor, object]]
 
 
 def walk_env(data: MarketData, split: str, cfg: Config, device: torch.device | str,
-             walks: int = 1) -> BatchedOptionsEnv:
+             walks: int = 1, scaled: ScaledRule | None = None) -> BatchedOptionsEnv:
     """The env of ``walks`` walks: one copy per underlying each, to the split's end, no ruin, no auto-reset, in
-    float64 (a few copies cost nothing to keep exact, and float32 cents on $1M would blur a day's interest)."""
+    float64 (a few copies cost nothing to keep exact, and float32 cents on $1M would blur a day's interest).
+    ``scaled``: a ``scale`` agent's rule (``backtest.scaled_rules.scaled_rule``), whose multiples its copies take."""
     env_cfg = dataclasses.replace(cfg.env, episode_length=0, ruin_fraction=0.0, dtype="float64")
     return BatchedOptionsEnv(data, split, cfg.market, env_cfg, walks * len(data.symbols), device=device,
-                             seed=cfg.seed, autoreset=False)
+                             seed=cfg.seed, autoreset=False, scaled=scaled)
 
 
 @torch.no_grad()
 def walk(name: str, policy: Policy, state: object, data: MarketData, split: str, cfg: Config,
-         device: torch.device | str) -> WalkResult:
+         device: torch.device | str, scaled: ScaledRule | None = None) -> WalkResult:
     """Walk ``policy`` (and its carried ``state``) over ``split``; copy s trades underlying s.
 
     Every copy ends at the split's last bar, unless its equity falls below zero (possible with shorts): that
     account stops there, and its equity stays at its last value for the rest of the walk.
     """
-    return walk_together({name: (policy, state)}, data, split, cfg, device)[name]
+    return walk_together({name: (policy, state)}, data, split, cfg, device, scaled)[name]
 
 
 @torch.no_grad()
 def walk_together(policies: dict[str, tuple[Policy, object]], data: MarketData, split: str, cfg: Config,
-                  device: torch.device | str) -> dict[str, WalkResult]:
+                  device: torch.device | str, scaled: ScaledRule | None = None) -> dict[str, WalkResult]:
     """Walk several policies over ``split`` in one env, each as ``walk`` walks it alone: the p-th policy trades
     copies p*S..p*S+S-1 (copy i on underlying i mod S). A walk's env draws nothing (its starts are given) and
     no copy reads another, so each result is the one a walk alone gives (a test checks it bit for bit), at one
@@ -60,16 +62,16 @@ def walk_together(policies: dict[str, tuple[Policy, object]], data: MarketData, 
             actions.append(action)
         return torch.cat(actions), states
     states = {name: state for name, (_, state) in policies.items()}
-    return walk_batched(list(policies), every_policy, states, data, split, cfg, device)
+    return walk_batched(list(policies), every_policy, states, data, split, cfg, device, scaled)
 
 
 @torch.no_grad()
 def walk_batched(names: list[str], policy: Policy, state: object, data: MarketData, split: str, cfg: Config,
-                 device: torch.device | str) -> dict[str, WalkResult]:
+                 device: torch.device | str, scaled: ScaledRule | None = None) -> dict[str, WalkResult]:
     """Walk one policy that acts for ``len(names)`` walks at once (copies p*S..p*S+S-1 are walk ``names[p]``)
     over ``split``: a family of rules as one vectorised policy, without a Python call per rule a bar."""
     n_symbols = len(data.symbols)
-    env = walk_env(data, split, cfg, device, walks=len(names))
+    env = walk_env(data, split, cfg, device, walks=len(names), scaled=scaled)
     obs = env.reset(starts=torch.full((env.num_envs,), env.first_bar, dtype=torch.long))
     ends: dict[int, tuple[dict, int]] = {}  # copy -> (its episode statistics, their row)
     while len(ends) < env.num_envs:

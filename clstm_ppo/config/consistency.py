@@ -46,6 +46,11 @@ def check_values(cfg: Any) -> None:
         (t.prior_kl > 0 and not (t.pretraining and t.pretrain_method == "rule"),
          f"train.prior_kl ({t.prior_kl}) keeps the policy near the rule it was cloned from: set train.pretraining "
          "true and train.pretrain_method rule (or prior_kl 0)"),
+        (cfg.agent.actions == "scale" and 1.0 not in cfg.agent.scale_multiples,
+         f"agent.scale_multiples {cfg.agent.scale_multiples} must hold 1 (the rule as it is, the only choice where "
+         "the rule places nothing), e.g. [0, 0.5, 1, 1.5]"),
+        (len(set(cfg.agent.scale_multiples)) != len(cfg.agent.scale_multiples),
+         f"agent.scale_multiples repeat a value: {cfg.agent.scale_multiples}"),
         (len(p.adam_betas) != 2, f"ppo.adam_betas needs two entries (beta1, beta2), got {p.adam_betas}"),
         (t.num_envs % p.num_minibatches != 0,
          f"train.num_envs ({t.num_envs}) must be a multiple of ppo.num_minibatches ({p.num_minibatches}): "

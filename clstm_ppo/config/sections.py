@@ -246,6 +246,18 @@ class AgentConfig(Section):
     initial_hold: float = setting(0.0, "the untrained policy's probability of hold (0: uniform over the actions, "
                                        "as CleanRL's); e.g. 0.9 explores by trading on one bar in ten",
                                   limits="[0, 1)")
+    # Timing and sizing one exposure is where the literature's gains over fixed option-selling rules came from;
+    # choosing among 31 orders at every bar buries that decision (docs/ENVIRONMENT.md, "Scaling a rule").
+    actions: str = setting("contracts", "what the agent chooses at each bar: contracts (an order of the chain, a "
+                                        "stock target, a close) or scale (a multiple of one fixed rule's order, "
+                                        "agent.scale_multiples of agent.scale_rule)", choices=("contracts", "scale"))
+    scale_multiples: list[float] = setting([0.0, 0.5, 1.0, 1.5], "agent.actions scale: the multiples of the rule's "
+                                                                 "order the agent chooses among; 1 (the rule as it "
+                                                                 "is) among them", limits="[0, 10]")
+    scale_rule: str = setting("", "agent.actions scale: the rule, in the words evaluate prints for best_rule or "
+                                  "best_conditional_rule (e.g. 'sell put 0.95 x 30d, every free slot'); empty: the "
+                                  "best of train.prior_rules' family on the training years, written here when the "
+                                  "run starts")
 
 
 @dataclass

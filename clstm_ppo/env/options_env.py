@@ -26,21 +26,26 @@ from clstm_ppo.env.accounting import cash_room, free_cover, mark_to_market
 from clstm_ppo.env.episodes import episode_records, take_finished
 from clstm_ppo.env.observation import BookedPosition, Observation, StepResult, portfolio_features
 from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.scaled import ScaleChoices, ScaledRule
 from clstm_ppo.env.state import SPEC_FIELDS, STATE_FIELDS, EnvSpec, EnvState, empty_state, flat_row, make_spec
 
 
 class BatchedOptionsEnv:
     def __init__(self, data: MarketData, split: str, market: MarketConfig, cfg: EnvConfig, num_envs: int,
                  device: torch.device | str = "cpu", seed: int = 0, autoreset: bool = True, records: bool = True,
-                 compile: str = "off", cuda_graphs: bool = False, symbol_weights: list[float] | None = None):
+                 compile: str = "off", cuda_graphs: bool = False, symbol_weights: list[float] | None = None,
+                 scaled: ScaledRule | None = None):
+        """``scaled``: the copies take a ``scale`` agent's multiples of this rule's orders (``env/scaled.py``);
+        ``actions`` is then what the agent chooses among, and ``spec.actions`` the chain the rule orders from."""
         self.market_windows = MarketWindows(data, split, device)  # checks the split's name first
         self.device = torch.device(device)
         self.compiled = compile == "on" or (compile == "auto" and self.device.type == "cuda")
         # Eager on a CPU a host sync is free: closes then price only the copies that close (``orders``).
         gather = not self.compiled and self.device.type == "cpu"
         self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather,
-                              symbol_weights)
-        self.dtype, self.market_cfg, self.cfg, self.actions = self.spec.dtype, market, cfg, self.spec.actions
+                              symbol_weights, scaled)
+        self.dtype, self.market_cfg, self.cfg = self.spec.dtype, market, cfg
+        self.actions = self.spec.actions if scaled is None else ScaleChoices(scaled)
         if cfg.max_order_notional > 0 and market.sizing == "whole":  # a cap below one whole contract leaves a
             # stock-only agent: say so, not silently (fractional orders fit under any cap)
             one = float(np.min(data.bars["close"][:, self.spec.first_bar:self.spec.split_end])) * market.multiplier

@@ -99,16 +99,19 @@ def _close_fills(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_ro
 
 
 def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, turbulent: Tensor,
-                 fill_row: Tensor) -> None:
+                 fill_row: Tensor, size: Tensor | None = None) -> None:
     """Bring the underlying to the chosen share of equity (at t's close) at ``fill_row``'s fill price, in
     whole or fractional shares (``market.sizing``), buying only with the cash room; close-all sells every share.
-    Never short: a negative equity targets none. A fractional change under the dust limit is no trade."""
+    Never short: a negative equity targets none. A fractional change under the dust limit is no trade.
+    ``size`` (N,): each target times this multiple (``agent.actions: scale``)."""
     a, costs = spec.actions, spec.market.costs
     if not a.stock_targets:
         return
     dtype = spec.dtype
     pick = (action - a.first_stock).clamp(0, len(a.stock_targets) - 1)
     targets = spec.stock_targets.index_select(0, pick)
+    if size is not None:
+        targets = targets * size
     choosing = (action >= a.first_stock) & (action < a.close_all)
     price = at_rows(spec.quotes.fill_px, fill_row)
     wanted = (units(spec, targets * s.equity.clamp_min(0) / price) * as_float(choosing, dtype)  # others keep theirs
@@ -127,11 +130,13 @@ def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, 
     s.shares = s.shares + change
 
 
-def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fill_bar: Tensor) -> None:
+def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fill_bar: Tensor,
+                size: Tensor | None = None) -> None:
     """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free slot:
     bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin; with
     ``env.max_order_notional``, at most that multiple of equity in notional at the fill's spot. Whole contracts
-    (floored, at least one) or fractional ones (``market.sizing``; at least the dust limit)."""
+    (floored, at least one) or fractional ones (``market.sizing``; at least the dust limit). ``size`` (N,): each
+    order that multiple of its position_frac and of the covered calls it may sell (``agent.actions: scale``)."""
     cfg, costs, mult, grid = spec.cfg, spec.market.costs, spec.market.multiplier, spec.actions.grid_size
     ordering = (action >= 1) & (action <= spec.actions.option_orders)
     order = (action - 1).clamp(0, spec.actions.option_orders - 1)
@@ -156,7 +161,10 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
     # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
     covered = free_cover(spec, s) * as_float(selling & is_call, spec.dtype)
-    by_equity = units(spec, cfg.position_frac * s.equity / per_unit)
+    budget = cfg.position_frac * s.equity
+    if size is not None:  # more than the shares held can cover is a naked sale, sized by position_frac alone
+        budget, covered = budget * size, covered * size.clamp(max=1.0)
+    by_equity = units(spec, budget / per_unit)
     spot_notional = (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)  # one contract's
     if cfg.max_order_notional > 0:  # a setting, not a tensor: no branch in the compiled graph
         by_equity = torch.minimum(by_equity, units(spec, cfg.max_order_notional * s.equity / spot_notional))

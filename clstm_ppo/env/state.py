@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +28,9 @@ from clstm_ppo.env.actions import ActionSpace
 from clstm_ppo.env.draws import copy_keys
 from clstm_ppo.env.quotes import Quotes, build_quotes
 from clstm_ppo.market import COST_KINDS
+
+if TYPE_CHECKING:  # scaled.py reads the observation's features, which read this module
+    from clstm_ppo.env.scaled import ScaledRule
 
 # Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered;
 # option_pnl is closed and settled options' own P&L, every cost included (the underlying's P&L is not in it).
@@ -61,6 +65,12 @@ class EnvSpec:
     staggered: bool  # first episodes get random lengths (``step.stagger``)
     symbol_cdf: Tensor | None  # (S,) float64 cumulative chance of each underlying at a random start; None: uniform
     gather_closes: bool  # price only the closing copies (a host sync): eager on a CPU only (``orders.close_options``)
+    scaled: ScaledRule | None = None  # agent.actions scale: the rule whose orders the action multiplies (``scaled.py``)
+
+    @property
+    def choices(self) -> int:
+        """How many actions the agent chooses among: the chain's, or the rule's multiples."""
+        return self.actions.n if self.scaled is None else len(self.scaled.multiples)
 
     def episode_end(self, start: Tensor) -> Tensor:
         """The last bar of a full-length episode begun at ``start``: ``env.episode_length`` bars on, capped at
@@ -83,9 +93,10 @@ SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(EnvSpec))
 
 def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cfg: EnvConfig, num_envs: int,
               device: torch.device, autoreset: bool, gather_closes: bool,
-              symbol_weights: list[float] | None = None) -> EnvSpec:
+              symbol_weights: list[float] | None = None, scaled: ScaledRule | None = None) -> EnvSpec:
     """The spec of ``num_envs`` copies on ``windows``' split of ``data``; ``symbol_weights`` (one per underlying,
-    any positive scale) weight the underlyings a random start draws, uniform without them."""
+    any positive scale) weight the underlyings a random start draws, uniform without them; ``scaled``: the rule a
+    ``scale`` agent multiplies (its gate read by ``data``'s flat rows)."""
     if cfg.dtype not in CHOICES["env.dtype"]:
         raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
     dtype = getattr(torch, cfg.dtype)
@@ -109,6 +120,7 @@ def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cf
         # predict) is stepped episode by episode.
         staggered=cfg.stagger_starts and autoreset and num_envs > 1, gather_closes=gather_closes,
         symbol_cdf=None if symbol_weights is None else symbol_cdf(symbol_weights, windows.n_symbols, device),
+        scaled=scaled,
     )
 
 
@@ -153,7 +165,7 @@ class EnvState:
     greeks: Tensor  # (4, N) net delta, gamma, vega, theta in $ terms
     costs_paid: Tensor  # (K, N) this episode's costs by kind
     stats: dict[str, Tensor]  # STAT_NAMES -> (N,) this episode's sums
-    mask: Tensor  # (N, A) bool: the actions valid at t, judged at t's close
+    mask: Tensor  # (N, A) bool: the actions valid at t, judged at t's close (A: ``EnvSpec.choices``)
     key: Tensor  # (N,) long: each copy's random stream (``draws.py``)
     draws: Tensor  # (N,) long: how many episode starts each copy has drawn
     finished: Tensor  # (len(EPISODE_SUMS), N) float64: sums over finished full-length episodes, unread
@@ -188,7 +200,7 @@ def empty_state(spec: EnvSpec, seed: int) -> EnvState:
         strike=torch.ones(p, n, dtype=dtype, device=device), expiry_bar=zeros(p, n), expiry_time=zeros(p, n),
         contracts=zeros(p, n), entry_cost=zeros(p, n), mark=zeros(p, n), greeks=zeros(4, n),
         costs_paid=zeros(len(COST_KINDS), n), stats={k: zeros(n) for k in STAT_NAMES},
-        mask=zeros(n, spec.actions.n, kind=flag), key=copy_keys(seed, n, device), draws=zeros(n, kind=long),
+        mask=zeros(n, spec.choices, kind=flag), key=copy_keys(seed, n, device), draws=zeros(n, kind=long),
         finished=zeros(len(EPISODE_SUMS), n, kind=torch.float64),
         sharpe_moments=zeros(2 if spec.cfg.reward == "dsr" else 0, n),
     )

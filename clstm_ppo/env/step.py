@@ -26,6 +26,7 @@ from clstm_ppo.env.episodes import add_finished
 from clstm_ppo.env.observation import portfolio_features, valid_actions
 from clstm_ppo.env.orders import close_options, open_option, slots_to_close, trade_shares
 from clstm_ppo.env.quotes import at_rows
+from clstm_ppo.env.scaled import choice_mask, multiples_of, rule_orders
 from clstm_ppo.env.sharpe import dsr_reward, prior_variance
 from clstm_ppo.env.state import EnvSpec, EnvState, flat_row
 from clstm_ppo.market.flags import as_float
@@ -78,7 +79,12 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     cfg, q = spec.cfg, spec.quotes
     valid = s.mask.gather(1, action.unsqueeze(-1)).squeeze(-1)
     s.stats["invalid"] = s.stats["invalid"] + ~valid
-    action = action * valid  # a masked action is never executed: it becomes hold (0)
+    size = None
+    if spec.scaled is None:
+        action = action * valid  # a masked action is never executed: it becomes hold (0)
+    else:  # the rule's order at t's close, placed at the chosen multiple (a masked choice places nothing)
+        size = multiples_of(spec.scaled, action, spec.dtype) * as_float(valid, spec.dtype)
+        action = scaled_orders(spec, s) * (size > 0)
     prev_equity = s.equity
     now, t_next = flat_row(spec, s), s.t + 1
     prev_close = at_rows(q.close_px, now)
@@ -93,8 +99,9 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     close_options(spec, s, slots_to_close(spec, s, action, margin_call, nxt), now, nxt)
     # 2. The underlying to its target (all of it out on close-all; turbulence only stops it growing), then an
     # option order.
-    trade_shares(spec, s, action, action == spec.actions.close_all, spec.turbulent_bar.index_select(0, s.t), nxt)
-    open_option(spec, s, action, nxt, t_next)
+    trade_shares(spec, s, action, action == spec.actions.close_all, spec.turbulent_bar.index_select(0, s.t), nxt,
+                 size)
+    open_option(spec, s, action, nxt, t_next, size)
     # 3. At t+1's close: what expires on this trading date settles at intrinsic, the rest is marked at mid.
     spot_close = at_rows(q.close_px, nxt)
     settle_expiries(spec, s, spot_close, t_next)
@@ -131,9 +138,19 @@ def index_return(spec: EnvSpec, sym: Tensor, bar: Tensor, close: Tensor, next_cl
 
 
 def observe(spec: EnvSpec, s: EnvState) -> EnvState:
-    """``s`` with the action mask judged at its bar's close (what the next step checks actions against)."""
-    s.mask = valid_actions(spec, s)
+    """``s`` with the action mask judged at its bar's close (what the next step checks actions against): the
+    chain's actions, or under ``agent.actions: scale`` the multiples the rule's order allows."""
+    if spec.scaled is None:
+        s.mask = valid_actions(spec, s)
+    else:
+        s.mask = choice_mask(spec.scaled, scaled_orders(spec, s), spec.actions.hold)
     return s
+
+
+def scaled_orders(spec: EnvSpec, s: EnvState) -> Tensor:
+    """(N,) the chain action ``spec.scaled``'s rule takes at each copy's bar, judged at its close."""
+    return rule_orders(spec.scaled, spec.actions, spec.cfg.max_positions, valid_actions(spec, s),
+                       portfolio_features(spec, s), flat_row(spec, s))
 
 
 # ---------------------------------------------------------------------------------------------- episode starts

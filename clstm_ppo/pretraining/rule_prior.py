@@ -15,6 +15,7 @@ years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from types import SimpleNamespace
 
 import torch
@@ -30,6 +31,7 @@ from clstm_ppo.backtest.rules import FixedRule, GatedRule, RulePick, follow_rule
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import ActionSpace, BatchedOptionsEnv, Observation
+from clstm_ppo.env.scaled import ScaledRule
 
 PRIOR_SPLIT = "train"
 PRIOR_METRIC = "sharpe_excess"  # what the policy is judged by
@@ -64,6 +66,11 @@ def rule_actions(pick: RulePick, data: MarketData, cfg: Config, device: torch.de
         chosen = follow(flat, which)
         return chosen.view(mask.shape[:-1])
     return act
+
+
+def one_times(one: int, portfolio: Tensor, mask: Tensor, row: Tensor) -> Tensor:  # noqa: ARG001
+    """A ``scale`` agent's prior at every decision: 1x, the index ``one`` (``RuleActions``' signature)."""
+    return torch.full(mask.shape[:-1], one, dtype=torch.long, device=mask.device)
 
 
 def prior_coef(cfg: Config, env_steps: int, planned_steps: int) -> float:
@@ -145,14 +152,22 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
 class RulePrior:
     """The rule a run starts from, and its penalty in every update (``train.prior_kl``)."""
 
-    def __init__(self, data: MarketData, cfg: Config, device: torch.device, env_data: MarketData | None = None):
+    def __init__(self, data: MarketData, cfg: Config, device: torch.device, env_data: MarketData | None = None,
+                 scaled: ScaledRule | None = None):
         """``data``: where the rule is picked (the real training years); ``env_data``: the training env's bars, when
-        they are more (``data.augment``), which a gate is read on."""
-        self.cfg = cfg
+        they are more (``data.augment``), which a gate is read on. ``scaled``: a ``scale`` agent's rule, whose 1x
+        is the prior (the rule as it is, at every decision), picked when the run started."""
+        self.cfg, self.scaled = cfg, scaled
+        if scaled is not None:
+            self.pick = None
+            self.act = partial(one_times, scaled.one)
+            return
         self.pick = pick_prior(data, cfg, device)  # the same on every rank and on a resume: a pure function of data
         self.act = rule_actions(self.pick, data if env_data is None else env_data, cfg, device)
 
     def describe(self) -> str:
+        if self.scaled is not None:
+            return f"prior: 1x {self.scaled.name} (agent.actions scale: the rule as it is)"
         return (f"prior: {self.pick.name}, the best {self.pick.metric} ({self.pick.score:.3f}) of {self.pick.tried} "
                 f"fixed rules on {self.pick.split} {self.pick.walked}")
 

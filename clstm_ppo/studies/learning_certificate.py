@@ -28,10 +28,12 @@ from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import PICK_SPLIT, pick_from_walks, rule_family, walk_family
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import walk, walk_together
 from clstm_ppo.config import WITHOUT_RULE_PRIOR, Config, PlantedConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import ActionSpace, Observation
+from clstm_ppo.env.scaled import ScaleChoices
 from clstm_ppo.pretraining.rule_prior import pick_prior
 from clstm_ppo.studies.agent_actions import closest_rule
 from clstm_ppo.studies.seeded_runs import run_record, train_to_budget
@@ -121,15 +123,20 @@ def sharpe(result: WalkResult) -> float:
 def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device | str) -> tuple[WalkResult, dict]:
     """The agent's greedy walk of the test years, and what it chose: its most frequent actions with their shares,
     the median probability it gave the action it took (near 1: a sure policy; near 1/actions: a coin), and
-    ``sell_timing``: whether it sells options while the hidden premium is rich."""
-    actions = ActionSpace.from_config(cfg.market)
+    ``sell_timing``: whether it sells options while the hidden premium is rich. A ``scale`` agent's "sale" is its
+    expected multiple of the rule's order, where the rule places one (so the oracle's timing is 1 in both modes)."""
+    scaled = scaled_rule(cfg, data, device)
+    actions = ActionSpace.from_config(cfg.market) if scaled is None else ScaleChoices(scaled)
     choices: list[torch.Tensor] = []
     p_chosen: list[torch.Tensor] = []
     rows: list[torch.Tensor] = []
     p_sell: list[torch.Tensor] = []
-    grid = [(m, e) for e in range(len(actions.expiries_days)) for m in range(len(actions.moneyness))]
-    sales = [actions.sell(c, m, e) for c in (True, False) for m, e in grid] if actions.allow_short else []
-    sells = torch.tensor(sales, dtype=torch.long, device=device)  # none without short options: nothing to time
+    if scaled is None:
+        grid = [(m, e) for e in range(len(actions.expiries_days)) for m in range(len(actions.moneyness))]
+        sales = [actions.sell(c, m, e) for c in (True, False) for m, e in grid] if actions.allow_short else []
+        sells = torch.tensor(sales, dtype=torch.long, device=device)  # none without short options: nothing to time
+    else:
+        multiples = torch.tensor(scaled.multiples, device=device)
 
     def act(obs: Observation, state: Any) -> tuple[torch.Tensor, Any]:
         logits, state = agent_logits(model, obs, state)
@@ -138,13 +145,17 @@ def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device 
         choices.append(choice)
         p_chosen.append(probs.gather(-1, choice.unsqueeze(-1)).squeeze(-1))
         rows.append(obs.row.clone())
+        if scaled is not None:  # where the rule orders (the choice is free), the multiple the policy expects
+            p_sell.append(torch.where(obs.mask.sum(-1) > 1, (probs * multiples).sum(-1), torch.nan))
+            return choice, state
         # a sale's probability among the orders the mask allows now: full slots say nothing about timing
         allowed = obs.mask[:, sells]
         p_sell.append(torch.where(allowed.any(-1), (probs[:, sells] * allowed).sum(-1), torch.nan))
         return choice, state
 
     with torch.no_grad():
-        result = walk("agent", act, model.initial_state(len(data.symbols), device), data, "test", cfg, device)
+        result = walk("agent", act, model.initial_state(len(data.symbols), device), data, "test", cfg, device,
+                      scaled)
     chosen = Counter(torch.cat(choices).tolist())
     total = sum(chosen.values())
     mix = ", ".join(f"{actions.describe(a)} {n / total:.0%}" for a, n in chosen.most_common(TOP_ACTIONS))
@@ -207,7 +218,8 @@ def prior_walk(data: MarketData, cfg: Config, device: torch.device | str, marks:
     run cloned is no rule of the unconditional family, and an agent that walks it is walking a rule. Nothing for
     an unconditional prior (its rule is in the family) or a run without one."""
     t = cfg.train
-    if not (t.pretraining and t.pretrain_method == "rule" and t.prior_rules == "conditional"):
+    starts_from_rule = (t.pretraining and t.pretrain_method == "rule") or cfg.agent.actions == "scale"
+    if not (starts_from_rule and t.prior_rules == "conditional"):
         return {}
     if "prior" not in marks:
         pick = pick_prior(data, cfg, device)

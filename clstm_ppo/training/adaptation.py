@@ -27,12 +27,14 @@ from clstm_ppo.agent.optimizer_step import make_adam
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import buy_and_hold, walk
 from clstm_ppo.config import Config, ConfigError
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import configure_backends, pick_device
-from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
+from clstm_ppo.env import PORTFOLIO_FEATURES
+from clstm_ppo.env.scaled import agent_choices
 from clstm_ppo.market.observed import observed_feature_names, observed_market_data
 from clstm_ppo.training.checkpoint import has_run
 from clstm_ppo.training.run_state import RunState, load_checkpoint
@@ -61,7 +63,7 @@ def fresh_start(cfg: Config, state: RunState) -> RunState:
     """A new agent of the checkpoint's settings, initialised as the trainer would, and a fresh Adam."""
     torch.manual_seed(cfg.seed)
     model = CascadedActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
-                                ActionSpace.from_config(cfg.market).n, cfg.agent)
+                                agent_choices(cfg.agent, cfg.market), cfg.agent)
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo)
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 
@@ -138,7 +140,8 @@ def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str
         agent_cfg, agent_data, model = (load_agent(checkpoint, data, list(overrides), picked)
                                         if name == "zero_shot" else load_agent(str(runs[name]), None, [], picked))
         policy, carried = agent_policy(model, len(agent_data.symbols), picked)
-        results[name] = walk(name, policy, carried, agent_data, split, agent_cfg, picked)
+        results[name] = walk(name, policy, carried, agent_data, split, agent_cfg, picked,
+                             scaled_rule(agent_cfg, agent_data, picked))
         walked = walked or (agent_data, agent_cfg)
     results["buy_and_hold"] = buy_and_hold(walked[0], split, walked[1])
     report = {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}

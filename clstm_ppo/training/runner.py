@@ -25,6 +25,7 @@ from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
 from clstm_ppo.backtest.policies import agent_policy
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import selection_metrics, walk
 from clstm_ppo.config import Config, check_values, first_line, save_config, to_dict
 from clstm_ppo.data.normalize import Normalizer
@@ -33,7 +34,7 @@ from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.pretraining.encoder import pretrain
-from clstm_ppo.pretraining.rule_prior import RulePrior
+from clstm_ppo.pretraining.rule_prior import RulePrior, pick_prior
 from clstm_ppo.training import rank_state as ranks
 from clstm_ppo.training.checkpoint import CheckpointError, CheckpointManager
 from clstm_ppo.training.monitor import ResourceMonitor
@@ -68,10 +69,16 @@ class Trainer:
             from clstm_ppo.scenarios.augment import augmented_data  # the generators load only when asked
 
             env_data, weights = augmented_data(self.data, cfg)
+        if cfg.agent.actions == "scale" and not cfg.agent.scale_rule:  # the training years' best, kept in the run's
+            cfg.agent.scale_rule = pick_prior(self.data, cfg, device).name  # settings for evaluate and a resume
+        # agent.actions scale: the copies take multiples of this rule's orders, its gate read on the env's bars; the
+        # validation walks read it on the real ones.
+        scaled = scaled_rule(cfg, env_data, device)
+        self.walk_scaled = scaled_rule(cfg, self.data, device)
         self.env = BatchedOptionsEnv(env_data, "train", cfg.market, cfg.env, t.num_envs, device=device,
                                      seed=seeds.env, records=False,
                                      compile="on" if plan.env_step == "compiled" else "off",
-                                     cuda_graphs=plan.rollout_graphs, symbol_weights=weights)
+                                     cuda_graphs=plan.rollout_graphs, symbol_weights=weights, scaled=scaled)
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
@@ -90,6 +97,8 @@ class Trainer:
         self.precision = Precision(device, t.precision)
         self.model.run_lstms_in_float32(self.precision.lstms_in_float32)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
+        if scaled is not None:  # the logged prior_nll reads -log pi(1x), the rule as it is, with or without a prior
+            self.storage.prior_actions.fill_(scaled.one)
         # The parts the plan names: the whole decision (policy, draw, env, storage write) as one graph, and the
         # update's minibatch loss in fixed shapes, whose gradients are averaged without DDP's forward.
         self.fused = FusedRollout(self.model, self.env, self.storage, self.precision, plan.rollout_graphs) \
@@ -102,7 +111,8 @@ class Trainer:
         self.minibatch_generator = torch.Generator().manual_seed(seeds.minibatches)
         # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
         starts_from_rule = t.pretraining and t.pretrain_method == "rule" and not resume
-        self.prior = RulePrior(self.data, cfg, device, env_data) if starts_from_rule or t.prior_kl > 0 else None
+        self.prior = RulePrior(self.data, cfg, device, env_data, scaled) if starts_from_rule or t.prior_kl > 0 \
+            else None
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
         self.update, self.global_step, self.episodes = 0, 0, 0
@@ -292,7 +302,8 @@ class Trainer:
         update's next checkpoint (``improved``)."""
         self.model.eval()
         policy, state = agent_policy(self.model, len(self.data.symbols), self.device)
-        metrics = selection_metrics(walk("agent", policy, state, self.data, "validation", self.cfg, self.device))
+        metrics = selection_metrics(walk("agent", policy, state, self.data, "validation", self.cfg, self.device,
+                                         self.walk_scaled))
         self.model.train()
         self.improved = tuple(dict.fromkeys((*self.improved, *self.selection.record(metrics))))
         return metrics

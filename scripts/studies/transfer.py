@@ -14,7 +14,8 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.studies.transfer import transfer_rows
 from clstm_ppo.tables import append_rows, print_table, strict_json
 
-SHOWN = ("underlying", "trades", "sharpe_excess", "buy_and_hold", "best_rule")
+SHOWN = ("underlying", "trades", "sharpe_excess", "buy_and_hold", "best_rule", "same_actions",
+         "max_daily_return_diff")
 
 
 def main(argv: list[str] | None = None) -> int:
