@@ -91,3 +91,29 @@ def transfer_rows(checkpoint: str, split: str = "test", device: str = "auto",
                 "date": where["date"],
             })
     return rows
+
+
+def transfer_table(rows: list[dict[str, Any]]) -> str:
+    """BACKTEST's "Another underlying" table from transfer rows: the S&P 500 at each price multiple, one line, and
+    the Dow stocks summarised (medians and ranges, how many the agent leads buy-and-hold on)."""
+    number = lambda row, key: float(row[key])  # noqa: E731
+    lines = ["| underlying | trades | agent's Sharpe | buy-and-hold | best_rule | the walk at x 1 |",
+             "|---|---|---|---|---|---|"]
+    for row in (r for r in rows if r["source"].startswith("sp500")):
+        same = number(row, "same_actions")
+        walk = "—" if same != same else (f"same action on {same:.0%} of bars, a day's return at most "
+                                         f"{number(row, 'max_daily_return_diff'):.4%} apart")
+        lines.append(f"| {row['underlying']} | {row['trades']} | {number(row, 'sharpe_excess'):.2f} | "
+                     f"{number(row, 'buy_and_hold'):.2f} | {number(row, 'best_rule'):.2f} | {walk} |")
+    dow = [r for r in rows if r["source"] == "dow"]
+    if dow:
+        def spread(key: str) -> str:
+            values = np.array([number(r, key) for r in dow])
+            return f"{np.median(values):.2f} ({values.min():.2f}..{values.max():.2f})"
+        ahead = sum(number(r, "sharpe_excess") > number(r, "buy_and_hold") for r in dow)
+        trades = sorted({int(r["trades"]) for r in dow})
+        counts = str(trades[0]) if len(trades) == 1 else f"{trades[0]}-{trades[-1]}"
+        lines.append(f"| {len(dow)} Dow stocks (median, range) | {counts} | "
+                     f"{spread('sharpe_excess')} | {spread('buy_and_hold')} | {spread('best_rule')} | ahead of "
+                     f"buy-and-hold on {ahead} of {len(dow)} |")
+    return "\n".join(lines)

@@ -2,16 +2,18 @@
 times its prices, beside buy-and-hold and best_rule (Sharpe ratios over the T-bill, the agent's option trades).
 
     python scripts/studies/transfer.py CHECKPOINT [--split test] [--out docs/data/transfer.csv] [--json]
+    python scripts/studies/transfer.py --table [--out docs/data/transfer.csv]     # BACKTEST's table from the rows
 
 Rows are appended to --out with the commit and machine that measured them (docs/BACKTEST.md, "Another underlying").
 """
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 
 from clstm_ppo.cli import run_cli
-from clstm_ppo.studies.transfer import transfer_rows
+from clstm_ppo.studies.transfer import transfer_rows, transfer_table
 from clstm_ppo.tables import append_rows, print_table, strict_json
 
 SHOWN = ("underlying", "trades", "sharpe_excess", "buy_and_hold", "best_rule", "same_actions",
@@ -20,12 +22,20 @@ SHOWN = ("underlying", "trades", "sharpe_excess", "buy_and_hold", "best_rule", "
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a checkpoint trained on the S&P 500 (e.g. RUN/best_composite.pt)")
+    parser.add_argument("checkpoint", nargs="?",
+                        help="a checkpoint trained on the S&P 500 (e.g. RUN/best_composite.pt)")
+    parser.add_argument("--table", action="store_true", help="print BACKTEST's table from the rows in --out instead")
     parser.add_argument("--split", default="test", choices=("validation", "test"), help="the split walked")
     parser.add_argument("--out", type=Path, default=Path("docs/data/transfer.csv"), help="CSV the rows go to")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--json", action="store_true", help="print every row as one JSON object last")
     args = parser.parse_args(argv)
+    if args.table:
+        with args.out.open(newline="") as f:
+            print(transfer_table(list(csv.DictReader(f))))
+        return 0
+    if args.checkpoint is None:
+        parser.error("give a CHECKPOINT to walk, or --table to print the rows' table")
     rows = transfer_rows(args.checkpoint, args.split, args.device)
     append_rows(args.out, rows)
     print_table([{key: row[key] for key in SHOWN} for row in rows], False)
