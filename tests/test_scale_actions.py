@@ -174,7 +174,8 @@ def test_a_scale_agent_trains_from_its_rule_resumes_exactly_evaluates_and_predic
     assert f"prior: 1x {saved['scale_rule']}" in out
     assert train(tmp_path / "b", "--total-steps", str(2 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(4 * batch), "--resume-from", "latest", *common) == 0
-    a, b = load_checkpoint(run / "latest.pt").model, load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt").model
+    a = load_checkpoint(run / "latest.pt").model
+    b = load_checkpoint(tmp_path / "b" / "synthetic-smoke" / "latest.pt").model
     for name in a:
         assert torch.equal(a[name], b[name]), name
     if compile == "on":

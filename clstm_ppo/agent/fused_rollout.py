@@ -59,7 +59,8 @@ def decision(model: nn.Module, spec: EnvSpec, precision: Precision, storage: Rol
     action = sample_actions(logits, uniforms.index_select(0, carry.step)[0])
     out = pure.step(spec, carry.env, action)
     storage.add(carry.step, carry.row, carry.portfolio, carry.env.mask, carry.start, action,
-                action_logprob(logits, action), value, out.reward, out.terminated | out.truncated)
+                action_logprob(logits, action), value, out.reward, out.terminated | out.truncated, out.state.slot_pnl,
+                out.state.slot_opened)
     return Carry(out.state, h.float(), c.float(), out.portfolio, out.row, out.start, carry.step + 1)
 
 

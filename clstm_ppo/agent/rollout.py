@@ -84,7 +84,8 @@ def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, o
         action = sample_actions(logits[0], uniforms[step]) if act is None else act(obs)
         result = env.step(action)
         storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, action_logprob(logits[0], action),
-                    value[0], result.reward, result.terminated | result.truncated)
+                    value[0], result.reward, result.terminated | result.truncated, env.state.slot_pnl,
+                    env.state.slot_opened)
         obs = result.obs
     # Bootstrap from the next observation without advancing the carried state.
     with precision.autocast():

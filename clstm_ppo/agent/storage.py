@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.agent.model import State
+from clstm_ppo.config import Config
 
 
 def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor,
@@ -29,8 +30,42 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
     return advantages, advantages + values
 
 
+def position_credit(rewards: Tensor, slot_pnl: Tensor, opened: Tensor, dones: Tensor, gamma: float,
+                    scale: float) -> Tensor:
+    """Rewards (L, N) with each step's option P&L moved to the step that opened the option (``ppo.credit:
+    position``; docs/TRAINING.md, "Credit").
+
+    ``slot_pnl`` (L, 2, P, N) is each step's P&L per slot in dollars, [0] of the position the slot held before the
+    step's fill and [1] of the one opened at it (``opened`` (L, P, N)); ``scale`` turns dollars into reward. A step
+    keeps its reward less its options' P&L (carry, shares, penalties) and gains, for each option it opened, that
+    option's P&L over the rest of its life within the rollout, discounted by ``gamma`` to the step. An episode's end
+    (``dones``) ends its positions; P&L of options opened before the rollout is nobody's here, and an option still
+    open at its end is credited what it made so far. With every option opened and closed inside the rollout and
+    gamma 1, the rewards' sum is unchanged.
+    """
+    credit = torch.zeros_like(rewards)
+    ahead = torch.zeros_like(slot_pnl[0, 0])  # (P, N) P&L after step t of the position each slot holds then
+    for step in reversed(range(rewards.shape[0])):
+        ahead = ahead * (~dones[step]).to(ahead.dtype).unsqueeze(0)  # the next episode's positions are others
+        fresh = opened[step].to(ahead.dtype)
+        credit[step] = (fresh * (slot_pnl[step, 1] + gamma * ahead)).sum(0)
+        ahead = slot_pnl[step, 0] + gamma * ahead * (1.0 - fresh)  # before the fill the slot held another one
+    return rewards + scale * (credit - slot_pnl.sum((1, 2)))
+
+
+def credit_by_position(cfg: Config) -> dict[str, float]:
+    """``RolloutStorage``'s credit arguments for a run's settings: slots and reward per dollar under ``ppo.credit:
+    position``, none under bar."""
+    if cfg.ppo.credit != "position":
+        return {}
+    return {"slots": cfg.env.max_positions, "credit_scale": cfg.env.reward_scale / cfg.env.initial_cash}
+
+
 class RolloutStorage:
-    def __init__(self, num_steps: int, num_envs: int, portfolio_dim: int, n_actions: int, device: torch.device):
+    def __init__(self, num_steps: int, num_envs: int, portfolio_dim: int, n_actions: int, device: torch.device,
+                 slots: int = 0, credit_scale: float = 0.0):
+        """``slots`` > 0 (env.max_positions), with ``credit_scale`` (reward per dollar): rewards credited by position
+        (``position_credit``), from each step's slot P&L; 0: the env's rewards as they are."""
         def buf(*shape, dtype=torch.float32):
             return torch.zeros(num_steps, num_envs, *shape, dtype=dtype, device=device)
 
@@ -48,14 +83,26 @@ class RolloutStorage:
         self.prior_actions = buf(dtype=torch.long)
         self.prior_coef = torch.zeros((), device=device)
         self.num_steps, self.num_envs = num_steps, num_envs
+        self.credit_scale = credit_scale
+        # ppo.credit position: each step's P&L per slot (L, 2, P, N) and where it opened an option (L, P, N)
+        self.slot_pnl = torch.zeros(num_steps, 2, slots, num_envs, device=device)
+        self.slot_opened = torch.zeros(num_steps, slots, num_envs, dtype=torch.bool, device=device)
+
+    @property
+    def by_position(self) -> bool:
+        """Whether rewards are credited by position (``position_credit``)."""
+        return self.slot_pnl.shape[2] > 0
 
     def add(self, step: int | Tensor, row: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor, action: Tensor,
-            logprob: Tensor, value: Tensor, reward: Tensor, done: Tensor) -> None:
+            logprob: Tensor, value: Tensor, reward: Tensor, done: Tensor, slot_pnl: Tensor | None = None,
+            slot_opened: Tensor | None = None) -> None:
         """Write one decision of every copy at row ``step``: an int, or a (1,) long tensor on the device (a compiled
-        or captured rollout's index, read without a host sync)."""
+        or captured rollout's index, read without a host sync); with position credit, the env state's slot P&L."""
         values = (row, portfolio, mask, start, action, logprob, value, reward, done)
         buffers = (self.rows, self.portfolio, self.mask, self.starts, self.actions, self.logprobs, self.values,
                    self.rewards, self.dones)
+        if self.by_position:
+            values, buffers = (*values, slot_pnl, slot_opened), (*buffers, self.slot_pnl, self.slot_opened)
         if not isinstance(step, Tensor):
             for buffer, value in zip(buffers, values, strict=True):
                 buffer[step] = value
@@ -64,4 +111,7 @@ class RolloutStorage:
             buffer.index_copy_(0, step, value.unsqueeze(0).to(buffer.dtype))
 
     def finish(self, last_value: Tensor, gamma: float, lam: float) -> None:
-        self.advantages, self.returns = compute_gae(self.rewards, self.values, self.dones, last_value, gamma, lam)
+        rewards = self.rewards
+        if self.by_position:
+            rewards = position_credit(rewards, self.slot_pnl, self.slot_opened, self.dones, gamma, self.credit_scale)
+        self.advantages, self.returns = compute_gae(rewards, self.values, self.dones, last_value, gamma, lam)

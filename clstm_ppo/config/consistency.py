@@ -51,6 +51,9 @@ def check_values(cfg: Any) -> None:
          "the rule places nothing), e.g. [0, 0.5, 1, 1.5]"),
         (len(set(cfg.agent.scale_multiples)) != len(cfg.agent.scale_multiples),
          f"agent.scale_multiples repeat a value: {cfg.agent.scale_multiples}"),
+        (p.credit == "position" and cfg.env.reward == "dsr",
+         "ppo.credit position splits a bar's change in equity among the positions that made it; env.reward dsr is no "
+         "sum of such parts: use env.reward equity or excess (or ppo.credit bar)"),
         (len(p.adam_betas) != 2, f"ppo.adam_betas needs two entries (beta1, beta2), got {p.adam_betas}"),
         (t.num_envs % p.num_minibatches != 0,
          f"train.num_envs ({t.num_envs}) must be a multiple of ppo.num_minibatches ({p.num_minibatches}): "

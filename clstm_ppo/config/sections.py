@@ -268,6 +268,12 @@ class PPOConfig(Section):
     num_steps: int = setting(128, "steps per env copy per update", limits=">= 1")
     gamma: float = setting(0.99, "discount per bar", limits="[0, 1]")
     gae_lambda: float = setting(0.95, "GAE's lambda", limits="[0, 1]")
+    # An option opened today pays out over its 30 days while other positions move the same bars' equity: paid per
+    # bar, a decision's reward is buried in every other position's P&L (docs/TRAINING.md, "Credit").
+    credit: str = setting("bar", "what a step's reward holds: bar (the change in equity over the bar) or position "
+                                 "(the bar's change less its options' P&L, plus the whole discounted P&L, within the "
+                                 "rollout, of the option this step opened); env.reward equity or excess",
+                          choices=("bar", "position"))
     clip_coef: float = setting(0.2, "the surrogate's clip range", limits="> 0")
     clip_vloss: bool = setting(False, "clip value steps to +-clip_coef (slows the critic on unnormalised "
                                       "returns)")

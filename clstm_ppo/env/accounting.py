@@ -51,6 +51,9 @@ def book_closes(spec: EnvSpec, s: EnvState, closing: Tensor, cash_in: Tensor, co
     """Settle ``closing`` slots (``cash_in`` is zero elsewhere, negative for a short bought back or settled):
     cash in, P&L net of every cost, slot freed."""
     s.cash = s.cash + cash_in.sum(0)
+    if spec.slot_pnl:  # what the position realised, net of every cost; its last mark was taken off at the step's start
+        realised = (cash_in - s.entry_cost) * as_float(closing, spec.dtype)
+        s.slot_pnl = torch.stack([s.slot_pnl[0] + realised, s.slot_pnl[1]])
     s.stats["closed"] = s.stats["closed"] + closing.sum(0)
     s.stats["wins"] = s.stats["wins"] + (closing & (cash_in > s.entry_cost)).sum(0)
     s.stats["option_pnl"] = s.stats["option_pnl"] + ((cash_in - s.entry_cost) * as_float(closing, spec.dtype)).sum(0)

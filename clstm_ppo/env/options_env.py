@@ -34,16 +34,17 @@ class BatchedOptionsEnv:
     def __init__(self, data: MarketData, split: str, market: MarketConfig, cfg: EnvConfig, num_envs: int,
                  device: torch.device | str = "cpu", seed: int = 0, autoreset: bool = True, records: bool = True,
                  compile: str = "off", cuda_graphs: bool = False, symbol_weights: list[float] | None = None,
-                 scaled: ScaledRule | None = None):
+                 scaled: ScaledRule | None = None, slot_pnl: bool = False):
         """``scaled``: the copies take a ``scale`` agent's multiples of this rule's orders (``env/scaled.py``);
-        ``actions`` is then what the agent chooses among, and ``spec.actions`` the chain the rule orders from."""
+        ``actions`` is then what the agent chooses among, and ``spec.actions`` the chain the rule orders from.
+        ``slot_pnl``: each step also books every slot's P&L (``EnvState.slot_pnl``: ppo.credit position)."""
         self.market_windows = MarketWindows(data, split, device)  # checks the split's name first
         self.device = torch.device(device)
         self.compiled = compile == "on" or (compile == "auto" and self.device.type == "cuda")
         # Eager on a CPU a host sync is free: closes then price only the copies that close (``orders``).
         gather = not self.compiled and self.device.type == "cpu"
         self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather,
-                              symbol_weights, scaled)
+                              symbol_weights, scaled, slot_pnl)
         self.dtype, self.market_cfg, self.cfg = self.spec.dtype, market, cfg
         self.actions = self.spec.actions if scaled is None else ScaleChoices(scaled)
         if cfg.max_order_notional > 0 and market.sizing == "whole":  # a cap below one whole contract leaves a

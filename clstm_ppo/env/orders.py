@@ -184,6 +184,8 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     s.cash = s.cash - paid
     s.costs_paid = s.costs_paid + fill.costs
     _fill_slot(spec, s, slot & go, is_call, selling, contracts, paid, strike, fill_bar * q.expiry_bar.shape[1] + g)
+    if spec.slot_pnl:
+        s.slot_opened = s.slot_opened | (slot & go)
 
 
 def _fill_slot(spec: EnvSpec, s: EnvState, here: Tensor, is_call: Tensor, selling: Tensor, contracts: Tensor,

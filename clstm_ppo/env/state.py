@@ -66,6 +66,7 @@ class EnvSpec:
     symbol_cdf: Tensor | None  # (S,) float64 cumulative chance of each underlying at a random start; None: uniform
     gather_closes: bool  # price only the closing copies (a host sync): eager on a CPU only (``orders.close_options``)
     scaled: ScaledRule | None = None  # agent.actions scale: the rule whose orders the action multiplies (``scaled.py``)
+    slot_pnl: bool = False  # each step also books every slot's P&L (``EnvState.slot_pnl``), for ppo.credit position
 
     @property
     def choices(self) -> int:
@@ -93,10 +94,11 @@ SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(EnvSpec))
 
 def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cfg: EnvConfig, num_envs: int,
               device: torch.device, autoreset: bool, gather_closes: bool,
-              symbol_weights: list[float] | None = None, scaled: ScaledRule | None = None) -> EnvSpec:
+              symbol_weights: list[float] | None = None, scaled: ScaledRule | None = None,
+              slot_pnl: bool = False) -> EnvSpec:
     """The spec of ``num_envs`` copies on ``windows``' split of ``data``; ``symbol_weights`` (one per underlying,
     any positive scale) weight the underlyings a random start draws, uniform without them; ``scaled``: the rule a
-    ``scale`` agent multiplies (its gate read by ``data``'s flat rows)."""
+    ``scale`` agent multiplies (its gate read by ``data``'s flat rows); ``slot_pnl``: book each slot's P&L a step."""
     if cfg.dtype not in CHOICES["env.dtype"]:
         raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
     dtype = getattr(torch, cfg.dtype)
@@ -120,7 +122,7 @@ def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cf
         # predict) is stepped episode by episode.
         staggered=cfg.stagger_starts and autoreset and num_envs > 1, gather_closes=gather_closes,
         symbol_cdf=None if symbol_weights is None else symbol_cdf(symbol_weights, windows.n_symbols, device),
-        scaled=scaled,
+        scaled=scaled, slot_pnl=slot_pnl,
     )
 
 
@@ -172,6 +174,11 @@ class EnvState:
     # (2, N) under env.reward dsr: the moving mean A and second moment B of the bar's return over the T-bill
     # (``sharpe.py``); (0, N) under any other reward, so a state saved before the field existed still fits.
     sharpe_moments: Tensor
+    # With ``EnvSpec.slot_pnl`` (ppo.credit position), the last step's P&L of each slot in dollars: [0] the position
+    # the slot held before the step's fill (its mark's change, or what closing or settling it realised less its last
+    # mark), [1] the position opened into it at the fill (its first mark less what it cost); (2, 0, N) without.
+    slot_pnl: Tensor
+    slot_opened: Tensor  # (P, N) bool: the step's fill opened a position into the slot; (0, N) without
 
     def working_copy(self) -> EnvState:
         """A new state sharing this one's tensors, whose fields a step may rebind (never change in place)."""
@@ -203,6 +210,7 @@ def empty_state(spec: EnvSpec, seed: int) -> EnvState:
         mask=zeros(n, spec.choices, kind=flag), key=copy_keys(seed, n, device), draws=zeros(n, kind=long),
         finished=zeros(len(EPISODE_SUMS), n, kind=torch.float64),
         sharpe_moments=zeros(2 if spec.cfg.reward == "dsr" else 0, n),
+        slot_pnl=zeros(2, p if spec.slot_pnl else 0, n), slot_opened=zeros(p if spec.slot_pnl else 0, n, kind=flag),
     )
 
 

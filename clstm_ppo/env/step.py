@@ -86,6 +86,9 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
         size = multiples_of(spec.scaled, action, spec.dtype) * as_float(valid, spec.dtype)
         action = scaled_orders(spec, s) * (size > 0)
     prev_equity = s.equity
+    if spec.slot_pnl:  # each slot's P&L starts from its position's last mark less its cost (0 where empty)
+        s.slot_pnl = torch.stack([s.entry_cost - s.mark, torch.zeros_like(s.mark)])
+        s.slot_opened = torch.zeros_like(s.active)
     now, t_next = flat_row(spec, s), s.t + 1
     prev_close = at_rows(q.close_px, now)
     nxt = now + 1
@@ -107,6 +110,10 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     settle_expiries(spec, s, spot_close, t_next)
     s.t = t_next
     mark_to_market(spec, s, spot_close, nxt)
+    if spec.slot_pnl:  # a position still open adds its new mark less its cost: to its old owner, or as a new one's
+        now_worth = (s.mark - s.entry_cost) * as_float(s.active, spec.dtype)
+        opened = as_float(s.slot_opened, spec.dtype)
+        s.slot_pnl = torch.stack([s.slot_pnl[0] + now_worth * (1.0 - opened), now_worth * opened])
 
     # 4. Reward, shaping, episode ends.
     if cfg.reward == "dsr":

@@ -24,6 +24,7 @@ from clstm_ppo.agent.optimizer_step import OptimizerStep, fit_saved_state, make_
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
+from clstm_ppo.agent.storage import credit_by_position
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import selection_metrics, walk
@@ -78,7 +79,8 @@ class Trainer:
         self.env = BatchedOptionsEnv(env_data, "train", cfg.market, cfg.env, t.num_envs, device=device,
                                      seed=seeds.env, records=False,
                                      compile="on" if plan.env_step == "compiled" else "off",
-                                     cuda_graphs=plan.rollout_graphs, symbol_weights=weights, scaled=scaled)
+                                     cuda_graphs=plan.rollout_graphs, symbol_weights=weights, scaled=scaled,
+                                     slot_pnl=p.credit == "position")
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
@@ -96,7 +98,8 @@ class Trainer:
         self.planned_updates = max(1, math.ceil(self.planned_steps / self.batch_size))
         self.precision = Precision(device, t.precision)
         self.model.run_lstms_in_float32(self.precision.lstms_in_float32)
-        self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
+        self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device,
+                                      **credit_by_position(cfg))
         if scaled is not None:  # the logged prior_nll reads -log pi(1x), the rule as it is, with or without a prior
             self.storage.prior_actions.fill_(scaled.one)
         # The parts the plan names: the whole decision (policy, draw, env, storage write) as one graph, and the
