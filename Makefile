@@ -6,11 +6,11 @@ RUN_ARGS ?=
 
 .PHONY: run test test-fast test-gpu-torch lint bench clean-venv
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned request would pull a multi-GB CUDA build on a CPU machine.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./lab
 	touch $@
 
 # The default run: the same settings as `clstm-ppo-train` with no flags, from any folder.
@@ -38,7 +38,7 @@ GPU_VENV := .venv-torch$(GPU_TORCH)
 test-gpu-torch:
 	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
 	$(GPU_VENV)/bin/python -m pip install --quiet torch==$(GPU_TORCH)
-	$(GPU_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	$(GPU_VENV)/bin/python -m pip install --quiet -e '.[dev]' -e ./lab
 	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/$(GPU_VENV)/inductor WANDB_MODE=offline $(GPU_VENV)/bin/python -m pytest -q \
 		-p no:cacheprovider -m "not slow" --ignore tests/test_install.py
 

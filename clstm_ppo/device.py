@@ -126,7 +126,7 @@ def check_compile_toolchain(device_kind: str) -> None:
 
 
 # Graphs one compiled function may hold in a process. A study trains runs of several agent kinds, rewards and folds
-# in one process (clstm_ppo/studies/seeded_runs.py), each a new graph; at dynamo's default of 8 the rest would run
+# in one process (lab/clstm_lab/studies/seeded_runs.py), each a new graph; at dynamo's default of 8 the rest would run
 # eagerly.
 RECOMPILE_LIMIT = 64
 

@@ -1,4 +1,4 @@
-"""clstm_ppo/studies/agent_actions.py (scripts/studies/agent_actions.py): a checkpoint's greedy walk described by what
+"""clstm_lab.studies.agent_actions (scripts/studies/agent_actions.py): a checkpoint's greedy walk described by what
 it chose and how sure it was."""
 import subprocess
 import sys
@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import strict_loads
 
+from clstm_lab.studies.agent_actions import action_census, closest_rule
 from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
@@ -16,7 +17,6 @@ from clstm_ppo.backtest.rules import FixedRule, rule_family, rules_policy
 from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.cli import run_cli
 from clstm_ppo.env import ActionSpace
-from clstm_ppo.studies.agent_actions import action_census, closest_rule
 from clstm_ppo.tables import strict_json
 from clstm_ppo.train import main as train_main
 

@@ -1,4 +1,4 @@
-"""clstm_ppo/studies/cost_breakdown.py (scripts/studies/cost_breakdown.py): a grid's trading costs against its losses,
+"""clstm_lab.studies.cost_breakdown (scripts/studies/cost_breakdown.py): a grid's trading costs against its losses,
 from each run's test walk."""
 import json
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import strict_loads
 
-from clstm_ppo.studies.cost_breakdown import GridInputError, cost_breakdown
+from clstm_lab.studies.cost_breakdown import GridInputError, cost_breakdown
 from clstm_ppo.tables import strict_json
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "cost_breakdown.py"

@@ -1,4 +1,4 @@
-"""The GPU check (clstm_ppo/bench/gpu_steps.py, gpu_plan.py; scripts/ops/gpu_check.py) and the GPU-only scripts on a
+"""The GPU check (lab/clstm_lab/bench/gpu_steps.py, gpu_plan.py; scripts/ops/gpu_check.py) and the GPU-only scripts on a
 machine without CUDA: each says so, prints its JSON line, and exits 0."""
 import argparse
 import importlib
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clstm_ppo.bench import gpu_steps
-from clstm_ppo.bench.gpu_plan import PARTS, part_steps
+from clstm_lab.bench import gpu_steps
+from clstm_lab.bench.gpu_plan import PARTS, part_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 

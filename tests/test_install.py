@@ -1,5 +1,5 @@
 """The named configs live once, in the top-level configs/ (clstm_ppo/config/named links to it), and are found by
-name from any folder after a wheel is built and installed."""
+name from any folder after a wheel is built and installed; the wheel holds the trainer and not the lab."""
 import subprocess
 import sys
 import zipfile
@@ -21,8 +21,11 @@ def test_configs_are_one_top_level_copy_that_a_built_wheel_carries(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
                            str(site), str(wheel)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert set(shipped) <= {p.name for p in zipfile.ZipFile(wheel).infolist()
-                                                            for p in [Path(p.filename)]}
+    files = [Path(info.filename) for info in zipfile.ZipFile(wheel).infolist()]
+    assert set(shipped) <= {p.name for p in files}
+    # The wheel is the trainer and its commands: the studies and benchmarks stay in the repository's lab/.
+    assert not [p for p in files if p.parts[0] == "clstm_lab" or p.parts[1:2] in (("studies",), ("bench",))]
+    assert any(p.parts[:2] == ("clstm_ppo", "train.py") for p in files)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     probe = ("import clstm_ppo; from clstm_ppo.config import load_config, named_configs; "

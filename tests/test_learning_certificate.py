@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clstm_ppo.studies.learning_certificate import capture
+from clstm_lab.studies.learning_certificate import capture
 
 
 def test_capture_is_the_share_of_the_oracles_edge():
@@ -41,10 +41,10 @@ def test_the_study_refuses_bad_input_in_one_line_before_training(argv, words, tm
 
 
 def test_sell_timing_is_one_for_the_oracles_choices_and_zero_for_a_policy_blind_to_the_state():
+    from clstm_lab.studies.learning_certificate import sell_timing
     from clstm_ppo.backtest.oracle import true_premium
     from clstm_ppo.config import load_config
     from clstm_ppo.market.observed import observed_market_data
-    from clstm_ppo.studies.learning_certificate import sell_timing
     cfg = load_config("planted", ["data.planted.years=4", "data.planted.train_years=1", "data.planted.val_years=1",
                                   "data.planted.premium_mean=0"])
     data = observed_market_data(cfg)

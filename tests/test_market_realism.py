@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from clstm_lab.studies.held_to_expiry import STRATEGIES, run_strategies, summarize, tercile_cuts
 from clstm_ppo.config import DataConfig, MarketConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.market.inputs import market_inputs
-from clstm_ppo.studies.held_to_expiry import STRATEGIES, run_strategies, summarize, tercile_cuts
 
 SPLITS = ("train", "validation", "test")
 MAX_GAP_POINTS = 15.0  # |model - VIX| mean P&L, in points of premium

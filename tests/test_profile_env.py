@@ -1,4 +1,4 @@
-"""clstm_ppo/bench/env_profile.py (scripts/bench/profile_env.py): operators per env step, and with --sites the
+"""lab/clstm_lab/bench/env_profile.py (scripts/bench/profile_env.py): operators per env step, and with --sites the
 package functions that call them."""
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from conftest import strict_loads
 
-from clstm_ppo.bench.env_profile import SiteCounter
+from clstm_lab.bench.env_profile import SiteCounter
 from clstm_ppo.market.black_scholes import bs_price
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "profile_env.py"

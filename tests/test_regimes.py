@@ -1,4 +1,4 @@
-"""A fixed rule per volatility regime (clstm_ppo/studies/regime_policies.py): regimes cut on training years only, each
+"""A fixed rule per volatility regime (clstm_lab.studies.regime_policies): regimes cut on training years only, each
 regime's Sharpe as plain numpy computes it, and the switching policy acting bar by bar as its regime's rule."""
 import math
 import subprocess
@@ -12,15 +12,7 @@ import torch
 from conftest import strict_loads
 from test_rules import ACTIONS, CFG, RULES, SLOTS, reference_rule, same_walk, sharpe_over_bill
 
-from clstm_ppo.backtest.conditional import switching_policy
-from clstm_ppo.backtest.report import underlying_metrics
-from clstm_ppo.backtest.result import WalkResult
-from clstm_ppo.backtest.rules import pick_rule, rules_policy
-from clstm_ppo.backtest.walk import walk, walk_batched
-from clstm_ppo.config import DataConfig, SyntheticConfig
-from clstm_ppo.data import build_market_data
-from clstm_ppo.data.calendar import detect_clock
-from clstm_ppo.studies.regime_policies import (
+from clstm_lab.studies.regime_policies import (
     MIN_DAYS,
     pick_pair_walked,
     pick_per_regime,
@@ -29,7 +21,15 @@ from clstm_ppo.studies.regime_policies import (
     signal_regimes,
     signal_values,
 )
-from clstm_ppo.studies.regime_rules import fold_configs, regime_study
+from clstm_lab.studies.regime_rules import fold_configs, regime_study
+from clstm_ppo.backtest.conditional import switching_policy
+from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.result import WalkResult
+from clstm_ppo.backtest.rules import pick_rule, rules_policy
+from clstm_ppo.backtest.walk import walk, walk_batched
+from clstm_ppo.config import DataConfig, SyntheticConfig
+from clstm_ppo.data import build_market_data
+from clstm_ppo.data.calendar import detect_clock
 from clstm_ppo.tables import strict_json
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "studies" / "regime_rules.py"

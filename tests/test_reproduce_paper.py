@@ -83,7 +83,7 @@ def test_the_script_reports_walk_forward_folds_with_paired_statistics_in_strict_
     assert dsr["trials"] == 2 and 0.0 <= dsr["deflated_sharpe"] <= 1.0 and dsr["best"] in main
     # The grid's CSV (docs/data/grids/<grid>.csv): every run as the JSON has it, then each benchmark's walk of its
     # fold under each seed of the first configuration, every row saying which grid, commit, machine and command.
-    from clstm_ppo.studies.across_runs import GRID_META, read_grid
+    from clstm_lab.studies.across_runs import GRID_META, read_grid
     rows = read_grid(tmp_path / "grids" / "synthetic.csv")
     runs = [r for r in rows if r["config"] not in ("buy_and_hold", "macd_rule", "best_rule", "putwrite",
                                                    "best_conditional_rule")]
@@ -144,8 +144,8 @@ def write(frame, path: Path) -> str:
 def test_the_grid_pairs_every_two_kinds_run_by_run():
     """gather's kind-against-kind pairs (the script's test above trains one kind): the mean of the per-run
     differences over seeds and folds, from made-up results whose differences are known."""
-    from clstm_ppo.studies.across_runs import METRICS
-    from clstm_ppo.studies.paper_grid import BENCHMARKS, gather
+    from clstm_lab.studies.across_runs import METRICS
+    from clstm_lab.studies.paper_grid import BENCHMARKS, gather
 
     rng = np.random.default_rng(0)
     cells, results = [], []
@@ -168,7 +168,7 @@ def test_the_grid_pairs_every_two_kinds_run_by_run():
 
 
 def test_a_setting_that_names_the_fold_reads_each_cell_s_own():
-    from clstm_ppo.studies.paper_grid import cell_overrides
+    from clstm_lab.studies.paper_grid import cell_overrides
 
     sets = ["data.augment_checkpoint=gens/fold{fold}/wgan_gp.pt", "train.num_envs=8"]
     cell = {"kind": "clstm", "reward": "equity", "window": 30, "seed": 4, "fold": 2}
@@ -179,7 +179,7 @@ def test_a_setting_that_names_the_fold_reads_each_cell_s_own():
 
 def test_a_cell_stopped_before_its_budget_is_not_walked_and_resumes_on_the_next_launch(tmp_path, monkeypatch):
     """SIGTERM makes the trainer return normally at an update boundary: a grid must not record that shorter run."""
-    from clstm_ppo.studies import seeded_runs
+    from clstm_lab.studies import seeded_runs
     from clstm_ppo.training.run_state import RunState, save_checkpoint
 
     launches = []

@@ -1,4 +1,4 @@
-"""docs/RESULTS.md's tables made from the grids' rows (clstm_ppo/studies/results_tables.py), on a fixture grid: the
+"""docs/RESULTS.md's tables made from the grids' rows (lab/clstm_lab/studies/results_tables.py), on a fixture grid: the
 paired differences equal a plain computation, a block's body is made again and nothing else of the doc changes."""
 import shutil
 from pathlib import Path
@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clstm_ppo.backtest.statistics import bootstrap_ci, clustered_bootstrap_ci
-from clstm_ppo.studies.results_tables import (
+from clstm_lab.studies.results_tables import (
     against_benchmarks,
     lever_rows,
     load_grids,
@@ -16,6 +15,7 @@ from clstm_ppo.studies.results_tables import (
     refreshed,
     render,
 )
+from clstm_ppo.backtest.statistics import bootstrap_ci, clustered_bootstrap_ci
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,8 +1,8 @@
-"""The multi-GPU projection (clstm_ppo/studies/scaling.py): the ring all-reduce's arithmetic written out, one GPU
+"""The multi-GPU projection (lab/clstm_lab/studies/scaling.py): the ring all-reduce's arithmetic written out, one GPU
 at efficiency 1, and what the measured parts give at 8 GPUs."""
 import pytest
 
-from clstm_ppo.studies.scaling import LATENCY_S, LINKS_GB_PER_S, all_reduce_s, gradient_bytes, project
+from clstm_lab.studies.scaling import LATENCY_S, LINKS_GB_PER_S, all_reduce_s, gradient_bytes, project
 
 
 def test_a_ring_all_reduce_moves_two_n_minus_one_over_n_of_the_bytes_plus_its_latency():

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from clstm_lab.studies.sharpe_coverage import coverage, paired_returns
 from clstm_ppo.backtest.sharpe_difference import hac_standard_error, sharpe_difference
-from clstm_ppo.studies.sharpe_coverage import coverage, paired_returns
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "studies" / "sharpe_test.py"

@@ -228,7 +228,7 @@ def test_the_update_memory_benchmark_splits_saved_tensors_into_per_decision_and_
     a per-decision activation of 10 floats saved twice (one storage), and a fixed weight of 1,000 floats."""
     from types import SimpleNamespace
 
-    from clstm_ppo.bench.update_paths import saved_memory
+    from clstm_lab.bench.update_paths import saved_memory
     steps, envs = 128, 64
     weight = torch.randn(1000, requires_grad=True)
 

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from clstm_lab.studies.across_runs import display, mean_over_underlyings, summary_rows
 from clstm_ppo.backtest.statistics import (
     bootstrap_ci,
     clustered_bootstrap_ci,
@@ -13,7 +14,6 @@ from clstm_ppo.backtest.statistics import (
     paired_difference,
     probabilistic_sharpe,
 )
-from clstm_ppo.studies.across_runs import display, mean_over_underlyings, summary_rows
 
 
 def test_the_bootstrap_interval_is_numpy_percentiles_of_resampled_means():

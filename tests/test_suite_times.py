@@ -1,4 +1,4 @@
-"""The suite's per-test times as benchmark rows (clstm_ppo/bench/suite_times.py): read from pytest's own JUnit XML,
+"""The suite's per-test times as benchmark rows (lab/clstm_lab/bench/suite_times.py): read from pytest's own JUnit XML,
 the CPU named by the instruction set that decides its speed."""
 import subprocess
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clstm_ppo.bench.suite_times import cpu_label, read_test_times, suite_rows
+from clstm_lab.bench.suite_times import cpu_label, read_test_times, suite_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ import argparse
 
 import torch
 
-from clstm_ppo.bench.train_throughput import SETTINGS, throughput_rows
+from clstm_lab.bench.train_throughput import SETTINGS, throughput_rows
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.tables import print_table
 

@@ -31,7 +31,7 @@ import argparse
 
 import torch
 
-from clstm_ppo.bench.update_paths import CUDA_PATHS, PATHS, SIZES, STEP_CAPTURED, bench_update
+from clstm_lab.bench.update_paths import CUDA_PATHS, PATHS, SIZES, STEP_CAPTURED, bench_update
 from clstm_ppo.device import DEVICE_CHOICES, configure_backends, pick_device
 from clstm_ppo.tables import print_table
 

@@ -21,7 +21,7 @@ import argparse
 
 import torch
 
-from clstm_ppo.bench.env_profile import profile_env_step
+from clstm_lab.bench.env_profile import profile_env_step
 from clstm_ppo.device import DEVICE_CHOICES, pick_device
 from clstm_ppo.tables import print_table
 

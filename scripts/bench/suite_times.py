@@ -15,7 +15,7 @@ import datetime
 import subprocess
 from pathlib import Path
 
-from clstm_ppo.bench.suite_times import cpu_label, read_test_times, suite_rows
+from clstm_lab.bench.suite_times import cpu_label, read_test_times, suite_rows
 from clstm_ppo.cli import run_cli
 from clstm_ppo.tables import format_records, strict_json
 

@@ -1,5 +1,5 @@
 """Nothing lost under chaos: random SIGKILLs of a random rank, resumed each time, against an uninterrupted run;
-and the faults a run must survive with one line and nothing damaged (clstm_ppo/bench/chaos.py says how).
+and the faults a run must survive with one line and nothing damaged (lab/clstm_lab/bench/chaos.py says how).
 
     python scripts/ops/chaos.py [--workers 1 2] [--kills 3] [--updates 24] [--seed 0] [--json]
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from clstm_ppo.bench.chaos import UPDATES, run_chaos
+from clstm_lab.bench.chaos import UPDATES, run_chaos
 from clstm_ppo.tables import print_table
 
 

@@ -27,7 +27,7 @@ temporary folder), and the table says pass or fail, env steps/s and the GPU's pe
 records).
 
 A lent GPU machine gives a session minutes, not hours: ``--deadline S`` is the wall-clock budget of the whole
-check. A step starts only while at least 20 s are left (MIN_START_S in clstm_ppo/bench/gpu_steps.py), and is
+check. A step starts only while at least 20 s are left (MIN_START_S in lab/clstm_lab/bench/gpu_steps.py), and is
 stopped when the budget runs out (or after ``--step-cap S`` seconds, so that a hung compile cannot eat the whole
 budget); steps that did not start are rows marked "not run", so the table says what is still to measure. ``--rows-out``
 appends each row to a JSON-lines file the moment its step ends, so a call killed from outside still leaves every
@@ -44,8 +44,8 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.bench.gpu_plan import PARTS, part_steps
-from clstm_ppo.bench.gpu_steps import Budget, run_steps
+from clstm_lab.bench.gpu_plan import PARTS, part_steps
+from clstm_lab.bench.gpu_steps import Budget, run_steps
 from clstm_ppo.tables import print_table
 
 

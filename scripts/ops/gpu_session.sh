@@ -53,7 +53,7 @@ download() {
 
 prepare() {  # the device machine: carried wheels into /tmp/site, the source tree on the path, what is there
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 WANDB_MODE=disabled
+  export PYTHONPATH="/tmp/site:$PWD:$PWD/lab" PYTHONUNBUFFERED=1 WANDB_MODE=disabled  # the trainer and its lab
   nvidia-smi -L || true
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
   git log --oneline -1 2>/dev/null || true

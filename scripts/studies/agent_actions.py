@@ -27,10 +27,10 @@ import argparse
 
 import torch
 
+from clstm_lab.studies.agent_actions import action_census, table_row
 from clstm_ppo.cli import run_cli
 from clstm_ppo.data.dataset import SPLITS
 from clstm_ppo.device import DEVICE_CHOICES, pick_device
-from clstm_ppo.studies.agent_actions import action_census, table_row
 from clstm_ppo.tables import print_table, strict_json
 
 

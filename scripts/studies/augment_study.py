@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from clstm_lab.studies.seeded_runs import paired_differences, seeded_arm_run
 from clstm_ppo.config import load_config
-from clstm_ppo.studies.seeded_runs import paired_differences, seeded_arm_run
 from clstm_ppo.tables import format_records
 
 ARMS = ("real", "augmented")

@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clstm_ppo.studies.across_runs import read_grid
-from clstm_ppo.studies.grid_pairs import KEY, compare, renamed, with_learning
+from clstm_lab.studies.across_runs import read_grid
+from clstm_lab.studies.grid_pairs import KEY, compare, renamed, with_learning
 from clstm_ppo.tables import format_records, strict_json
 
 

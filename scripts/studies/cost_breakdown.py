@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clstm_ppo.studies.cost_breakdown import GROUPS, PICKS, GridInputError, cost_breakdown
+from clstm_lab.studies.cost_breakdown import GROUPS, PICKS, GridInputError, cost_breakdown
 from clstm_ppo.tables import print_table
 
 

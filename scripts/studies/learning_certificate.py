@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
+from clstm_lab.studies.learning_certificate import ARMS, cells, kept_keys, run_cell
 from clstm_ppo.config import ConfigError, TrainConfig, load_config
 from clstm_ppo.data.errors import DataError
-from clstm_ppo.studies.learning_certificate import ARMS, cells, kept_keys, run_cell
 from clstm_ppo.tables import append_rows, print_table, provenance
 
 SHOWN = ("strength", "arm", "variant", "steps", "seed", "agent_test_sharpe", "best_rule_test_sharpe",

@@ -3,7 +3,7 @@
     python scripts/studies/market_strategies.py [--data sp500] [--json]
 
 Each strategy (ATM call, 1.05 call, ATM put, 0.95 put, ATM straddle; the 30-day expiry) is bought on every
-eligible bar of each split at once through the real env and held to expiry (``clstm_ppo.studies.held_to_expiry``).
+eligible bar of each split at once through the real env and held to expiry (``clstm_lab.studies.held_to_expiry``).
 Rows: strategy x split x source, where ``vix`` prices options with the data's real implied-vol column (the
 embedded S&P 500's VIX) and ``model`` withholds it and uses the fitted EWMA model; a source without an iv
 column has only the model rows. Columns: ``mean%`` (the headline: mean of per-entry P&L % of premium),
@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_lab.studies.held_to_expiry import STRATEGIES, TERCILES, run_strategies, summarize, tercile_cuts
 from clstm_ppo.config import DataConfig, MarketConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.market.inputs import market_inputs
-from clstm_ppo.studies.held_to_expiry import STRATEGIES, TERCILES, run_strategies, summarize, tercile_cuts
 from clstm_ppo.tables import format_records
 
 SOURCES = {"vix": "column", "model": "model"}  # row label -> MarketConfig.iv_source

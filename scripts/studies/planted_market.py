@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
+from clstm_lab.studies.planted_market import planted_study
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.errors import DataError
-from clstm_ppo.studies.planted_market import planted_study
 from clstm_ppo.tables import append_rows, print_table, provenance
 
 SHOWN_RULES = 10

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
+from clstm_lab.studies.seeded_runs import arm_rows, seeded_arm_run
 from clstm_ppo.config import load_config
-from clstm_ppo.studies.seeded_runs import arm_rows, seeded_arm_run
 from clstm_ppo.tables import format_records
 
 # What is compared, with the key each seed's record holds it under.

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 
+from clstm_lab.studies.scaling import LATENCY_S, LINKS_GB_PER_S, gradient_bytes, project
 from clstm_ppo.config import load_config
-from clstm_ppo.studies.scaling import LATENCY_S, LINKS_GB_PER_S, gradient_bytes, project
 from clstm_ppo.tables import print_table, strict_json
 
 

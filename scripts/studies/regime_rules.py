@@ -8,7 +8,7 @@ walk-forward folds.
 For each fold (clstm_ppo/data/folds.py, the market refitted on the fold's training years as reproduce_paper does):
 the 147 rules of best_rule's family are walked over the validation years and best_rule is the best Sharpe over the
 T-bill there. The regime is a signal at a bar's close, cut at its training years' quantiles
-(clstm_ppo/studies/regime_policies.py): the underlying's implied volatility (the VIX, which no agent observes), ``vrp``
+(clstm_lab.studies.regime_policies): the underlying's implied volatility (the VIX, which no agent observes), ``vrp``
 (implied less realized volatility: the premium an option seller is paid), or one of the agents' own market features
 by name (``realized_vol``, ``turbulence``, ``sma_ratio_30``, ``rsi``, ...). ``--pick walked`` (2 regimes): of all
 147 x 147 pairs (rule while low, rule while high), the one whose switching walk over the validation years scores
@@ -27,10 +27,10 @@ import sys
 
 import torch
 
+from clstm_lab.studies.regime_policies import PICK_METRIC, SIGNALS
+from clstm_lab.studies.regime_rules import regime_study
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.errors import DataError
-from clstm_ppo.studies.regime_policies import PICK_METRIC, SIGNALS
-from clstm_ppo.studies.regime_rules import regime_study
 from clstm_ppo.tables import print_table
 
 

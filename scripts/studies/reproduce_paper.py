@@ -38,15 +38,11 @@ from typing import Any
 
 import torch
 
-from clstm_ppo.backtest.calibration import fold_market_settings
-from clstm_ppo.config import ConfigError, load_config
-from clstm_ppo.data import DataError, build_market_data
-from clstm_ppo.data.folds import ANNUAL, folds_of
-from clstm_ppo.studies.across_runs import (
+from clstm_lab.studies.across_runs import (
     display,
     write_grid_csv,
 )
-from clstm_ppo.studies.paper_grid import (
+from clstm_lab.studies.paper_grid import (
     KINDS,
     REWARDS,
     WINDOWS,
@@ -56,6 +52,10 @@ from clstm_ppo.studies.paper_grid import (
     label,
     train_and_backtest,
 )
+from clstm_ppo.backtest.calibration import fold_market_settings
+from clstm_ppo.config import ConfigError, load_config
+from clstm_ppo.data import DataError, build_market_data
+from clstm_ppo.data.folds import ANNUAL, folds_of
 from clstm_ppo.tables import format_records, strict_json
 
 

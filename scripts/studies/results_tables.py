@@ -3,7 +3,7 @@
     python scripts/studies/results_tables.py [--doc docs/RESULTS.md] [--grids docs/data/grids] [--write | --check]
     python scripts/studies/results_tables.py --show "against sp500-ticks"
 
-Each ``<!-- table NAME -->`` block of the doc is made again from the CSVs (clstm_ppo/studies/results_tables.py
+Each ``<!-- table NAME -->`` block of the doc is made again from the CSVs (lab/clstm_lab/studies/results_tables.py
 says what NAME may be). Without --write or --check, the refreshed doc is printed; --check exits 1 when the doc is
 not what its grids give.
 """
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clstm_ppo.studies.results_tables import load_grids, refreshed, render
+from clstm_lab.studies.results_tables import load_grids, refreshed, render
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clstm_ppo.studies.sharpe_coverage import coverage
+from clstm_lab.studies.sharpe_coverage import coverage
 from clstm_ppo.tables import append_rows, print_table, provenance
 
 

@@ -16,8 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from clstm_lab.studies.sharpe_inputs import SharpeInputError, paired_returns
 from clstm_ppo.backtest.sharpe_difference import sharpe_difference
-from clstm_ppo.studies.sharpe_inputs import SharpeInputError, paired_returns
 from clstm_ppo.tables import print_table
 
 

@@ -12,8 +12,8 @@ import argparse
 import csv
 from pathlib import Path
 
+from clstm_lab.studies.transfer import transfer_rows, transfer_table
 from clstm_ppo.cli import run_cli
-from clstm_ppo.studies.transfer import transfer_rows, transfer_table
 from clstm_ppo.tables import append_rows, print_table, strict_json
 
 SHOWN = ("underlying", "trades", "sharpe_excess", "buy_and_hold", "best_rule", "same_actions",

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
+from clstm_lab.studies.seeded_runs import arm_rows, paired_differences, run_record, train_to_budget
 from clstm_ppo.config import ConfigError, load_config
-from clstm_ppo.studies.seeded_runs import arm_rows, paired_differences, run_record, train_to_budget
 from clstm_ppo.tables import format_records, strict_json
 
 ARMS = ("default", "tuned")

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from clstm_ppo.studies.across_runs import read_grid, run_folder
+from clstm_lab.studies.across_runs import read_grid, run_folder
 
 PICKS = {"best": "best_composite.pt", "smoothed": "best_composite_smoothed.pt"}  # reproduce_paper's two picks
 GROUPS = ("fold", "config")

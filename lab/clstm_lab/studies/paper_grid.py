@@ -11,12 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.backtest.calibration import fold_overrides
-from clstm_ppo.backtest.checkpoints import backtest_checkpoints
-from clstm_ppo.backtest.report import write_returns_csv
-from clstm_ppo.config import ConfigError
-from clstm_ppo.data.folds import Fold
-from clstm_ppo.studies.across_runs import (
+from clstm_lab.studies.across_runs import (
     METRICS,
     deflated_best,
     fingerprint,
@@ -25,7 +20,12 @@ from clstm_ppo.studies.across_runs import (
     run_name,
     summary_rows,
 )
-from clstm_ppo.studies.seeded_runs import train_to_budget
+from clstm_lab.studies.seeded_runs import train_to_budget
+from clstm_ppo.backtest.calibration import fold_overrides
+from clstm_ppo.backtest.checkpoints import backtest_checkpoints
+from clstm_ppo.backtest.report import write_returns_csv
+from clstm_ppo.config import ConfigError
+from clstm_ppo.data.folds import Fold
 from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import CheckpointError
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_lab.studies.across_runs import fingerprint
 from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
@@ -16,7 +17,6 @@ from clstm_ppo.backtest.rules import walk_family
 from clstm_ppo.backtest.walk import walk
 from clstm_ppo.config import to_dict
 from clstm_ppo.env import ActionSpace, Observation
-from clstm_ppo.studies.across_runs import fingerprint
 from clstm_ppo.tables import strict_json
 
 TOP = 3  # actions listed per checkpoint

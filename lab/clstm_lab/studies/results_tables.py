@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from clstm_lab.studies.across_runs import CI_METRICS, read_grid_csv
 from clstm_ppo.backtest.statistics import paired_difference
-from clstm_ppo.studies.across_runs import CI_METRICS, read_grid_csv
 from clstm_ppo.tables import format_records
 
 BENCHMARKS = ("buy_and_hold", "best_rule", "putwrite", "best_conditional_rule")  # the last: grids from 2026-12

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from clstm_lab.studies.across_runs import mean_over_underlyings
 from clstm_ppo.backtest.checkpoints import backtest_checkpoints
 from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.config import ConfigError
-from clstm_ppo.studies.across_runs import mean_over_underlyings
 from clstm_ppo.tables import strict_json
 from clstm_ppo.training.checkpoint import CheckpointError
 from clstm_ppo.training.launch import WorkersFailed, train_run

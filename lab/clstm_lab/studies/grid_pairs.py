@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from clstm_lab.studies.across_runs import run_folder
 from clstm_ppo.backtest.statistics import paired_difference
-from clstm_ppo.studies.across_runs import run_folder
 
 METRICS = ("sharpe_excess", "total_return", "max_drawdown", "ruined")  # the headline and what it costs
 LEARNING = ("train_return_end", "val_sharpe_last")  # read from each run's metrics.jsonl with --runs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clstm_ppo.bench.gpu_steps import SMOKE, Step, bench_step, script_step, shared_gpu_step, syncs_step, train_step
+from clstm_lab.bench.gpu_steps import SMOKE, Step, bench_step, script_step, shared_gpu_step, syncs_step, train_step
 
 PARTS = ("train", "env", "rollout", "checks", "scale", "update", "sb3")
 

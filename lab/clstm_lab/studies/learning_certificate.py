@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_lab.studies.agent_actions import closest_rule
+from clstm_lab.studies.seeded_runs import run_record, train_to_budget
 from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.conditional import LABEL as CONDITIONAL
 from clstm_ppo.backtest.conditional import conditional_policy, pick_conditional_rule
@@ -35,8 +37,6 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import ActionSpace, Observation
 from clstm_ppo.env.scaled import ScaleChoices
 from clstm_ppo.pretraining.rule_prior import pick_prior
-from clstm_ppo.studies.agent_actions import closest_rule
-from clstm_ppo.studies.seeded_runs import run_record, train_to_budget
 
 METRIC = "sharpe_excess"  # what evaluate picks best_rule by, and what the capture share is measured in
 # The two arms: the agent `make run` trains (default config, rule prior on) and the agent started from nothing.

@@ -6,6 +6,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from clstm_lab.studies.regime_policies import (
+    PICK_METRIC,
+    pick_pair_walked,
+    pick_per_regime,
+    placebo_regimes,
+    signal_cuts,
+    signal_regimes,
+)
 from clstm_ppo.backtest.calibration import fold_market_settings, fold_overrides
 from clstm_ppo.backtest.conditional import switching_policy
 from clstm_ppo.backtest.rules import PICK_SPLIT, rank_walks, rule_family, walk_family
@@ -14,14 +22,6 @@ from clstm_ppo.config import Config, load_config
 from clstm_ppo.data import build_market_data
 from clstm_ppo.data.folds import walk_forward_folds
 from clstm_ppo.env import ActionSpace
-from clstm_ppo.studies.regime_policies import (
-    PICK_METRIC,
-    pick_pair_walked,
-    pick_per_regime,
-    placebo_regimes,
-    signal_cuts,
-    signal_regimes,
-)
 
 
 def fold_configs(data_source: str, folds: int) -> list[Config]:
