@@ -12,7 +12,7 @@ from pathlib import Path
 from clstm_ppo.config import Config, ConfigError, load_config
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.distributed import StrayRankVariables, TrainingFailure
-from clstm_ppo.training.checkpoint import CheckpointError
+from clstm_ppo.run_files.checkpoint import CheckpointError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingFailure, StrayRankVariables)
 CLOSED_PIPE_STATUS = 141  # what a shell reports for a tool a closed pipe stopped (128 + SIGPIPE), as for `yes | head`

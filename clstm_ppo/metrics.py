@@ -8,7 +8,6 @@ from clstm_ppo.env.state import EPISODE_SUMS
 from clstm_ppo.market import COST_KINDS
 
 # Each gets its own best_<metric>.pt; composite_smoothed is the mean composite of the last few (selection.py).
-BEST_METRICS = ("composite", "composite_smoothed", "win_rate", "profit_rate", "sharpe")
 COST_FIELDS = tuple(f"cost_{kind}" for kind in COST_KINDS)  # $ per episode, one metric per kind
 
 

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from clstm_ppo.agent.next_decision import next_decisions, read_book
+from clstm_ppo.backtest.next_decision import next_decisions, read_book
 from clstm_ppo.cli import run_cli
 from clstm_ppo.tables import strict_json
 

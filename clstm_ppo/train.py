@@ -13,7 +13,7 @@ from typing import Any
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, named_configs, walk_rules
-from clstm_ppo.training.checkpoint import RESUME_CHOICES
+from clstm_ppo.run_files.checkpoint import RESUME_CHOICES
 from clstm_ppo.training.launch import WorkersFailed, settings_of, train_run
 
 

@@ -7,7 +7,7 @@ from conftest import strict_loads
 
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
-from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
+from clstm_ppo.run_files.run_state import load_checkpoint, save_checkpoint
 
 SMALL = ["train.num_envs=4", "ppo.num_steps=8", "ppo.num_minibatches=1", "ppo.update_epochs=1", "train.eval_every=1"]
 

@@ -14,8 +14,8 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import AgentConfig, load_config
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.predict import main as predict_main
+from clstm_ppo.run_files.run_state import load_checkpoint, save_checkpoint
 from clstm_ppo.train import main as train_main
-from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
 from clstm_ppo.training.runner import Trainer
 
 KINDS = ("clstm", "lstm", "mlp")

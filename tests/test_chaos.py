@@ -29,7 +29,7 @@ def test_random_kills_lose_nothing_and_every_fault_is_one_line():
 
 
 def test_a_resume_moves_the_records_past_its_checkpoint_aside_and_drops_a_torn_line(tmp_path):
-    from clstm_ppo.training.tracking import tidy_metrics
+    from clstm_ppo.run_files.tracking import tidy_metrics
 
     path = tmp_path / "metrics.jsonl"
     records = [{"kind": "update", "step": s} for s in (512, 1024, 1536)] + [{"kind": "eval", "step": 1536}]
@@ -44,7 +44,7 @@ def test_a_resume_moves_the_records_past_its_checkpoint_aside_and_drops_a_torn_l
 
 
 def test_leftovers_of_killed_checkpoint_writes_are_removed(tmp_path):
-    from clstm_ppo.training.checkpoint import remove_stale_writes
+    from clstm_ppo.run_files.checkpoint import remove_stale_writes
 
     (tmp_path / ".latest.pt.tmp-123").write_bytes(b"half")
     (tmp_path / "latest.pt").write_bytes(b"whole")

@@ -13,9 +13,9 @@ from conftest import strict_loads
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.distributed import find_free_port
+from clstm_ppo.run_files.run_state import load_checkpoint
 from clstm_ppo.train import main as train_main
 from clstm_ppo.training.launch import WorkersFailed, run_worker, spawn_workers
-from clstm_ppo.training.run_state import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "smoke"
@@ -30,7 +30,7 @@ def smoke_config(total_steps: int, *extra: str):
 
 def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
     """run_worker, recording what this rank saw and wrote, for the assertions below."""
-    import clstm_ppo.training.checkpoint as checkpoint
+    import clstm_ppo.run_files.checkpoint as checkpoint
     import clstm_ppo.training.runner as runner
 
     writes, original_save = [], checkpoint.atomic_save

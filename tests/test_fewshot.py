@@ -176,5 +176,5 @@ def test_trainer_pretraining_dispatches_on_pretrain_method(tmp_path):
                                 "train.pretrain_method=protonet", "train.num_envs=2"])
     trainer = Trainer(cfg, tmp_path / "run", torch.device("cpu"))
     before = {k: v.clone() for k, v in trainer.model.encoder.state_dict().items()}
-    pretrain(trainer.model, trainer.env.market_windows, trainer.data, cfg, trainer.ctx, trainer.run_dir, None)
+    pretrain(trainer.model, trainer.env.market_windows, trainer.data, cfg, trainer.ctx)
     assert any(not torch.equal(before[k], v) for k, v in trainer.model.encoder.state_dict().items())

@@ -14,9 +14,9 @@ from test_scenarios import _bars_file, _data, _fit
 
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.migrate import main as migrate_main
+from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 from clstm_ppo.scenarios.__main__ import main as scenarios_main
 from clstm_ppo.scenarios.generator import load_generator
-from clstm_ppo.training.run_state import RunState, load_checkpoint
 
 RUN = "synthetic-smoke"
 COMMON = ["--set", "train.num_envs=8", "--set", "ppo.num_minibatches=1", "--set", "train.eval_every=2",
@@ -80,7 +80,7 @@ def test_a_current_checkpoint_migrates_as_data_without_trust(tmp_path, capsys):
     from test_safe_load import SMALL, same
 
     from clstm_ppo.config import load_config
-    from clstm_ppo.training.run_state import save_checkpoint
+    from clstm_ppo.run_files.run_state import save_checkpoint
     from clstm_ppo.training.runner import Trainer
 
     trainer = Trainer(load_config("smoke", SMALL), tmp_path / "run", torch.device("cpu"))

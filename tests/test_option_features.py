@@ -125,8 +125,8 @@ def test_a_checkpoint_saved_before_the_option_features_loads_and_walks_without_t
     from clstm_ppo.agent.from_checkpoint import load_agent
     from clstm_ppo.cli import run_cli
     from clstm_ppo.evaluate import main as evaluate
+    from clstm_ppo.run_files.run_state import load_checkpoint, save_checkpoint
     from clstm_ppo.train import main as train
-    from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
 
     assert run_cli(train, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--total-steps", "512",
                            "--set", "data.option_features=false", "--set", "train.num_envs=16"]) == 0

@@ -110,7 +110,7 @@ def test_position_credit_refuses_the_dsr_reward():
 def test_a_run_credited_by_position_trains_and_resumes_exactly(tmp_path, compile):
     from smoke_training import train
 
-    from clstm_ppo.training.run_state import load_checkpoint
+    from clstm_ppo.run_files.run_state import load_checkpoint
 
     common = ["--set", "ppo.credit=position", "--set", "ppo.lr_schedule=constant", "--set", f"env.compile={compile}",
               "--set", "train.eval_every=2"]

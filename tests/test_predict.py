@@ -82,7 +82,7 @@ def test_predict_runs_from_the_command_line(checkpoint, bars):
 
 def test_the_python_call_gives_the_commands_decision_and_book(checkpoint, bars, tmp_path, capsys):
     """next_decisions from Python: the decision --json prints, and the book the command describes."""
-    from clstm_ppo.agent.next_decision import next_decisions, read_book
+    from clstm_ppo.backtest.next_decision import next_decisions, read_book
 
     last_close = float(make_bars(600, seed=7)["Close"].iloc[-1])
     path = tmp_path / "book.json"

@@ -14,8 +14,8 @@ from conftest import make_bars
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.data import build_market_data
+from clstm_ppo.run_files.run_state import load_checkpoint
 from clstm_ppo.train import main as train_main
-from clstm_ppo.training.run_state import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("total_return", "annual_return", "sharpe_excess", "sharpe", "max_drawdown", "min_equity", "ruined",
@@ -180,7 +180,7 @@ def test_a_setting_that_names_the_fold_reads_each_cell_s_own():
 def test_a_cell_stopped_before_its_budget_is_not_walked_and_resumes_on_the_next_launch(tmp_path, monkeypatch):
     """SIGTERM makes the trainer return normally at an update boundary: a grid must not record that shorter run."""
     from clstm_lab.studies import seeded_runs
-    from clstm_ppo.training.run_state import RunState, save_checkpoint
+    from clstm_ppo.run_files.run_state import RunState, save_checkpoint
 
     launches = []
 

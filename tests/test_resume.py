@@ -8,7 +8,7 @@ import torch
 from smoke_training import train
 
 from clstm_ppo.config import Config, from_dict
-from clstm_ppo.training.run_state import load_checkpoint
+from clstm_ppo.run_files.run_state import load_checkpoint
 
 
 def final_params(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -117,7 +117,7 @@ def test_resuming_a_run_that_finished_its_budget_says_how_to_continue(tmp_path, 
 def test_resume_from_a_checkpoint_whose_env_state_does_not_fit_restarts_the_copies(tmp_path, capsys, written_by):
     """Checkpoints written before the env's slot-major layout, or before its random stream became counters in
     the state (they saved a torch.Generator's state instead), still resume here: the copies start afresh."""
-    from clstm_ppo.training.run_state import save_checkpoint
+    from clstm_ppo.run_files.run_state import save_checkpoint
 
     args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
     assert train(tmp_path, "--total-steps", "512", *args) == 0
@@ -141,7 +141,7 @@ def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys
     """Where a run executes is chosen per launch: a checkpoint's saved device and threads are not reused, nor its
     Adam's device settings (a run whose optimizer step was a CUDA graph saved a capturable Adam with a tensor rate,
     which cannot step on a CPU): it continues as the same checkpoint written by a CPU run does."""
-    from clstm_ppo.training.run_state import save_checkpoint
+    from clstm_ppo.run_files.run_state import save_checkpoint
 
     args = ["--set", "train.num_envs=8", "--set", "train.eval_every=2"]
     assert train(tmp_path, "--total-steps", "512", *args) == 0

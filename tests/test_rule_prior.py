@@ -151,7 +151,7 @@ def test_a_run_started_from_the_rule_says_which_and_resumes_exactly(tmp_path, ca
     """The run's log names the rule and how closely it was cloned, and the penalty's weight and -log pi(rule) are
     in every update's record; a resume from the middle ends on the uninterrupted run's weights. (The penalty's
     schedule, like the learning rate's, runs over the launch's planned steps: the resumed halves take it off.)"""
-    from clstm_ppo.training.run_state import load_checkpoint
+    from clstm_ppo.run_files.run_state import load_checkpoint
 
     common = ["--config", "smoke", "--pretraining", "--set", "train.pretrain_method=rule", "--set",
               "train.prior_rollouts=3", "--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2",

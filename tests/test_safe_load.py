@@ -15,9 +15,9 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import load_config
 from clstm_ppo.evaluate import main as evaluate_main
 from clstm_ppo.predict import main as predict_main
+from clstm_ppo.run_files.run_state import RunState, load_checkpoint, save_checkpoint
 from clstm_ppo.scenarios.__main__ import main as scenarios_main
 from clstm_ppo.train import main as train_main
-from clstm_ppo.training.run_state import RunState, load_checkpoint, save_checkpoint
 
 SMALL = ["train.num_envs=4", "ppo.num_steps=8", "ppo.num_minibatches=1", "ppo.update_epochs=1", "train.eval_every=1"]
 
@@ -164,7 +164,7 @@ def test_the_random_streams_continue_exactly_after_a_save_and_load(agent_file, t
     the load are those the process would have made next."""
     import random
 
-    from clstm_ppo.training.run_state import RngState
+    from clstm_ppo.run_files.run_state import RngState
 
     state = load_checkpoint(agent_file)
     np.random.seed(123)
@@ -217,7 +217,7 @@ def test_each_command_names_its_own_fix_for_a_truncated_checkpoint(agent_file, t
 def test_what_a_checkpoint_is_written_from_is_made_plain_data_or_refused():
     """numpy arrays become tensors of the same dtype and values, numpy numbers Python ones; an object that is no data
     is a TypeError naming where it sits, so no file is written that would not load as data."""
-    from clstm_ppo.training.safe_load import as_plain_data
+    from clstm_ppo.run_files.safe_load import as_plain_data
 
     arrays = {"f32": np.arange(3, dtype=np.float32), "u8": np.array([1, 255], dtype=np.uint8)}
     plain = as_plain_data({"arrays": arrays, "n": np.float64(0.25), "k": (np.int64(3), "x", None)})

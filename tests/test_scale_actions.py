@@ -160,7 +160,7 @@ def test_a_scale_agent_trains_from_its_rule_resumes_exactly_evaluates_and_predic
     from clstm_ppo.cli import run_cli
     from clstm_ppo.evaluate import main as evaluate_main
     from clstm_ppo.predict import main as predict_main
-    from clstm_ppo.training.run_state import load_checkpoint
+    from clstm_ppo.run_files.run_state import load_checkpoint
 
     common = ["--set", "agent.actions=scale", "--set", "train.pretraining=true", "--set", "train.pretrain_method=rule",
               "--set", "train.prior_kl=0", "--set", "train.prior_rollouts=2", "--set", "ppo.lr_schedule=constant",

@@ -10,11 +10,11 @@ from conftest import make_bars, strict_loads
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig
 from clstm_ppo.data import build_market_data, load_bars
+from clstm_ppo.run_files.checkpoint import atomic_save
 from clstm_ppo.scenarios.__main__ import main
 from clstm_ppo.scenarios.bar_columns import bar_features, reconstruct
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.generator import MODELS, load_generator
-from clstm_ppo.training.checkpoint import atomic_save
 
 TINY = {"wgan_gp": {"hidden": 8, "n_critic": 2}, "cgan": {"hidden": 8, "n_critic": 2}, "timegan": {"hidden": 8}}
 STEPS = {"wgan_gp": 3, "cgan": 3, "timegan": 8}  # TimeGAN's 8: two embedding, two supervised, four joint steps

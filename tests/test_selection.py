@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from clstm_ppo.metrics import BEST_METRICS
+from clstm_ppo.run_files.checkpoint import BEST_METRICS
 from clstm_ppo.training.selection import Selection
 
 

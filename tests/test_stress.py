@@ -15,10 +15,10 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import DataConfig, load_config, to_dict
 from clstm_ppo.data import build_market_data
 from clstm_ppo.evaluate import main as evaluate_main
+from clstm_ppo.run_files.run_state import save_checkpoint
 from clstm_ppo.scenarios.fit import FitOptions, fit_generator
 from clstm_ppo.scenarios.market import sample_market_data
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.run_state import save_checkpoint
 from clstm_ppo.training.runner import Trainer
 
 POLICIES = ["agent", "buy_and_hold", "putwrite", "buywrite", "cash", "random", "macd_rule", "long_straddle",

@@ -18,9 +18,10 @@ from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config, from_dict
 from clstm_ppo.data import Normalizer
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.metrics import BEST_METRICS, COST_FIELDS
+from clstm_ppo.metrics import COST_FIELDS
+from clstm_ppo.run_files.checkpoint import BEST_METRICS
+from clstm_ppo.run_files.run_state import load_checkpoint, save_checkpoint
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.run_state import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")

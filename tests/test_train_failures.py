@@ -10,11 +10,11 @@ import torch
 from conftest import strict_loads
 from smoke_training import SMOKE, train
 
-from clstm_ppo.training.run_state import load_checkpoint
+from clstm_ppo.run_files.run_state import load_checkpoint
 
 
 def test_a_run_folder_in_use_by_another_training_process_is_refused(tmp_path, capsys):
-    from clstm_ppo.training.checkpoint import run_lock
+    from clstm_ppo.run_files.checkpoint import run_lock
 
     args = ["--total-steps", "512", "--set", "train.num_envs=8"]
     assert train(tmp_path, *args) == 0
@@ -83,7 +83,7 @@ def test_a_checkpoint_that_outweighs_the_update_is_said_once_with_the_setting_th
     update (docs/BENCHMARKS.md): the run says so once, naming train.rank_state_every, unless it is already set."""
     import time
 
-    from clstm_ppo.training import checkpoint
+    from clstm_ppo.run_files import checkpoint
 
     real = checkpoint.atomic_save
 

@@ -72,7 +72,7 @@ def test_fresh_start_refuses_a_folder_that_is_not_a_run_and_touches_nothing(tmp_
 
 
 def test_fresh_start_moves_a_run_with_every_file_training_writes(tmp_path):
-    from clstm_ppo.training.run_folder import foreign_entry, move_aside
+    from clstm_ppo.run_files.run_folder import foreign_entry, move_aside
 
     run = tmp_path / "run"
     (run / "wandb" / "run-1").mkdir(parents=True)

@@ -15,9 +15,9 @@ from conftest import make_bars
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import ConfigError, load_config, parse_override, to_dict
 from clstm_ppo.data import build_market_data
+from clstm_ppo.run_files.checkpoint import run_lock
+from clstm_ppo.run_files.run_state import load_checkpoint
 from clstm_ppo.train import build_parser, resolve_config
-from clstm_ppo.training.checkpoint import run_lock
-from clstm_ppo.training.run_state import load_checkpoint
 from clstm_ppo.tune import main as tune_main
 from clstm_ppo.tuning.objective import Objective, report_steps
 from clstm_ppo.tuning.runs import TrainSpec

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from clstm_ppo.config import load_config, to_dict
-from clstm_ppo.training.run_state import load_checkpoint
+from clstm_ppo.run_files.run_state import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "studies" / "tune_vs_default.py")

@@ -15,9 +15,9 @@ from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.env.scaled import agent_choices
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.training.checkpoint import CheckpointError
-from clstm_ppo.training.run_folder import without_saved_outputs
-from clstm_ppo.training.run_state import RunState, load_checkpoint
+from clstm_ppo.run_files.checkpoint import CheckpointError
+from clstm_ppo.run_files.run_folder import without_saved_outputs
+from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 
 
 def model_from_checkpoint(state: RunState, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:

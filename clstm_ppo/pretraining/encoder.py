@@ -5,8 +5,6 @@ few-shot tasks, ``pretraining/meta_learned.py``, loaded only when asked). Rank 0
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from clstm_ppo.agent import CascadedActorCritic
@@ -15,25 +13,20 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.windows import MarketWindows
 from clstm_ppo.distributed import DistContext
 from clstm_ppo.pretraining.supervised import pretrain_encoder
-from clstm_ppo.training.reporting import Reporter
 
 
-def pretrain(model: CascadedActorCritic, windows: MarketWindows, data: MarketData, cfg: Config, ctx: DistContext,
-             run_dir: Path, reporter: Reporter | None) -> None:
-    """Pretrain ``model``'s encoder by ``cfg.train.pretrain_method``; every rank ends with rank 0's weights, and
-    rank 0 (the one with a ``reporter``) writes the supervised losses into ``run_dir``."""
+def pretrain(model: CascadedActorCritic, windows: MarketWindows, data: MarketData, cfg: Config,
+             ctx: DistContext) -> tuple[str | None, list[dict] | None]:
+    """Pretrain ``model``'s encoder by ``cfg.train.pretrain_method``; every rank ends with rank 0's weights.
+    Returns what the run's log gets: a line (few-shot methods) or the supervised losses by epoch."""
     method = cfg.train.pretrain_method
     if method != "supervised":
         from clstm_ppo.pretraining.meta_learned import meta_pretrain_encoder
 
         history = meta_pretrain_encoder(model.encoder, data, cfg, method, cfg.seed)
         ctx.broadcast_parameters(model)
-        if reporter is not None:
-            losses = ", ".join(f"epoch {h['epoch']} query loss {h['query_loss']:.4f}" for h in history)
-            reporter.tracker.write(f"pretraining LSTM 1 + MLP by {method} (3-way few-shot tasks): {losses} "
-                                   "(chance: ln 3 = 1.0986)")
-        return
+        losses = ", ".join(f"epoch {h['epoch']} query loss {h['query_loss']:.4f}" for h in history)
+        return f"pretraining LSTM 1 + MLP by {method} (3-way few-shot tasks): {losses} (chance: ln 3 = 1.0986)", None
     history = pretrain_encoder(model.encoder, windows, data, cfg.train, torch.Generator().manual_seed(cfg.seed))
     ctx.broadcast_parameters(model)  # GPU kernels need not be bitwise deterministic across ranks
-    if reporter is not None:
-        reporter.pretraining(run_dir, history)
+    return None, history

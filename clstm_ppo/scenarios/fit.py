@@ -12,13 +12,13 @@ import torch
 
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.run_files.checkpoint import CheckpointError
+from clstm_ppo.run_files.tracking import Tracker
 from clstm_ppo.scenarios.bar_columns import Scaler, bar_features, feature_names, split_bars, start_state
 from clstm_ppo.scenarios.coding import Transform
 from clstm_ppo.scenarios.generator import DEFAULT_STEPS, FittedGenerator, build_model, check_model, load_generator
 from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule
 from clstm_ppo.scenarios.sampling import calibrate, transitions
-from clstm_ppo.training.checkpoint import CheckpointError
-from clstm_ppo.training.tracking import Tracker
 
 
 @dataclass

@@ -17,6 +17,9 @@ import pandas as pd
 import torch
 
 from clstm_ppo.config import ConfigError, first_line
+from clstm_ppo.run_files import run_state
+from clstm_ppo.run_files.checkpoint import CheckpointError, atomic_save, read_torch_file
+from clstm_ppo.run_files.safe_load import as_plain_data
 from clstm_ppo.scenarios.bar_columns import BASE_COLUMNS, paths_frame, reconstruct
 from clstm_ppo.scenarios.cgan import CGan
 from clstm_ppo.scenarios.coding import Transform
@@ -25,9 +28,6 @@ from clstm_ppo.scenarios.residual_scale import Calibration
 from clstm_ppo.scenarios.sampling import PROPOSALS, draw_paths
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings
-from clstm_ppo.training import run_state
-from clstm_ppo.training.checkpoint import CheckpointError, atomic_save, read_torch_file
-from clstm_ppo.training.safe_load import as_plain_data
 
 # v2: plain data only (numpy arrays saved as tensors), read with torch.load(weights_only=True); v1 files had numpy
 # arrays inside and are read only by `python -m clstm_ppo.migrate` (docs/RELIABILITY.md, "What is safe to load")

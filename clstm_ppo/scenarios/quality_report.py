@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from clstm_ppo.data.dataset import MarketData
+from clstm_ppo.run_files.checkpoint import CheckpointError
 from clstm_ppo.scenarios.bar_columns import bar_features, paths_frame, reconstruct
 from clstm_ppo.scenarios.baselines import Bootstrap, Fhs, GarchT
 from clstm_ppo.scenarios.fit import TrainingSet, training_set
@@ -43,7 +44,6 @@ from clstm_ppo.scenarios.stylised_facts import (
     stylised_facts,
 )
 from clstm_ppo.scenarios.verdict import drift, format_verdict, verdict
-from clstm_ppo.training.checkpoint import CheckpointError
 
 MODEL_KEYS = ("model", "garch_t", "bootstrap", "fhs")
 BASELINES = {"garch_t": lambda ts: GarchT.fit(ts.raw, ts.names.index("ret")),

@@ -36,8 +36,8 @@ from clstm_ppo.device import configure_backends, pick_device
 from clstm_ppo.env import PORTFOLIO_FEATURES
 from clstm_ppo.env.scaled import agent_choices
 from clstm_ppo.market.observed import observed_feature_names, observed_market_data
-from clstm_ppo.training.checkpoint import has_run
-from clstm_ppo.training.run_state import RunState, load_checkpoint
+from clstm_ppo.run_files.checkpoint import has_run
+from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 from clstm_ppo.training.selection import Selection
 
 ROWS = ("adapted", "zero_shot", "scratch", "buy_and_hold")

@@ -31,14 +31,14 @@ from clstm_ppo.device import (
 from clstm_ppo.distributed import DistContext, find_free_port, init_group, leave_group, torchrun_context
 from clstm_ppo.env.tradability import untradable_notice
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.training.checkpoint import (
+from clstm_ppo.run_files.checkpoint import (
     has_run,
     remove_stale_writes,
     resolve_resume,
     run_lock,
 )
-from clstm_ppo.training.run_folder import check_fresh_start, check_writable_folder, move_aside, remove_if_empty
-from clstm_ppo.training.run_state import RunState, load_checkpoint
+from clstm_ppo.run_files.run_folder import check_fresh_start, check_writable_folder, move_aside, remove_if_empty
+from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 
 
 class WorkersFailed(RuntimeError):

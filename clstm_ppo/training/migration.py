@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import first_line
+from clstm_ppo.run_files import run_state
+from clstm_ppo.run_files.checkpoint import CheckpointError, atomic_save
+from clstm_ppo.run_files.safe_load import as_plain_data, named_objects
 from clstm_ppo.scenarios import generator
-from clstm_ppo.training import run_state
-from clstm_ppo.training.checkpoint import CheckpointError, atomic_save
-from clstm_ppo.training.safe_load import as_plain_data, named_objects
 
 
 def read_old(path: Path, trust: bool) -> tuple[Any, bool]:

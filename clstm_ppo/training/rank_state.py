@@ -12,7 +12,7 @@ import torch
 
 from clstm_ppo.distributed import DistContext
 from clstm_ppo.env import BatchedOptionsEnv
-from clstm_ppo.training.run_state import RankState, RngState, RunState, State
+from clstm_ppo.run_files.run_state import RankState, RngState, RunState, State
 
 
 def capture(env: BatchedOptionsEnv, lstm_state: State, portfolio: torch.Tensor, minibatches: torch.Generator,

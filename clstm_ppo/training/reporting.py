@@ -9,9 +9,10 @@ import torch
 
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
-from clstm_ppo.metrics import BEST_METRICS, episode_line, sums_to_metrics
+from clstm_ppo.metrics import episode_line, sums_to_metrics
+from clstm_ppo.run_files.checkpoint import BEST_METRICS
+from clstm_ppo.run_files.tracking import Tracker
 from clstm_ppo.training.monitor import per_rank_gpu
-from clstm_ppo.training.tracking import Tracker
 
 # What each agent kind is made of (agent/model.py), for the start-up line.
 LAYERS = {"clstm": "LSTM 1 {a.lstm1_hidden}, MLP {a.mlp_hidden}, LSTM 2 {a.lstm2_hidden}",

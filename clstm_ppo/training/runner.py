@@ -36,15 +36,15 @@ from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, Observation
 from clstm_ppo.market.observed import observed_market_data
 from clstm_ppo.pretraining.encoder import pretrain
 from clstm_ppo.pretraining.rule_prior import RulePrior, pick_prior
+from clstm_ppo.run_files.checkpoint import CheckpointError, CheckpointManager
+from clstm_ppo.run_files.run_state import RankState, RunState
+from clstm_ppo.run_files.tracking import Tracker
 from clstm_ppo.training import rank_state as ranks
-from clstm_ppo.training.checkpoint import CheckpointError, CheckpointManager
 from clstm_ppo.training.monitor import ResourceMonitor
 from clstm_ppo.training.plan import ExecutionPlan
 from clstm_ppo.training.reporting import Reporter, describe, farewell
-from clstm_ppo.training.run_state import RankState, RunState
 from clstm_ppo.training.selection import Selection
 from clstm_ppo.training.stopping import StopRequest, agree
-from clstm_ppo.training.tracking import Tracker
 
 
 class Trainer:
@@ -195,7 +195,7 @@ class Trainer:
         self.gpu_notes = [f"rank {r}: {one['gpu_off']}" for r, one in enumerate(sent) if one["gpu_off"]]
 
     def run_state(self) -> RunState:
-        """What a checkpoint of this update boundary holds (training/run_state.py)."""
+        """What a checkpoint of this update boundary holds (run_files/run_state.py)."""
         return RunState(
             model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
             scaler=self.precision.state_dict(), update=self.update, global_step=self.global_step,
@@ -357,7 +357,11 @@ class Trainer:
             if reporter is not None:
                 reporter.tracker.write(line)
         elif t.pretraining and self.update == 0:
-            pretrain(self.model, self.env.market_windows, self.data, self.cfg, self.ctx, self.run_dir, reporter)
+            line, history = pretrain(self.model, self.env.market_windows, self.data, self.cfg, self.ctx)
+            if reporter is not None and line is not None:
+                reporter.tracker.write(line)
+            elif reporter is not None:  # rank 0 writes the supervised losses into the run folder
+                reporter.pretraining(self.run_dir, history)
         said_paths = False
         while not self.budget_reached():
             self.stop.next_update = self.update + 1

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from clstm_ppo.metrics import BEST_METRICS
+from clstm_ppo.run_files.checkpoint import BEST_METRICS
 
 
 @dataclass

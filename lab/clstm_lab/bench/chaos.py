@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from clstm_ppo.training.run_state import RunState, load_checkpoint
+from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 
 UPDATES = 24  # smoke config: 16 copies x 32 steps = 512 env steps an update
 STEPS = UPDATES * 512

@@ -26,8 +26,8 @@ from clstm_ppo.backtest.checkpoints import backtest_checkpoints
 from clstm_ppo.backtest.report import write_returns_csv
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.folds import Fold
+from clstm_ppo.run_files.checkpoint import CheckpointError
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.checkpoint import CheckpointError
 
 KINDS = ("clstm", "lstm", "mlp")
 REWARDS = ("equity", "excess", "dsr")  # --rewards' choices; the paper's comparison: equity and excess

@@ -15,10 +15,10 @@ from clstm_lab.studies.across_runs import mean_over_underlyings
 from clstm_ppo.backtest.checkpoints import backtest_checkpoints
 from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.config import ConfigError
+from clstm_ppo.run_files.checkpoint import CheckpointError
+from clstm_ppo.run_files.run_state import load_checkpoint
 from clstm_ppo.tables import strict_json
-from clstm_ppo.training.checkpoint import CheckpointError
 from clstm_ppo.training.launch import WorkersFailed, train_run
-from clstm_ppo.training.run_state import load_checkpoint
 
 
 def run_finished(run: Path, steps: int) -> bool:

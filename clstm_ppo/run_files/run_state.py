@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.training.checkpoint import CheckpointError, atomic_save, read_torch_file
-from clstm_ppo.training.safe_load import as_plain_data
+from clstm_ppo.run_files.checkpoint import CheckpointError, atomic_save, read_torch_file
+from clstm_ppo.run_files.safe_load import as_plain_data
 
 FORMAT = "clstm_ppo-checkpoint"
 VERSION = 2  # 2: numpy's random state as a tensor and numbers, every rank's state in ``ranks``
@@ -221,5 +221,5 @@ def load_checkpoint(path: str | Path, missing: str = LOAD_FIXES[0], corrupt: str
 
 
 def save_checkpoint(state: RunState, path: str | Path) -> None:
-    """Write ``state`` to ``path`` whole or not at all (training/checkpoint.py's atomic_save)."""
+    """Write ``state`` to ``path`` whole or not at all (run_files/checkpoint.py's atomic_save)."""
     atomic_save(state.to_file(), Path(path))

@@ -1,7 +1,7 @@
 """The agent's decision for the next bar of a file, from Python: its action and probabilities for each underlying,
 for paper trading (``python -m clstm_ppo.predict`` prints it; docs/BACKTEST.md).
 
-    from clstm_ppo.agent.next_decision import next_decisions
+    from clstm_ppo.backtest.next_decision import next_decisions
     done = next_decisions("runs/a/best_composite.pt", "my_bars.csv")
     done.decisions[0]["action_name"]
 
@@ -26,7 +26,7 @@ from clstm_ppo.config import ConfigError
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv, BookedPosition
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.training.run_state import load_checkpoint
+from clstm_ppo.run_files.run_state import load_checkpoint
 
 BOOK_KEYS = ("right", "strike", "expiry", "contracts", "paid")
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from clstm_ppo.config import ConfigError, TrainConfig
-from clstm_ppo.metrics import BEST_METRICS
+from clstm_ppo.run_files.checkpoint import BEST_METRICS
 
 # Every file name training (and the evaluate command its farewell suggests) writes into a run folder.
 RUN_FILES = re.compile("|".join([

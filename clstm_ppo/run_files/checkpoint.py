@@ -1,7 +1,7 @@
 """Checkpoints: atomic writes, best-model files, retention, and loading with clear errors.
 
 A checkpoint is one torch file holding everything a resume needs, as plain data
-(training/run_state.py); every .pt is read with torch.load(weights_only=True), which never runs code from it.
+(run_files/run_state.py); every .pt is read with torch.load(weights_only=True), which never runs code from it.
 Files are written to a temporary name in the same folder, fsynced, then renamed
 over the target, so a crash mid-write never leaves a damaged checkpoint.
 """
@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from clstm_ppo.config import first_line
-from clstm_ppo.metrics import BEST_METRICS
-from clstm_ppo.training.safe_load import refusal_line
+from clstm_ppo.run_files.safe_load import refusal_line
 
+# The validation metrics a run keeps a best_<metric>.pt for (``training/selection.py`` picks them).
+BEST_METRICS = ("composite", "composite_smoothed", "win_rate", "profit_rate", "sharpe")
 RESUME_CHOICES = (*BEST_METRICS, "latest")
 
 
