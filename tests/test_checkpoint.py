@@ -4,9 +4,9 @@ import errno
 import pytest
 import torch
 
+from clstm_ppo.run_files import checkpoint
 from clstm_ppo.run_files.checkpoint import CheckpointError, atomic_save
 from clstm_ppo.run_files.run_state import RunState, load_checkpoint
-from clstm_ppo.run_files import checkpoint
 
 
 def state(update: int) -> dict:

@@ -56,3 +56,19 @@ def test_sell_timing_is_one_for_the_oracles_choices_and_zero_for_a_policy_blind_
     assert blind["sell_timing"] == pytest.approx(0.0) and blind["p_sell_rich"] == pytest.approx(0.3)
     masked = np.where(rich, np.nan, 0.2)  # no sale allowed on the rich bars: nothing known there
     assert math.isnan(sell_timing(rows, masked, data, cfg)["p_sell_rich"])
+
+
+def test_the_table_summarises_each_settings_seeds():
+    from clstm_lab.studies.certificate_table import certificate_table
+
+    def row(seed, variant, capture, timing, agent):
+        return {"strength": "1.0", "market_seed": "0", "arm": "scratch", "variant": variant, "steps": "200000",
+                "seed": str(seed), "premium_swing": "0.8", "sets": "agent.actions=scale" if variant else "",
+                "capture": str(capture), "sell_timing": str(timing), "greedy_sell_timing": "", "walks_a_rule": "False",
+                "agent_test_sharpe": str(agent), "oracle_test_sharpe": "0.72"}
+    table = certificate_table([row(0, "", 0.4, 0.0, 0.3), row(1, "", 0.6, 0.1, 0.5), row(0, "scale", 0.7, 0.3, 0.6)])
+    lines = table.splitlines()
+    assert len(lines) == 4  # the header, its rule and one line per setting
+    assert "| scratch | —: — | 200,000 | 2 | 0.40 (0.30..0.50) | 0.72 | 1 of 2 | 0.05 (0.00..0.10) | — | 0 of 2 |" \
+        in lines[2]
+    assert "scale: agent.actions=scale" in lines[3] and "| 1 of 1 |" in lines[3]

@@ -5,6 +5,7 @@ years (validated on 5) and walked on its 40 test years beside the oracle, best_r
         [--budgets 200000 5000000] [--strengths 0 0.5 1 2] [--market-seeds 0] [--threads 1]
         [--set KEY=VALUE ... --variant NAME] [--out checkpoints/certificate]
         [--rows docs/data/planted/certificate.csv] [--json]
+    python scripts/studies/learning_certificate.py --table [--rows F.csv]   # the doc's table from the rows
 
 Arms: ``default`` is the agent ``make run`` trains (the default config, rule prior on); ``scratch`` starts from
 nothing (train.pretraining=false, train.prior_kl=0). ``--strengths`` multiplies data.planted.premium_swing's
@@ -18,11 +19,13 @@ daily returns correlate most with its own, and how much), with the commit, machi
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
 import torch
 
+from clstm_lab.studies.certificate_table import certificate_table
 from clstm_lab.studies.learning_certificate import ARMS, cells, kept_keys, run_cell
 from clstm_ppo.config import ConfigError, TrainConfig, load_config
 from clstm_ppo.data.errors import DataError
@@ -49,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("checkpoints/certificate"))
     parser.add_argument("--rows", type=Path, default=Path("docs/data/planted/certificate.csv"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--table", action="store_true",
+                        help="print docs/PLANTED.md's table from the rows in --rows instead of training")
     args = parser.parse_args(argv)
+    if args.table:
+        with args.rows.open(newline="") as f:
+            print(certificate_table(list(csv.DictReader(f))))
+        return 0
     if any(s < 0 for s in args.strengths) or any(b <= 0 for b in args.budgets) or args.threads < 0:
         parser.error("--strengths must be >= 0, --budgets > 0 and --threads >= 0")
     if bool(args.overrides) != bool(args.variant) or not all(c.isalnum() or c in "_." for c in args.variant):

@@ -124,13 +124,15 @@ def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device 
     """The agent's greedy walk of the test years, and what it chose: its most frequent actions with their shares,
     the median probability it gave the action it took (near 1: a sure policy; near 1/actions: a coin), and
     ``sell_timing``: whether it sells options while the hidden premium is rich. A ``scale`` agent's "sale" is its
-    expected multiple of the rule's order, where the rule places one (so the oracle's timing is 1 in both modes)."""
+    expected multiple of the rule's order, where the rule places one (so the oracle's timing is 1 in both modes).
+    ``greedy_sell_timing`` is the same of the walk's own choices (a sale or not; the multiple chosen)."""
     scaled = scaled_rule(cfg, data, device)
     actions = ActionSpace.from_config(cfg.market) if scaled is None else ScaleChoices(scaled)
     choices: list[torch.Tensor] = []
     p_chosen: list[torch.Tensor] = []
     rows: list[torch.Tensor] = []
     p_sell: list[torch.Tensor] = []
+    greedy_sell: list[torch.Tensor] = []
     if scaled is None:
         grid = [(m, e) for e in range(len(actions.expiries_days)) for m in range(len(actions.moneyness))]
         sales = [actions.sell(c, m, e) for c in (True, False) for m, e in grid] if actions.allow_short else []
@@ -146,11 +148,15 @@ def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device 
         p_chosen.append(probs.gather(-1, choice.unsqueeze(-1)).squeeze(-1))
         rows.append(obs.row.clone())
         if scaled is not None:  # where the rule orders (the choice is free), the multiple the policy expects
-            p_sell.append(torch.where(obs.mask.sum(-1) > 1, (probs * multiples).sum(-1), torch.nan))
+            free = obs.mask.sum(-1) > 1
+            p_sell.append(torch.where(free, (probs * multiples).sum(-1), torch.nan))
+            greedy_sell.append(torch.where(free, multiples[choice], torch.nan))
             return choice, state
         # a sale's probability among the orders the mask allows now: full slots say nothing about timing
         allowed = obs.mask[:, sells]
-        p_sell.append(torch.where(allowed.any(-1), (probs[:, sells] * allowed).sum(-1), torch.nan))
+        can_sell = allowed.any(-1)
+        p_sell.append(torch.where(can_sell, (probs[:, sells] * allowed).sum(-1), torch.nan))
+        greedy_sell.append(torch.where(can_sell, (choice.unsqueeze(-1) == sells).any(-1).float(), torch.nan))
         return choice, state
 
     with torch.no_grad():
@@ -159,7 +165,10 @@ def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device 
     chosen = Counter(torch.cat(choices).tolist())
     total = sum(chosen.values())
     mix = ", ".join(f"{actions.describe(a)} {n / total:.0%}" for a, n in chosen.most_common(TOP_ACTIONS))
-    timing = sell_timing(torch.cat(rows).cpu().numpy(), torch.cat(p_sell).cpu().numpy(), data, cfg)
+    where = torch.cat(rows).cpu().numpy()
+    timing = sell_timing(where, torch.cat(p_sell).cpu().numpy(), data, cfg)
+    greedy = sell_timing(where, torch.cat(greedy_sell).cpu().numpy(), data, cfg)
+    timing["greedy_sell_timing"] = greedy["sell_timing"]  # what the walk does: its argmax, not its probabilities
     return result, {"top_actions": mix, "p_chosen": float(torch.cat(p_chosen).median()), **timing}
 
 
