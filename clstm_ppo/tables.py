@@ -77,16 +77,32 @@ def provenance() -> dict[str, str]:
 
 
 def append_rows(path: Any, rows: list[dict[str, Any]]) -> None:
-    """Append ``rows`` to the CSV at ``path`` (its header written when the file is new; a row's columns must be the
-    file's)."""
+    """Append ``rows`` to the CSV at ``path``, each value under its own column: the header is written when the file
+    is new, and a row with a column the file lacks rewrites the file once with that column added (older rows empty
+    there) instead of shifting the values under the wrong names; a column a row lacks stays empty in it."""
     import csv
+    import os
     from pathlib import Path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
+    header: list[str] = []
+    if path.exists() and path.stat().st_size > 0:
+        with open(path, newline="") as fh:
+            header = next(csv.reader(fh), [])
+    fields = header + [key for row in rows for key in row if key not in header]
+    fields = list(dict.fromkeys(fields))
+    if header and fields != header:  # widen the file: every kept row under its own names, then the new ones
+        with open(path, newline="") as fh:
+            kept = list(csv.DictReader(fh))
+        wider = path.with_name(path.name + ".widening")
+        with open(wider, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields, restval="")
+            writer.writeheader()
+            writer.writerows(kept)
+        os.replace(wider, path)
     with open(path, "a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        if new:
+        writer = csv.DictWriter(fh, fieldnames=fields, restval="")
+        if not header:
             writer.writeheader()
         writer.writerows(rows)
