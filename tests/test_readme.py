@@ -46,11 +46,12 @@ def test_every_doc_is_within_its_budget():
 def test_the_results_tables_are_what_the_grids_give(doc):
     """Each ``<!-- table NAME -->`` block of the doc is scripts/studies/results_tables.py's output for NAME from
     docs/data/grids/*.csv: the doc shows the data, and an edit of either without the other fails here."""
-    from clstm_lab.studies.results_tables import BLOCK, load_grids, refreshed
+    from clstm_lab.studies.results_tables import BLOCK, load_grids, load_verdicts, refreshed
 
     text = (ROOT / "docs" / doc).read_text()
     assert len(BLOCK.findall(text)) >= (3 if doc == "RESULTS.md" else 1), f"{doc} shows its answers as grid tables"
-    assert refreshed(text, load_grids(ROOT / "docs" / "data" / "grids")) == text, \
+    data = ROOT / "docs" / "data"
+    assert refreshed(text, load_grids(data / "grids"), load_verdicts(data / "verdict")) == text, \
         f"run python scripts/studies/results_tables.py --doc docs/{doc} --write"
 
 

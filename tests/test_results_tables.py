@@ -81,3 +81,16 @@ def test_a_doc_gets_its_tables_again_and_keeps_its_words(grids):
         render("levers small:clstm gone:clstm", grids)
     with pytest.raises(SystemExit, match="lever:ppo shares no .window, seed, fold. with small:clstm"):
         render("levers small:clstm lever:ppo", grids)
+
+
+def test_a_verdict_table_shows_the_kept_tests_rows_and_an_unknown_one_says_how_to_make_it(tmp_path, grids):
+    from clstm_lab.studies.results_tables import load_verdicts
+    from clstm_lab.studies.verdict import SHOWN
+
+    row = {column: 0.5 for column in SHOWN} | {"a": "scale", "b": "best_rule", "difference": 0.125, "commit": "abc"}
+    pd.DataFrame([row, row | {"b": "putwrite", "difference": -0.25}]).to_csv(tmp_path / "v.csv", index=False)
+    body = render("verdict v", grids, load_verdicts(tmp_path))
+    assert body.startswith("```\n") and "scale" in body and "putwrite" in body and "-0.250" in body
+    assert "commit" not in body
+    with pytest.raises(SystemExit, match="no verdict 'w'.*--name w"):
+        render("verdict w", grids, load_verdicts(tmp_path))

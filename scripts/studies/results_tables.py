@@ -13,26 +13,28 @@ import argparse
 import sys
 from pathlib import Path
 
-from clstm_lab.studies.results_tables import load_grids, refreshed, render
+from clstm_lab.studies.results_tables import load_grids, load_verdicts, refreshed, render
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--doc", type=Path, default=Path("docs/RESULTS.md"))
     parser.add_argument("--grids", type=Path, default=Path("docs/data/grids"))
+    parser.add_argument("--verdicts", type=Path, default=Path("docs/data/verdict"),
+                        help="the verdicts' rows (scripts/studies/verdict.py) for 'verdict NAME' tables")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--write", action="store_true", help="write the refreshed tables into --doc")
     how.add_argument("--check", action="store_true", help="exit 1 where --doc's tables are not its grids' own")
     how.add_argument("--show", metavar="NAME", help="print one table, e.g. 'against sp500-ticks'")
     args = parser.parse_args()
-    grids = load_grids(args.grids)
+    grids, verdicts = load_grids(args.grids), load_verdicts(args.verdicts)
     if args.show:
-        print(render(args.show, grids), end="")
+        print(render(args.show, grids, verdicts), end="")
         return 0
     if not args.doc.is_file():
         raise SystemExit(f"error: {args.doc} not found; give the doc whose tables to make with --doc")
     text = args.doc.read_text()
-    new = refreshed(text, grids)
+    new = refreshed(text, grids, verdicts)
     if args.check:
         if new != text:
             print(f"{args.doc}'s tables are not what {args.grids} gives: run scripts/studies/results_tables.py --write")

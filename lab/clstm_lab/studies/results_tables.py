@@ -7,7 +7,9 @@ NAME is ``against GRID``: each agent configuration of GRID against the benchmark
 (buy_and_hold, best_rule, putwrite where the grid has them), paired by seed and fold; or ``pair GRID_A:CONFIG_A
 GRID_B:CONFIG_B``: B's configuration less A's, run by run over the (window, seed, fold) both have: what one
 change made (a lever against the grid it changed); or ``levers BASE:CONFIG GRID:CONFIG ...``: one line a lever, its
-Sharpe over the T-bill less BASE's run by run, then less ``best_rule`` walked on its own folds.
+Sharpe over the T-bill less BASE's run by run, then less ``best_rule`` walked on its own folds; or ``verdict NAME``:
+the Sharpe-difference tests scripts/studies/verdict.py kept in docs/data/verdict/NAME.csv (test days pooled over
+folds, seeds as one policy), the table the verdict's lead shows.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from clstm_lab.studies.across_runs import CI_METRICS, read_grid_csv
+from clstm_lab.studies.verdict import SHOWN as VERDICT_COLUMNS
 from clstm_ppo.backtest.statistics import paired_difference
 from clstm_ppo.tables import format_records
 
@@ -29,6 +32,23 @@ Grids = dict[str, list[dict[str, Any]]]
 def load_grids(folder: Path) -> Grids:
     """Every grid CSV of ``folder`` by its name."""
     return {path.stem: read_grid_csv(path) for path in sorted(folder.glob("*.csv"))}
+
+
+def load_verdicts(folder: Path) -> Grids:
+    """Every verdict's rows (docs/data/verdict/NAME.csv, scripts/studies/verdict.py) by its name."""
+    import csv
+
+    out = {}
+    for path in sorted(folder.glob("*.csv")):
+        with path.open(newline="") as fh:
+            out[path.stem] = list(csv.DictReader(fh))
+    return out
+
+
+def verdict_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A verdict's rows as RESULTS shows them: each test's pair, Sharpe ratios, difference, interval, p-value, the
+    largest edge left open, and both sides' drawdown and daily CVaR(5%)."""
+    return [{k: (row[k] if k in ("a", "b") else float(row[k])) for k in VERDICT_COLUMNS} for row in rows]
 
 
 def _keyed(rows: list[dict[str, Any]], config: str, with_window: bool = True) -> dict[tuple, dict[str, Any]]:
@@ -96,10 +116,15 @@ def lever_rows(grids: Grids, base: str, levers: list[str]) -> list[dict[str, Any
     return out
 
 
-def render(name: str, grids: Grids) -> str:
+def render(name: str, grids: Grids, verdicts: Grids | None = None) -> str:
     """The body of table ``name`` (a fenced block of ``tables.format_records``)."""
     kind, _, rest = name.partition(" ")
-    if kind == "against" and rest in grids:
+    if kind == "verdict":
+        if rest not in (verdicts or {}):
+            raise SystemExit(f"error: table {name!r}: no verdict {rest!r} under docs/data/verdict/; run "
+                             f"scripts/studies/verdict.py ... --name {rest}")
+        rows = verdict_table(verdicts[rest])
+    elif kind == "against" and rest in grids:
         rows = against_benchmarks(grids[rest])
     elif (kind == "pair" and len(rest.split()) == 2) or (kind == "levers" and len(rest.split()) >= 2):
         specs = rest.split()
@@ -108,11 +133,13 @@ def render(name: str, grids: Grids) -> str:
             raise SystemExit(f"error: table {name!r}: no grid {missing[0]!r} under docs/data/grids/")
         rows = paired_grids(grids, *specs) if kind == "pair" else lever_rows(grids, specs[0], specs[1:])
     else:
-        raise SystemExit(f"error: table {name!r}: write 'against GRID', 'pair GRID_A:CONFIG GRID_B:CONFIG' or 'levers "
-                         f"BASE:CONFIG GRID:CONFIG ...' with grids of docs/data/grids/ ({', '.join(grids)})")
+        raise SystemExit(f"error: table {name!r}: write 'against GRID', 'pair GRID_A:CONFIG GRID_B:CONFIG', 'levers "
+                         f"BASE:CONFIG GRID:CONFIG ...' with grids of docs/data/grids/ ({', '.join(grids)}) or "
+                         "'verdict NAME'")
     return "```\n" + format_records(rows, digits=3) + "\n```\n"
 
 
-def refreshed(text: str, grids: Grids) -> str:
-    """``text`` with every table block's body made again from ``grids``."""
-    return BLOCK.sub(lambda m: f"<!-- table {m['name']} -->\n{render(m['name'], grids)}<!-- end table -->", text)
+def refreshed(text: str, grids: Grids, verdicts: Grids | None = None) -> str:
+    """``text`` with every table block's body made again from ``grids`` and ``verdicts``."""
+    return BLOCK.sub(lambda m: f"<!-- table {m['name']} -->\n{render(m['name'], grids, verdicts)}<!-- end table -->",
+                     text)
