@@ -101,8 +101,8 @@ def keep_freed_host_memory() -> bool:
 
     Every env step and update allocates and frees tensors of 20 KB to 6 MB. By default glibc hands
     a freed heap top above 128 KB back to the OS and maps large blocks afresh, so the next step
-    page-faults the same memory in again: up to ~180 faults a step at 4,096 env copies, against ~7
-    with these settings (3-15% of a step; docs/BENCHMARKS.md). The price is up to 64 MB of freed
+    page-faults the same memory in again (docs/BENCHMARKS.md measures the faults and the time they
+    cost). The price is up to 64 MB of freed
     memory held by the process. Returns whether the C library took the settings (a no-op elsewhere).
     """
     if not sys.platform.startswith("linux"):

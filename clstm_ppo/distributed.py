@@ -96,7 +96,7 @@ class DistContext:
         """Every rank's ``obj`` (dicts, lists and tuples of CPU tensors and picklable values) in rank order on rank 0;
         an empty list elsewhere. The tensors travel as one byte buffer through a tensor gather, on ``device`` under
         NCCL (the rank's GPU), not pickled: at 65,536 copies a rank's state is hundreds of MB, which pickled objects
-        moved at ~115 MB/s over gloo (docs/BENCHMARKS.md). Only the rest, with each tensor's dtype and shape, is
+        move slowly over gloo (docs/BENCHMARKS.md). Only the rest, with each tensor's dtype and shape, is
         pickled."""
         if not self.enabled:
             return [obj]

@@ -19,7 +19,7 @@ def cpu_runs_bf16_lstm() -> bool:
     """Whether this CPU runs a bfloat16 LSTM forward and backward under autocast: oneDNN builds its bf16 LSTM only
     on AVX-512 CPUs (natively with AVX512-BF16 or AMX), and refuses on an AVX2-only one ("could not create a
     primitive descriptor"), as it does when ``ONEDNN_MAX_CPU_ISA=AVX2`` holds it to AVX2. A tiny LSTM, once a
-    process (~10 ms)."""
+    process."""
     lstm = nn.LSTM(4, 4, batch_first=True)
     x = torch.randn(2, 3, 4, requires_grad=True)
     try:

@@ -30,7 +30,7 @@ from clstm_ppo.config import PPOConfig
 from clstm_ppo.data.windows import MarketWindows
 from clstm_ppo.device import compile_graph, cudagraph_skips
 
-MAX_BLOCK = 16  # LSTM 2 steps per compiled recurrence call: ~1 s of compile per step on a CPU (docs/BENCHMARKS.md)
+MAX_BLOCK = 16  # LSTM 2 steps per compiled recurrence call: compile time grows with each (docs/BENCHMARKS.md)
 
 
 def recurrence_block(num_steps: int) -> int:

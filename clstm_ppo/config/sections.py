@@ -321,10 +321,10 @@ class TrainConfig(Section):
                                        "write) and the update's optimizer step (fp32, bf16) each as one CUDA graph: "
                                        "auto (on CUDA when env.compile compiles), on, off; no effect on a CPU",
                                choices=("auto", "on", "off"))
-    # Measured on an H200 only as the update alone (scripts/bench/bench_update.py's "captured" path): off until a GPU
-    # lease has checked it inside the trainer (scripts/ops/gpu_check.py's "train update graphs" rows).
+    # Measured only as the update alone (docs/BENCHMARKS.md): off until a GPU lease has checked it inside the
+    # trainer (scripts/ops/gpu_check.py's "train update graphs" rows).
     update_graphs: bool = setting(False, "also replay the update's compiled minibatch loss as CUDA graphs (inductor's "
-                                         "reduce-overhead mode): 1.8-2.7x the update alone on an H200; needs "
+                                         "reduce-overhead mode; docs/BENCHMARKS.md); needs "
                                          "train.cuda_graphs, ppo.grad_accumulation 1 and fp32 or bf16; no effect on "
                                          "a CPU")
     eval_every: int = setting(10, "updates between evaluations: one continuous walk over the whole validation "
@@ -333,8 +333,8 @@ class TrainConfig(Section):
     run_name: str = setting("", "run folder name; empty: <data source>-<config name>", flag="--run-name")
     keep_last: int = setting(3, "periodic checkpoints kept besides latest.pt and best_*.pt", limits=">= 1")
     checkpoint_every: int = setting(10, "updates between periodic checkpoints", limits=">= 1")
-    # Every rank's env copies and LSTM 2 state are gathered to rank 0 and written with each checkpoint: at 65,536
-    # copies per GPU that is ~30 MB of env and 67-268 MB of LSTM 2 state per rank (docs/BENCHMARKS.md).
+    # Every rank's env copies and LSTM 2 state are gathered to rank 0 and written with each checkpoint: at tens of
+    # thousands of copies per GPU, hundreds of MB per rank (docs/BENCHMARKS.md).
     rank_state_every: int = setting(1, "updates between checkpoints that carry every rank's env copies, LSTM 2 "
                                        "state and random streams (the last update's always does); a resume from "
                                        "one without them starts fresh episodes", limits=">= 1")

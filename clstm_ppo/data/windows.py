@@ -36,7 +36,7 @@ class MarketWindows:
     def gather(self, rows: Tensor) -> Tensor:
         """Feature windows (..., TW, F) ending at flat rows ``rows`` (``Observation.row``, stored rollout rows).
 
-        Selecting rows of the strided view copies N whole blocks: 3x faster than gathering N x TW single rows,
+        Selecting rows of the strided view copies N whole blocks, faster than gathering N x TW single rows,
         and no table of windows is kept in memory.
         """
         return self._window_starts.index_select(0, (rows - (self.window - 1)).reshape(-1)).view(

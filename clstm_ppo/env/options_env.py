@@ -245,6 +245,6 @@ def kept(value: Tensor | dict[str, Tensor]) -> bool:
 
 def _eager_step(spec: EnvSpec, autoreset: bool, keep_ended: bool) -> Callable[[EnvState, Tensor], pure.StepOutput]:
     """``step`` bound to ``spec``, run op by op (``compiled_step``'s eager twin). Under inference mode: no step
-    output is ever differentiated, and skipping autograd's bookkeeping on each of its ~870 operators makes an eager
-    CPU step faster (docs/BENCHMARKS.md, "The eager step under inference mode")."""
+    output is ever differentiated, and skipping autograd's bookkeeping on each of its hundreds of operators makes
+    an eager CPU step faster (docs/BENCHMARKS.md, "The eager step under inference mode")."""
     return torch.inference_mode()(partial(pure.step, spec, autoreset=autoreset, keep_ended=keep_ended))

@@ -5,8 +5,8 @@ env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
         [--step-cap 300] [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
 Parts, run in the order given. By default what a GPU has still to show comes first: "train" (train.update_graphs
-inside the trainer ran once on an H200, beside the checks, 2.3x faster at default sizes and 18% slower at paper
-sizes: it wants timing alone), "env" and "rollout" (the compiled and captured paths are unmeasured since the tick
+inside the trainer ran once beside the checks, faster at default sizes and slower at paper sizes: it wants timing
+alone; docs/BENCHMARKS.md), "env" and "rollout" (the compiled and captured paths are unmeasured since the tick
 grid), then what GPUs measured last (an H200's "checks" passed on 2026-11-27, its "scale", "update" and "sb3" the
 same day: docs/BENCHMARKS.md): "checks" (every precision, the compiled trainer, a GPU run resumed on the CPU and
 that resumed on the GPU again, evaluate, host syncs); "scale" (65,536 copies train one update, evaluate and
@@ -14,7 +14,7 @@ checkpoint, at the default and at paper sizes); "update" (the PPO update alone a
 sizes in fp32 and default in bf16: eager, static, compiled, compiled with the optimizer step captured (the
 trainer's), compiled with CUDA graphs, and that with the optimizer step captured too, each within half an Adam step
 of the eager update's weights); "sb3" (sb3-contrib's RecurrentPPO on the same GPU at paper sizes with 256 copies,
-beside ours compiled+graphed at the same sizes: 241 s on an H200, alone on the GPU since its ratio is a timing);
+beside ours compiled+graphed at the same sizes, alone on the GPU since its ratio is a timing);
 "env" (kernels per env step eager and compiled at 4,096 copies, env steps/s eager at 4,096 and 32,768 copies,
 compiled and graphed at 32,768); "train" (the trainer at 4,096 copies at default and paper sizes, eager,
 compiled+graphed and that with train.update_graphs, 3 timed updates each, with model FLOP utilisation, how its
