@@ -196,3 +196,15 @@ def test_initial_hold_sets_the_untrained_policys_hold_probability_and_zero_keeps
         states.append(CascadedActorCritic(features, portfolio, n_actions, config).state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     assert float(states[0]["actor.bias"].abs().max()) == 0.0
+
+
+def test_mlp_has_its_own_width_and_a_checkpoint_from_when_it_took_lstm_2s_loads_at_that_width(runs, tmp_path):
+    wide = CascadedActorCritic(5, 3, 6, AgentConfig(**SIZES, kind="mlp", mlp_core_hidden=20))
+    assert wide.core[0].out_features == 20 and wide.actor.in_features == 20
+    state = load_checkpoint(runs["mlp"])
+    width = state.config["agent"]["lstm2_hidden"]
+    del state.config["agent"]["mlp_core_hidden"]  # as written before the setting existed (smoke: 32, not 128)
+    old = tmp_path / "old.pt"
+    save_checkpoint(state, old)
+    cfg, _, net = load_agent(str(old), None, [], torch.device("cpu"))
+    assert cfg.agent.mlp_core_hidden == width and net.core[0].out_features == width

@@ -121,7 +121,8 @@ class CascadedActorCritic(nn.Module):
             raise ValueError(f"agent.kind {cfg.kind!r} is not one of {', '.join(KINDS)}")
         self.kind = cfg.kind
         self.encoder = MarketEncoder(n_features, cfg) if cfg.kind == "clstm" else LastBar(n_features, cfg.mlp_hidden)
-        inputs, width = cfg.mlp_hidden + portfolio_dim, cfg.lstm2_hidden
+        inputs = cfg.mlp_hidden + portfolio_dim
+        width = cfg.mlp_core_hidden if cfg.kind == "mlp" else cfg.lstm2_hidden
         self.lstm2: nn.LSTM | None = None
         self.core: nn.Sequential | None = None
         if cfg.kind == "mlp":

@@ -237,10 +237,12 @@ class AgentConfig(Section):
     lstm1_hidden: int = setting(64, "LSTM 1: feature extractor over the TW-bar window", limits=">= 1")
     mlp_hidden: int = setting(64, "the 3-layer tanh MLP after LSTM 1", limits=">= 1")
     lstm2_hidden: int = setting(128, "LSTM 2: recurrent policy over the decision sequence", limits=">= 1")
+    mlp_core_hidden: int = setting(128, "agent.kind mlp: the width of the two tanh layers that stand where LSTM 2 "
+                                        "stands in the other kinds", limits=">= 1")
     # The CLSTM-PPO paper's comparison (docs/BACKTEST.md); last, so AgentConfig(64, 64, 128) still reads as sizes.
     kind: str = setting("clstm", "clstm: LSTM 1 + MLP over the window, then LSTM 2; lstm: the current bar "
                                  "(projected to mlp_hidden) straight to LSTM 2; mlp: the current bar through two "
-                                 "tanh layers lstm2_hidden wide, no recurrence", choices=("clstm", "lstm", "mlp"))
+                                 "tanh layers mlp_core_hidden wide, no recurrence", choices=("clstm", "lstm", "mlp"))
     # A near-uniform first policy opens a random option on most bars, and bought options (premium = a share of
     # equity) swing equity by far more than any planted edge: the untrained agent's returns bury the signal.
     initial_hold: float = setting(0.0, "the untrained policy's probability of hold (0: uniform over the actions, "

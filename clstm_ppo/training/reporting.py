@@ -17,7 +17,7 @@ from clstm_ppo.training.monitor import per_rank_gpu
 # What each agent kind is made of (agent/model.py), for the start-up line.
 LAYERS = {"clstm": "LSTM 1 {a.lstm1_hidden}, MLP {a.mlp_hidden}, LSTM 2 {a.lstm2_hidden}",
           "lstm": "current bar -> linear {a.mlp_hidden}, LSTM 2 {a.lstm2_hidden}",
-          "mlp": "current bar -> linear {a.mlp_hidden}, 2 tanh layers of {a.lstm2_hidden}"}
+          "mlp": "current bar -> linear {a.mlp_hidden}, 2 tanh layers of {a.mlp_core_hidden}"}
 
 
 def describe(cfg: Config, run_dir: Path, data: MarketData, world_size: int, device: torch.device,
