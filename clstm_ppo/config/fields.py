@@ -177,8 +177,8 @@ ADDED: dict[str, Any] = {
     "market.costs.stock_ticks": [0.0, 0.0],
     "data.option_features": False,  # agents observed the bar features alone before 2026-11-28
     "train.prior_kl": 0.0,  # no run was pulled toward a rule before 2026-11-28
-    "data.planted.premium_floor": -0.95,
-    "agent.mlp_core_hidden": SavedAs("agent.lstm2_hidden"),  # the mlp kind took LSTM 2's width before 2026-12-02  # the planted markup stopped at 1 + premium = 0.05 before 2026-12-02
+    "data.planted.premium_floor": -0.95,  # the planted markup stopped at 1 + premium = 0.05 before 2026-12-02
+    "agent.mlp_core_hidden": SavedAs("agent.lstm2_hidden"),  # the mlp kind took LSTM 2's width before 2026-12-02
 }
 
 
