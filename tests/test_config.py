@@ -4,6 +4,7 @@ import functools
 import shlex
 import subprocess
 import typing
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,6 @@ from clstm_ppo.config import (
     Config,
     ConfigError,
     CostConfig,
-    EnvConfig,
     MarketConfig,
     PPOConfig,
     TrainConfig,
@@ -157,16 +157,17 @@ def test_a_config_built_in_code_is_typed_and_its_settings_checked_together():
     assert CostConfig(spread_base=0).spread_base == 0.0 and isinstance(CostConfig(spread_base=0).spread_base, float)
     with pytest.raises(ConfigError, match=r"train.num_envs \(6\) must be a multiple of ppo.num_minibatches"):
         Config(train=TrainConfig(num_envs=6))
-    with pytest.raises(ConfigError, match="train.cuda_graphs: on replays the compiled rollout decision; set env"):
-        Config(env=EnvConfig(compile="off"), train=TrainConfig(cuda_graphs="on"))
-    with pytest.raises(ConfigError, match="env.compile"):
-        EnvConfig(compile="yes")
-    # YAML reads --set env.compile=off as False: an on/off setting takes it as the word it was
-    assert (parse_override("env.compile=off")["env"]["compile"], EnvConfig(compile=False).compile) == (False, "off")
+    with pytest.raises(ConfigError, match="train.cuda_graphs: on replays the compiled rollout decision; set train"):
+        Config(train=TrainConfig(compile_loop="off", cuda_graphs="on"))
+    with pytest.raises(ConfigError, match="train.compile_loop"):
+        TrainConfig(compile_loop="yes")
+    # YAML reads --set train.compile_loop=off as False: an on/off setting takes it as the word it was
+    assert (parse_override("train.compile_loop=off")["train"]["compile_loop"],
+            TrainConfig(compile_loop=False).compile_loop) == (False, "off")
     assert TrainConfig(cuda_graphs=True).cuda_graphs == "on"
     for broken, message in (({"train": TrainConfig(update_graphs=True, cuda_graphs="off")}, "needs train.cuda_graphs"),
-                            ({"env": EnvConfig(compile="off"), "train": TrainConfig(update_graphs=True)},
-                             "env.compile auto or on"),
+                            ({"train": TrainConfig(compile_loop="off", update_graphs=True)},
+                             "train.compile_loop auto or on"),
                             ({"ppo": PPOConfig(grad_accumulation=2), "train": TrainConfig(update_graphs=True)},
                              r"needs ppo.grad_accumulation 1 \(got 2\)"),
                             ({"train": TrainConfig(update_graphs=True, precision="fp16")}, "fp32 or bf16")):
@@ -208,6 +209,38 @@ def test_settings_saved_before_a_key_existed_keep_what_the_run_did(tmp_path):
         keys = [added, stands_for.key] if isinstance(stands_for, SavedAs) else [added]
         for key in keys:
             assert functools.reduce(getattr, key.split("."), Config()) is not None, f"{key} is not a setting"
+
+
+def test_a_renamed_key_is_read_as_its_new_name_with_one_line_from_a_file_or_flag_and_quietly_from_a_checkpoint(
+        tmp_path):
+    """env.compile became train.compile_loop and train.compile train.compile_encoder (they compile what the names
+    say): an old file, flag or checkpoint still means what it meant."""
+    file = tmp_path / "old.yaml"
+    file.write_text("env:\n  compile: on\ntrain:\n  compile: true\n")
+    with pytest.warns(FutureWarning) as said:
+        cfg = load_config(file, ["env.compile=off"])
+    assert (cfg.train.compile_loop, cfg.train.compile_encoder) == ("off", True)
+    lines = [str(w.message) for w in said]
+    assert len(lines) == 3 and all("\n" not in line for line in lines)
+    assert f"{file}: env.compile is now named train.compile_loop; read as train.compile_loop" in lines
+    assert "--set env.compile=off: env.compile is now named train.compile_loop; read as train.compile_loop" in lines
+    saved = to_dict(Config())
+    del saved["train"]["compile_loop"], saved["train"]["compile_encoder"]
+    saved["env"]["compile"], saved["train"]["compile"] = "on", True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        old = load_config(None, [], base=saved)
+    assert (old.train.compile_loop, old.train.compile_encoder) == ("on", True)
+    with pytest.raises(ConfigError, match="env.compile and train.compile_loop are one setting"):
+        load_config(_yaml(tmp_path, "env:\n  compile: on\ntrain:\n  compile_loop: off\n"))
+    with pytest.raises(ConfigError, match="unknown key 'env.compile_loop'"):
+        load_config(None, ["env.compile_loop=on"])
+
+
+def _yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "both.yaml"
+    path.write_text(text)
+    return path
 
 
 def test_runs_saved_before_the_tick_grid_keep_quoting_off_it():

@@ -165,14 +165,14 @@ def test_rank_states_reach_rank_0_bit_for_bit_as_one_tensor_gather(tmp_path):
 
 @pytest.mark.slow
 def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, monkeypatch):
-    """env.compile on: the static, compiled update does not run through DDP's forward; one all-reduce of the
+    """train.compile_loop on: the static, compiled update does not run through DDP's forward; one all-reduce of the
     gradients per optimizer step must keep the ranks' weights identical while each rank trains on its own episodes
     (without it they part after the first step). Every update's log counts its collectives: none inside a capture,
     and exactly the ones the update makes."""
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
     # 32 copies a rank in minibatches of 8 copies x 32 steps: the compiled graphs of tests/test_resume.py's compiled
     # resume, so a cold CI machine compiles them once (this test runs after it)
-    cfg = smoke_config(3 * 2 * 32 * 32, "train.num_envs=32", "env.compile=on", "ppo.num_minibatches=4",
+    cfg = smoke_config(3 * 2 * 32 * 32, "train.num_envs=32", "train.compile_loop=on", "ppo.num_minibatches=4",
                        "ppo.grad_accumulation=2")
     assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))

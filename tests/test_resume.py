@@ -30,7 +30,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, num_ste
     from torch._dynamo.utils import counters
 
     common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
-              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"env.compile={compile}",
+              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"train.compile_loop={compile}",
               "--set", f"ppo.num_steps={num_steps}"]
     batch = num_envs * num_steps
     torch._dynamo.reset()

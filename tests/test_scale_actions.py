@@ -164,7 +164,7 @@ def test_a_scale_agent_trains_from_its_rule_resumes_exactly_evaluates_and_predic
 
     common = ["--set", "agent.actions=scale", "--set", "train.pretraining=true", "--set", "train.pretrain_method=rule",
               "--set", "train.prior_kl=0", "--set", "train.prior_rollouts=2", "--set", "ppo.lr_schedule=constant",
-              "--set", f"env.compile={compile}", "--set", "train.eval_every=2"]
+              "--set", f"train.compile_loop={compile}", "--set", "train.eval_every=2"]
     batch = 16 * 32
     assert train(tmp_path / "a", "--total-steps", str(4 * batch), *common) == 0
     out = capsys.readouterr().out

@@ -268,7 +268,8 @@ def test_update_records_carry_resource_statistics(smoke_run):
 
 
 def test_compiled_encoder_trains_and_keeps_checkpoint_keys(tmp_path, smoke_run):
-    assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--set", "train.compile=true") == 0
+    assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8",
+                 "--set", "train.compile_encoder=true") == 0
     compiled = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
     eager = load_checkpoint(smoke_run / "latest.pt")
     assert compiled.model.keys() == eager.model.keys()  # checkpoints work with and without compile

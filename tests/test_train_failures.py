@@ -136,9 +136,9 @@ def test_a_diverging_loss_stops_the_run_without_saving_broken_weights(tmp_path, 
 def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # no compiler to be found
     monkeypatch.delenv("CXX", raising=False)
-    assert train(tmp_path, "--total-steps", "512", "--set", "train.compile=true") == 2
+    assert train(tmp_path, "--total-steps", "512", "--set", "train.compile_encoder=true") == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: train.compile on a CPU needs a C++ compiler")
+    assert err.startswith("error: train.compile_encoder on a CPU needs a C++ compiler")
     assert not (tmp_path / "synthetic-smoke").exists(), "refused before the run folder was made"
 
 

@@ -95,8 +95,8 @@ class CapturedDecision:
 
 
 class FusedRollout:
-    """The trainer's rollout when the env step is compiled (``env.compile``): one compiled decision per step, and on
-    CUDA with ``train.cuda_graphs`` one captured graph replayed per step."""
+    """The trainer's rollout when the env step is compiled (``train.compile_loop``): one compiled decision per step,
+    and on CUDA with ``train.cuda_graphs`` one captured graph replayed per step."""
 
     def __init__(self, model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, precision: Precision,
                  cuda_graphs: bool, compile: bool = True):

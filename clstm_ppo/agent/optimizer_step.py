@@ -15,14 +15,14 @@ the clip, Adam's two moments, its bias corrections and the update). Captured, it
   tensors are still the live ones: gradients set to None, a loaded optimizer state (which also brings back the
   checkpoint's float rate and ``capturable`` flag) or a rate assigned as a float would leave it stepping stale ones.
 
-Off CUDA (or with ``capture`` off) a call is the eager clip-and-step that ``Precision.step`` takes: the CPU cannot
-run capturable Adam, so the tests cover that path, the rate tensor and the replay's check, not the capture. The
-captured step computes Adam's bias corrections in float32 on the device (the eager one in Python doubles): close to
-the eager weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. The trainer
-captures its step on CUDA under ``train.cuda_graphs`` when the update is the static, compiled one (``env.compile``)
-and the precision is fp32 or bf16; ``scripts/bench/bench_update.py``'s "step_captured" path times that update alone
-("captured": over a loss whose compiled calls are CUDA graphs too). Should CUDA refuse the capture, the step says so
-once and runs eagerly on.
+Off CUDA (or with ``capture`` off) a call is the eager clip-and-step that ``Precision.step`` takes: the CPU cannot run
+capturable Adam, so the tests cover that path, the rate tensor and the replay's check, not the capture. The captured
+step computes Adam's bias corrections in float32 on the device (the eager one in Python doubles): close to the eager
+weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. The trainer captures its
+step on CUDA under ``train.cuda_graphs`` when the update is the static, compiled one (``train.compile_loop``) and the
+precision is fp32 or bf16; ``scripts/bench/bench_update.py``'s "step_captured" path times that update alone ("captured":
+over a loss whose compiled calls are CUDA graphs too). Should CUDA refuse the capture, the step says so once and runs
+eagerly on.
 
 A checkpoint keeps the optimizer's settings as they were: a captured run's Adam is ``capturable`` with a tensor rate,
 which the CPU cannot step. ``fit_saved_state`` gives a saved state this run's settings before it is loaded, so a run

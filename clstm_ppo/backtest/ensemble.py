@@ -25,7 +25,6 @@ WALK_SECTIONS = ("data", "market", "env")
 TRAINING_ONLY = frozenset({
     "data.augment", "data.augment_checkpoint", "data.augment_paths", "env.episode_length", "env.reward_scale",
     "env.reward", "env.drawdown_penalty", "env.turbulence_penalty", "env.dtype", "env.stagger_starts",
-    "env.compile",
 })
 
 

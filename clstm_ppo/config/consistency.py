@@ -61,12 +61,12 @@ def check_values(cfg: Any) -> None:
         (p.num_minibatches % p.grad_accumulation != 0,
          f"ppo.grad_accumulation ({p.grad_accumulation}) must divide ppo.num_minibatches ({p.num_minibatches})"),
         (t.total_steps < 1 and t.num_episodes < 1, "train.total_steps must be at least 1 (or set train.num_episodes)"),
-        (t.cuda_graphs == "on" and cfg.env.compile == "off",
-         "train.cuda_graphs: on replays the compiled rollout decision; set env.compile to auto or on "
+        (t.cuda_graphs == "on" and t.compile_loop == "off",
+         "train.cuda_graphs: on replays the compiled rollout decision; set train.compile_loop to auto or on "
          "(or cuda_graphs off)"),
-        (t.update_graphs and (t.cuda_graphs == "off" or cfg.env.compile == "off"),
+        (t.update_graphs and (t.cuda_graphs == "off" or t.compile_loop == "off"),
          "train.update_graphs replays the compiled update beside the captured rollout; it needs train.cuda_graphs "
-         "auto or on and env.compile auto or on (or update_graphs false)"),
+         "auto or on and train.compile_loop auto or on (or update_graphs false)"),
         (t.update_graphs and p.grad_accumulation > 1,
          f"train.update_graphs needs ppo.grad_accumulation 1 (got {p.grad_accumulation}): each replay overwrites the "
          "gradients the last one made; set update_graphs false to accumulate"),

@@ -163,6 +163,14 @@ OBSOLETE = {
     "train.eval_episodes": "validation is now one continuous walk over the whole split",
 }
 
+# Settings that took a name saying what they do: a file or flag with the old key is read as the new one, with one
+# line naming it; a checkpoint's saved settings are read so quietly.
+RENAMED = {
+    "env.compile": "train.compile_loop",  # it compiles the rollout's decisions and the update's loss too
+    "train.compile": "train.compile_encoder",  # it compiles the market encoder alone
+}
+
+
 @dataclass(frozen=True)
 class SavedAs:
     """An added setting's value in older runs: what that run saved under another key."""

@@ -3,13 +3,14 @@ repeated ``--set section.key=value`` overrides, in that order."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, SavedAs, first_line, from_dict
+from clstm_ppo.config.fields import ADDED, OBSOLETE, RENAMED, ConfigError, SavedAs, first_line, from_dict
 from clstm_ppo.config.sections import Config
 
 
@@ -41,11 +42,35 @@ def without_obsolete(values: dict[str, Any], prefix: str = "") -> dict[str, Any]
             for k, v in values.items() if f"{prefix}{k}" not in OBSOLETE}
 
 
+def with_new_names(values: dict[str, Any], origin: str | None) -> dict[str, Any]:
+    """``values`` (nested) with each key of RENAMED under its new name; ``origin`` (the file or ``--set``) gets one
+    warning line a renamed key, None (a checkpoint's settings) none. Both names in one source: ConfigError."""
+    for old, new in RENAMED.items():
+        path, _, key = old.rpartition(".")
+        section = _get(values, path)
+        if not isinstance(section, dict) or key not in section:
+            continue
+        new_path, _, new_key = new.rpartition(".")
+        if new_key in (_get(values, new_path) or {}):
+            raise ConfigError(f"{origin or 'config'}: {old} and {new} are one setting, now named {new}; drop {old}")
+        if origin is not None:
+            warnings.warn(f"{origin}: {old} is now named {new}; read as {new}", FutureWarning, stacklevel=3)
+        values = merge(_without(values, old), nested(new, section[key]))
+    return values
+
+
+def _without(values: dict[str, Any], dotted: str) -> dict[str, Any]:
+    head, _, rest = dotted.partition(".")
+    if not rest:
+        return {k: v for k, v in values.items() if k != head}
+    return {**values, head: _without(values[head], rest)}
+
+
 def as_saved(values: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's saved settings as this version reads them: obsolete keys dropped, and each key of ADDED
-    that they lack (where they have its section) set to what it stands for, so an older run resumes and walks
-    as it ran."""
-    values = without_obsolete(values)
+    """A checkpoint's saved settings as this version reads them: renamed keys under their new names, obsolete keys
+    dropped, and each key of ADDED that they lack (where they have its section) set to what it stands for, so an
+    older run resumes and walks as it ran."""
+    values = without_obsolete(with_new_names(values, None))
     for added, stands_for in ADDED.items():
         old = _get(values, stands_for.key) if isinstance(stands_for, SavedAs) else stands_for
         path, _, key = added.rpartition(".")
@@ -109,9 +134,9 @@ def load_config(config: str | Path | None = None, overrides: list[str] | None = 
             raise ConfigError(f"{origin} is not valid YAML: {first_line(err)}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{origin} must hold a mapping of sections, not {type(loaded).__name__}")
-        values = merge(values, loaded)
+        values = merge(values, with_new_names(loaded, origin))
     for text in overrides or []:
-        values = merge(values, parse_override(text))
+        values = merge(values, with_new_names(parse_override(text), f"--set {text}"))
     for dotted, value in (flags or {}).items():
         values = merge(values, nested(dotted, value))
     return from_dict(Config, values)

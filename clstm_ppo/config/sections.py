@@ -222,11 +222,6 @@ class EnvConfig(Section):
     stagger_starts: bool = setting(True, "cut each copy's first episode after a random reset to a random "
                                          "1..full length, spreading the copies over the episode's phase; later "
                                          "episodes run full length")
-    # On a GPU the eager step is ~850 kernel launches; compiled it is a few fused kernels. On a CPU the eager step
-    # is faster than inductor's code (docs/BENCHMARKS.md), so auto compiles on CUDA only.
-    compile: str = setting("auto", "torch.compile the training env's step, and with it each rollout decision, as one "
-                                   "graph, and the PPO update's loss in fixed shapes: auto (on CUDA), on, off",
-                           choices=("auto", "on", "off"))
 
 
 @dataclass
@@ -317,11 +312,18 @@ class TrainConfig(Section):
                           flag="--device")
     precision: str = setting("fp32", "fp32, bf16 (autocast) or fp16 (autocast + GradScaler)",
                              choices=("fp32", "bf16", "fp16"))
-    compile: bool = setting(False, "torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs are")
+    compile_encoder: bool = setting(False, "torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs "
+                                           "are")
+    # On a GPU the eager env step is hundreds of kernel launches; compiled it is a few fused kernels. On a CPU the
+    # eager step is faster than inductor's code (docs/BENCHMARKS.md), so auto compiles on CUDA only.
+    compile_loop: str = setting("auto", "torch.compile the training loop's steps: the env step with each rollout "
+                                        "decision as one graph, and the PPO update's loss in fixed shapes: auto (on "
+                                        "CUDA), on, off", choices=("auto", "on", "off"))
     # A CUDA graph replays a compiled decision's kernels in one launch; on a CPU there is nothing to replay.
     cuda_graphs: str = setting("auto", "replay each compiled rollout decision (policy, draw, env step, storage "
                                        "write) and the update's optimizer step (fp32, bf16) each as one CUDA graph: "
-                                       "auto (on CUDA when env.compile compiles), on, off; no effect on a CPU",
+                                       "auto (on CUDA when train.compile_loop compiles), on, off; no effect on a "
+                                       "CPU",
                                choices=("auto", "on", "off"))
     # Measured only as the update alone (docs/BENCHMARKS.md): off until a GPU lease has checked it inside the
     # trainer (scripts/ops/gpu_check.py's "train update graphs" rows).

@@ -122,7 +122,7 @@ def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str
     picked = pick_device(device)
     configure_backends(picked)
     cfg.train.total_steps, cfg.train.num_episodes, cfg.train.pretraining = steps, 0, False
-    cfg.train.device, cfg.train.compile = picked.type, False
+    cfg.train.device, cfg.train.compile_encoder = picked.type, False
     if seed is not None:
         cfg.seed = seed
     runs = {"adapted": train_from_start(cfg, out / "adapted", picked,

@@ -138,7 +138,7 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             # Only the eager update's forward goes through DDP (its backward all-reduces gradients; the
-            # static update of env.compile averages them itself); rollouts and checkpoints use the raw module,
+            # static update of train.compile_loop averages them itself); rollouts and checkpoints use the raw module,
             # so DDP never enters a state_dict.
             t = cfg.train
             wrap = functools.partial(DDP, device_ids=[device.index] if device.type == "cuda" else None,
@@ -248,7 +248,7 @@ def train_run(config: str | None = None, overrides: Sequence[str] = (), *, setti
         notice = planted_surface_notice(cfg)
         if notice:
             print(notice)
-    if cfg.train.compile:
+    if cfg.train.compile_encoder:
         check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
     cores = usable_cores()
     share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731

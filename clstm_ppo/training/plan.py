@@ -28,11 +28,11 @@ class ExecutionPlan:
     @classmethod
     def choose(cls, cfg: Config, device: torch.device, world_size: int = 1) -> "ExecutionPlan":
         t, cuda = cfg.train, device.type == "cuda"
-        compiled = cfg.env.compile == "on" or (cfg.env.compile == "auto" and cuda)
+        compiled = t.compile_loop == "on" or (t.compile_loop == "auto" and cuda)
         graphs = compiled and cuda and t.cuda_graphs != "off"
         # fp16's GradScaler reads the gradients on the host, which a captured step cannot.
         captured = graphs and t.precision != "fp16"
-        why = [f"env.compile {cfg.env.compile} on {device.type}: the env step, the rollout's decisions and the "
+        why = [f"train.compile_loop {t.compile_loop} on {device.type}: the env step, the rollout's decisions and the "
                f"update's loss are {'compiled' if compiled else 'eager'}"]
         if compiled:
             why.append(f"train.cuda_graphs {t.cuda_graphs}: " + ("decisions replay as CUDA graphs" if graphs else

@@ -49,7 +49,7 @@ from clstm_ppo.training.stopping import StopRequest, agree
 
 class Trainer:
     """One worker's run. ``wrap`` (the DDP wrapper, given by the launcher) is what the eager update trains
-    through (the static update, with ``env.compile``, averages its gradients itself and needs no wrapper);
+    through (the static update, with ``train.compile_loop``, averages its gradients itself and needs no wrapper);
     rollouts and checkpoints use the raw module, so DDP never enters a state_dict."""
 
     def __init__(self, cfg: Config, run_dir: Path, device: torch.device, ctx: DistContext = DistContext(),
@@ -84,7 +84,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = CascadedActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                          self.env.actions.n, cfg.agent).to(device)
-        if t.compile:
+        if t.compile_encoder:
             # only the encoder (checkpoint keys unchanged): LSTM 2 runs in chunks cut at episode starts,
             # a shape that changes every rollout and would recompile
             self.model.encoder.compile()

@@ -17,13 +17,13 @@ dense float32 matmul's FLOP/s measured here. "update_encodes" is LSTM 1 window e
 update, beside "update_decisions", the decisions it trains on (what per-window encoding ran).
 "ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
-``--compiled`` compiles the env step (``env.compile: on``), and with it each rollout decision, and the encoder
-(``train.compile``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``), and
-``--update-graphs`` the update's compiled loss too (``train.update_graphs``). "update" says how that loss ran.
-"rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how
-the update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how
-the trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16): the two differ where CUDA refused
-the capture and the step ran eagerly, "rollout_share" the
+``--compiled`` compiles the env step (``train.compile_loop: on``), and with it each rollout decision, and the encoder
+(``train.compile_encoder``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``),
+and ``--update-graphs`` the update's compiled loss too (``train.update_graphs``). "update" says how that loss ran.
+"rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how the
+update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how the
+trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16): the two differ where CUDA refused the
+capture and the step ran eagerly, "rollout_share" the
 share of the timed updates' seconds spent in rollouts. On a GPU sb3-contrib runs on the same GPU
 (its policy there; its envs step on the host, as they always do).
 """

@@ -50,7 +50,8 @@ def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool
              *(train_step(part, precision, folder, ["--set", f"train.precision={precision}"])
                for precision in ("fp32", "bf16", "fp16"))]
     if not skip_compile:
-        steps.append(train_step(part, "compiled", folder, ["--set", "train.compile=true", "--set", "env.compile=on",
+        steps.append(train_step(part, "compiled", folder, ["--set", "train.compile_encoder=true",
+                                                           "--set", "train.compile_loop=on",
                                                            "--set", "train.cuda_graphs=on"]))
         # The update's loss replayed as CUDA graphs inside the trainer (train.update_graphs: off by default until
         # this row and the "update graphs too" training row pass on a GPU).

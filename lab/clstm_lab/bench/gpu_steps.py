@@ -187,5 +187,6 @@ def shared_gpu_step(part: str, folder: Path, name: str = "two-ranks") -> Step:
         return [row(label, ok, round(seconds, 1), note=note)]
     return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
                               "--run-name", name, "--num-gpus", "2", "--set", "train.ranks_per_gpu=2",
-                              "--set", "env.compile=on", "--set", "train.cuda_graphs=on", "--total-steps", "12800"],
+                              "--set", "train.compile_loop=on", "--set", "train.cuda_graphs=on",
+                              "--total-steps", "12800"],
                 read)

@@ -148,8 +148,8 @@ def throughput_rows(settings: list[str], updates: int, device: torch.device, *, 
         cfg = bench_config(load_config(sizes).agent, copies)
         cfg.train.device = device.type
         cfg.train.precision = precision
-        cfg.env.compile = "on" if compiled or cuda_graphs else "off"
-        cfg.train.compile = compiled
+        cfg.train.compile_loop = "on" if compiled or cuda_graphs else "off"
+        cfg.train.compile_encoder = compiled
         cfg.train.cuda_graphs = "on" if cuda_graphs else "off"
         cfg.train.update_graphs = update_graphs
         run = ours(cfg, updates, device)
