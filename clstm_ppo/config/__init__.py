@@ -18,7 +18,6 @@ from clstm_ppo.config.resolve import (
                                       without_obsolete,
 )
 from clstm_ppo.config.sections import (
-                                      WITHOUT_RULE_PRIOR,
                                       AgentConfig,
                                       Config,
                                       CostConfig,
@@ -30,6 +29,7 @@ from clstm_ppo.config.sections import (
                                       SyntheticConfig,
                                       TrainConfig,
 )
+from clstm_ppo.config.train_settings import WITHOUT_RULE_PRIOR
 
 # Read-only views of the rules, derived from the fields (kept for the code and tests that look them up).
 CHOICES = MappingProxyType({k: r.choices for k, _, r in walk_rules(Config) if r.choices})
