@@ -125,9 +125,8 @@ def verdict_rows(grids: dict[str, Pooled], resamples: int = 4999, seed: int = 0)
     pairs = [(lab, grids[lab].returns["agent"], bench, grids[lab].returns[bench])
              for lab in labels for bench in BENCHMARKS if bench in grids[lab].returns]
     pairs += [(lab, grids[lab].returns["agent"], labels[0], first.returns["agent"]) for lab in labels[1:]]
-    rows = []
+    rows, tbill = [], first.tbill  # every grid walked the same days, so one T-bill
     for a_name, a, b_name, b in pairs:
-        tbill = first.tbill
         test = sharpe_difference(a - tbill, b - tbill, resamples=resamples, seed=seed)
         ra, rb = risk(a), risk(b)
         rows.append({"a": a_name, "b": b_name, "sharpe_a": test.sharpe_a, "sharpe_b": test.sharpe_b,
@@ -135,6 +134,6 @@ def verdict_rows(grids: dict[str, Pooled], resamples: int = 4999, seed: int = 0)
                      "ci_high": test.ci_high, "p_value": test.p_value, "edge_ruled_out": test.edge_ruled_out,
                      "correlation": test.correlation, "days": test.days,
                      "first_day": str(first.dates[0].date()), "last_day": str(first.dates[-1].date()),
-                     "folds": first.folds, "seeds": grids[a_name].seeds if a_name in grids else first.seeds,
+                     "folds": first.folds, "seeds": grids[a_name].seeds,
                      **{f"{k}_a": v for k, v in ra.items()}, **{f"{k}_b": v for k, v in rb.items()}})
     return rows
