@@ -53,19 +53,33 @@ def position_credit(rewards: Tensor, slot_pnl: Tensor, opened: Tensor, dones: Te
     return rewards + scale * (credit - slot_pnl.sum((1, 2)))
 
 
-def credit_by_position(cfg: Config) -> dict[str, float]:
+def mean_variance(rewards: Tensor, slot_pnl: Tensor, risk_aversion: float, reward_unit: float
+                  ) -> tuple[Tensor, Tensor]:
+    """Rewards (L, N) as the utility x - risk_aversion / 2 * x^2 of each bar's return x = reward / ``reward_unit``
+    (env.reward_scale: x is a share of initial cash), in reward units (``ppo.risk_aversion``; docs/TRAINING.md,
+    "Risk"); and ``slot_pnl`` (L, 2, P, N) times the same factor 1 - risk_aversion / 2 * x, so each position bears
+    the part of the bar's charge its P&L made (sum_i p_i * x = x^2, the charge split by each part's covariance with
+    the bar) and position credit moves that part with the P&L."""
+    keep = 1.0 - 0.5 * risk_aversion * rewards / reward_unit
+    return rewards * keep, slot_pnl * keep[:, None, None, :]
+
+
+def credit_settings(cfg: Config) -> dict[str, float]:
     """``RolloutStorage``'s credit arguments for a run's settings: slots and reward per dollar under ``ppo.credit:
-    position``, none under bar."""
+    position``, and the learner's risk aversion with the reward of a gain of the whole initial cash."""
+    risk = {"risk_aversion": cfg.ppo.risk_aversion, "reward_unit": cfg.env.reward_scale}
     if cfg.ppo.credit != "position":
-        return {}
-    return {"slots": cfg.env.max_positions, "credit_scale": cfg.env.reward_scale / cfg.env.initial_cash}
+        return risk
+    return {"slots": cfg.env.max_positions, "credit_scale": cfg.env.reward_scale / cfg.env.initial_cash, **risk}
 
 
 class RolloutStorage:
     def __init__(self, num_steps: int, num_envs: int, portfolio_dim: int, n_actions: int, device: torch.device,
-                 slots: int = 0, credit_scale: float = 0.0):
+                 slots: int = 0, credit_scale: float = 0.0, risk_aversion: float = 0.0, reward_unit: float = 1.0):
         """``slots`` > 0 (env.max_positions), with ``credit_scale`` (reward per dollar): rewards credited by position
-        (``position_credit``), from each step's slot P&L; 0: the env's rewards as they are."""
+        (``position_credit``), from each step's slot P&L; 0: the env's rewards as they are. ``risk_aversion`` > 0,
+        with ``reward_unit`` (the reward of a gain of the whole initial cash): rewards as their mean-variance utility
+        (``mean_variance``) first."""
         def buf(*shape, dtype=torch.float32):
             return torch.zeros(num_steps, num_envs, *shape, dtype=dtype, device=device)
 
@@ -84,6 +98,7 @@ class RolloutStorage:
         self.prior_coef = torch.zeros((), device=device)
         self.num_steps, self.num_envs = num_steps, num_envs
         self.credit_scale = credit_scale
+        self.risk_aversion, self.reward_unit = risk_aversion, reward_unit
         # ppo.credit position: each step's P&L per slot (L, 2, P, N) and where it opened an option (L, P, N)
         self.slot_pnl = torch.zeros(num_steps, 2, slots, num_envs, device=device)
         self.slot_opened = torch.zeros(num_steps, slots, num_envs, dtype=torch.bool, device=device)
@@ -111,7 +126,9 @@ class RolloutStorage:
             buffer.index_copy_(0, step, value.unsqueeze(0).to(buffer.dtype))
 
     def finish(self, last_value: Tensor, gamma: float, lam: float) -> None:
-        rewards = self.rewards
+        rewards, slot_pnl = self.rewards, self.slot_pnl
+        if self.risk_aversion > 0:  # at 0 the rewards stay bit for bit as they were
+            rewards, slot_pnl = mean_variance(rewards, slot_pnl, self.risk_aversion, self.reward_unit)
         if self.by_position:
-            rewards = position_credit(rewards, self.slot_pnl, self.slot_opened, self.dones, gamma, self.credit_scale)
+            rewards = position_credit(rewards, slot_pnl, self.slot_opened, self.dones, gamma, self.credit_scale)
         self.advantages, self.returns = compute_gae(rewards, self.values, self.dones, last_value, gamma, lam)

@@ -54,6 +54,9 @@ def check_values(cfg: Any) -> None:
         (p.credit == "position" and cfg.env.reward == "dsr",
          "ppo.credit position splits a bar's change in equity among the positions that made it; env.reward dsr is no "
          "sum of such parts: use env.reward equity or excess (or ppo.credit bar)"),
+        (p.risk_aversion > 0 and cfg.env.reward == "dsr",
+         f"ppo.risk_aversion ({p.risk_aversion}) charges a bar's squared return; env.reward dsr already pays per unit "
+         "of risk: use env.reward equity or excess (or risk_aversion 0)"),
         (len(p.adam_betas) != 2, f"ppo.adam_betas needs two entries (beta1, beta2), got {p.adam_betas}"),
         (t.num_envs % p.num_minibatches != 0,
          f"train.num_envs ({t.num_envs}) must be a multiple of ppo.num_minibatches ({p.num_minibatches}): "

@@ -272,6 +272,12 @@ class PPOConfig(Section):
                                  "(the bar's change less its options' P&L, plus the whole discounted P&L, within the "
                                  "rollout, of the option this step opened); env.reward equity or excess",
                           choices=("bar", "position"))
+    # The equity reward is risk-neutral: where an option earns nothing, carrying it costs the learner nothing, so it
+    # never learns to stand aside (docs/PLANTED.md, "Why"). A quadratic utility charges a bar's variance.
+    risk_aversion: float = setting(0.0, "the learner's utility of a bar's return x (a share of initial cash): x - "
+                                        "risk_aversion / 2 x x^2 (mean-variance); credit position splits the bar's "
+                                        "charge among its positions by their share of its P&L; 0: the reward as it "
+                                        "is", limits="[0, 100]")
     clip_coef: float = setting(0.2, "the surrogate's clip range", limits="> 0")
     clip_vloss: bool = setting(False, "clip value steps to +-clip_coef (slows the critic on unnormalised "
                                       "returns)")

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from clstm_ppo.agent.model import State
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.rollout import action_logprob, collect
-from clstm_ppo.agent.storage import RolloutStorage, credit_by_position
+from clstm_ppo.agent.storage import RolloutStorage, credit_settings
 from clstm_ppo.backtest.conditional import pick_conditional_rule
 from clstm_ppo.backtest.gates import ALWAYS, gate_series
 from clstm_ppo.backtest.rules import FixedRule, GatedRule, RulePick, follow_rules, pick_rule
@@ -113,7 +113,7 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
     t, p = cfg.train, cfg.ppo
     precision = Precision(obs.row.device, "fp32")
     storage = RolloutStorage(p.num_steps, env.num_envs, obs.portfolio.shape[-1], env.actions.n, obs.row.device,
-                             **credit_by_position(cfg))  # the critic learns the returns PPO will give it
+                             **credit_settings(cfg))  # the critic learns the returns PPO will give it
     params = [q for q in model.parameters() if q.requires_grad]
     optimizer = torch.optim.Adam(params, lr=t.prior_lr)
     per_batch = max(1, env.num_envs // p.num_minibatches)

@@ -24,7 +24,7 @@ from clstm_ppo.agent.optimizer_step import OptimizerStep, fit_saved_state, make_
 from clstm_ppo.agent.ppo import lr_factor
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.static_update import StaticMinibatchLoss
-from clstm_ppo.agent.storage import credit_by_position
+from clstm_ppo.agent.storage import credit_settings
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import selection_metrics, walk
@@ -99,7 +99,7 @@ class Trainer:
         self.precision = Precision(device, t.precision)
         self.model.run_lstms_in_float32(self.precision.lstms_in_float32)
         self.storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device,
-                                      **credit_by_position(cfg))
+                                      **credit_settings(cfg))
         if scaled is not None:  # the logged prior_nll reads -log pi(1x), the rule as it is, with or without a prior
             self.storage.prior_actions.fill_(scaled.one)
         # The parts the plan names: the whole decision (policy, draw, env, storage write) as one graph, and the
