@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, compute_gae
+from clstm_ppo.agent import ActorCritic, RolloutStorage, compute_gae
 from clstm_ppo.config import AgentConfig, Config, DataConfig, SyntheticConfig
 from clstm_ppo.data import build_market_data
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
@@ -73,7 +73,7 @@ def collect_rollout(num_envs: int = 4, steps: int = 12, episode_length: int = 25
     data = build_market_data(DataConfig(source="synthetic", window=8, turbulence_lookback=60,
                                         synthetic=SyntheticConfig(n_bars=700)))
     env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs=num_envs, seed=3)
-    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
+    model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
                                 AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
     storage = RolloutStorage(steps, num_envs, len(PORTFOLIO_FEATURES), env.actions.n, torch.device("cpu"))
     state = model.initial_state(num_envs, torch.device("cpu"))
@@ -145,7 +145,7 @@ def test_gradient_accumulation_equals_one_large_minibatch():
 
 def test_the_heads_give_float32_masked_logits_under_float16_autocast():
     """fp16 on a GPU runs the heads under float16 autocast: the mask value must not overflow the half logits."""
-    model = CascadedActorCritic(4, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
+    model = ActorCritic(4, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
     out = torch.randn(2, 5, 16)
     mask = torch.rand(2, 5, 6) > 0.4
     mask[..., 0] = True
@@ -186,7 +186,7 @@ def test_lstms_can_run_in_float32_inside_a_half_precision_autocast():
     """What bf16 does on CUDA (cuDNN's autocast LSTM would be fp16 there) and on a CPU without a bf16 LSTM: the
     LSTMs see float32 inputs and weights, the MLP and heads stay in the autocast dtype, and the logits match the
     float32 model's closely."""
-    model = CascadedActorCritic(5, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
+    model = ActorCritic(5, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
     seen = []
     for lstm in (model.encoder.lstm, model.lstm2):
         lstm.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].dtype))
@@ -226,7 +226,7 @@ def test_the_bf16_lstm_probe_matches_what_this_cpu_does():
     it fails, and the trainer's fallback (LSTMs in float32) runs."""
     from clstm_ppo.agent.precision import cpu_runs_bf16_lstm
 
-    model = CascadedActorCritic(5, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
+    model = ActorCritic(5, 3, 6, AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=16))
     windows = torch.randn(6, 7, 5)
     try:
         with torch.autocast("cpu", dtype=torch.bfloat16):

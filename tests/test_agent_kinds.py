@@ -9,7 +9,7 @@ from conftest import make_bars, strict_loads
 from torch import nn
 
 from clstm_ppo.agent.from_checkpoint import load_agent
-from clstm_ppo.agent.model import CascadedActorCritic
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import AgentConfig, load_config
 from clstm_ppo.evaluate import main as evaluate_main
@@ -35,9 +35,9 @@ def runs(tmp_path_factory):
     return out
 
 
-def model(kind: str, n_features: int = 5, portfolio: int = 3, actions: int = 6) -> CascadedActorCritic:
+def model(kind: str, n_features: int = 5, portfolio: int = 3, actions: int = 6) -> ActorCritic:
     torch.manual_seed(0)
-    return CascadedActorCritic(n_features, portfolio, actions, AgentConfig(**SIZES, kind=kind))
+    return ActorCritic(n_features, portfolio, actions, AgentConfig(**SIZES, kind=kind))
 
 
 def test_lstm_has_no_lstm_1_and_mlp_no_recurrence():
@@ -127,7 +127,7 @@ def test_a_ppo_update_has_finite_gradients_that_reach_every_parameter(kind, step
     cfg = load_config("smoke", [f"agent.kind={kind}", "train.num_envs=8", f"ppo.num_steps={steps}",
                                 "ppo.update_epochs=1", "ppo.num_minibatches=2"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), torch.device("cpu"))
-    assert (trainer.bar_codes() is None) == (steps == 16)
+    assert (trainer.rollout.bar_codes() is None) == (steps == 16)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     stats, _ = trainer.train_step()
     assert stats["nonfinite"] == 0.0
@@ -184,7 +184,7 @@ def test_initial_hold_sets_the_untrained_policys_hold_probability_and_zero_keeps
     mask, starts = torch.ones(3, 4, n_actions, dtype=torch.bool), torch.zeros(3, 4, dtype=torch.bool)
     for hold in (0.5, 0.9):
         torch.manual_seed(0)
-        model = CascadedActorCritic(features, portfolio, n_actions, AgentConfig(**SIZES, kind=kind,
+        model = ActorCritic(features, portfolio, n_actions, AgentConfig(**SIZES, kind=kind,
                                                                                 initial_hold=hold))
         probs = torch.softmax(model(windows, port, mask, starts, model.initial_state(4, "cpu"))[0], -1)
         assert torch.allclose(probs[..., 0], torch.tensor(hold), atol=0.02)  # the actor's weights start at gain 0.01
@@ -193,13 +193,13 @@ def test_initial_hold_sets_the_untrained_policys_hold_probability_and_zero_keeps
     states = []
     for config in (AgentConfig(**SIZES, kind=kind), AgentConfig(**SIZES, kind=kind, initial_hold=0.0)):
         torch.manual_seed(0)
-        states.append(CascadedActorCritic(features, portfolio, n_actions, config).state_dict())
+        states.append(ActorCritic(features, portfolio, n_actions, config).state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     assert float(states[0]["actor.bias"].abs().max()) == 0.0
 
 
 def test_mlp_has_its_own_width_and_a_checkpoint_from_when_it_took_lstm_2s_loads_at_that_width(runs, tmp_path):
-    wide = CascadedActorCritic(5, 3, 6, AgentConfig(**SIZES, kind="mlp", mlp_core_hidden=20))
+    wide = ActorCritic(5, 3, 6, AgentConfig(**SIZES, kind="mlp", mlp_core_hidden=20))
     assert wide.core[0].out_features == 20 and wide.actor.in_features == 20
     state = load_checkpoint(runs["mlp"])
     width = state.config["agent"]["lstm2_hidden"]
@@ -208,3 +208,25 @@ def test_mlp_has_its_own_width_and_a_checkpoint_from_when_it_took_lstm_2s_loads_
     save_checkpoint(state, old)
     cfg, _, net = load_agent(str(old), None, [], torch.device("cpu"))
     assert cfg.agent.mlp_core_hidden == width and net.core[0].out_features == width
+
+
+@pytest.mark.parametrize("kind", ["lstm", "mlp"])
+def test_a_checkpoint_that_kept_the_bar_projection_as_mlp_0_loads_and_decides_the_same(kind, runs, tmp_path):
+    """Before the current bar's projection had its own name its layer was saved as ``encoder.mlp.0``; such a
+    checkpoint loads (strictly) and its agent decides as the one it was written from."""
+    from clstm_ppo.env import PORTFOLIO_FEATURES
+
+    state = load_checkpoint(runs[kind])
+    assert {"encoder.linear.weight", "encoder.linear.bias"} <= set(state.model)
+    state.model = {k.replace("encoder.linear.", "encoder.mlp.0."): v for k, v in state.model.items()}
+    old = tmp_path / "old.pt"
+    save_checkpoint(state, old)
+    nets = [load_agent(str(path), None, [], torch.device("cpu"))[2] for path in (old, runs[kind])]
+    g = torch.Generator().manual_seed(2)
+    windows = torch.randn(3, 2, 4, nets[0].encoder.linear.in_features, generator=g)
+    portfolio = torch.randn(3, 2, len(PORTFOLIO_FEATURES), generator=g)
+    mask = torch.ones(3, 2, nets[0].actor.out_features, dtype=torch.bool)
+    starts = torch.zeros(3, 2, dtype=torch.bool)
+    old_out, new_out = (net(windows, portfolio, mask, starts, net.initial_state(2, torch.device("cpu")))
+                        for net in nets)
+    assert torch.equal(old_out[0], new_out[0]) and torch.equal(old_out[1], new_out[1])

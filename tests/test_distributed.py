@@ -46,10 +46,10 @@ def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
         if os.environ.get("FAIL_RANK") == str(self.ctx.rank):
             original_step = self.train_step
             self.train_step = lambda: (_ for _ in ()).throw(RuntimeError("injected failure")) \
-                if self.update >= 2 else original_step()
+                if self.progress.update >= 2 else original_step()
         original_run(self)
         torch.save({"initial": initial, "final": self.model.state_dict(), "starts": starts, "writes": writes,
-                    "trackers": len(trackers), "ddp": type(self.train_model).__name__},
+                    "trackers": len(trackers), "ddp": type(self.ppo_update.train_model).__name__},
                    Path(os.environ["RECORD_DIR"]) / f"rank{self.ctx.rank}.pt")
 
     runner.Trainer.run = run_and_record
@@ -177,7 +177,7 @@ def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, mo
     assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert not torch.equal(r0["starts"], r1["starts"]), "each rank should draw its own episodes"
-    assert r0["ddp"] == r1["ddp"] == "CascadedActorCritic", "the static update needs no DDP wrapper"
+    assert r0["ddp"] == r1["ddp"] == "ActorCritic", "the static update needs no DDP wrapper"
     for name in r0["final"]:
         assert torch.equal(r0["final"][name], r1["final"][name]), f"{name} differs across ranks"
         assert not torch.equal(r0["final"][name], r0["initial"][name]), f"{name} never moved"

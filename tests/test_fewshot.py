@@ -151,20 +151,20 @@ def test_fewshot_command_writes_the_metrics(tmp_path, capsys):
 
 @pytest.mark.parametrize("method", ["maml", "protonet"])
 def test_meta_pretraining_trains_the_agents_encoder(method):
-    from clstm_ppo.agent.model import CascadedActorCritic
+    from clstm_ppo.agent.model import ActorCritic
     from clstm_ppo.config import ConfigError
     from clstm_ppo.pretraining.meta_learned import meta_pretrain_encoder
 
     cfg = load_config("smoke", ["train.pretrain_epochs=1", f"train.pretrain_method={method}"])
     data = build_market_data(cfg.data)
-    agent = CascadedActorCritic(len(data.feature_names), 4, 5, cfg.agent)
+    agent = ActorCritic(len(data.feature_names), 4, 5, cfg.agent)
     before = {k: v.clone() for k, v in agent.encoder.state_dict().items()}
     history = meta_pretrain_encoder(agent.encoder, data, cfg, method, seed=0)
     assert len(history) == 1 and np.isfinite(history[0]["query_loss"])
     assert any(not torch.equal(before[k], v) for k, v in agent.encoder.state_dict().items())
     mlp = load_config("smoke", ["agent.kind=mlp"])
     with pytest.raises(ConfigError):
-        meta_pretrain_encoder(CascadedActorCritic(len(data.feature_names), 4, 5, mlp.agent).encoder, data, mlp,
+        meta_pretrain_encoder(ActorCritic(len(data.feature_names), 4, 5, mlp.agent).encoder, data, mlp,
                               method, seed=0)
 
 

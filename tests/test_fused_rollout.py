@@ -12,7 +12,7 @@ import torch
 from scipy import stats as scipy_stats
 from torch.utils._pytree import tree_leaves, tree_map_only
 
-from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, rollout
+from clstm_ppo.agent import ActorCritic, RolloutStorage, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.config import AgentConfig, DataConfig, EnvConfig, MarketConfig, PPOConfig, SyntheticConfig
@@ -38,9 +38,9 @@ def sync_free_env(data) -> BatchedOptionsEnv:
     return env
 
 
-def make_model(data, kind: str) -> CascadedActorCritic:
+def make_model(data, kind: str) -> ActorCritic:
     torch.manual_seed(0)
-    return CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), sync_free_env(data).actions.n,
+    return ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), sync_free_env(data).actions.n,
                                AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
 
 

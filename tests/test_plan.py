@@ -47,7 +47,7 @@ def test_the_trainer_builds_the_parts_its_plan_names(sets):
     p = trainer.plan
     assert p == plan(CPU, 1, *sets)
     assert trainer.env.compiled == (p.env_step == "compiled")
-    assert (trainer.fused is not None) == (p.rollout == "fused")
-    assert (trainer.static_loss is not None) == (p.update == "static")
-    assert trainer.optimizer_step.path == p.optimizer_step
-    assert trainer.train_model is trainer.model
+    assert (trainer.rollout.fused is not None) == (p.rollout == "fused")
+    assert (trainer.ppo_update.static_loss is not None) == (p.update == "static")
+    assert trainer.ppo_update.optimizer_step.path == p.optimizer_step
+    assert trainer.ppo_update.train_model is trainer.model

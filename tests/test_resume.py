@@ -55,13 +55,13 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, num_ste
 
 def assert_every_weight_trained(path: Path) -> None:
     """Every weight of the checkpoint at ``path`` moved from the initial weights its run drew from its seed."""
-    from clstm_ppo.agent import CascadedActorCritic
+    from clstm_ppo.agent import ActorCritic
     from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 
     state = load_checkpoint(path)
     cfg = from_dict(Config, state.config)
     torch.manual_seed(cfg.seed)  # as the trainer draws its initial weights
-    initial = CascadedActorCritic(len(state.normalizer["names"]), len(PORTFOLIO_FEATURES),
+    initial = ActorCritic(len(state.normalizer["names"]), len(PORTFOLIO_FEATURES),
                                   ActionSpace.from_config(cfg.market).n, cfg.agent).state_dict()
     unchanged = [name for name, value in state.model.items() if torch.equal(value, initial[name])]
     assert not unchanged, f"untrained weights: {unchanged}"

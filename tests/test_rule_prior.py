@@ -63,15 +63,15 @@ def test_behaviour_cloning_takes_the_rules_action_on_nearly_every_training_decis
     cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
     obs = trainer.env.reset()
-    history, obs, state = clone_rule(trainer.model, trainer.env, obs, trainer.lstm_state, trainer.prior.act, cfg,
-                                     torch.Generator().manual_seed(0))
+    history, obs, state = clone_rule(trainer.model, trainer.env, obs, trainer.rollout.lstm_state,
+                                     trainer.ppo_update.prior.act, cfg, torch.Generator().manual_seed(0))
     assert history[0]["matched"] < 0.5, "the untrained policy is not the rule already (else this proves nothing)"
     storage = RolloutStorage(cfg.ppo.num_steps, trainer.env.num_envs, obs.portfolio.shape[-1],
                              trainer.env.actions.n, CPU)
     greedy = []
 
     def rule_and_record(o):
-        return trainer.prior.act(o.portfolio, o.mask, o.row)
+        return trainer.ppo_update.prior.act(o.portfolio, o.mask, o.row)
     collect(trainer.model, trainer.env, storage, obs, state, Precision(CPU, "fp32"), cfg.ppo, None,
             act=rule_and_record)
     with torch.no_grad():
@@ -80,7 +80,8 @@ def test_behaviour_cloning_takes_the_rules_action_on_nearly_every_training_decis
         logits, _, _ = trainer.model(trainer.env.market_windows.gather(bars), storage.portfolio, storage.mask,
                                      storage.starts, (h0, c0), index)
     greedy = logits.argmax(-1)
-    rule = rule_actions(trainer.prior.pick, trainer.data, cfg, CPU)(storage.portfolio, storage.mask, storage.rows)
+    rule = rule_actions(trainer.ppo_update.prior.pick, trainer.data, cfg, CPU)(storage.portfolio, storage.mask,
+                                                                             storage.rows)
     assert torch.equal(rule, storage.actions), "the rollout followed the rule"
     assert (rule != 0).any() and (rule == 0).any(), "the rule both trades and holds here"
     assert float((greedy == rule).float().mean()) >= 0.95
@@ -114,8 +115,8 @@ def test_a_smoothed_clone_still_walks_the_rule_but_keeps_sampling_the_other_acti
     rule's action has at most the target's 0.75 on the median decision (an unsmoothed clone ends near 1)."""
     cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule", "train.prior_smoothing=0.5"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
-    history, _, _ = clone_rule(trainer.model, trainer.env, trainer.env.reset(), trainer.lstm_state, trainer.prior.act,
-                               cfg, torch.Generator().manual_seed(0))
+    history, _, _ = clone_rule(trainer.model, trainer.env, trainer.env.reset(), trainer.rollout.lstm_state,
+                               trainer.ppo_update.prior.act, cfg, torch.Generator().manual_seed(0))
     assert history[-1]["matched"] >= 0.95
     assert 0.2 < history[-1]["p_rule"] <= 0.75
 

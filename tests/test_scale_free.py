@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from clstm_ppo.agent.model import CascadedActorCritic
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.rules import walk_family
 from clstm_ppo.backtest.walk import walk
@@ -115,9 +115,9 @@ def test_whole_contracts_are_not_scale_free(sp500):
     assert worst > 1e-3
 
 
-def untrained_agent(data: MarketData, cfg: Config) -> CascadedActorCritic:
+def untrained_agent(data: MarketData, cfg: Config) -> ActorCritic:
     torch.manual_seed(7)
-    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
+    model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
                                 ActionSpace.from_config(cfg.market).n,
                                 AgentConfig(lstm1_hidden=16, mlp_hidden=16, lstm2_hidden=16))
     return model.eval()

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_agent import collect_rollout
 
-from clstm_ppo.agent.model import KINDS, CascadedActorCritic
+from clstm_ppo.agent.model import KINDS, ActorCritic
 from clstm_ppo.agent.ppo import DistinctBarsLoss, UpdatePaths, normalise_advantages, ppo_update
 from clstm_ppo.agent.precision import Precision, cpu_runs_bf16_lstm
 from clstm_ppo.agent.static_update import StaticMinibatchLoss, recurrence_block
@@ -32,7 +32,7 @@ def test_the_fixed_loop_with_resets_is_the_fused_runs_of_decide(kind):
     """float64, so only the order of operations differs: the carried state, zeroed at every episode start
     (including step 0 of one sequence), and every block length."""
     torch.manual_seed(0)
-    model = CascadedActorCritic(5, 7, 9, AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
+    model = ActorCritic(5, 7, 9, AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
     model = model.double()
     steps, envs = 12, 6
     code, portfolio = torch.randn(steps, envs, 8).double(), torch.randn(steps, envs, 7).double()
@@ -77,7 +77,7 @@ def test_the_static_loss_and_its_gradients_equal_the_eager_losses(rollout_with_r
         pytest.skip("this CPU has no bf16 LSTM (oneDNN needs AVX-512): bf16 runs its LSTMs in fp32, the case beside")
     trained, storage, env = rollout_with_resets
     torch.manual_seed(1)
-    model = CascadedActorCritic(trained.encoder.lstm.input_size, storage.portfolio.shape[-1], storage.mask.shape[-1],
+    model = ActorCritic(trained.encoder.lstm.input_size, storage.portfolio.shape[-1], storage.mask.shape[-1],
                                 AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
     model.run_lstms_in_float32(precision.endswith("fp32"))
     cfg, prec = PPOConfig(num_minibatches=2), Precision(CPU, precision.split(",")[0])
@@ -140,11 +140,12 @@ def test_update_graphs_replay_on_cuda_only_and_the_trainer_says_how_its_update_r
     so its update runs compiled as before, and the trainer's "ran as" line says so."""
     cfg = load_config("smoke", ["train.compile_loop=on", "train.update_graphs=true"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
-    assert trainer.static_loss is not None and not trainer.static_loss.cuda_graphs and trainer.fused is not None
-    assert trainer.train_model is trainer.model, "the static update trains the raw module"
-    assert trainer.update_path == "compiled" and "update compiled, optimizer step eager" in trainer.paths()
+    assert trainer.ppo_update.static_loss is not None and not trainer.ppo_update.static_loss.cuda_graphs
+    assert trainer.rollout.fused is not None
+    assert trainer.ppo_update.train_model is trainer.model, "the static update trains the raw module"
+    assert trainer.ppo_update.path == "compiled" and "update compiled, optimizer step eager" in trainer.paths()
     eager = Trainer(load_config("smoke", ["train.compile_loop=off"]), Path(tempfile.mkdtemp()), CPU)
-    assert eager.update_path == "eager"
+    assert eager.ppo_update.path == "eager"
 
 
 def test_a_loss_whose_cuda_graphs_inductor_skipped_computes_the_same_and_says_so(rollout_with_resets, monkeypatch):
@@ -168,10 +169,10 @@ def test_a_loss_whose_cuda_graphs_inductor_skipped_computes_the_same_and_says_so
     loss_and_gradients(trained, graphed, idx, advantages)
     assert graphed.cudagraph_skips == skipped, "counted when compiled, not again at each call"
     trainer = Trainer(load_config("smoke", ["train.compile_loop=on"]), Path(tempfile.mkdtemp()), CPU)
-    monkeypatch.setattr(trainer.static_loss, "cuda_graphs", True)
-    assert trainer.update_path == "graphs"
-    monkeypatch.setattr(trainer.static_loss, "cudagraph_skips", 2)
-    assert trainer.update_path == "compiled (graphs without CUDA graphs: 2)"
+    monkeypatch.setattr(trainer.ppo_update.static_loss, "cuda_graphs", True)
+    assert trainer.ppo_update.path == "graphs"
+    monkeypatch.setattr(trainer.ppo_update.static_loss, "cudagraph_skips", 2)
+    assert trainer.ppo_update.path == "compiled (graphs without CUDA graphs: 2)"
 
 
 def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(monkeypatch):

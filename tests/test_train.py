@@ -284,17 +284,17 @@ def test_rollout_from_cached_bar_codes_equals_encoding_each_window(tmp_path):
     cfg = load_config(SMOKE, ["train.num_envs=32"])  # 32 x 32 decisions > the split's 998 observable bars
     trainer = Trainer(cfg, tmp_path, torch.device("cpu"))
     trainer.train_step()  # weights away from their initial values
-    codes = trainer.bar_codes()
+    codes = trainer.rollout.bar_codes()
     assert codes is not None
     obs, gen = trainer.env.reset(), torch.Generator().manual_seed(0)
     for _ in range(20):
-        cached, fresh = trainer.policy(obs, codes), trainer.policy(obs, None)
+        cached, fresh = trainer.rollout.policy(obs, codes), trainer.rollout.policy(obs, None)
         torch.testing.assert_close(cached[0], fresh[0], rtol=1e-5, atol=1e-5)  # logits
         torch.testing.assert_close(cached[1], fresh[1], rtol=1e-5, atol=1e-5)  # values
-        trainer.lstm_state = fresh[2]
+        trainer.rollout.lstm_state = fresh[2]
         obs = trainer.env.step(torch.multinomial(obs.mask.float(), 1, generator=gen).squeeze(-1)).obs
     cfg.train.num_envs = 16  # 16 x 32 decisions < 998 bars: encoding per step is less work
-    assert Trainer(cfg, tmp_path / "small", torch.device("cpu")).bar_codes() is None
+    assert Trainer(cfg, tmp_path / "small", torch.device("cpu")).rollout.bar_codes() is None
 
 
 def test_workers_keep_freed_host_memory_where_glibc_allows():

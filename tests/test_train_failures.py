@@ -51,9 +51,9 @@ def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, m
     the one line says what was saved and which settings keep the same optimizer steps in less memory (with
     train.update_graphs, which refuses gradient accumulation, turning it off)."""
     from clstm_ppo.config import load_config
-    from clstm_ppo.training import runner
+    from clstm_ppo.training import update_phase
 
-    real, calls = runner.ppo_update, []
+    real, calls = update_phase.ppo_update, []
 
     def second_update_runs_out(*args, **kwargs):  # what CUDA raises where an allocation does not fit
         calls.append(1)
@@ -61,7 +61,7 @@ def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, m
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "ppo_update", second_update_runs_out)
+    monkeypatch.setattr(update_phase, "ppo_update", second_update_runs_out)
     ran = ["train.num_envs=8", *(["train.update_graphs=true"] if update_graphs else [])]
     assert train(tmp_path, "--total-steps", "5120", *(a for s in ran for a in ("--set", s))) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]

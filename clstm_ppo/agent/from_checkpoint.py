@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from clstm_ppo.agent.model import CascadedActorCritic
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.config import Config, ConfigError, first_line, load_config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.normalize import Normalizer
@@ -20,9 +20,9 @@ from clstm_ppo.run_files.run_folder import without_saved_outputs
 from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 
 
-def model_from_checkpoint(state: RunState, data: MarketData, cfg: Config, device: torch.device) -> CascadedActorCritic:
+def model_from_checkpoint(state: RunState, data: MarketData, cfg: Config, device: torch.device) -> ActorCritic:
     """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an older one's as clstm)."""
-    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), agent_choices(cfg.agent, cfg.market),
+    model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), agent_choices(cfg.agent, cfg.market),
                                 cfg.agent).to(device)
     try:
         model.load_state_dict(state.model)
@@ -55,7 +55,7 @@ def checkpoint_config(state: RunState, path: str, data_source: str | None, overr
 
 
 def load_agent(path: str, data_source: str | None, overrides: list[str],
-               device: torch.device) -> tuple[Config, MarketData, CascadedActorCritic]:
+               device: torch.device) -> tuple[Config, MarketData, ActorCritic]:
     """A checkpoint's settings (then ``data_source`` and ``overrides``), the market data it observes (normalised
     with its own training statistics) and its model in eval mode on ``device``: what evaluate, predict, adapt and
     the studies walk. ``data_source`` None keeps the checkpoint's data."""

@@ -82,6 +82,7 @@ class MarketEncoder(nn.Module):
         super().__init__()
         self.lstm = nn.LSTM(n_features, cfg.lstm1_hidden, batch_first=True)
         self.lstm_float32 = False  # set by the trainer for precisions whose LSTM kernel would fall to fp16
+        self.code_width = cfg.mlp_hidden
         gain = np.sqrt(2)
         self.mlp = nn.Sequential(
             _init(nn.Linear(cfg.lstm1_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
@@ -94,25 +95,33 @@ class MarketEncoder(nn.Module):
         return self.mlp(h[-1])
 
 
-class LastBar(nn.Module):
+class BarProjection(nn.Module):
     """The current bar's features (the window's last row) through one linear layer: (B, TW, F) -> (B, out).
 
     With no activation, whatever reads the code absorbs the layer (LSTM 2's input weights, the MLP core's
     first layer): the bar goes in as it is, at the code width the trainer's per-bar cache holds
-    (``agent.mlp_hidden``). Kept as ``mlp`` with the code's width at [-2], as in MarketEncoder, so that
-    pretraining (a next-bar-return head on the code) runs for every kind.
+    (``agent.mlp_hidden``), which pretraining's next-bar-return head reads too (``code_width``).
     """
 
     def __init__(self, n_features: int, out: int):
         super().__init__()
-        self.mlp = nn.Sequential(_init(nn.Linear(n_features, out), 1.0), nn.Identity())  # gain 1: keeps scale
-        self.lstm_float32 = False  # no LSTM here; set alongside LSTM 2's for one interface
+        self.linear = _init(nn.Linear(n_features, out), 1.0)  # gain 1: keeps scale
+        self.code_width = out
+        self.register_load_state_dict_pre_hook(_bar_projection_keys)
 
     def forward(self, windows: Tensor) -> Tensor:
-        return self.mlp(windows[:, -1])
+        return self.linear(windows[:, -1])
 
 
-class CascadedActorCritic(nn.Module):
+def _bar_projection_keys(_module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
+    """Checkpoints written before BarProjection had its name keep its layer as ``mlp.0``: read it as ``linear``."""
+    for part in ("weight", "bias"):
+        old = f"{prefix}mlp.0.{part}"
+        if old in state_dict:
+            state_dict[f"{prefix}linear.{part}"] = state_dict.pop(old)
+
+
+class ActorCritic(nn.Module):
     """The actor-critic of ``cfg.kind``: clstm (the default), lstm or mlp (module docstring)."""
 
     def __init__(self, n_features: int, portfolio_dim: int, n_actions: int, cfg: AgentConfig):
@@ -120,7 +129,8 @@ class CascadedActorCritic(nn.Module):
         if cfg.kind not in KINDS:
             raise ValueError(f"agent.kind {cfg.kind!r} is not one of {', '.join(KINDS)}")
         self.kind = cfg.kind
-        self.encoder = MarketEncoder(n_features, cfg) if cfg.kind == "clstm" else LastBar(n_features, cfg.mlp_hidden)
+        self.encoder = MarketEncoder(n_features, cfg) if cfg.kind == "clstm" \
+            else BarProjection(n_features, cfg.mlp_hidden)
         inputs = cfg.mlp_hidden + portfolio_dim
         width = cfg.mlp_core_hidden if cfg.kind == "mlp" else cfg.lstm2_hidden
         self.lstm2: nn.LSTM | None = None
@@ -146,7 +156,9 @@ class CascadedActorCritic(nn.Module):
 
     def run_lstms_in_float32(self, on: bool) -> None:
         """Both LSTMs outside autocast in float32 (``Precision.lstms_in_float32``), the heads as autocast says."""
-        self.lstm_float32 = self.encoder.lstm_float32 = on
+        self.lstm_float32 = on
+        if isinstance(self.encoder, MarketEncoder):
+            self.encoder.lstm_float32 = on
 
     def initial_state(self, num_envs: int, device: torch.device) -> State:
         zeros = torch.zeros(1, num_envs, self.hidden_size, device=device)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.agent.model import CascadedActorCritic
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.backtest.policies import ensemble_policy
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.scaled_rules import scaled_rule
@@ -17,7 +17,7 @@ from clstm_ppo.config import Config, ConfigError, walk_rules
 from clstm_ppo.data.dataset import SPLITS, MarketData
 
 ENSEMBLE = "ensemble"
-Agent = tuple[Config, MarketData, CascadedActorCritic]  # what agent.loading.load_agent returns
+Agent = tuple[Config, MarketData, ActorCritic]  # what agent.loading.load_agent returns
 
 WALK_SECTIONS = ("data", "market", "env")
 # Settings only training reads: a walk has no episodes, rewards or generated paths, and runs its own float64
@@ -78,7 +78,7 @@ def group_folds(paths: list[str], agents: list[Agent], split: str) -> list[list[
     return order
 
 
-def walk_ensemble(models: list[CascadedActorCritic], data: MarketData, split: str, cfg: Config,
+def walk_ensemble(models: list[ActorCritic], data: MarketData, split: str, cfg: Config,
                   device: torch.device) -> WalkResult:
     """The ensemble's one walk over ``split``: every underlying at once, each member called once a bar."""
     policy, state = ensemble_policy(models, len(data.symbols), device)

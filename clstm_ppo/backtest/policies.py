@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import torch
 
-from clstm_ppo.agent.model import CascadedActorCritic, State
+from clstm_ppo.agent.model import ActorCritic, State
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace, Observation
 
 OPEN_SHARE = PORTFOLIO_FEATURES.index("open_share")
 
 
-def agent_logits(model: CascadedActorCritic, obs: Observation, state: State) -> tuple[torch.Tensor, State]:
+def agent_logits(model: ActorCritic, obs: Observation, state: State) -> tuple[torch.Tensor, State]:
     """(copies, actions) masked logits of ``model`` for one decision, and LSTM 2's next state."""
     logits, _, state = model(obs.market.unsqueeze(0), obs.portfolio.unsqueeze(0), obs.mask.unsqueeze(0),
                              obs.start.unsqueeze(0), state)
     return logits[0], state
 
 
-def agent_policy(model: CascadedActorCritic, num_envs: int, device: torch.device) -> tuple:
+def agent_policy(model: ActorCritic, num_envs: int, device: torch.device) -> tuple:
     """Greedy (argmax) actions of ``model``, carrying LSTM 2's state (an empty one for agent.kind mlp)."""
     def act(obs: Observation, state: State) -> tuple[torch.Tensor, State]:
         logits, state = agent_logits(model, obs, state)
@@ -30,7 +30,7 @@ def agent_policy(model: CascadedActorCritic, num_envs: int, device: torch.device
     return act, model.initial_state(num_envs, device)
 
 
-def ensemble_policy(models: list[CascadedActorCritic], num_envs: int, device: torch.device) -> tuple:
+def ensemble_policy(models: list[ActorCritic], num_envs: int, device: torch.device) -> tuple:
     """Greedy actions of the mean of ``models``' action probabilities (the softmax of each one's masked logits),
     each model carrying its own LSTM 2 state; ties go to the first action, as argmax breaks them. The members
     read the same observation: evaluate --ensemble admits only checkpoints of one normaliser and walk

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from clstm_ppo.agent import CascadedActorCritic
+from clstm_ppo.agent import ActorCritic
 from clstm_ppo.config import Config
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.windows import MarketWindows
@@ -15,7 +15,7 @@ from clstm_ppo.distributed import DistContext
 from clstm_ppo.pretraining.supervised import pretrain_encoder
 
 
-def pretrain(model: CascadedActorCritic, windows: MarketWindows, data: MarketData, cfg: Config,
+def pretrain(model: ActorCritic, windows: MarketWindows, data: MarketData, cfg: Config,
              ctx: DistContext) -> tuple[str | None, list[dict] | None]:
     """Pretrain ``model``'s encoder by ``cfg.train.pretrain_method``; every rank ends with rank 0's weights.
     Returns what the run's log gets: a line (few-shot methods) or the supervised losses by epoch."""

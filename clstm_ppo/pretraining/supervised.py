@@ -22,7 +22,7 @@ def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: Marke
     bars = torch.arange(start + data.window - 1, end - 1, device=device)
     rows = torch.cat([s * windows.n_bars + bars for s in range(windows.n_symbols)])
     targets = windows.feature_rows[rows + 1, ret]
-    head = nn.Linear(encoder.mlp[-2].out_features, 1).to(device)
+    head = nn.Linear(encoder.code_width, 1).to(device)
     params = list(encoder.parameters()) + list(head.parameters())
     optimizer = torch.optim.Adam(params, lr=cfg.pretrain_lr)
     baseline = float((targets**2).mean())  # MSE of always predicting 0 (the training-split mean)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.from_checkpoint import checkpoint_config, load_agent
-from clstm_ppo.agent.model import CascadedActorCritic
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.optimizer_step import make_adam
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
@@ -62,7 +62,7 @@ def start_state(state: RunState, model: dict[str, Any], optimizer: dict[str, Any
 def fresh_start(cfg: Config, state: RunState) -> RunState:
     """A new agent of the checkpoint's settings, initialised as the trainer would, and a fresh Adam."""
     torch.manual_seed(cfg.seed)
-    model = CascadedActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
+    model = ActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
                                 agent_choices(cfg.agent, cfg.market), cfg.agent)
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo)
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)

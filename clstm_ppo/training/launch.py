@@ -150,7 +150,7 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
     except torch.cuda.OutOfMemoryError:
         # The update's activations grow with a minibatch's decisions (docs/TRAINING.md, "Memory at scale"):
         # splitting each minibatch k ways with k-fold accumulation keeps the same optimizer steps in 1/k of it.
-        p, done = cfg.ppo, trainer.update if trainer is not None else 0
+        p, done = cfg.ppo, trainer.progress.update if trainer is not None else 0
         k = next((k for k in (4, 2) if cfg.train.num_envs % (k * p.num_minibatches) == 0), 0)
         graphs = "--set train.update_graphs=false " if cfg.train.update_graphs else ""  # it refuses accumulation
         split = (f"split each minibatch with {graphs}--set ppo.num_minibatches={k * p.num_minibatches} --set "

@@ -1,4 +1,5 @@
-"""What differs between ranks at an update boundary: random streams, env copies and LSTM 2's carried state.
+"""What differs between ranks at an update boundary: random streams, env copies and LSTM 2's carried state; and
+what rank 0 keeps of a boundary for the checkpoints it writes.
 
 Rank 0 gathers every rank's copy each update so the checkpoints it writes resume every rank exactly; on a
 resume each rank takes its own back when the run has the saved run's workers and copies.
@@ -6,13 +7,17 @@ resume each rank takes its own back when the run has the saved run's workers and
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from clstm_ppo.distributed import DistContext
 from clstm_ppo.env import BatchedOptionsEnv
+from clstm_ppo.run_files.checkpoint import CheckpointManager
 from clstm_ppo.run_files.run_state import RankState, RngState, RunState, State
+from clstm_ppo.training.monitor import ResourceMonitor
 
 
 def capture(env: BatchedOptionsEnv, lstm_state: State, portfolio: torch.Tensor, minibatches: torch.Generator,
@@ -49,3 +54,22 @@ def restore(mine: RankState, env: BatchedOptionsEnv, minibatches: torch.Generato
     minibatches.set_state(rng.minibatches)
     env.load_state_dict(mine.env)
     return mine.lstm_state[0].to(device), mine.lstm_state[1].to(device)
+
+
+@dataclass
+class Boundary:
+    """What rank 0 keeps from one update boundary to its checkpoints: every other rank's state (every
+    ``train.rank_state_every`` updates), every rank's GPU readings, and the metrics at a new best whose best_*.pt are
+    due; and the files it writes them to."""
+
+    checkpoints: CheckpointManager
+    resources: ResourceMonitor  # every rank reads its own GPU; rank 0 logs them all
+    other_ranks: list[RankState] = field(default_factory=list)  # ranks 1.., on rank 0
+    with_rank_states: bool = True  # whether this boundary's checkpoints carry the ranks' states
+    improved: tuple[str, ...] = ()  # metrics at a new best since the last checkpoint
+    rank_gpus: list[dict[str, float]] = field(default_factory=list)
+    gpu_notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, run_dir: Path, keep_last: int, device: torch.device) -> Boundary:
+        return cls(CheckpointManager(run_dir, keep_last), ResourceMonitor(device))

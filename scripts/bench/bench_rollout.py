@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, rollout
+from clstm_ppo.agent import ActorCritic, RolloutStorage, rollout
 from clstm_ppo.agent.fused_rollout import FusedRollout
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.config import Config, load_config
@@ -39,7 +39,7 @@ class Collector:
         self.env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs, device=device, seed=0,
                                      records=False, compile="off" if path == "eager" else "on")
         torch.manual_seed(0)
-        self.model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), self.env.actions.n,
+        self.model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), self.env.actions.n,
                                          cfg.agent).to(device)
         self.precision, self.ppo, self.path = Precision(device, "fp32"), cfg.ppo, path
         self.storage = RolloutStorage(cfg.ppo.num_steps, num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)

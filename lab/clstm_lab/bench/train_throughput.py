@@ -53,22 +53,22 @@ def ours(cfg: Config, updates: int, device: torch.device = torch.device("cpu")) 
             minibatches = cfg.ppo.update_epochs * cfg.ppo.num_minibatches
             # A trainer without the per-bar update encodes every decision's window (how older commits count).
             encodes.append(stats.get("lstm1_encodes_per_minibatch", stats.get("decisions_per_minibatch", float(
-                trainer.batch_size // cfg.ppo.num_minibatches))) * minibatches)
+                trainer.budget.batch_size // cfg.ppo.num_minibatches))) * minibatches)
         elapsed = time.perf_counter() - start
-    steps = updates * trainer.batch_size
-    decisions = trainer.batch_size * cfg.ppo.update_epochs  # what the update trains on
+    steps = updates * trainer.budget.batch_size
+    decisions = trainer.budget.batch_size * cfg.ppo.update_epochs  # what the update trains on
     encoder, rest = forward_flops(cfg, len(trainer.data.feature_names), trainer.env.actions.n)
     # The rollout encodes each bar once when it caches bar codes, else every decision's window.
-    cached = trainer.bar_codes() is not None
-    cached_bars = len(trainer.env.market_windows.observable_rows()) if cached else trainer.batch_size
-    rollout = updates * (cached_bars * encoder + trainer.batch_size * rest)
+    cached = trainer.rollout.bar_codes() is not None
+    cached_bars = len(trainer.env.market_windows.observable_rows()) if cached else trainer.budget.batch_size
+    rollout = updates * (cached_bars * encoder + trainer.budget.batch_size * rest)
     update = sum(encodes) * encoder + updates * decisions * rest
     flops = rollout + 3 * update  # backward ~ 2x forward
     # The rollout's decisions: one CUDA graph replay, one compiled graph or op by op (agent/fused_rollout.py).
     return {"rate": steps / elapsed, "flops": flops / elapsed, "encodes": sum(encodes) / updates,
-            "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": trainer.rollout_path,
-            "update_path": trainer.update_path, "optimizer_step": trainer.optimizer_step_path,
-            "optimizer_step_asked": trainer.optimizer_step.asked if trainer.optimizer_step is not None else "eager",
+            "decisions": float(decisions), "rollout_encodes": float(cached_bars), "rollout_path": trainer.rollout.path,
+            "update_path": trainer.ppo_update.path, "optimizer_step": trainer.ppo_update.optimizer_step_path,
+            "optimizer_step_asked": step.asked if (step := trainer.ppo_update.optimizer_step) is not None else "eager",
             "rollout_share": rollout_s / max(rollout_s + update_s, 1e-12)}
 
 

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from clstm_ppo.agent import CascadedActorCritic, RolloutStorage, ppo_update, rollout
+from clstm_ppo.agent import ActorCritic, RolloutStorage, ppo_update, rollout
 from clstm_ppo.agent.optimizer_step import OptimizerStep, make_adam
 from clstm_ppo.agent.ppo import DistinctBarsLoss, MinibatchLoss, UpdatePaths
 from clstm_ppo.agent.precision import Precision
@@ -29,7 +29,7 @@ def stored_rollout(data, cfg: Config, num_envs: int, precision: Precision, devic
     env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs, device=device, seed=0, records=False,
                             compile="off")
     torch.manual_seed(0)
-    model = CascadedActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
+    model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
                                 cfg.agent).to(device)
     model.run_lstms_in_float32(precision.lstms_in_float32)
     storage = RolloutStorage(cfg.ppo.num_steps, num_envs, len(PORTFOLIO_FEATURES), env.actions.n, device)

@@ -34,7 +34,7 @@ def probe_rows(sets: list[str], run_dir: Path, updates: int, bandit: float | Non
     noise = torch.Generator().manual_seed(seed)
     for update in range(updates):
         trainer.collect()
-        s = trainer.storage
+        s = trainer.rollout.storage
         free, rich = s.mask.sum(-1) > 1, rich_by_row[s.rows]
         if bandit is not None:
             paid = multiples[s.actions] * (RICH_EDGE * rich + bandit * torch.randn(s.rewards.shape, generator=noise))
@@ -42,8 +42,8 @@ def probe_rows(sets: list[str], run_dir: Path, updates: int, bandit: float | Non
             s.finish(s.values[-1], cfg.ppo.gamma, cfg.ppo.gae_lambda)
         chosen = {state: float(multiples[s.actions[free & (rich == state)]].mean()) for state in (True, False)}
         stats = trainer.optimise()
-        trainer.update += 1
-        trainer.global_step += trainer.batch_size
+        trainer.progress.update += 1
+        trainer.progress.global_step += trainer.budget.batch_size
         for state in (True, False):
             for k, multiple in enumerate(cfg.agent.scale_multiples):
                 here = free & (rich == state) & (s.actions == k)

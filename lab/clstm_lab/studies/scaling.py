@@ -2,7 +2,7 @@
 (scripts/studies/project_scaling.py has the method and its sources; docs/BENCHMARKS.md the figures)."""
 from __future__ import annotations
 
-from clstm_ppo.agent import CascadedActorCritic
+from clstm_ppo.agent import ActorCritic
 from clstm_ppo.config import load_config
 from clstm_ppo.env import PORTFOLIO_FEATURES, ActionSpace
 from clstm_ppo.market.observed import observed_feature_names
@@ -15,7 +15,7 @@ SMALL_ALL_REDUCES = 3  # an update's others: the advantages' moments, the episod
 def gradient_bytes(config: str, overrides: list[str]) -> tuple[int, int]:
     """(parameters, bytes of one float32 gradient all-reduce) of the agent a config trains."""
     cfg = load_config(config, overrides)
-    model = CascadedActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
+    model = ActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
                                 ActionSpace.from_config(cfg.market).n, cfg.agent)
     params = sum(p.numel() for p in model.parameters())
     return params, 4 * params
