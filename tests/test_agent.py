@@ -74,7 +74,7 @@ def collect_rollout(num_envs: int = 4, steps: int = 12, episode_length: int = 25
                                         synthetic=SyntheticConfig(n_bars=700)))
     env = BatchedOptionsEnv(data, "train", cfg.market, cfg.env, num_envs=num_envs, seed=3)
     model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
-                                AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
+                        AgentConfig(lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
     storage = RolloutStorage(steps, num_envs, len(PORTFOLIO_FEATURES), env.actions.n, torch.device("cpu"))
     state = model.initial_state(num_envs, torch.device("cpu"))
     obs = env.reset()

@@ -185,7 +185,7 @@ def test_initial_hold_sets_the_untrained_policys_hold_probability_and_zero_keeps
     for hold in (0.5, 0.9):
         torch.manual_seed(0)
         model = ActorCritic(features, portfolio, n_actions, AgentConfig(**SIZES, kind=kind,
-                                                                                initial_hold=hold))
+                                                                        initial_hold=hold))
         probs = torch.softmax(model(windows, port, mask, starts, model.initial_state(4, "cpu"))[0], -1)
         assert torch.allclose(probs[..., 0], torch.tensor(hold), atol=0.02)  # the actor's weights start at gain 0.01
         others = probs[..., 1:]

@@ -41,7 +41,7 @@ def sync_free_env(data) -> BatchedOptionsEnv:
 def make_model(data, kind: str) -> ActorCritic:
     torch.manual_seed(0)
     return ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), sync_free_env(data).actions.n,
-                               AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
+                       AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
 
 
 class ReplayedStep:

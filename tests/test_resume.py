@@ -62,7 +62,7 @@ def assert_every_weight_trained(path: Path) -> None:
     cfg = from_dict(Config, state.config)
     torch.manual_seed(cfg.seed)  # as the trainer draws its initial weights
     initial = ActorCritic(len(state.normalizer["names"]), len(PORTFOLIO_FEATURES),
-                                  ActionSpace.from_config(cfg.market).n, cfg.agent).state_dict()
+                          ActionSpace.from_config(cfg.market).n, cfg.agent).state_dict()
     unchanged = [name for name, value in state.model.items() if torch.equal(value, initial[name])]
     assert not unchanged, f"untrained weights: {unchanged}"
 

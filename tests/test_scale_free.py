@@ -118,8 +118,8 @@ def test_whole_contracts_are_not_scale_free(sp500):
 def untrained_agent(data: MarketData, cfg: Config) -> ActorCritic:
     torch.manual_seed(7)
     model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES),
-                                ActionSpace.from_config(cfg.market).n,
-                                AgentConfig(lstm1_hidden=16, mlp_hidden=16, lstm2_hidden=16))
+                        ActionSpace.from_config(cfg.market).n,
+                        AgentConfig(lstm1_hidden=16, mlp_hidden=16, lstm2_hidden=16))
     return model.eval()
 
 

@@ -78,7 +78,7 @@ def test_the_static_loss_and_its_gradients_equal_the_eager_losses(rollout_with_r
     trained, storage, env = rollout_with_resets
     torch.manual_seed(1)
     model = ActorCritic(trained.encoder.lstm.input_size, storage.portfolio.shape[-1], storage.mask.shape[-1],
-                                AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
+                        AgentConfig(kind=kind, lstm1_hidden=8, mlp_hidden=8, lstm2_hidden=12))
     model.run_lstms_in_float32(precision.endswith("fp32"))
     cfg, prec = PPOConfig(num_minibatches=2), Precision(CPU, precision.split(",")[0])
     advantages = normalise_advantages(storage.advantages)

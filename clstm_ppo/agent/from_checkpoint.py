@@ -23,7 +23,7 @@ from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 def model_from_checkpoint(state: RunState, data: MarketData, cfg: Config, device: torch.device) -> ActorCritic:
     """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an older one's as clstm)."""
     model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), agent_choices(cfg.agent, cfg.market),
-                                cfg.agent).to(device)
+                        cfg.agent).to(device)
     try:
         model.load_state_dict(state.model)
     except RuntimeError as err:

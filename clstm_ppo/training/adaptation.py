@@ -63,7 +63,7 @@ def fresh_start(cfg: Config, state: RunState) -> RunState:
     """A new agent of the checkpoint's settings, initialised as the trainer would, and a fresh Adam."""
     torch.manual_seed(cfg.seed)
     model = ActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
-                                agent_choices(cfg.agent, cfg.market), cfg.agent)
+                        agent_choices(cfg.agent, cfg.market), cfg.agent)
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo)
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 

@@ -1,5 +1,5 @@
 """What differs between ranks at an update boundary: random streams, env copies and LSTM 2's carried state; and
-what rank 0 keeps of a boundary for the checkpoints it writes.
+what a rank keeps of the last boundary for the checkpoints rank 0 writes.
 
 Rank 0 gathers every rank's copy each update so the checkpoints it writes resume every rank exactly; on a
 resume each rank takes its own back when the run has the saved run's workers and copies.
@@ -58,9 +58,10 @@ def restore(mine: RankState, env: BatchedOptionsEnv, minibatches: torch.Generato
 
 @dataclass
 class Boundary:
-    """What rank 0 keeps from one update boundary to its checkpoints: every other rank's state (every
-    ``train.rank_state_every`` updates), every rank's GPU readings, and the metrics at a new best whose best_*.pt are
-    due; and the files it writes them to."""
+    """What a rank keeps of the last update boundary: on rank 0 every other rank's state (every
+    ``train.rank_state_every`` updates), every rank's GPU readings and the metrics at a new best whose best_*.pt are
+    due; on every rank whether this boundary's checkpoints carry the ranks' states (so all join a forced gather),
+    its GPU monitor, and the run folder's checkpoint files."""
 
     checkpoints: CheckpointManager
     resources: ResourceMonitor  # every rank reads its own GPU; rank 0 logs them all

@@ -17,7 +17,7 @@ from clstm_ppo.training.plan import ExecutionPlan
 
 class Rollout:
     """One rollout per ``collect()``, in the form the plan names: eager, or each decision one compiled graph
-    (replayed as a CUDA graph where captured: ``agent/fused_rollout.py``). The compiled decision reads LSTM 1's
+    (replayed as a CUDA graph where captured: ``agent/fused_rollout.py``). The compiled decision reads the encoder's
     per-bar codes, so a split with more bars than a rollout has decisions runs eagerly."""
 
     def __init__(self, model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, precision: Precision,
@@ -31,7 +31,7 @@ class Rollout:
         self.obs, self.lstm_state = obs, lstm_state
 
     def bar_codes(self) -> torch.Tensor | None:
-        """LSTM 1 + MLP's code of every observable bar, when there are no more of them than decisions."""
+        """The encoder's code of every observable bar, when there are no more of them than decisions."""
         return rollout.bar_codes(self.model, self.env.market_windows, self.decisions, self.precision)
 
     def policy(self, obs: Observation, codes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, State]:

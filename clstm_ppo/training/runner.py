@@ -83,7 +83,7 @@ class Trainer:
                                      slot_pnl=p.credit == "position")
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = ActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
-                                         self.env.actions.n, cfg.agent).to(device)
+                                 self.env.actions.n, cfg.agent).to(device)
         if t.compile_encoder:
             # only the encoder (checkpoint keys unchanged): LSTM 2 runs in chunks cut at episode starts,
             # a shape that changes every rollout and would recompile
@@ -278,8 +278,8 @@ class Trainer:
             farewell(self.run_dir, self.selection.best)
 
     def _pretrain(self, reporter: Reporter | None) -> None:
-        """Where a new run's PPO starts: the rule prior's clone, or LSTM 1 + MLP fitted first
-        (``train.pretrain_method``)."""
+        """Where a new run's PPO starts: the rule prior's clone where the run has a prior, else the encoder fitted
+        first by ``train.pretrain_method`` (supervised, maml or protonet)."""
         prior = self.ppo_update.prior
         if prior is not None:
             r = self.rollout

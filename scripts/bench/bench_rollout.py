@@ -40,7 +40,7 @@ class Collector:
                                      records=False, compile="off" if path == "eager" else "on")
         torch.manual_seed(0)
         self.model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), self.env.actions.n,
-                                         cfg.agent).to(device)
+                                 cfg.agent).to(device)
         self.precision, self.ppo, self.path = Precision(device, "fp32"), cfg.ppo, path
         self.storage = RolloutStorage(cfg.ppo.num_steps, num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device)
         self.fused = None if path == "eager" else FusedRollout(self.model, self.env, self.storage, self.precision,

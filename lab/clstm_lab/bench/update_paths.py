@@ -30,7 +30,7 @@ def stored_rollout(data, cfg: Config, num_envs: int, precision: Precision, devic
                             compile="off")
     torch.manual_seed(0)
     model = ActorCritic(len(data.feature_names), len(PORTFOLIO_FEATURES), env.actions.n,
-                                cfg.agent).to(device)
+                        cfg.agent).to(device)
     model.run_lstms_in_float32(precision.lstms_in_float32)
     storage = RolloutStorage(cfg.ppo.num_steps, num_envs, len(PORTFOLIO_FEATURES), env.actions.n, device)
     codes = rollout.bar_codes(model, env.market_windows, 1 << 62, precision)

@@ -16,7 +16,7 @@ def gradient_bytes(config: str, overrides: list[str]) -> tuple[int, int]:
     """(parameters, bytes of one float32 gradient all-reduce) of the agent a config trains."""
     cfg = load_config(config, overrides)
     model = ActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
-                                ActionSpace.from_config(cfg.market).n, cfg.agent)
+                        ActionSpace.from_config(cfg.market).n, cfg.agent)
     params = sum(p.numel() for p in model.parameters())
     return params, 4 * params
 
