@@ -32,11 +32,19 @@ def lr_factor(update: int, env_steps: int, planned_steps: int, cfg: PPOConfig) -
     return warm * decay
 
 
-def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """Normalise with statistics over the whole rollout (of every worker, given ``all_reduce_mean``)."""
-    moments = torch.stack([advantages.mean(), (advantages * advantages).mean()])
+def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor], Tensor] | None = None,
+                         choices: Tensor | None = None) -> Tensor:
+    """Normalise with statistics over the whole rollout (of every worker, given ``all_reduce_mean``); with
+    ``choices`` (1 where a decision had more than one valid action), over those decisions alone."""
+    if choices is None:
+        moments = torch.stack([advantages.mean(), (advantages * advantages).mean()])
+    else:
+        moments = torch.stack([(choices * advantages).mean(), (choices * advantages * advantages).mean(),
+                               choices.mean()])
     if all_reduce_mean is not None:
         moments = all_reduce_mean(moments)
+    if choices is not None:
+        moments = moments[:2] / moments[2].clamp_min(1e-12)
     mean, mean_sq = moments[0], moments[1]
     std = (mean_sq - mean * mean).clamp_min(0).sqrt()
     return (advantages - mean) / (std + 1e-8)
@@ -45,29 +53,42 @@ def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor],
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "prior_nll")
 
 
+def choice_weights(mask: Tensor, cfg: PPOConfig) -> Tensor | None:
+    """1 where a decision had more than one valid action, 0 where it had one, under ``ppo.forced_decisions: skip``;
+    None (every decision counts) under ``count``."""
+    return (mask.sum(-1) > 1).float() if cfg.forced_decisions == "skip" else None
+
+
+def policy_mean(x: Tensor, choices: Tensor | None) -> Tensor:
+    """The mean of a policy term over the decisions that had a choice (all of them without ``choices``)."""
+    return x.mean() if choices is None else (choices * x).sum() / choices.sum().clamp_min(1.0)
+
+
 def ppo_losses(logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Tensor, advantages: Tensor,
                returns: Tensor, old_values: Tensor, prior_actions: Tensor, prior_coef: Tensor,
-               cfg: PPOConfig) -> tuple[Tensor, Tensor]:
+               cfg: PPOConfig, choices: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """One minibatch's PPO loss and its statistics (``STAT_NAMES``), in float32 under any precision. A pure function
     of tensors: the static update compiles it as it stands. ``prior_coef`` x the mean -log pi(``prior_actions``) is
     the penalty that keeps a policy near the rule it was cloned from (the KL from that deterministic rule to the
-    policy; docs/TRAINING.md, "A prior from the rules")."""
+    policy; docs/TRAINING.md, "A prior from the rules"). ``choices`` (``choice_weights``): the policy's terms
+    average over the decisions that had a choice only; the value loss always over every step."""
     logits, values = logits.float(), values.float()
     normalised = logits - logits.logsumexp(dim=-1, keepdim=True)  # Categorical's normalised logits
     log_ratio = action_logprob(logits, actions) - old_logprobs
     ratio = log_ratio.exp()
     with torch.no_grad():
-        approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman, 2020)
-        clip_fraction = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
-    policy_loss = torch.max(-advantages * ratio,
-                            -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+        approx_kl = policy_mean((ratio - 1) - log_ratio, choices)  # the low-variance estimator (Schulman, 2020)
+        clip_fraction = policy_mean(((ratio - 1.0).abs() > cfg.clip_coef).float(), choices)
+    policy_loss = policy_mean(torch.max(-advantages * ratio,
+                                        -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)), choices)
     if cfg.clip_vloss:  # clip the value step like the policy step (CleanRL's option)
         clipped = old_values + (values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
         value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
     else:
         value_loss = 0.5 * ((values - returns) ** 2).mean()
-    entropy = -(normalised.exp() * normalised).sum(-1).mean()  # a masked action adds 0 * -1e9 = 0
-    prior_nll = -normalised.gather(-1, prior_actions.unsqueeze(-1)).mean()  # the rule's action is never masked
+    entropy = policy_mean(-(normalised.exp() * normalised).sum(-1), choices)  # a masked action adds 0 * -1e9 = 0
+    # the rule's action is never masked
+    prior_nll = policy_mean(-normalised.gather(-1, prior_actions.unsqueeze(-1)).squeeze(-1), choices)
     loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss + prior_coef * prior_nll
     return loss, torch.stack([policy_loss, value_loss, entropy, approx_kl, clip_fraction, prior_nll]).detach()
 
@@ -100,7 +121,8 @@ class DistinctBarsLoss:
             logits, values, _ = self.model(self.windows.gather(bars), s.portfolio[:, idx], s.mask[:, idx],
                                            s.starts[:, idx], (h0[:, idx], c0[:, idx]), bar_index)
         return ppo_losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
-                          s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef, self.cfg)
+                          s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef, self.cfg,
+                          choice_weights(s.mask[:, idx], self.cfg))
 
 
 @dataclass
@@ -139,7 +161,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     if optimizer_step is not None and precision.scaler is not None:
         raise ValueError("an optimizer_step does not unscale fp16 gradients: use fp32 or bf16, or no optimizer_step")
     zero_grad = optimizer_step.zero_grad if optimizer_step else partial(optimizer.zero_grad, set_to_none=True)
-    advantages = normalise_advantages(s.advantages, all_reduce_mean) if cfg.norm_adv else s.advantages
+    advantages = normalise_advantages(s.advantages, all_reduce_mean, choice_weights(s.mask, cfg)) if cfg.norm_adv \
+        else s.advantages
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
     totals = torch.zeros(len(STAT_NAMES), device=s.rows.device)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from clstm_ppo.agent.model import Recurrence, recurrence
-from clstm_ppo.agent.ppo import ppo_losses
+from clstm_ppo.agent.ppo import choice_weights, ppo_losses
 from clstm_ppo.agent.precision import Precision
 from clstm_ppo.agent.storage import RolloutStorage
 from clstm_ppo.config import PPOConfig
@@ -50,7 +50,7 @@ class StaticMinibatchLoss:
 
     def __init__(self, model: nn.Module, windows: MarketWindows, storage: RolloutStorage, cfg: PPOConfig,
                  precision: Precision, compile: bool = True, by_bar: bool | None = None, cuda_graphs: bool = False):
-        self.model, self.windows, self.storage, self.precision = model, windows, storage, precision
+        self.model, self.windows, self.storage, self.precision, self.cfg = model, windows, storage, precision, cfg
         decisions = storage.num_steps * (storage.num_envs // cfg.num_minibatches)
         bars = windows.observable_rows()
         self.bars: Tensor | None = None
@@ -92,7 +92,8 @@ class StaticMinibatchLoss:
             logits, values, _ = model.decide_static(code, s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
                                                     state, self.block, self.steps)
         loss, stats = self.losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
-                                  s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef)
+                                  s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef,
+                                  choices=choice_weights(s.mask[:, idx], self.cfg))
         self.cudagraph_skips += cudagraph_skips() - skips
         # A CUDA graph's outputs are overwritten by its next replay; the update keeps the statistics longer.
         return loss, stats.clone() if self.cuda_graphs else stats
