@@ -41,6 +41,14 @@ def recurrence_block(num_steps: int) -> int:
     return divisor if divisor == num_steps or 2 * divisor >= MAX_BLOCK else MAX_BLOCK
 
 
+def loss_arithmetic(cfg: PPOConfig, logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Tensor,
+                    advantages: Tensor, returns: Tensor, old_values: Tensor, prior_actions: Tensor, prior_coef: Tensor,
+                    choices: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``ppo_losses`` with every tensor positional: a compiled graph is called with positional arguments only."""
+    return ppo_losses(logits, values, actions, old_logprobs, advantages, returns, old_values, prior_actions, prior_coef,
+                      cfg, choices)
+
+
 class StaticMinibatchLoss:
     """``ppo.MinibatchLoss`` with fixed shapes: the same loss as the eager one (the tests compare them), in pieces
     that compile (``compile``) into two graphs. ``by_bar``: LSTM 1 encodes every observable bar (True) or every
@@ -60,7 +68,7 @@ class StaticMinibatchLoss:
             self.position[bars] = torch.arange(len(bars), device=bars.device)
         self.encoded = len(bars) if self.bars is not None else decisions
         self.block = recurrence_block(storage.num_steps)
-        losses = partial(ppo_losses, cfg=cfg)
+        losses = partial(loss_arithmetic, cfg)
         self.cuda_graphs = compile and cuda_graphs
         if self.cuda_graphs and cfg.grad_accumulation > 1:
             # A gradient that a captured backward allocated is overwritten by the next minibatch's replay.
@@ -93,7 +101,7 @@ class StaticMinibatchLoss:
                                                     state, self.block, self.steps)
         loss, stats = self.losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
                                   s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef,
-                                  choices=choice_weights(s.mask[:, idx], self.cfg))
+                                  choice_weights(s.mask[:, idx], self.cfg))
         self.cudagraph_skips += cudagraph_skips() - skips
         # A CUDA graph's outputs are overwritten by its next replay; the update keeps the statistics longer.
         return loss, stats.clone() if self.cuda_graphs else stats
