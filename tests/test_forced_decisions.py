@@ -1,6 +1,6 @@
 """ppo.forced_decisions: a step whose mask leaves one valid action is no decision; under ``skip`` the policy's terms
 (surrogate, entropy, KL, clip fraction, the prior's pull) and the advantages' normalisation read only the steps that
-had a choice, so a scale agent whose rule orders on one bar in 21 is not given a twenty-first of its gradient
+had a choice, so a scale agent whose rule orders on one bar in seven does not have its policy terms shrunk sevenfold
 (clstm_ppo/agent/ppo.py)."""
 import numpy as np
 import pytest

@@ -294,8 +294,9 @@ class PPOConfig(Section):
     scale_lr_with_workers: bool = setting(False, "multiply the learning rate by the number of workers (linear "
                                                  "scaling)")
     update_epochs: int = setting(4, "passes over each rollout", limits=">= 1")
-    # A scale agent's rule places an order on few bars (a 30-day put one at a time: ~1 in 21); elsewhere its one valid
-    # action is no decision, yet counted it divides the policy's gradient by ~21 (docs/TRAINING.md, "Credit").
+    # A scale agent's rule places an order on few bars (a 30-day put one at a time: ~1 in 7 on the planted market);
+    # elsewhere its one valid action is no decision, yet counted it shrinks the policy's terms by as much
+    # (docs/TRAINING.md, "Forced decisions"; docs/PLANTED.md measured what skipping them changes).
     forced_decisions: str = setting("count", "count: the policy loss, entropy and the advantages' normalisation "
                                              "average over every step (CleanRL's); skip: over the steps where more "
                                              "than one action was valid", choices=("count", "skip"))
