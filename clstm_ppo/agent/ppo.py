@@ -38,7 +38,7 @@ def normalise_advantages(advantages: Tensor, all_reduce_mean: Callable[[Tensor],
     ``choices`` (1 where a decision had more than one valid action), over those decisions alone."""
     if choices is None:
         moments = torch.stack([advantages.mean(), (advantages * advantages).mean()])
-    else:
+    else:  # the weighted sums' means and the weights' mean, divided only once every rank's are averaged in
         moments = torch.stack([(choices * advantages).mean(), (choices * advantages * advantages).mean(),
                                choices.mean()])
     if all_reduce_mean is not None:
