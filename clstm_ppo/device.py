@@ -13,7 +13,7 @@ import torch
 
 from clstm_ppo.config import CHOICES, ConfigError, first_line
 
-DEVICE_CHOICES = CHOICES["train.device"]
+DEVICE_CHOICES = CHOICES["launch.device"]
 
 
 def cuda_device_count() -> int:
@@ -121,8 +121,8 @@ def check_compile_toolchain(device_kind: str) -> None:
     """``torch.compile`` turns CPU code into C++: fail in one line now, not in the first update."""
     names = [os.environ.get("CXX", ""), *CXX_COMPILERS]
     if device_kind == "cpu" and not any(shutil.which(n) for n in names if n):
-        raise ConfigError("train.compile_encoder on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
-                          "install one or leave train.compile_encoder=false")
+        raise ConfigError("launch.compile_encoder on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
+                          "install one or leave launch.compile_encoder=false")
 
 
 # Graphs one compiled function may hold in a process. A study trains runs of several agent kinds, rewards and folds
@@ -165,14 +165,14 @@ def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
         except torch._dynamo.exc.FailOnRecompileLimitHit:
             raise RuntimeError(f"the compiled {name} met its limit of {RECOMPILE_LIMIT} graphs in this process (one "
                                "per shape: agent kind, env copies, data); run fewer kinds of run per process or set "
-                               "train.compile_loop off") from None
+                               "launch.compile_loop off") from None
         except torch._dynamo.exc.BackendCompilerFailed as err:
             reason = _write_failure(getattr(err, "inner_exception", None) or err.__cause__)
             if reason is None:
                 raise
             # A full disk or a file-size limit meets the compiler first, writing its code: one line, as checkpoints do.
             raise ConfigError(f"could not write the compiled {name}'s code ({reason}); free disk space where "
-                              "inductor caches (TORCHINDUCTOR_CACHE_DIR) or set train.compile_loop off") from None
+                              "inductor caches (TORCHINDUCTOR_CACHE_DIR) or set launch.compile_loop off") from None
     return run
 
 

@@ -27,7 +27,7 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
         names = [rule.flag] + ([f"--{rule.flag[2:].replace('-', '_')}"] if "-" in rule.flag[2:] else [])
         target = budget if key in ("train.total_steps", "train.num_episodes") else parser
         if tp is bool:
-            # --no-<flag> too: a setting on by default (train.pretraining) can be turned off the same way
+            # --no-<flag> too: a setting on by default (pretrain.enabled) can be turned off the same way
             target.add_argument(*names, dest=key, action=argparse.BooleanOptionalAction, default=None,
                                 help=f"{rule.help} ({key})")
         else:

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="env steps per run (default: the config's budget)")
     p.add_argument("--seeds", type=int, default=1, help="runs per trial, seeds 0..K-1, trained side by side")
     p.add_argument("--n-jobs", "--n_jobs", type=int, default=1, help="trials at once in this process")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads per training run (train.threads_per_worker)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per training run (launch.threads_per_worker)")
     p.add_argument("--pruner", choices=("median", "hyperband", "none"), default="median")
     p.add_argument("--sampler-seed", type=int, default=None, help="seeds TPE (one worker: reproducible draws; "
                    "workers sharing a study need a seed each, or none: one seed draws the same first points twice)")

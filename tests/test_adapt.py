@@ -18,7 +18,7 @@ def checkpoint(tmp_path_factory):
     from clstm_ppo.training.runner import Trainer
 
     folder = tmp_path_factory.mktemp("adapt")
-    cfg = load_config("smoke", [*SMALL, f"train.checkpoint_dir={folder}"])
+    cfg = load_config("smoke", [*SMALL, f"output.checkpoint_dir={folder}"])
     trainer = Trainer(cfg, folder / "run", torch.device("cpu"))
     path = folder / "run" / "latest.pt"
     save_checkpoint(trainer.run_state(), path)

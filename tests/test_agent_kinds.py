@@ -29,7 +29,7 @@ def runs(tmp_path_factory):
     out = {}
     for kind in KINDS:
         args = ["--config", "smoke", "--checkpoint-dir", str(root), "--run-name", kind, "--total-steps", "512",
-                "--num-envs", "8", "--set", f"agent.kind={kind}", "--set", "train.threads_per_worker=1"]
+                "--num-envs", "8", "--set", f"agent.kind={kind}", "--set", "launch.threads_per_worker=1"]
         assert run_cli(train_main, args) == 0
         out[kind] = root / kind / "latest.pt"
     return out
@@ -169,7 +169,7 @@ def test_a_checkpoint_written_before_agent_kind_loads_as_clstm(runs, tmp_path, c
 
 def test_pretraining_fits_the_current_bar_projection_of_a_kind_without_lstm_1(tmp_path):
     args = ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--total-steps", "256", "--num-envs", "8",
-            "--set", "agent.kind=lstm", "--set", "train.pretrain_epochs=2", "--pretraining"]
+            "--set", "agent.kind=lstm", "--set", "pretrain.epochs=2", "--pretraining"]
     assert run_cli(train_main, args) == 0
     rows = (tmp_path / "synthetic-smoke" / "pretrain_loss.csv").read_text().splitlines()[1:]
     assert len(rows) == 2

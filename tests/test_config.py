@@ -18,7 +18,9 @@ from clstm_ppo.config import (
     Config,
     ConfigError,
     CostConfig,
+    LaunchConfig,
     MarketConfig,
+    OutputConfig,
     PPOConfig,
     TrainConfig,
     check_values,
@@ -28,7 +30,7 @@ from clstm_ppo.config import (
     to_dict,
     walk_rules,
 )
-from clstm_ppo.config.fields import SavedAs
+from clstm_ppo.config.fields import RENAMED, SavedAs
 from clstm_ppo.train import build_parser, resolve_config
 
 
@@ -70,7 +72,7 @@ def test_every_default_and_shipped_config_obeys_the_rules():
     ("market.costs.max_slippage=1", "market.costs.max_slippage must be in [0, 1), got 1.0"),
     ("train.num_envs=0", "train.num_envs must be >= 1, got 0"),
     ("ppo.target_kl=0", "ppo.target_kl must be > 0, got 0.0"),
-    ("train.precision=fp8", "train.precision is 'fp8'; choose one of fp32, bf16, fp16"),
+    ("launch.precision=fp8", "launch.precision is 'fp8'; choose one of fp32, bf16, fp16"),
     ("env.dtype=float16", "env.dtype is 'float16'; choose one of float32, float64"),
     ("market.min_iv=2.5", "market.min_iv (2.5) must be below market.max_iv (2.0)"),
     ("market.expiries_days=[]", "market.moneyness and market.expiries_days need at least one entry"),
@@ -97,7 +99,7 @@ def test_edges_that_are_allowed():
 
 
 def test_choices_match_what_the_code_accepts():
-    assert set(CHOICES["train.precision"]) == set(PRECISIONS)
+    assert set(CHOICES["launch.precision"]) == set(PRECISIONS)
 
 
 # ---------------------------------------------------------------- one source of truth, from any folder
@@ -157,25 +159,26 @@ def test_a_config_built_in_code_is_typed_and_its_settings_checked_together():
     assert CostConfig(spread_base=0).spread_base == 0.0 and isinstance(CostConfig(spread_base=0).spread_base, float)
     with pytest.raises(ConfigError, match=r"train.num_envs \(6\) must be a multiple of ppo.num_minibatches"):
         Config(train=TrainConfig(num_envs=6))
-    with pytest.raises(ConfigError, match="train.cuda_graphs: on replays the compiled rollout decision; set train"):
-        Config(train=TrainConfig(compile_loop="off", cuda_graphs="on"))
-    with pytest.raises(ConfigError, match="train.compile_loop"):
-        TrainConfig(compile_loop="yes")
-    # YAML reads --set train.compile_loop=off as False: an on/off setting takes it as the word it was
-    assert (parse_override("train.compile_loop=off")["train"]["compile_loop"],
-            TrainConfig(compile_loop=False).compile_loop) == (False, "off")
-    assert TrainConfig(cuda_graphs=True).cuda_graphs == "on"
-    for broken, message in (({"train": TrainConfig(update_graphs=True, cuda_graphs="off")}, "needs train.cuda_graphs"),
-                            ({"train": TrainConfig(compile_loop="off", update_graphs=True)},
-                             "train.compile_loop auto or on"),
-                            ({"ppo": PPOConfig(grad_accumulation=2), "train": TrainConfig(update_graphs=True)},
+    with pytest.raises(ConfigError, match="launch.cuda_graphs: on replays the compiled rollout decision; set launch"):
+        Config(launch=LaunchConfig(compile_loop="off", cuda_graphs="on"))
+    with pytest.raises(ConfigError, match="launch.compile_loop"):
+        LaunchConfig(compile_loop="yes")
+    # YAML reads --set launch.compile_loop=off as False: an on/off setting takes it as the word it was
+    assert (parse_override("launch.compile_loop=off")["launch"]["compile_loop"],
+            LaunchConfig(compile_loop=False).compile_loop) == (False, "off")
+    assert LaunchConfig(cuda_graphs=True).cuda_graphs == "on"
+    for broken, message in (({"launch": LaunchConfig(update_graphs=True, cuda_graphs="off")},
+                             "needs launch.cuda_graphs"),
+                            ({"launch": LaunchConfig(compile_loop="off", update_graphs=True)},
+                             "launch.compile_loop auto or on"),
+                            ({"ppo": PPOConfig(grad_accumulation=2), "launch": LaunchConfig(update_graphs=True)},
                              r"needs ppo.grad_accumulation 1 \(got 2\)"),
-                            ({"train": TrainConfig(update_graphs=True, precision="fp16")}, "fp32 or bf16")):
-        with pytest.raises(ConfigError, match=f"config: train.update_graphs .*{message}"):
+                            ({"launch": LaunchConfig(update_graphs=True, precision="fp16")}, "fp32 or bf16")):
+        with pytest.raises(ConfigError, match=f"config: launch.update_graphs .*{message}"):
             Config(**broken)
-    assert Config(train=TrainConfig(update_graphs=True, precision="bf16")).train.update_graphs
-    with pytest.raises(ConfigError, match="train.run_name must be str, got True"):
-        TrainConfig(run_name=True)  # free text is not guessed
+    assert Config(launch=LaunchConfig(update_graphs=True, precision="bf16")).launch.update_graphs
+    with pytest.raises(ConfigError, match="output.run_name must be str, got True"):
+        OutputConfig(run_name=True)  # free text is not guessed
     cfg = Config()
     cfg.market.moneyness.append(-1.0)  # a list changed in place escapes the assignment check ...
     with pytest.raises(ConfigError, match="market.moneyness must be > 0"):
@@ -213,26 +216,26 @@ def test_settings_saved_before_a_key_existed_keep_what_the_run_did(tmp_path):
 
 def test_a_renamed_key_is_read_as_its_new_name_with_one_line_from_a_file_or_flag_and_quietly_from_a_checkpoint(
         tmp_path):
-    """env.compile became train.compile_loop and train.compile train.compile_encoder (they compile what the names
+    """env.compile became launch.compile_loop and train.compile launch.compile_encoder (they compile what the names
     say): an old file, flag or checkpoint still means what it meant."""
     file = tmp_path / "old.yaml"
     file.write_text("env:\n  compile: on\ntrain:\n  compile: true\n")
     with pytest.warns(FutureWarning) as said:
         cfg = load_config(file, ["env.compile=off"])
-    assert (cfg.train.compile_loop, cfg.train.compile_encoder) == ("off", True)
+    assert (cfg.launch.compile_loop, cfg.launch.compile_encoder) == ("off", True)
     lines = [str(w.message) for w in said]
     assert len(lines) == 3 and all("\n" not in line for line in lines)
-    assert f"{file}: env.compile is now named train.compile_loop; read as train.compile_loop" in lines
-    assert "--set env.compile=off: env.compile is now named train.compile_loop; read as train.compile_loop" in lines
+    assert f"{file}: env.compile is now named launch.compile_loop; read as launch.compile_loop" in lines
+    assert "--set env.compile=off: env.compile is now named launch.compile_loop; read as launch.compile_loop" in lines
     saved = to_dict(Config())
-    del saved["train"]["compile_loop"], saved["train"]["compile_encoder"]
+    del saved["launch"]["compile_loop"], saved["launch"]["compile_encoder"]
     saved["env"]["compile"], saved["train"]["compile"] = "on", True
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         old = load_config(None, [], base=saved)
-    assert (old.train.compile_loop, old.train.compile_encoder) == ("on", True)
-    with pytest.raises(ConfigError, match="env.compile and train.compile_loop are one setting"):
-        load_config(_yaml(tmp_path, "env:\n  compile: on\ntrain:\n  compile_loop: off\n"))
+    assert (old.launch.compile_loop, old.launch.compile_encoder) == ("on", True)
+    with pytest.raises(ConfigError, match="env.compile and launch.compile_loop are one setting"):
+        load_config(_yaml(tmp_path, "env:\n  compile: on\nlaunch:\n  compile_loop: off\n"))
     with pytest.raises(ConfigError, match="unknown key 'env.compile_loop'"):
         load_config(None, ["env.compile_loop=on"])
 
@@ -241,6 +244,41 @@ def _yaml(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "both.yaml"
     path.write_text(text)
     return path
+
+
+def test_train_settings_split_by_purpose_and_old_train_keys_still_mean_what_they_meant(tmp_path):
+    """train.* held launch, budget, pretraining, prior and output settings; each moved to its section. A file or flag
+    with an old key says the new one in one line; a checkpoint saved in the old layout loads quietly, unchanged."""
+    moved = {old: new for old, new in RENAMED.items() if old.startswith("train.") and old != "train.compile"}
+    assert len(moved) == 33 and all(new.split(".")[0] in {"launch", "pretrain", "prior", "output"}
+                                    for new in moved.values())
+    for new in moved.values():  # every new key is a setting, and train keeps only the budget's
+        assert functools.reduce(getattr, new.split("."), Config()) is not None
+    assert {f.name for f in dataclasses.fields(TrainConfig)} == {
+        "num_envs", "total_steps", "num_episodes", "eval_every", "selection_window", "early_stopping_patience"}
+    file = tmp_path / "old.yaml"
+    file.write_text("train:\n  prior_kl: 0.25\n  threads_per_worker: 1\n  num_envs: 8\n")
+    with pytest.warns(FutureWarning) as said:
+        cfg = load_config(file, ["train.pretraining=false", "train.run_name=mine", "train.prior_kl=0"])
+    lines = [str(w.message) for w in said]
+    assert len(lines) == 5 and all("\n" not in line for line in lines)
+    assert f"{file}: train.prior_kl is now named prior.kl; read as prior.kl" in lines
+    assert "--set train.pretraining=false: train.pretraining is now named pretrain.enabled; read as " \
+           "pretrain.enabled" in lines
+    assert (cfg.prior.kl, cfg.launch.threads_per_worker, cfg.train.num_envs, cfg.pretrain.enabled,
+            cfg.output.run_name) == (0.0, 1, 8, False, "mine")
+    current = Config(launch=LaunchConfig(threads_per_worker=3), output=OutputConfig(keep_last=7))
+    old_layout = to_dict(current)
+    for old, new in moved.items():  # the same settings as a run saved them before the split
+        section, key = new.split(".")
+        old_layout["train"][old.split(".")[1]] = old_layout[section].pop(key)
+    for section in ("launch", "pretrain", "prior", "output"):
+        assert not old_layout.pop(section)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_config(None, [], base=old_layout) == current
+    with pytest.raises(ConfigError, match="train.prior_kl and prior.kl are one setting"):
+        load_config(_yaml(tmp_path, "train:\n  prior_kl: 0.1\nprior:\n  kl: 0.2\n"))
 
 
 def test_runs_saved_before_the_tick_grid_keep_quoting_off_it():

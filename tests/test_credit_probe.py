@@ -7,7 +7,7 @@ from clstm_lab.studies.credit_probe import probe_rows
 SMALL = ["data.planted.years=6", "data.planted.train_years=2", "data.planted.val_years=1", "agent.actions=scale",
          "agent.scale_rule=sell put 0.95 x 30d, every free slot", "agent.lstm1_hidden=8", "agent.mlp_hidden=8",
          "agent.lstm2_hidden=8", "train.num_envs=8", "ppo.num_steps=32", "ppo.num_minibatches=2",
-         "train.pretraining=false", "train.prior_kl=0"]
+         "pretrain.enabled=false", "prior.kl=0"]
 
 
 def test_rows_split_every_free_decision_by_state_and_multiple(tmp_path):

@@ -25,7 +25,7 @@ SMALL = ["--set", "train.num_envs=8", "--set", "train.eval_every=2", "--oversubs
 
 def smoke_config(total_steps: int, *extra: str):
     return load_config(SMOKE, ["train.num_envs=8", f"train.total_steps={total_steps}", "train.eval_every=2",
-                               "train.device=cpu", *extra])
+                               "launch.device=cpu", *extra])
 
 
 def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
@@ -165,14 +165,14 @@ def test_rank_states_reach_rank_0_bit_for_bit_as_one_tensor_gather(tmp_path):
 
 @pytest.mark.slow
 def test_two_workers_on_the_compiled_update_average_their_gradients(tmp_path, monkeypatch):
-    """train.compile_loop on: the static, compiled update does not run through DDP's forward; one all-reduce of the
+    """launch.compile_loop on: the static, compiled update does not run through DDP's forward; one all-reduce of the
     gradients per optimizer step must keep the ranks' weights identical while each rank trains on its own episodes
     (without it they part after the first step). Every update's log counts its collectives: none inside a capture,
     and exactly the ones the update makes."""
     monkeypatch.setenv("RECORD_DIR", str(tmp_path))
     # 32 copies a rank in minibatches of 8 copies x 32 steps: the compiled graphs of tests/test_resume.py's compiled
     # resume, so a cold CI machine compiles them once (this test runs after it)
-    cfg = smoke_config(3 * 2 * 32 * 32, "train.num_envs=32", "train.compile_loop=on", "ppo.num_minibatches=4",
+    cfg = smoke_config(3 * 2 * 32 * 32, "train.num_envs=32", "launch.compile_loop=on", "ppo.num_minibatches=4",
                        "ppo.grad_accumulation=2")
     assert spawn_workers(2, cfg, tmp_path / "run", None, find_free_port(), 1, target=instrumented_worker) == 0
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
@@ -209,14 +209,14 @@ def test_a_collective_inside_a_capture_is_refused_in_one_line(monkeypatch):
 
 
 def test_ranks_may_share_a_gpu_only_when_asked(monkeypatch):
-    """--num-gpus 2 on one visible GPU is refused, unless train.ranks_per_gpu lets two ranks share it (a test mode,
+    """--num-gpus 2 on one visible GPU is refused, unless launch.ranks_per_gpu lets two ranks share it (a test mode,
     over gloo); each rank's GPU is its local rank over ranks_per_gpu."""
     from clstm_ppo.config import ConfigError
     from clstm_ppo.distributed import DistContext
     from clstm_ppo.training import launch
 
-    cfg = load_config(SMOKE, ["train.device=auto"])
-    shared = load_config(SMOKE, ["train.device=auto", "train.ranks_per_gpu=2"])
+    cfg = load_config(SMOKE, ["launch.device=auto"])
+    shared = load_config(SMOKE, ["launch.device=auto", "launch.ranks_per_gpu=2"])
     monkeypatch.setattr(launch, "cuda_device_count", lambda: 1)
     with pytest.raises(ConfigError, match="--num-gpus 2 asks for more GPUs than the 1 visible"):
         launch.plan_workers(2, None, cfg)
@@ -248,7 +248,7 @@ def test_num_gpus_falls_back_to_cpu_workers_and_resume_crosses_world_sizes(tmp_p
     # episode line, which names the workers, is written; staggered, the first full-length ones end later.
     base = ["--checkpoint-dir", str(tmp_path), *SMALL, "--set", "env.stagger_starts=false"]
     first = cli(*base, "--num-gpus", "2", "--total-steps", str(2 * 512), "--pretraining",
-                "--set", "train.pretrain_epochs=1")
+                "--set", "pretrain.epochs=1")
     assert first.returncode == 0, first.stderr[-3000:]
     assert "pretraining LSTM 1" in first.stdout + first.stderr
     assert "no CUDA device is visible: running 2 CPU worker(s) over gloo instead" in first.stdout

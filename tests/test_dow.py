@@ -110,7 +110,7 @@ def test_a_joined_series_is_never_carried_over_a_long_gap():
 def test_a_short_training_run_on_dow(tmp_path, capsys):
     sets = ["data.window=10", "env.episode_length=32", "agent.lstm1_hidden=8", "agent.mlp_hidden=8",
             "agent.lstm2_hidden=8", "ppo.num_steps=16", "ppo.update_epochs=1", "ppo.num_minibatches=2",
-            "train.num_envs=4", "train.threads_per_worker=1"]
+            "train.num_envs=4", "launch.threads_per_worker=1"]
     args = ["--data", "dow", "--total-steps", "128", "--checkpoint-dir", str(tmp_path)]
     assert run_cli(train_main, [*args, *[x for s in sets for x in ("--set", s)]]) == 0
     out = capsys.readouterr().out

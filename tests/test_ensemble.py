@@ -29,7 +29,7 @@ def train(root, name: str, fold: Fold, seed: int, *extra: str) -> str:
     # left torch on two threads for the walks after it.
     code = run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(root), "--run-name", name,
                                 "--seed", str(seed), "--total-steps", "256", "--set", "train.num_envs=8",
-                                "--set", "train.threads_per_worker=1",
+                                "--set", "launch.threads_per_worker=1",
                                 *[x for s in fold.settings() for x in ("--set", s)], *extra])
     assert code == 0
     return str(root / name / "latest.pt")

@@ -155,7 +155,7 @@ def test_meta_pretraining_trains_the_agents_encoder(method):
     from clstm_ppo.config import ConfigError
     from clstm_ppo.pretraining.meta_learned import meta_pretrain_encoder
 
-    cfg = load_config("smoke", ["train.pretrain_epochs=1", f"train.pretrain_method={method}"])
+    cfg = load_config("smoke", ["pretrain.epochs=1", f"pretrain.method={method}"])
     data = build_market_data(cfg.data)
     agent = ActorCritic(len(data.feature_names), 4, 5, cfg.agent)
     before = {k: v.clone() for k, v in agent.encoder.state_dict().items()}
@@ -172,8 +172,8 @@ def test_trainer_pretraining_dispatches_on_pretrain_method(tmp_path):
     from clstm_ppo.pretraining.encoder import pretrain
     from clstm_ppo.training.runner import Trainer
 
-    cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_epochs=1",
-                                "train.pretrain_method=protonet", "train.num_envs=2"])
+    cfg = load_config("smoke", ["pretrain.enabled=true", "pretrain.epochs=1",
+                                "pretrain.method=protonet", "train.num_envs=2"])
     trainer = Trainer(cfg, tmp_path / "run", torch.device("cpu"))
     before = {k: v.clone() for k, v in trainer.model.encoder.state_dict().items()}
     pretrain(trainer.model, trainer.env.market_windows, trainer.data, cfg, trainer.ctx)

@@ -206,7 +206,7 @@ def test_the_step_compiles_to_one_graph_and_agrees_with_eager(synthetic_data):
 
 
 def test_an_env_compiled_by_its_setting_steps_as_the_eager_one(synthetic_data):
-    """``train.compile_loop: on`` through the shell: the trainer's env (no records) matches an eager twin, and the
+    """``launch.compile_loop: on`` through the shell: the trainer's env (no records) matches an eager twin, and the
     shell's host side (observations, episode sums) reads the compiled state."""
     cfg = EnvConfig(dtype="float64", episode_length=6)  # the previous test's env: one compile on a cold machine
     eager = BatchedOptionsEnv(synthetic_data, "train", MarketConfig(), cfg, 16, seed=3, records=False)

@@ -66,7 +66,7 @@ def rollouts(model, data, fused: bool, compiled: bool = False, n: int = 3, updat
              replayed: bool = False):
     """``n`` rollouts from one seed, eager (``rollout.collect``) or fused; the storage of each. ``update_after``:
     the weights change in place (as an optimizer step changes them) after that rollout. ``replayed``: the env's
-    step overwrites its last outputs, as with ``train.cuda_graphs`` on a GPU."""
+    step overwrites its last outputs, as with ``launch.cuda_graphs`` on a GPU."""
     env, precision = sync_free_env(data), Precision(CPU, "fp32")
     if replayed:
         env.cuda_graphs, env._step = True, ReplayedStep(env._step)
@@ -154,7 +154,7 @@ def test_the_fused_decision_fills_the_storage_as_the_eager_rollout_does(syntheti
 
 
 def test_an_env_step_replayed_as_a_cuda_graph_leaves_its_callers_their_observations(synthetic):
-    """With ``train.cuda_graphs`` the env step is replayed as a CUDA graph, which writes each step's outputs over the
+    """With ``launch.cuda_graphs`` the env step is replayed as a CUDA graph, which writes each step's outputs over the
     last one's; the eager rollout (a split with more bars than a rollout has decisions, e.g. the smoke config on a GPU)
     stores each observation after the next step. It must store what it saw: the same storage as a plain step."""
     model = make_model(synthetic, "clstm")

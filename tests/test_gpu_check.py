@@ -148,7 +148,7 @@ def test_the_shared_gpu_row_fails_where_a_collective_ran_inside_a_capture(tmp_pa
     """Two ranks on one GPU pass only if no update called a collective while a CUDA graph was captured (where it
     would deadlock); the note counts each update's collectives."""
     step = gpu_steps.shared_gpu_step("checks", tmp_path)
-    assert step.argv[step.argv.index("--num-gpus") + 1] == "2" and "train.ranks_per_gpu=2" in step.argv
+    assert step.argv[step.argv.index("--num-gpus") + 1] == "2" and "launch.ranks_per_gpu=2" in step.argv
     (tmp_path / "two-ranks").mkdir()
     updates = [{"kind": "update", "collectives_all_reduce": n, "collectives_gather": 1,
                 "collectives_in_capture": in_capture if i == 1 else 0} for i, n in enumerate((10, 11))]

@@ -24,7 +24,7 @@ def crypto_run(tmp_path_factory):
     synthetic crypto market: the run's folder. The tests read its bars and clock, not its skill."""
     folder = tmp_path_factory.mktemp("checkpoints")
     assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(folder), "--run-name", "crypto",
-                                "--total-steps", "5120", "--set", "train.threads_per_worker=1", *CRYPTO]) == 0
+                                "--total-steps", "5120", "--set", "launch.threads_per_worker=1", *CRYPTO]) == 0
     return folder / "crypto"
 
 

@@ -72,3 +72,44 @@ def test_the_table_summarises_each_settings_seeds():
     assert "| scratch | —: — | 200,000 | 2 | 0.40 (0.30..0.50) | 0.72 | 1 of 2 | 0.05 (0.00..0.10) | — | 0 of 2 |" \
         in lines[2]
     assert "scale: agent.actions=scale" in lines[3] and "| 1 of 1 |" in lines[3]
+
+
+def curve_main():
+    path = Path(__file__).parents[1] / "scripts" / "studies" / "learning_curve.py"
+    spec = importlib.util.spec_from_file_location("learning_curve_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+SMALL_PLANTED = ["data.planted.years=8", "data.planted.train_years=3", "data.planted.val_years=1",
+                 "agent.actions=scale", "ppo.credit=position", "pretrain.enabled=false", "prior.kl=0",
+                 "agent.lstm1_hidden=8", "agent.mlp_hidden=8", "agent.lstm2_hidden=8", "train.num_envs=8",
+                 "ppo.num_steps=32", "train.eval_every=1", "output.checkpoint_every=1", "output.keep_last=10"]
+
+
+def test_the_learning_curve_walks_every_kept_checkpoint_beside_the_validation_walk_of_its_update(tmp_path, capsys):
+    """A run that kept a checkpoint each update gives one row per update, in order, each with the trainer's own
+    validation walk at that step and the same test measurement as the certificate's (a scale agent's multiple on
+    rich bars less the others lies within the multiples' range)."""
+    import json
+
+    from clstm_ppo.cli import run_cli
+    from clstm_ppo.train import main as train_main
+    args = ["--config", "planted", "--checkpoint-dir", str(tmp_path), "--run-name", "run", "--total-steps", "768"]
+    for setting in SMALL_PLANTED:
+        args += ["--set", setting]
+    assert run_cli(train_main, args) == 0
+    capsys.readouterr()
+    rows_file = tmp_path / "curve.csv"
+    assert curve_main()([str(tmp_path / "run"), "--rows", str(rows_file), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]  # the JSON object comes last
+    assert [r["update"] for r in rows] == [1, 2, 3] and [r["env_steps"] for r in rows] == [256, 512, 768]
+    assert all(r["val_composite"] is not None and -1.5 <= r["sell_timing"] <= 1.5 for r in rows)
+    import csv
+    with rows_file.open() as fh:
+        kept = list(csv.DictReader(fh))
+    assert len(kept) == 3 and all(r["commit"] and r["checkpoint"].endswith(".pt") for r in kept)
+    assert curve_main()([str(tmp_path / "nothing-here")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a run folder" in err[0]

@@ -20,7 +20,7 @@ from clstm_ppo.scenarios.generator import load_generator
 
 RUN = "synthetic-smoke"
 COMMON = ["--set", "train.num_envs=8", "--set", "ppo.num_minibatches=1", "--set", "train.eval_every=2",
-          "--set", "ppo.lr_schedule=constant", "--set", "train.threads_per_worker=1"]
+          "--set", "ppo.lr_schedule=constant", "--set", "launch.threads_per_worker=1"]
 UPDATE = 8 * 32  # env steps an update: 8 copies x the smoke config's 32 steps
 
 

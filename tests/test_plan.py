@@ -19,12 +19,12 @@ def plan(device, world_size=1, *sets):
 
 @pytest.mark.parametrize(("device", "world", "sets", "expected"), [
     (CPU, 1, (), ("eager", "eager", False, "eager", False, "eager", "local")),
-    (CPU, 1, ("train.compile_loop=on",), ("compiled", "fused", False, "static", False, "eager", "local")),
+    (CPU, 1, ("launch.compile_loop=on",), ("compiled", "fused", False, "static", False, "eager", "local")),
     (CUDA, 1, (), ("compiled", "fused", True, "static", False, "captured", "local")),
-    (CUDA, 1, ("train.update_graphs=true",), ("compiled", "fused", True, "static", True, "captured", "local")),
-    (CUDA, 1, ("train.precision=fp16",), ("compiled", "fused", True, "static", False, "eager", "local")),
-    (CUDA, 1, ("train.cuda_graphs=off",), ("compiled", "fused", False, "static", False, "eager", "local")),
-    (CUDA, 1, ("train.compile_loop=off",), ("eager", "eager", False, "eager", False, "eager", "local")),
+    (CUDA, 1, ("launch.update_graphs=true",), ("compiled", "fused", True, "static", True, "captured", "local")),
+    (CUDA, 1, ("launch.precision=fp16",), ("compiled", "fused", True, "static", False, "eager", "local")),
+    (CUDA, 1, ("launch.cuda_graphs=off",), ("compiled", "fused", False, "static", False, "eager", "local")),
+    (CUDA, 1, ("launch.compile_loop=off",), ("eager", "eager", False, "eager", False, "eager", "local")),
     (CPU, 2, (), ("eager", "eager", False, "eager", False, "eager", "ddp")),
     (CUDA, 4, (), ("compiled", "fused", True, "static", False, "captured", "all_reduce")),
 ], ids=["cpu", "cpu-compiled", "gpu", "gpu-update-graphs", "gpu-fp16", "gpu-no-graphs", "gpu-eager", "cpu-2-ranks",
@@ -36,12 +36,12 @@ def test_each_setting_and_device_gives_its_plan_and_says_why(device, world, sets
     line = p.describe()
     assert line.startswith(f"plan: env step {expected[0]}, rollout {expected[1]}")
     assert f"gradients {expected[6]}" in line
-    assert f"train.compile_loop {load_config('smoke', list(sets)).train.compile_loop} on {device.type}" in line
-    if "train.precision=fp16" in sets:
+    assert f"launch.compile_loop {load_config('smoke', list(sets)).launch.compile_loop} on {device.type}" in line
+    if "launch.precision=fp16" in sets:
         assert "fp16's loss scaler reads the gradients on the host" in line
 
 
-@pytest.mark.parametrize("sets", [(), ("train.compile_loop=on",)], ids=["eager", "compiled"])
+@pytest.mark.parametrize("sets", [(), ("launch.compile_loop=on",)], ids=["eager", "compiled"])
 def test_the_trainer_builds_the_parts_its_plan_names(sets):
     trainer = Trainer(load_config("smoke", list(sets)), Path(tempfile.mkdtemp()), CPU)
     p = trainer.plan

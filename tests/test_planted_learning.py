@@ -20,8 +20,8 @@ from clstm_ppo.train import main as train_main
 # free slot scaled 0 to 1.5x, each decision paid its own option's P&L, a small network, 150k env steps.
 LEARNABLE = ["data.planted.years=30", "data.planted.train_years=12", "data.planted.val_years=3",
              "data.planted.premium_swing=1.2", "data.planted.premium_floor=-0.3", "agent.actions=scale",
-             "agent.scale_rule=sell put 0.95 x 30d, every free slot", "ppo.credit=position", "train.pretraining=false",
-             "train.prior_kl=0", "agent.lstm1_hidden=16", "agent.mlp_hidden=16", "agent.lstm2_hidden=32",
+             "agent.scale_rule=sell put 0.95 x 30d, every free slot", "ppo.credit=position", "pretrain.enabled=false",
+             "prior.kl=0", "agent.lstm1_hidden=16", "agent.mlp_hidden=16", "agent.lstm2_hidden=32",
              "train.total_steps=150000"]
 TIMING = 0.5  # the greedy walk's multiple, rich bars less the others: 1 for the oracle, 0 blind
 MARGIN = 0.5  # Sharpe over the T-bill above best_rule's, on the 15 test years

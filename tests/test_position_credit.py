@@ -113,7 +113,7 @@ def test_a_run_credited_by_position_trains_and_resumes_exactly(tmp_path, compile
     from clstm_ppo.run_files.run_state import load_checkpoint
 
     common = ["--set", "ppo.credit=position", "--set", "ppo.lr_schedule=constant",
-              "--set", f"train.compile_loop={compile}", "--set", "train.eval_every=2"]
+              "--set", f"launch.compile_loop={compile}", "--set", "train.eval_every=2"]
     batch = 16 * 32
     assert train(tmp_path / "a", "--total-steps", str(4 * batch), *common) == 0
     assert train(tmp_path / "b", "--total-steps", str(2 * batch), *common) == 0

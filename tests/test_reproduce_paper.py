@@ -187,7 +187,7 @@ def test_a_cell_stopped_before_its_budget_is_not_walked_and_resumes_on_the_next_
     def trainer(stop_at: int):
         def fake_train_run(config, sets, settings, resume_from, fresh_start, num_gpus):  # noqa: ARG001
             launches.append(resume_from)
-            run = Path(settings["train.checkpoint_dir"]) / settings["train.run_name"]
+            run = Path(settings["output.checkpoint_dir"]) / settings["output.run_name"]
             run.mkdir(parents=True, exist_ok=True)
             state = RunState(model={}, optimizer={"state": {}, "param_groups": []}, scaler=None, update=1,
                              global_step=stop_at, episodes=0, config={},

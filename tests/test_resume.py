@@ -30,7 +30,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, num_envs, compile, num_ste
     from torch._dynamo.utils import counters
 
     common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", f"train.num_envs={num_envs}",
-              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"train.compile_loop={compile}",
+              "--set", f"ppo.num_minibatches={num_envs // 8}", "--set", f"launch.compile_loop={compile}",
               "--set", f"ppo.num_steps={num_steps}"]
     batch = num_envs * num_steps
     torch._dynamo.reset()
@@ -68,14 +68,14 @@ def assert_every_weight_trained(path: Path) -> None:
 
 
 def test_rank_states_saved_every_n_updates_still_resume_the_last_update_exactly(tmp_path, capsys):
-    """train.rank_state_every: 2 leaves the env copies out of update 1's checkpoint (a resume from it starts fresh
+    """output.rank_state_every: 2 leaves the env copies out of update 1's checkpoint (a resume from it starts fresh
     episodes and says why), but the run's last latest.pt carries them, so resuming it equals an uninterrupted run."""
     common = ["--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2", "--set", "train.num_envs=8",
-              "--set", "train.checkpoint_every=1", "--set", "train.keep_last=5"]
+              "--set", "output.checkpoint_every=1", "--set", "output.keep_last=5"]
     batch = 8 * 32
     assert train(tmp_path / "a", "--total-steps", str(6 * batch), *common) == 0
     run_b = tmp_path / "b" / "synthetic-smoke"
-    every = ["--set", "train.rank_state_every=2"]
+    every = ["--set", "output.rank_state_every=2"]
     assert train(tmp_path / "b", "--total-steps", str(3 * batch), *common, *every) == 0
     assert not load_checkpoint(run_b / "update_0000001.pt").ranks
     early = tmp_path / "update_1.pt"
@@ -89,7 +89,7 @@ def test_rank_states_saved_every_n_updates_still_resume_the_last_update_exactly(
     capsys.readouterr()
     assert train(tmp_path / "b", "--total-steps", str(2 * batch), "--resume-from", str(early), *common,
                  *every) == 0
-    assert "env copies start fresh episodes (the checkpoint was written between train.rank_state_every's saves)" \
+    assert "env copies start fresh episodes (the checkpoint was written between output.rank_state_every's saves)" \
         in capsys.readouterr().out
 
 
@@ -148,8 +148,8 @@ def test_a_run_trained_on_gpus_resumes_on_a_machine_without_one(tmp_path, capsys
     latest = tmp_path / "synthetic-smoke" / "latest.pt"
     shutil.copytree(tmp_path / "synthetic-smoke", tmp_path / "cpu" / "synthetic-smoke")
     state = load_checkpoint(latest)
-    assert state.config["train"]["device"] == "auto", "the resolved device must not be written as the user's choice"
-    state.config["train"].update(device="cuda", threads_per_worker=8)  # as written on a GPU machine
+    assert state.config["launch"]["device"] == "auto", "the resolved device must not be written as the user's choice"
+    state.config["launch"].update(device="cuda", threads_per_worker=8)  # as written on a GPU machine
     for group in state.optimizer["param_groups"]:  # by make_adam(..., capture_on=cuda), loaded to the CPU
         group.update(capturable=True, foreach=True, lr=torch.tensor(group["lr"]))
     save_checkpoint(state, latest)
@@ -169,7 +169,7 @@ def test_a_run_trains_and_resumes_from_python(tmp_path):
     from clstm_ppo.config import ConfigError
     from clstm_ppo.training.launch import train_run
 
-    common = [f"train.checkpoint_dir={tmp_path}", "train.run_name=lib", "train.num_envs=8", "ppo.num_steps=16"]
+    common = [f"output.checkpoint_dir={tmp_path}", "output.run_name=lib", "train.num_envs=8", "ppo.num_steps=16"]
     run = train_run("smoke", [*common, "train.total_steps=256"])
     assert run == tmp_path / "lib" and load_checkpoint(run / "latest.pt").update == 2
     assert train_run("smoke", [*common, "train.total_steps=512"], resume_from="latest") == run

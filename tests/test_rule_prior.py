@@ -60,7 +60,7 @@ def test_the_prior_is_picked_on_the_training_years_alone():
 def test_behaviour_cloning_takes_the_rules_action_on_nearly_every_training_decision():
     """After cloning, a fresh rollout of the rule on the training env: the policy's greedy choice is the rule's on
     at least 95% of the decisions (counted here independently of the cloner's own score)."""
-    cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule"])
+    cfg = load_config("smoke", ["pretrain.enabled=true", "pretrain.method=rule"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
     obs = trainer.env.reset()
     history, obs, state = clone_rule(trainer.model, trainer.env, obs, trainer.rollout.lstm_state,
@@ -111,9 +111,9 @@ def test_cloning_loss_is_the_cross_entropy_from_the_rule_smoothed_over_the_valid
 
 
 def test_a_smoothed_clone_still_walks_the_rule_but_keeps_sampling_the_other_actions():
-    """train.prior_smoothing 0.5: greedy decisions still match the rule on >= 95% of a fresh rollout, while the
+    """prior.smoothing 0.5: greedy decisions still match the rule on >= 95% of a fresh rollout, while the
     rule's action has at most the target's 0.75 on the median decision (an unsmoothed clone ends near 1)."""
-    cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule", "train.prior_smoothing=0.5"])
+    cfg = load_config("smoke", ["pretrain.enabled=true", "pretrain.method=rule", "prior.smoothing=0.5"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
     history, _, _ = clone_rule(trainer.model, trainer.env, trainer.env.reset(), trainer.rollout.lstm_state,
                                trainer.ppo_update.prior.act, cfg, torch.Generator().manual_seed(0))
@@ -134,18 +134,18 @@ def test_the_penalty_is_its_weight_times_the_rules_negative_log_probability_and_
     expected = -torch.log_softmax(logits, -1).gather(-1, prior.unsqueeze(-1)).mean()
     torch.testing.assert_close(stats[5], expected)
     torch.testing.assert_close(weighted - base, 0.3 * expected)
-    train = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule", "train.prior_kl=0.4",
-                                  "train.prior_kl_until=0.5"])
+    train = load_config("smoke", ["pretrain.enabled=true", "pretrain.method=rule", "prior.kl=0.4",
+                                  "prior.kl_until=0.5"])
     assert [prior_coef(train, steps, 1000) for steps in (0, 250, 500, 900)] == pytest.approx([0.4, 0.2, 0.0, 0.0])
 
 
 def test_a_prior_penalty_without_a_rule_to_start_from_is_one_line(tmp_path, capsys):
     assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path),
-                                "--set", "train.prior_kl=0.1"]) == 2
+                                "--set", "prior.kl=0.1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: config: train.prior_kl (0.1) keeps the policy near the rule") and "\n" not in err
+    assert err.startswith("error: config: prior.kl (0.1) keeps the policy near the rule") and "\n" not in err
     with pytest.raises(ConfigError, match="choose one of supervised, maml, protonet, rule"):
-        load_config("smoke", ["train.pretrain_method=bad"])
+        load_config("smoke", ["pretrain.method=bad"])
 
 
 def test_a_run_started_from_the_rule_says_which_and_resumes_exactly(tmp_path, capsys):
@@ -154,12 +154,12 @@ def test_a_run_started_from_the_rule_says_which_and_resumes_exactly(tmp_path, ca
     schedule, like the learning rate's, runs over the launch's planned steps: the resumed halves take it off.)"""
     from clstm_ppo.run_files.run_state import load_checkpoint
 
-    common = ["--config", "smoke", "--pretraining", "--set", "train.pretrain_method=rule", "--set",
-              "train.prior_rollouts=3", "--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2",
-              "--set", "train.num_envs=8", "--set", "ppo.num_minibatches=1", "--set", "train.threads_per_worker=1"]
+    common = ["--config", "smoke", "--pretraining", "--set", "pretrain.method=rule", "--set",
+              "prior.rollouts=3", "--set", "ppo.lr_schedule=constant", "--set", "train.eval_every=2",
+              "--set", "train.num_envs=8", "--set", "ppo.num_minibatches=1", "--set", "launch.threads_per_worker=1"]
     batch = 8 * 32
     assert run_cli(train_main, [*common, "--checkpoint-dir", str(tmp_path / "kl"), "--total-steps", str(4 * batch),
-                                "--set", "train.prior_kl=0.5"]) == 0
+                                "--set", "prior.kl=0.5"]) == 0
     out = capsys.readouterr().out
     assert "prior: " in out and "behaviour cloning matched" in out and "of 147 fixed rules on train" in out
     records = [strict_loads(line) for line in (tmp_path / "kl" / "synthetic-smoke" / "metrics.jsonl").read_text()
@@ -181,26 +181,26 @@ def test_the_default_run_starts_from_the_rule_and_older_runs_resume_as_they_ran(
     rule and keeps the fading pull toward it; smoke and paper start from nothing; a checkpoint saved before the
     pull existed resumes without it; ``--no-pretraining`` alone is refused in one line naming the other setting."""
     default = load_config(None, [])
-    assert (default.train.pretraining, default.train.pretrain_method, default.train.prior_kl) == (True, "rule", 0.5)
+    assert (default.pretrain.enabled, default.pretrain.method, default.prior.kl) == (True, "rule", 0.5)
     assert load_config("default", []) == default
-    for train in (load_config(name, []).train for name in ("smoke", "paper")):
-        assert (train.pretraining, train.prior_kl) == (False, 0.0)
+    for cfg in (load_config(name, []) for name in ("smoke", "paper")):
+        assert (cfg.pretrain.enabled, cfg.prior.kl) == (False, 0.0)
     saved = to_dict(load_config("smoke", []))
-    del saved["train"]["prior_kl"]
-    assert load_config(None, [], base=saved).train.prior_kl == 0.0
+    del saved["prior"]["kl"]
+    assert load_config(None, [], base=saved).prior.kl == 0.0
     assert run_cli(train_main, ["--checkpoint-dir", str(tmp_path), "--no-pretraining"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "train.prior_kl (0.5)" in err and "prior_kl 0" in err and "\n" not in err
+    assert "prior.kl (0.5)" in err and "prior.kl 0" in err and "\n" not in err
     assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--no-pretraining",
                                 "--total-steps", "512"]) == 0
 
 
 def test_a_conditional_prior_is_the_best_gated_rule_of_the_training_years_and_follows_its_gate():
-    """train.prior_rules conditional: the pick is best_conditional_rule's family picked on the training years (as
+    """prior.rules conditional: the pick is best_conditional_rule's family picked on the training years (as
     pick_conditional_rule picks it there), and the prior's action follows the gate bar by bar: the rule's order
     where the gate is open at the observed bar, none where it is shut."""
-    cfg = load_config("smoke", ["train.pretraining=true", "train.pretrain_method=rule",
-                                "train.prior_rules=conditional"])
+    cfg = load_config("smoke", ["pretrain.enabled=true", "pretrain.method=rule",
+                                "prior.rules=conditional"])
     data = observed_market_data(cfg)
     pick = pick_prior(data, cfg, CPU)
     assert pick.split == "train" and pick.tried == len(conditional_family(ActionSpace.from_config(cfg.market)))

@@ -162,9 +162,9 @@ def test_a_scale_agent_trains_from_its_rule_resumes_exactly_evaluates_and_predic
     from clstm_ppo.predict import main as predict_main
     from clstm_ppo.run_files.run_state import load_checkpoint
 
-    common = ["--set", "agent.actions=scale", "--set", "train.pretraining=true", "--set", "train.pretrain_method=rule",
-              "--set", "train.prior_kl=0", "--set", "train.prior_rollouts=2", "--set", "ppo.lr_schedule=constant",
-              "--set", f"train.compile_loop={compile}", "--set", "train.eval_every=2"]
+    common = ["--set", "agent.actions=scale", "--set", "pretrain.enabled=true", "--set", "pretrain.method=rule",
+              "--set", "prior.kl=0", "--set", "prior.rollouts=2", "--set", "ppo.lr_schedule=constant",
+              "--set", f"launch.compile_loop={compile}", "--set", "train.eval_every=2"]
     batch = 16 * 32
     assert train(tmp_path / "a", "--total-steps", str(4 * batch), *common) == 0
     out = capsys.readouterr().out

@@ -136,15 +136,15 @@ def test_the_compiled_loss_equals_the_eager_static_loss_and_a_whole_update_with_
 
 
 def test_update_graphs_replay_on_cuda_only_and_the_trainer_says_how_its_update_ran():
-    """``train.update_graphs`` asks for the loss's CUDA graphs beside the captured optimizer step; a CPU has neither,
+    """``launch.update_graphs`` asks for the loss's CUDA graphs beside the captured optimizer step; a CPU has neither,
     so its update runs compiled as before, and the trainer's "ran as" line says so."""
-    cfg = load_config("smoke", ["train.compile_loop=on", "train.update_graphs=true"])
+    cfg = load_config("smoke", ["launch.compile_loop=on", "launch.update_graphs=true"])
     trainer = Trainer(cfg, Path(tempfile.mkdtemp()), CPU)
     assert trainer.ppo_update.static_loss is not None and not trainer.ppo_update.static_loss.cuda_graphs
     assert trainer.rollout.fused is not None
     assert trainer.ppo_update.train_model is trainer.model, "the static update trains the raw module"
     assert trainer.ppo_update.path == "compiled" and "update compiled, optimizer step eager" in trainer.paths()
-    eager = Trainer(load_config("smoke", ["train.compile_loop=off"]), Path(tempfile.mkdtemp()), CPU)
+    eager = Trainer(load_config("smoke", ["launch.compile_loop=off"]), Path(tempfile.mkdtemp()), CPU)
     assert eager.ppo_update.path == "eager"
 
 
@@ -168,7 +168,7 @@ def test_a_loss_whose_cuda_graphs_inductor_skipped_computes_the_same_and_says_so
     skipped = graphed.cudagraph_skips
     loss_and_gradients(trained, graphed, idx, advantages)
     assert graphed.cudagraph_skips == skipped, "counted when compiled, not again at each call"
-    trainer = Trainer(load_config("smoke", ["train.compile_loop=on"]), Path(tempfile.mkdtemp()), CPU)
+    trainer = Trainer(load_config("smoke", ["launch.compile_loop=on"]), Path(tempfile.mkdtemp()), CPU)
     monkeypatch.setattr(trainer.ppo_update.static_loss, "cuda_graphs", True)
     assert trainer.ppo_update.path == "graphs"
     monkeypatch.setattr(trainer.ppo_update.static_loss, "cudagraph_skips", 2)
@@ -199,7 +199,7 @@ def test_a_compiled_function_holds_many_shapes_and_fails_loudly_past_its_limit(m
 
 def test_a_compile_that_cannot_write_its_code_is_one_line(tmp_path):
     """A full disk meets inductor first, writing the compiled code: the run must end in one line as a checkpoint
-    write does, not in dynamo's traceback (scripts/ops/chaos.py's write-fails fault with train.compile_loop on)."""
+    write does, not in dynamo's traceback (scripts/ops/chaos.py's write-fails fault with launch.compile_loop on)."""
     import subprocess
     import sys
 
@@ -222,7 +222,7 @@ raise SystemExit(run_cli(main, []))
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == (
         "error: could not write the compiled test step's code (File too large); free disk space where inductor "
-        "caches (TORCHINDUCTOR_CACHE_DIR) or set train.compile_loop off")
+        "caches (TORCHINDUCTOR_CACHE_DIR) or set launch.compile_loop off")
 
 
 def test_the_update_memory_benchmark_splits_saved_tensors_into_per_decision_and_fixed_parts():

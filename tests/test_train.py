@@ -93,7 +93,7 @@ def test_bad_checkpoints_and_resume_choices_get_clear_errors(tmp_path, smoke_run
 
 def test_pretraining_learns_next_bar_returns(tmp_path, capsys):
     assert train(tmp_path, "--pretraining", "--total_steps", "512", "--set", "train.num_envs=8",
-                 "--set", "train.pretrain_epochs=4") == 0
+                 "--set", "pretrain.epochs=4") == 0
     captured = capsys.readouterr()
     assert "pretraining LSTM 1" in captured.out + captured.err and "epoch 4: mse" in captured.out + captured.err
     rows = (tmp_path / "synthetic-smoke" / "pretrain_loss.csv").read_text().splitlines()[1:]
@@ -241,16 +241,16 @@ def test_bf16_training_runs_and_fp16_on_cpu_is_refused(tmp_path, capsys):
     and the run's "ran as" line says which, once."""
     from clstm_ppo.agent.precision import cpu_runs_bf16_lstm
 
-    assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--set", "train.precision=bf16",
+    assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8", "--set", "launch.precision=bf16",
                  "--set", "ppo.grad_accumulation=2") == 0
     said = "precision bf16\n" if cpu_runs_bf16_lstm() else "precision bf16 (LSTMs in fp32: no bf16 LSTM on this CPU)\n"
     assert capsys.readouterr().out.count(said) == 1
     state = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
-    assert state.config["train"]["precision"] == "bf16" and state.update == 4
+    assert state.config["launch"]["precision"] == "bf16" and state.update == 4
     assert all(torch.isfinite(v).all() and v.dtype == torch.float32 for v in state.model.values())
     capsys.readouterr()
-    assert train(tmp_path / "x", "--set", "train.precision=fp16") == 2
-    assert capsys.readouterr().err.strip() == ("error: train.precision fp16 needs a CUDA device; "
+    assert train(tmp_path / "x", "--set", "launch.precision=fp16") == 2
+    assert capsys.readouterr().err.strip() == ("error: launch.precision fp16 needs a CUDA device; "
                                                "on the CPU use bf16 or fp32")
     assert train(tmp_path / "y", "--set", "ppo.grad_accumulation=3") == 2
     assert "must divide ppo.num_minibatches" in capsys.readouterr().err
@@ -269,7 +269,7 @@ def test_update_records_carry_resource_statistics(smoke_run):
 
 def test_compiled_encoder_trains_and_keeps_checkpoint_keys(tmp_path, smoke_run):
     assert train(tmp_path, "--total-steps", "1024", "--set", "train.num_envs=8",
-                 "--set", "train.compile_encoder=true") == 0
+                 "--set", "launch.compile_encoder=true") == 0
     compiled = load_checkpoint(tmp_path / "synthetic-smoke" / "latest.pt")
     eager = load_checkpoint(smoke_run / "latest.pt")
     assert compiled.model.keys() == eager.model.keys()  # checkpoints work with and without compile

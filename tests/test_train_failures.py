@@ -49,7 +49,7 @@ def test_existing_run_is_protected_and_fresh_start_moves_it_aside(tmp_path, caps
 def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, monkeypatch, capsys, update_graphs):
     """At 65,536 copies a GPU the update's activations are what runs out (docs/TRAINING.md, "Memory at scale"):
     the one line says what was saved and which settings keep the same optimizer steps in less memory (with
-    train.update_graphs, which refuses gradient accumulation, turning it off)."""
+    launch.update_graphs, which refuses gradient accumulation, turning it off)."""
     from clstm_ppo.config import load_config
     from clstm_ppo.training import update_phase
 
@@ -62,10 +62,10 @@ def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, m
         return real(*args, **kwargs)
 
     monkeypatch.setattr(update_phase, "ppo_update", second_update_runs_out)
-    ran = ["train.num_envs=8", *(["train.update_graphs=true"] if update_graphs else [])]
+    ran = ["train.num_envs=8", *(["launch.update_graphs=true"] if update_graphs else [])]
     assert train(tmp_path, "--total-steps", "5120", *(a for s in ran for a in ("--set", s))) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    graphs_off = "--set train.update_graphs=false " if update_graphs else ""
+    graphs_off = "--set launch.update_graphs=false " if update_graphs else ""
     assert err == ("error: CUDA ran out of memory on rank 0; latest.pt holds update 1; split each minibatch with "
                    f"{graphs_off}--set ppo.num_minibatches=8 --set ppo.grad_accumulation=4 (the same optimizer "
                    "steps; about 1/4 of the update's activations), or lower --num-envs or the agent.* sizes")
@@ -73,14 +73,14 @@ def test_running_out_of_gpu_memory_says_how_to_split_the_minibatches(tmp_path, m
     words = err.split()
     suggested = [words[i + 1] for i, word in enumerate(words) if word == "--set"]
     cfg = load_config(SMOKE, [*ran, *suggested])  # the settings it names are accepted on top of the run's
-    assert (cfg.ppo.num_minibatches, cfg.ppo.grad_accumulation, cfg.train.update_graphs) == (8, 4, False)
+    assert (cfg.ppo.num_minibatches, cfg.ppo.grad_accumulation, cfg.launch.update_graphs) == (8, 4, False)
 
 
 @pytest.mark.parametrize("every", [1, 2])
 def test_a_checkpoint_that_outweighs_the_update_is_said_once_with_the_setting_that_lightens_it(tmp_path, monkeypatch,
                                                                                                 capsys, every):
     """At 65,536 copies on several GPUs, gathering and writing every rank's state can cost a good part of an
-    update (docs/BENCHMARKS.md): the run says so once, naming train.rank_state_every, unless it is already set."""
+    update (docs/BENCHMARKS.md): the run says so once, naming output.rank_state_every, unless it is already set."""
     import time
 
     from clstm_ppo.run_files import checkpoint
@@ -92,12 +92,12 @@ def test_a_checkpoint_that_outweighs_the_update_is_said_once_with_the_setting_th
         real(state, path)
 
     monkeypatch.setattr(checkpoint, "atomic_save", slow_disk)
-    args = ["--total-steps", "1024", "--set", "train.num_envs=8", "--set", f"train.rank_state_every={every}"]
+    args = ["--total-steps", "1024", "--set", "train.num_envs=8", "--set", f"output.rank_state_every={every}"]
     assert train(tmp_path, *args) == 0  # 4 updates of 8 copies x 32 steps
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("each checkpoint takes ")]
     assert len(notes) == (1 if every == 1 else 0)
     if notes:
-        assert "--set train.rank_state_every=10 carries them every 10th update only" in notes[0]
+        assert "--set output.rank_state_every=10 carries them every 10th update only" in notes[0]
     records = (tmp_path / "synthetic-smoke" / "metrics.jsonl").read_text().splitlines()
     saves = [r for r in map(strict_loads, records) if r["kind"] == "checkpoint"]
     assert len(saves) == 4 and all(r["save_s"] >= 1.0 for r in saves)
@@ -136,9 +136,9 @@ def test_a_diverging_loss_stops_the_run_without_saving_broken_weights(tmp_path, 
 def test_compile_without_a_cpp_compiler_is_one_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # no compiler to be found
     monkeypatch.delenv("CXX", raising=False)
-    assert train(tmp_path, "--total-steps", "512", "--set", "train.compile_encoder=true") == 2
+    assert train(tmp_path, "--total-steps", "512", "--set", "launch.compile_encoder=true") == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: train.compile_encoder on a CPU needs a C++ compiler")
+    assert err.startswith("error: launch.compile_encoder on a CPU needs a C++ compiler")
     assert not (tmp_path / "synthetic-smoke").exists(), "refused before the run folder was made"
 
 

@@ -68,8 +68,8 @@ def test_a_long_run_of_zero_volume_is_warned_once(tmp_path, first, zeros, warned
 def test_resuming_an_earlier_checkpoint_keeps_the_later_records_beside_the_run(tmp_path, capsys):
     """Resuming update 2 of a run that went on to update 4: the records of updates 3-4 move to
     metrics.dropped-<time>.jsonl (said in one line), and metrics.jsonl holds the run as it now continues."""
-    small = ["--set", "train.num_envs=8", "--set", "train.checkpoint_every=2", "--set", "train.eval_every=2",
-             "--set", "train.keep_last=5"]
+    small = ["--set", "train.num_envs=8", "--set", "output.checkpoint_every=2", "--set", "train.eval_every=2",
+             "--set", "output.keep_last=5"]
     assert train(tmp_path, "--total-steps", str(4 * 256), *small) == 0
     run = tmp_path / "synthetic-smoke"
     before = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -35,16 +35,16 @@ def tree(folder: Path) -> dict[str, int]:
 def test_a_run_name_is_one_folder_name_from_every_route(tmp_path, capsys, name, route):
     runs = tmp_path / "runs"
     runs.mkdir()
-    args = {"flag": ["--run-name", name], "set": ["--set", f"train.run_name={json.dumps(name)}"]}.get(route)
+    args = {"flag": ["--run-name", name], "set": ["--set", f"output.run_name={json.dumps(name)}"]}.get(route)
     if args is None:
-        (tmp_path / "shared.yaml").write_text(f"train:\n  run_name: {json.dumps(name)}\n")
+        (tmp_path / "shared.yaml").write_text(f"output:\n  run_name: {json.dumps(name)}\n")
         args = ["--config", str(tmp_path / "shared.yaml")]
         assert run_cli(__import__("clstm_ppo.train", fromlist=["main"]).main,
                        ["--checkpoint-dir", str(runs), *args, *TINY, "--fresh-start"]) == 2
     else:
         assert train(runs, *args, *TINY, "--fresh-start") == 2
     err = one_line(capsys)
-    assert "train.run_name" in err and "--run-name mine" in err
+    assert "output.run_name" in err and "--run-name mine" in err
     assert not any(runs.iterdir()) and not (tmp_path / "escaped").exists()
     assert not Path("/tmp/clstm-abs-target").exists()
 
@@ -54,8 +54,8 @@ def test_an_empty_run_name_flag_is_refused_and_python_callers_are_held_to_the_sa
     assert "--run-name is empty" in one_line(capsys)
     from clstm_ppo.training.launch import train_run
 
-    with pytest.raises(ConfigError, match="train.run_name '..' names a folder"):
-        train_run("smoke", ["train.run_name=..", f"train.checkpoint_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="output.run_name '..' names a folder"):
+        train_run("smoke", ["output.run_name=..", f"output.checkpoint_dir={tmp_path}"])
     assert not any(tmp_path.iterdir())
 
 
@@ -98,8 +98,8 @@ def test_fresh_start_moves_a_run_with_every_file_training_writes(tmp_path):
 def crafted_config(tmp_path: Path) -> dict:
     """A checkpoint's saved settings that name folders of the file's author's choosing."""
     saved = to_dict(load_config("smoke"))
-    saved["train"].update(checkpoint_dir=str(tmp_path / "chosen"), tensorboard=str(tmp_path / "chosen" / "tb"),
-                          run_name="../../elsewhere")
+    saved["output"].update(checkpoint_dir=str(tmp_path / "chosen"), tensorboard=str(tmp_path / "chosen" / "tb"),
+                           run_name="../../elsewhere")
     return saved
 
 
@@ -108,19 +108,19 @@ def test_a_checkpoints_saved_settings_never_choose_where_adapt_or_tensorboard_wr
     from clstm_ppo.training.adaptation import default_out
 
     cfg = checkpoint_config(SimpleNamespace(config=crafted_config(tmp_path)), "shared.pt", None, [])
-    assert (cfg.train.checkpoint_dir, cfg.train.tensorboard, cfg.train.run_name) == ("checkpoints", "", "")
+    assert (cfg.output.checkpoint_dir, cfg.output.tensorboard, cfg.output.run_name) == ("checkpoints", "", "")
     assert default_out(cfg, "runs/a/best_composite.pt", "new.csv", 100) == Path("checkpoints/adapt-a-new-100")
     ours = checkpoint_config(SimpleNamespace(config=crafted_config(tmp_path)), "shared.pt", None,
-                             [f"train.checkpoint_dir={tmp_path / 'mine'}", f"train.tensorboard={tmp_path / 'tb'}"])
-    assert (ours.train.checkpoint_dir, ours.train.tensorboard) == (str(tmp_path / "mine"), str(tmp_path / "tb"))
+                             [f"output.checkpoint_dir={tmp_path / 'mine'}", f"output.tensorboard={tmp_path / 'tb'}"])
+    assert (ours.output.checkpoint_dir, ours.output.tensorboard) == (str(tmp_path / "mine"), str(tmp_path / "tb"))
 
 
 def test_a_resume_takes_its_output_folders_from_this_launch(tmp_path):
     from clstm_ppo.training.launch import resume_base, settings_of
 
-    cfg = settings_of(None, [], {"train.checkpoint_dir": str(tmp_path / "here")}, base=resume_base(
+    cfg = settings_of(None, [], {"output.checkpoint_dir": str(tmp_path / "here")}, base=resume_base(
         crafted_config(tmp_path)))
-    assert (cfg.train.checkpoint_dir, cfg.train.tensorboard, cfg.train.run_name) == (str(tmp_path / "here"), "", "")
+    assert (cfg.output.checkpoint_dir, cfg.output.tensorboard, cfg.output.run_name) == (str(tmp_path / "here"), "", "")
     assert cfg.agent.lstm1_hidden == 16, "the run's own settings still come from the checkpoint"
 
 
@@ -134,7 +134,7 @@ def test_more_cpu_workers_than_cores_need_oversubscribe(tmp_path, capsys, monkey
         err = one_line(capsys)
         assert "may use 2 core(s)" in err and "--num-workers 2 or fewer" in err and "--oversubscribe" in err
     assert not any(tmp_path.iterdir()), "a refused launch writes nothing"
-    cfg = load_config("smoke", ["train.device=cpu"])
+    cfg = load_config("smoke", ["launch.device=cpu"])
     assert launch.plan_workers(1, 3, cfg, oversubscribe=True) == (3, "cpu", None)
     assert launch.plan_workers(1, 2, cfg) == (2, "cpu", None)
 

@@ -161,14 +161,15 @@ def test_a_three_trial_sqlite_study_reports_its_best_config(tmp_path):
     ran = to_dict(load_config(str(trial_run / "config.yaml")))
     wanted = to_dict(cfg)
     for values in (ran, wanted):  # where the trial ran, not what it was
-        values["train"].update(checkpoint_dir="", run_name="", threads_per_worker=0)
+        values["output"].update(checkpoint_dir="", run_name="")
+        values["launch"].update(threads_per_worker=0)
     assert wanted == ran
 
 
 def test_a_failed_trial_is_recorded_with_its_error_and_the_study_goes_on(tmp_path, capsys):
     out = tmp_path / "out"  # fp16 passes the settings' checks but the trainer refuses it on a CPU
     code = run_cli(tune_main, [*FAST, "--trials", "2", "--steps", "512", "--space", space_file(tmp_path), "--out",
-                               str(out), "--set", "train.precision=fp16"])
+                               str(out), "--set", "launch.precision=fp16"])
     assert code == 1
     captured = capsys.readouterr()
     assert "no trial of the study finished" in captured.err and "Traceback" not in captured.err

@@ -2,7 +2,7 @@
 the env step and the storage write, with no host sync and no data-dependent shape (docs/ENVIRONMENT.md).
 
 Compiled (``torch.compile(fullgraph=True, dynamic=False)``) a decision is one graph on any device; on CUDA with
-``train.cuda_graphs`` that graph is also captured once in a CUDA graph and replayed ``num_steps`` times a rollout,
+``launch.cuda_graphs`` that graph is also captured once in a CUDA graph and replayed ``num_steps`` times a rollout,
 so a decision is one launch. ``rollout.collect`` is the eager twin the tests compare this path to: the same draws
 (``rollout.sample_actions`` from one call's uniforms) and the same env step, so both fill the storage alike.
 
@@ -95,8 +95,8 @@ class CapturedDecision:
 
 
 class FusedRollout:
-    """The trainer's rollout when the env step is compiled (``train.compile_loop``): one compiled decision per step,
-    and on CUDA with ``train.cuda_graphs`` one captured graph replayed per step."""
+    """The trainer's rollout when the env step is compiled (``launch.compile_loop``): one compiled decision per step,
+    and on CUDA with ``launch.cuda_graphs`` one captured graph replayed per step."""
 
     def __init__(self, model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, precision: Precision,
                  cuda_graphs: bool, compile: bool = True):
@@ -129,7 +129,7 @@ class FusedRollout:
             except RuntimeError as err:  # a capture CUDA refuses: train on, compiled, and say why once
                 self.capture, self.captured = False, None
                 warnings.warn(f"CUDA graph capture of the rollout decision failed ({first_line(err)}); the rollout "
-                              "runs compiled without it (set train.cuda_graphs off to skip the attempt)", stacklevel=2)
+                              "runs compiled without it (set launch.cuda_graphs off to skip the attempt)", stacklevel=2)
         if self.captured is not None:
             carry = self.captured(carry, codes, uniforms, n)
         else:

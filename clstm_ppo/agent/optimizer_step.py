@@ -19,7 +19,7 @@ Off CUDA (or with ``capture`` off) a call is the eager clip-and-step that ``Prec
 capturable Adam, so the tests cover that path, the rate tensor and the replay's check, not the capture. The captured
 step computes Adam's bias corrections in float32 on the device (the eager one in Python doubles): close to the eager
 weights, not bit for bit. fp16's loss scaler checks gradients on the host and is not captured. The trainer captures its
-step on CUDA under ``train.cuda_graphs`` when the update is the static, compiled one (``train.compile_loop``) and the
+step on CUDA under ``launch.cuda_graphs`` when the update is the static, compiled one (``launch.compile_loop``) and the
 precision is fp32 or bf16; ``scripts/bench/bench_update.py``'s "step_captured" path times that update alone ("captured":
 over a loss whose compiled calls are CUDA graphs too). Should CUDA refuse the capture, the step says so once and runs
 eagerly on.
@@ -170,7 +170,7 @@ class OptimizerStep:
             except RuntimeError as err:  # a capture CUDA refuses: step on eagerly, and say why once
                 self.capture, self.graph, self.bound, self.finite = False, None, [], None
                 warnings.warn(f"CUDA graph capture of the optimizer step failed ({first_line(err)}); it steps "
-                              "eagerly (set train.cuda_graphs off to skip the attempt)", stacklevel=2)
+                              "eagerly (set launch.cuda_graphs off to skip the attempt)", stacklevel=2)
                 return self()
         self.check_bound()
         self.graph.replay()  # ... so the capturing call replays it too

@@ -36,10 +36,10 @@ class Precision:
 
     def __init__(self, device: torch.device, name: str):
         if name not in PRECISIONS:
-            raise ConfigError(f"train.precision {name!r} is not one of {', '.join(PRECISIONS)}")
+            raise ConfigError(f"launch.precision {name!r} is not one of {', '.join(PRECISIONS)}")
         if name == "fp16" and device.type != "cuda":
             # CPU LSTM kernels (oneDNN) have no float16 path; bfloat16 is the CPU's half precision.
-            raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
+            raise ConfigError("launch.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
         self.device, self.name, self.dtype = device, name, PRECISIONS[name]
         # Only fp16 loses small gradients to underflow; GradScaler multiplies the loss to keep them.
         self.scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None

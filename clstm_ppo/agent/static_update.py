@@ -54,7 +54,8 @@ class StaticMinibatchLoss:
     that compile (``compile``) into two graphs. ``by_bar``: LSTM 1 encodes every observable bar (True) or every
     decision of the minibatch (False); by default whichever is fewer windows. ``cuda_graphs``: compiled in inductor's
     "reduce-overhead" mode, which replays each compiled call as a CUDA graph on CUDA (the trainer's
-    ``train.update_graphs``; measured on a GPU as ``scripts/bench/bench_update.py``'s "graphs" and "captured" paths)."""
+    ``launch.update_graphs``; measured on a GPU as ``scripts/bench/bench_update.py``'s "graphs" and "captured"
+    paths)."""
 
     def __init__(self, model: nn.Module, windows: MarketWindows, storage: RolloutStorage, cfg: PPOConfig,
                  precision: Precision, compile: bool = True, by_bar: bool | None = None, cuda_graphs: bool = False):

@@ -92,7 +92,7 @@ class RolloutStorage:
         self.dones = buf(dtype=torch.bool)
         self.advantages, self.returns = buf(), buf()
         self.initial_state: State | None = None  # LSTM 2's state before step 0: minibatches replay from it
-        # A prior rule's action at each decision and the weight of its penalty this update (train.prior_kl): read by
+        # A prior rule's action at each decision and the weight of its penalty this update (prior.kl): read by
         # the update's loss; hold and 0 without a prior.
         self.prior_actions = buf(dtype=torch.long)
         self.prior_coef = torch.zeros((), device=device)

@@ -1,7 +1,7 @@
 """The rule a ``scale`` agent multiplies (``agent.actions: scale``), from its words to the env's plain numbers
 (``env/scaled.py``; docs/ENVIRONMENT.md, "Scaling a rule").
 
-A run that leaves ``agent.scale_rule`` empty is given the best rule of ``train.prior_rules``' family on its
+A run that leaves ``agent.scale_rule`` empty is given the best rule of ``prior.rules``' family on its
 training years (``pretraining.rule_prior.pick_prior``), and its words are written into the run's settings, so that
 evaluate, predict and a resume rebuild the same rule from the checkpoint alone.
 """

@@ -9,12 +9,14 @@ from clstm_ppo.config.consistency import check_values
 from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, first_line, from_dict, walk_rules
 from clstm_ppo.config.resolve import (
                                       config_text,
+                                      current_key,
                                       load_config,
                                       merge,
                                       named_configs,
                                       parse_override,
                                       save_config,
                                       to_dict,
+                                      with_defaults_at,
                                       without_obsolete,
 )
 from clstm_ppo.config.sections import (
@@ -29,13 +31,14 @@ from clstm_ppo.config.sections import (
                                       SyntheticConfig,
                                       TrainConfig,
 )
-from clstm_ppo.config.train_settings import WITHOUT_RULE_PRIOR
+from clstm_ppo.config.train_settings import WITHOUT_RULE_PRIOR, LaunchConfig, OutputConfig, PretrainConfig, PriorConfig
 
 # Read-only views of the rules, derived from the fields (kept for the code and tests that look them up).
 CHOICES = MappingProxyType({k: r.choices for k, _, r in walk_rules(Config) if r.choices})
 LIMITS = MappingProxyType({k: r.limits for k, _, r in walk_rules(Config) if r.limits})
 
 __all__ = ["ADDED", "CHOICES", "LIMITS", "OBSOLETE", "AgentConfig", "Config", "ConfigError", "CostConfig", "DataConfig",
-           "EnvConfig", "MarketConfig", "PlantedConfig", "PPOConfig", "SyntheticConfig", "TrainConfig", "check_values",
-           "config_text", "first_line", "from_dict", "load_config", "merge", "named_configs", "parse_override",
-           "save_config", "to_dict", "walk_rules", "without_obsolete", "WITHOUT_RULE_PRIOR"]
+           "EnvConfig", "LaunchConfig", "MarketConfig", "OutputConfig", "PlantedConfig", "PPOConfig", "PretrainConfig",
+           "PriorConfig", "SyntheticConfig", "TrainConfig", "check_values", "config_text", "current_key", "first_line",
+           "from_dict", "load_config", "merge", "named_configs", "parse_override",
+           "save_config", "to_dict", "walk_rules", "with_defaults_at", "without_obsolete", "WITHOUT_RULE_PRIOR"]

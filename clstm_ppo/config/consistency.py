@@ -16,10 +16,11 @@ def check_values(cfg: Any) -> None:
     d, m, p, t = cfg.data, cfg.market, cfg.ppo, cfg.train
     for key, _, rule in walk_rules(type(cfg)):
         rule.check(key, _get(cfg, key))  # a list changed in place escaped its assignment check
-    why = run_name_problem(t.run_name)
-    if why:  # a name that walks out of train.checkpoint_dir, or names it, would let --fresh-start move it
-        raise ConfigError(f"config: train.run_name {t.run_name!r} {why}: a run name is one folder name inside "
-                          "train.checkpoint_dir (e.g. --run-name mine); put the folder itself in --checkpoint-dir")
+    why = run_name_problem(cfg.output.run_name)
+    if why:  # a name that walks out of output.checkpoint_dir, or names it, would let --fresh-start move it
+        raise ConfigError(f"config: output.run_name {cfg.output.run_name!r} {why}: a run name is one folder name "
+                          "inside output.checkpoint_dir (e.g. --run-name mine); put the folder itself in "
+                          "--checkpoint-dir")
     pairs = [
         (not m.moneyness or not m.expiries_days, "market.moneyness and market.expiries_days need at least one entry"),
         (len(m.index_margin) != 2 or len(m.stock_margin) != 2,
@@ -43,9 +44,9 @@ def check_values(cfg: Any) -> None:
          "data.augment_source: bootstrap, fhs, underlyings)"),
         (d.augment > 0 and d.augment_source == "underlyings" and not d.augment_underlyings,
          f"data.augment ({d.augment}) from underlyings needs data.augment_underlyings, a data source such as dow"),
-        (t.prior_kl > 0 and not (t.pretraining and t.pretrain_method == "rule"),
-         f"train.prior_kl ({t.prior_kl}) keeps the policy near the rule it was cloned from: set train.pretraining "
-         "true and train.pretrain_method rule (or prior_kl 0)"),
+        (cfg.prior.kl > 0 and not (cfg.pretrain.enabled and cfg.pretrain.method == "rule"),
+         f"prior.kl ({cfg.prior.kl}) keeps the policy near the rule it was cloned from: set pretrain.enabled "
+         "true and pretrain.method rule (or prior.kl 0)"),
         (cfg.agent.actions == "scale" and 1.0 not in cfg.agent.scale_multiples,
          f"agent.scale_multiples {cfg.agent.scale_multiples} must hold 1 (the rule as it is, the only choice where "
          "the rule places nothing), e.g. [0, 0.5, 1, 1.5]"),
@@ -64,18 +65,18 @@ def check_values(cfg: Any) -> None:
         (p.num_minibatches % p.grad_accumulation != 0,
          f"ppo.grad_accumulation ({p.grad_accumulation}) must divide ppo.num_minibatches ({p.num_minibatches})"),
         (t.total_steps < 1 and t.num_episodes < 1, "train.total_steps must be at least 1 (or set train.num_episodes)"),
-        (t.cuda_graphs == "on" and t.compile_loop == "off",
-         "train.cuda_graphs: on replays the compiled rollout decision; set train.compile_loop to auto or on "
+        (cfg.launch.cuda_graphs == "on" and cfg.launch.compile_loop == "off",
+         "launch.cuda_graphs: on replays the compiled rollout decision; set launch.compile_loop to auto or on "
          "(or cuda_graphs off)"),
-        (t.update_graphs and (t.cuda_graphs == "off" or t.compile_loop == "off"),
-         "train.update_graphs replays the compiled update beside the captured rollout; it needs train.cuda_graphs "
-         "auto or on and train.compile_loop auto or on (or update_graphs false)"),
-        (t.update_graphs and p.grad_accumulation > 1,
-         f"train.update_graphs needs ppo.grad_accumulation 1 (got {p.grad_accumulation}): each replay overwrites the "
+        (cfg.launch.update_graphs and (cfg.launch.cuda_graphs == "off" or cfg.launch.compile_loop == "off"),
+         "launch.update_graphs replays the compiled update beside the captured rollout; it needs launch.cuda_graphs "
+         "auto or on and launch.compile_loop auto or on (or update_graphs false)"),
+        (cfg.launch.update_graphs and p.grad_accumulation > 1,
+         f"launch.update_graphs needs ppo.grad_accumulation 1 (got {p.grad_accumulation}): each replay overwrites the "
          "gradients the last one made; set update_graphs false to accumulate"),
-        (t.update_graphs and t.precision == "fp16",
-         "train.update_graphs runs with the captured optimizer step, which fp16's loss scaler rules out: use "
-         "train.precision fp32 or bf16 (or update_graphs false)"),
+        (cfg.launch.update_graphs and cfg.launch.precision == "fp16",
+         "launch.update_graphs runs with the captured optimizer step, which fp16's loss scaler rules out: use "
+         "launch.precision fp32 or bf16 (or update_graphs false)"),
     ]
     for broken, message in pairs:
         if broken:

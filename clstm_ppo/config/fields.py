@@ -166,8 +166,42 @@ OBSOLETE = {
 # Settings that took a name saying what they do: a file or flag with the old key is read as the new one, with one
 # line naming it; a checkpoint's saved settings are read so quietly.
 RENAMED = {
-    "env.compile": "train.compile_loop",  # it compiles the rollout's decisions and the update's loss too
-    "train.compile": "train.compile_encoder",  # it compiles the market encoder alone
+    "env.compile": "launch.compile_loop",  # it compiles the rollout's decisions and the update's loss too
+    "train.compile": "launch.compile_encoder",  # it compiles the market encoder alone
+    # train.* held launch, budget, pretraining, prior and output settings until 2026-12-02: each has its section now
+    "train.device": "launch.device",
+    "train.threads_per_worker": "launch.threads_per_worker",
+    "train.precision": "launch.precision",
+    "train.compile_encoder": "launch.compile_encoder",
+    "train.compile_loop": "launch.compile_loop",
+    "train.cuda_graphs": "launch.cuda_graphs",
+    "train.update_graphs": "launch.update_graphs",
+    "train.ddp_bucket_cap_mb": "launch.ddp_bucket_cap_mb",
+    "train.ddp_static_graph": "launch.ddp_static_graph",
+    "train.ddp_gradient_as_bucket_view": "launch.ddp_gradient_as_bucket_view",
+    "train.dist_timeout_s": "launch.dist_timeout_s",
+    "train.ranks_per_gpu": "launch.ranks_per_gpu",
+    "train.pretraining": "pretrain.enabled",
+    "train.pretrain_method": "pretrain.method",
+    "train.pretrain_epochs": "pretrain.epochs",
+    "train.pretrain_batch_size": "pretrain.batch_size",
+    "train.pretrain_lr": "pretrain.lr",
+    "train.prior_rules": "prior.rules",
+    "train.prior_rollouts": "prior.rollouts",
+    "train.prior_epochs": "prior.epochs",
+    "train.prior_lr": "prior.lr",
+    "train.prior_smoothing": "prior.smoothing",
+    "train.prior_accuracy": "prior.accuracy",
+    "train.prior_kl": "prior.kl",
+    "train.prior_kl_until": "prior.kl_until",
+    "train.checkpoint_dir": "output.checkpoint_dir",
+    "train.run_name": "output.run_name",
+    "train.keep_last": "output.keep_last",
+    "train.checkpoint_every": "output.checkpoint_every",
+    "train.rank_state_every": "output.rank_state_every",
+    "train.wandb": "output.wandb",
+    "train.wandb_project": "output.wandb_project",
+    "train.tensorboard": "output.tensorboard",
 }
 
 
@@ -184,7 +218,7 @@ ADDED: dict[str, Any] = {
     "market.costs.index_ticks": [0.0, 0.0],  # quotes had no tick grid before 2026-11-27
     "market.costs.stock_ticks": [0.0, 0.0],
     "data.option_features": False,  # agents observed the bar features alone before 2026-11-28
-    "train.prior_kl": 0.0,  # no run was pulled toward a rule before 2026-11-28
+    "prior.kl": 0.0,  # no run was pulled toward a rule before 2026-11-28
     "data.planted.premium_floor": -0.95,  # the planted markup stopped at 1 + premium = 0.05 before 2026-12-02
     "agent.mlp_core_hidden": SavedAs("agent.lstm2_hidden"),  # the mlp kind took LSTM 2's width before 2026-12-02
 }

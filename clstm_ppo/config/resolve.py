@@ -80,6 +80,21 @@ def as_saved(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def current_key(dotted: str) -> str:
+    """The name a setting's key has now (``train.prior_kl`` -> ``prior.kl``): rows record the runs' own keys."""
+    return RENAMED.get(dotted, dotted)
+
+
+def with_defaults_at(saved: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A checkpoint's saved settings as this version reads them (``as_saved``) with the dotted ``keys`` set back to
+    their defaults: what a file must not choose for the command reading it (where it writes, where it runs)."""
+    defaults = to_dict(Config())
+    values = as_saved(saved)
+    for key in keys:
+        values = merge(values, nested(key, _get(defaults, key)))
+    return values
+
+
 def _get(values: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         values = values.get(part) if isinstance(values, dict) else None

@@ -10,7 +10,7 @@ from typing import ClassVar
 from clstm_ppo.config.consistency import check_values
 from clstm_ppo.config.fields import Section, section, setting
 from clstm_ppo.config.generated_markets import PlantedConfig, SyntheticConfig
-from clstm_ppo.config.train_settings import TrainConfig
+from clstm_ppo.config.train_settings import LaunchConfig, OutputConfig, PretrainConfig, PriorConfig, TrainConfig
 
 
 @dataclass
@@ -254,7 +254,7 @@ class AgentConfig(Section):
                                                                  "is) among them", limits="[0, 10]")
     scale_rule: str = setting("", "agent.actions scale: the rule, in the words evaluate prints for best_rule or "
                                   "best_conditional_rule (e.g. 'sell put 0.95 x 30d, every free slot'); empty: the "
-                                  "best of train.prior_rules' family on the training years, written here when the "
+                                  "best of prior.rules' family on the training years, written here when the "
                                   "run starts")
 
 
@@ -316,7 +316,11 @@ class Config(Section):
     env: EnvConfig = section(EnvConfig, "the trading account and its episodes")
     agent: AgentConfig = section(AgentConfig, "the cascaded LSTM's sizes")
     ppo: PPOConfig = section(PPOConfig, "the PPO update")
-    train: TrainConfig = section(TrainConfig, "workers, budget, checkpoints and logging")
+    train: TrainConfig = section(TrainConfig, "the budget, validation walks and early stopping")
+    launch: LaunchConfig = section(LaunchConfig, "device, threads, precision, compilation and DDP")
+    pretrain: PretrainConfig = section(PretrainConfig, "what runs before the first update")
+    prior: PriorConfig = section(PriorConfig, "the rule prior: the rule cloned and the pull toward it")
+    output: OutputConfig = section(OutputConfig, "run folders, checkpoints, W&B and TensorBoard")
 
     def __post_init__(self) -> None:
         check_values(self)  # a config built in code obeys the same cross-setting rules as a file

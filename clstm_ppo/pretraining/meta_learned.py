@@ -1,4 +1,4 @@
-"""``--pretraining`` with ``train.pretrain_method maml|protonet``: meta-learn the agent's encoder (LSTM 1 + MLP) on
+"""``--pretraining`` with ``pretrain.method maml|protonet``: meta-learn the agent's encoder (LSTM 1 + MLP) on
 few-shot BUY/HOLD/SELL tasks over every training underlying's training split, instead of next-bar regression."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from clstm_ppo.meta.net import FewShotNet
 from clstm_ppo.meta.protonet import proto_step
 from clstm_ppo.meta.tasks import FewShotData, sample_episodes
 
-ITERATIONS_PER_EPOCH = 50  # meta-iterations of META_BATCH tasks per train.pretrain_epochs
+ITERATIONS_PER_EPOCH = 50  # meta-iterations of META_BATCH tasks per pretrain.epochs
 META_BATCH = 16
 
 
@@ -21,18 +21,18 @@ def meta_pretrain_encoder(encoder: torch.nn.Module, data: MarketData, cfg: Confi
                           seed: int) -> list[dict[str, float]]:
     """Train ``encoder`` in place by ``method`` (maml or protonet); one record per epoch: the mean query loss."""
     if not isinstance(encoder, MarketEncoder):
-        raise ConfigError(f"train.pretrain_method {method} meta-learns LSTM 1 + MLP, which agent.kind "
-                          f"{cfg.agent.kind} has not; use agent.kind clstm or train.pretrain_method supervised")
+        raise ConfigError(f"pretrain.method {method} meta-learns LSTM 1 + MLP, which agent.kind "
+                          f"{cfg.agent.kind} has not; use agent.kind clstm or pretrain.method supervised")
     device = next(encoder.parameters()).device
     symbols = list(range(len(data.symbols)))
     fs = FewShotData(data, symbols, horizon=5)  # statistics of every underlying's training bars: the run's own
     net = FewShotNet(len(data.feature_names), cfg.agent).to(device)
     net.encoder = encoder  # the agent's own module: what the meta-learning changes is what the agent starts from
     params = encoder.parameters() if method == "protonet" else net.parameters()
-    optimizer = torch.optim.Adam(params, lr=cfg.train.pretrain_lr)
+    optimizer = torch.optim.Adam(params, lr=cfg.pretrain.lr)
     rng = np.random.default_rng(seed)
     history = []
-    for epoch in range(cfg.train.pretrain_epochs):
+    for epoch in range(cfg.pretrain.epochs):
         losses = []
         for _ in range(ITERATIONS_PER_EPOCH):
             ep = sample_episodes(fs, symbols, fs.region("train"), META_BATCH, 5, 15, rng)

@@ -1,16 +1,16 @@
-"""A prior from the rules (``train.pretrain_method: rule``): the policy starts as the best fixed rule of the training
+"""A prior from the rules (``pretrain.method: rule``): the policy starts as the best fixed rule of the training
 years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from the rules").
 
-1. The rule: every rule of ``backtest.rules.rule_family`` (or, ``train.prior_rules: conditional``, of the gated
+1. The rule: every rule of ``backtest.rules.rule_family`` (or, ``prior.rules: conditional``, of the gated
    family of ``backtest.conditional``) walked over the training split, the best by Sharpe over the T-bill kept
    (picked on "train": no validation or test bar is read; a gate reads bars up to its own).
 2. Cloning: the training env's copies follow the rule for a rollout at a time, the model's greedy decisions are
    scored against the rule's on that fresh rollout, and the whole policy (LSTM 1, MLP, LSTM 2, actor) is fitted to
-   the rule's actions by cross-entropy (or a target smoothed over the valid actions, ``train.prior_smoothing``), the
+   the rule's actions by cross-entropy (or a target smoothed over the valid actions, ``prior.smoothing``), the
    critic to the rule's returns (GAE, as PPO's value loss), until a fresh rollout's decisions match at
-   ``train.prior_accuracy`` or ``train.prior_rollouts`` are spent.
-3. Optionally, ``train.prior_kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling linearly to 0
-   at ``train.prior_kl_until`` of the planned env steps (``prior_coef``).
+   ``prior.accuracy`` or ``prior.rollouts`` are spent.
+3. Optionally, ``prior.kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling linearly to 0
+   at ``prior.kl_until`` of the planned env steps (``prior_coef``).
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ RuleActions = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
 def pick_prior(data: MarketData, cfg: Config, device: torch.device) -> RulePick:
-    """The best rule of the training split by Sharpe over the T-bill, of the family ``train.prior_rules`` names."""
-    if cfg.train.prior_rules == "conditional":
+    """The best rule of the training split by Sharpe over the T-bill, of the family ``prior.rules`` names."""
+    if cfg.prior.rules == "conditional":
         return pick_conditional_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
     return pick_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
 
@@ -75,8 +75,7 @@ def one_times(one: int, portfolio: Tensor, mask: Tensor, row: Tensor) -> Tensor:
 
 def prior_coef(cfg: Config, env_steps: int, planned_steps: int) -> float:
     """The prior penalty's weight for an update taken after ``env_steps`` of ``planned_steps``."""
-    t = cfg.train
-    return t.prior_kl * max(0.0, 1.0 - env_steps / (t.prior_kl_until * planned_steps))
+    return cfg.prior.kl * max(0.0, 1.0 - env_steps / (cfg.prior.kl_until * planned_steps))
 
 
 def _sequence_forward(model: nn.Module, windows, s: RolloutStorage, idx: Tensor,
@@ -110,15 +109,15 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
     rollout (the share of its decisions the model's greedy choice matched before fitting on it, the median
     probability it gave the rule's action, the cross-entropy after). Returns the records and where the env and
     LSTM 2 state stand."""
-    t, p = cfg.train, cfg.ppo
+    p = cfg.ppo
     precision = Precision(obs.row.device, "fp32")
     storage = RolloutStorage(p.num_steps, env.num_envs, obs.portfolio.shape[-1], env.actions.n, obs.row.device,
                              **credit_settings(cfg))  # the critic learns the returns PPO will give it
     params = [q for q in model.parameters() if q.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=t.prior_lr)
+    optimizer = torch.optim.Adam(params, lr=cfg.prior.lr)
     per_batch = max(1, env.num_envs // p.num_minibatches)
     history = []
-    for rollout in range(t.prior_rollouts):
+    for rollout in range(cfg.prior.rollouts):
         obs, lstm_state = collect(model, env, storage, obs, lstm_state, precision, p, None,
                                   act=lambda o: act(o.portfolio, o.mask, o.row))
         env.take_episode_sums()  # the rule's episodes are not the agent's: the training log starts after cloning
@@ -128,18 +127,18 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
             p_rule = float(action_logprob(logits, storage.actions).exp().median())
         record = {"rollout": rollout, "matched": matched, "p_rule": p_rule}
         history.append(record)
-        if matched >= t.prior_accuracy:
+        if matched >= cfg.prior.accuracy:
             break
         # Each action the rule took weighs as much as any other: a rule that sells once a month and holds between
         # would otherwise be cloned as "always hold", right on 95% of the decisions and useless.
         taken = torch.bincount(storage.actions.flatten(), minlength=env.actions.n).float()
         weight = torch.where(taken > 0, taken.sum() / (taken * (taken > 0).sum()), torch.zeros_like(taken))
-        for _ in range(t.prior_epochs):
+        for _ in range(cfg.prior.epochs):
             order = torch.randperm(env.num_envs, generator=generator).to(obs.row.device)
             for idx in order.split(per_batch):
                 logits, values = _sequence_forward(model, env.market_windows, storage, idx, precision)
                 cross_entropy = cloning_loss(logits, storage.actions[:, idx], storage.mask[:, idx], weight,
-                                             t.prior_smoothing)
+                                             cfg.prior.smoothing)
                 value_loss = 0.5 * ((values - storage.returns[:, idx]) ** 2).mean()
                 loss = cross_entropy + p.vf_coef * value_loss
                 optimizer.zero_grad(set_to_none=True)
@@ -151,7 +150,7 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
 
 
 class RulePrior:
-    """The rule a run starts from, and its penalty in every update (``train.prior_kl``)."""
+    """The rule a run starts from, and its penalty in every update (``prior.kl``)."""
 
     def __init__(self, data: MarketData, cfg: Config, device: torch.device, env_data: MarketData | None = None,
                  scaled: ScaledRule | None = None):
@@ -178,7 +177,7 @@ class RulePrior:
         history, obs, lstm_state = clone_rule(model, env, obs, lstm_state, self.act, self.cfg, generator)
         last = history[-1]
         line = (f"{self.describe()}; behaviour cloning matched {last['matched']:.1%} of a fresh rollout's decisions "
-                f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.train.prior_accuracy:.0%}), the rule's "
+                f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.prior.accuracy:.0%}), the rule's "
                 f"action at median probability {last['p_rule']:.3f}")
         return line, obs, lstm_state
 

@@ -5,12 +5,12 @@ import torch
 from torch import nn
 
 from clstm_ppo.agent.model import MarketEncoder
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import PretrainConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.windows import MarketWindows
 
 
-def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: MarketData, cfg: TrainConfig,
+def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: MarketData, cfg: PretrainConfig,
                      generator: torch.Generator) -> list[dict[str, float]]:
     """Train ``encoder`` in place; returns one record per epoch: train MSE and the predict-zero MSE.
 
@@ -24,13 +24,13 @@ def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: Marke
     targets = windows.feature_rows[rows + 1, ret]
     head = nn.Linear(encoder.code_width, 1).to(device)
     params = list(encoder.parameters()) + list(head.parameters())
-    optimizer = torch.optim.Adam(params, lr=cfg.pretrain_lr)
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
     baseline = float((targets**2).mean())  # MSE of always predicting 0 (the training-split mean)
     history = []
-    for epoch in range(cfg.pretrain_epochs):
+    for epoch in range(cfg.epochs):
         order = torch.randperm(len(rows), generator=generator).to(device)
         total = torch.zeros((), device=device)  # summed on the device: one host sync per epoch, not per batch
-        for batch in order.split(cfg.pretrain_batch_size):
+        for batch in order.split(cfg.batch_size):
             prediction = head(encoder(windows.gather(rows[batch]))).squeeze(-1)
             loss = ((prediction - targets[batch]) ** 2).mean()
             optimizer.zero_grad(set_to_none=True)

@@ -7,14 +7,13 @@ folder aside and refuses any other, so a name can never move a folder of someone
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from clstm_ppo.config import ConfigError, TrainConfig
+from clstm_ppo.config import ConfigError, with_defaults_at
 from clstm_ppo.run_files.checkpoint import BEST_METRICS
 
 # Every file name training (and the evaluate command its farewell suggests) writes into a run folder.
@@ -106,11 +105,9 @@ def remove_if_empty(run_dir: Path) -> None:
 
 # The settings that say where a run writes: a file's saved settings never choose them (a shared checkpoint would
 # choose where adapt or TensorBoard writes); the command line and the current config do.
-OUTPUT_SETTINGS = ("checkpoint_dir", "run_name", "tensorboard")
+OUTPUT_SETTINGS = ("output.checkpoint_dir", "output.run_name", "output.tensorboard")
 
 
 def without_saved_outputs(saved_config: dict) -> dict:
     """A checkpoint's saved settings with the output folders reset to the defaults, for --set to choose."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.name in OUTPUT_SETTINGS}
-    train = saved_config.get("train")
-    return {**saved_config, "train": {**train, **defaults}} if isinstance(train, dict) else saved_config
+    return with_defaults_at(saved_config, OUTPUT_SETTINGS)

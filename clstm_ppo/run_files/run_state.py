@@ -123,7 +123,7 @@ class RankState:
 class RunState:
     """Everything a resume needs: model, optimizer, scaler, counters, the config, the normalisation statistics, the
     world size and copies, checkpoint selection's scores, and every rank's state (``ranks``, rank 0 first; empty
-    in a checkpoint written between train.rank_state_every's saves)."""
+    in a checkpoint written between output.rank_state_every's saves)."""
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
     scaler: dict[str, Any] | None

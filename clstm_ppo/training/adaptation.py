@@ -97,7 +97,7 @@ class Adaptation:
 def default_out(cfg: Config, checkpoint: str, data: str, steps: int) -> Path:
     """checkpoints/adapt-<checkpoint's run>-<data's stem>-<K>: one folder per adaptation asked for."""
     stem = Path(data).name.split(".")[0]
-    return Path(cfg.train.checkpoint_dir) / f"adapt-{Path(checkpoint).parent.name}-{stem}-{steps}"
+    return Path(cfg.output.checkpoint_dir) / f"adapt-{Path(checkpoint).parent.name}-{stem}-{steps}"
 
 
 def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str = "all", split: str = "test",
@@ -121,8 +121,8 @@ def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str
             raise ConfigError(f"{out / sub} already holds a run; pick another --out")
     picked = pick_device(device)
     configure_backends(picked)
-    cfg.train.total_steps, cfg.train.num_episodes, cfg.train.pretraining = steps, 0, False
-    cfg.train.device, cfg.train.compile_encoder = picked.type, False
+    cfg.train.total_steps, cfg.train.num_episodes, cfg.pretrain.enabled = steps, 0, False
+    cfg.launch.device, cfg.launch.compile_encoder = picked.type, False
     if seed is not None:
         cfg.seed = seed
     runs = {"adapted": train_from_start(cfg, out / "adapted", picked,

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from clstm_ppo.config import Config, ConfigError, load_config, to_dict
+from clstm_ppo.config import Config, ConfigError, load_config, with_defaults_at
 from clstm_ppo.data.planted import planted_surface_notice
 from clstm_ppo.device import (
     check_compile_toolchain,
@@ -37,7 +37,13 @@ from clstm_ppo.run_files.checkpoint import (
     resolve_resume,
     run_lock,
 )
-from clstm_ppo.run_files.run_folder import check_fresh_start, check_writable_folder, move_aside, remove_if_empty
+from clstm_ppo.run_files.run_folder import (
+    OUTPUT_SETTINGS,
+    check_fresh_start,
+    check_writable_folder,
+    move_aside,
+    remove_if_empty,
+)
 from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 
 
@@ -51,14 +57,12 @@ RESUME_FIXES = ("a run folder holds latest.pt, best_<metric>.pt and update_*.pt:
 # Where and how wide a run executes belongs to each launch, not to the run: a resume on another machine
 # (a laptop after a GPU box, or GPUs after CPU workers) starts these from the defaults, not the checkpoint. So do
 # the folders it writes to: they come from this launch's command line and config, never from a file's settings.
-PER_LAUNCH_SETTINGS = ("device", "threads_per_worker", "checkpoint_dir", "run_name", "tensorboard")
+PER_LAUNCH_SETTINGS = ("launch.device", "launch.threads_per_worker", *OUTPUT_SETTINGS)
 
 
 def resume_base(saved_config: dict) -> dict:
     """A checkpoint's settings with the per-launch ones reset to their defaults."""
-    defaults = to_dict(Config().train)
-    train = {**saved_config.get("train", {}), **{k: defaults[k] for k in PER_LAUNCH_SETTINGS}}
-    return {**saved_config, "train": train}
+    return with_defaults_at(saved_config, PER_LAUNCH_SETTINGS)
 
 
 def check_budget_left(resume: RunState, cfg: Config) -> None:
@@ -89,8 +93,8 @@ def plan_workers(num_gpus: int, num_workers: int | None, cfg: Config,
     if num_workers is not None and num_workers < 1:
         raise ConfigError(f"--num-workers {num_workers} must be at least 1")
     want_gpus = num_gpus != 1
-    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and visible == 0):
-        if cfg.train.device == "cpu" and want_gpus:
+    if cfg.launch.device == "cpu" or (cfg.launch.device == "auto" and visible == 0):
+        if cfg.launch.device == "cpu" and want_gpus:
             raise ConfigError(f"--num-gpus {num_gpus} asks for GPUs but --device cpu was given; "
                               "use --num-workers N for CPU workers")
         workers = num_workers or 1
@@ -110,7 +114,7 @@ def plan_workers(num_gpus: int, num_workers: int | None, cfg: Config,
     if num_workers is not None:
         raise ConfigError("--num-workers is for CPU workers; on GPUs use --num-gpus N (one worker per GPU)")
     gpus = visible if num_gpus == -1 else num_gpus
-    if gpus > visible * cfg.train.ranks_per_gpu:
+    if gpus > visible * cfg.launch.ranks_per_gpu:
         raise ConfigError(f"--num-gpus {gpus} asks for more GPUs than the {visible} visible to this process "
                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
                           f"use --num-gpus {visible} or -1")
@@ -122,12 +126,12 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
     """One worker: join the group, train, leave. Spawned workers get ``ctx=None`` and derive it from their index."""
     if ctx is None:
         ctx = DistContext(rank=local_rank, world_size=int(os.environ["CLSTM_PPO_WORLD_SIZE"]), local_rank=local_rank)
-    ctx = dataclasses.replace(ctx, ranks_per_gpu=cfg.train.ranks_per_gpu)
-    device = pick_device(cfg.train.device, ctx.gpu_index)
+    ctx = dataclasses.replace(ctx, ranks_per_gpu=cfg.launch.ranks_per_gpu)
+    device = pick_device(cfg.launch.device, ctx.gpu_index)
     if device.type == "cpu":
         torch.set_num_threads(threads)
     configure_backends(device)
-    init_group(ctx, device, cfg.train.dist_timeout_s)
+    init_group(ctx, device, cfg.launch.dist_timeout_s)
     trainer, finished = None, False
     try:
         from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
@@ -138,12 +142,12 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             # Only the eager update's forward goes through DDP (its backward all-reduces gradients; the
-            # static update of train.compile_loop averages them itself); rollouts and checkpoints use the raw module,
+            # static update of launch.compile_loop averages them itself); rollouts and checkpoints use the raw module,
             # so DDP never enters a state_dict.
-            t = cfg.train
+            launch = cfg.launch
             wrap = functools.partial(DDP, device_ids=[device.index] if device.type == "cuda" else None,
-                                     bucket_cap_mb=t.ddp_bucket_cap_mb, static_graph=t.ddp_static_graph,
-                                     gradient_as_bucket_view=t.ddp_gradient_as_bucket_view)
+                                     bucket_cap_mb=launch.ddp_bucket_cap_mb, static_graph=launch.ddp_static_graph,
+                                     gradient_as_bucket_view=launch.ddp_gradient_as_bucket_view)
         trainer = Trainer(cfg, run_dir, device, ctx, resume, wrap)
         trainer.run()
         finished = True
@@ -152,7 +156,7 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
         # splitting each minibatch k ways with k-fold accumulation keeps the same optimizer steps in 1/k of it.
         p, done = cfg.ppo, trainer.progress.update if trainer is not None else 0
         k = next((k for k in (4, 2) if cfg.train.num_envs % (k * p.num_minibatches) == 0), 0)
-        graphs = "--set train.update_graphs=false " if cfg.train.update_graphs else ""  # it refuses accumulation
+        graphs = "--set launch.update_graphs=false " if cfg.launch.update_graphs else ""  # it refuses accumulation
         split = (f"split each minibatch with {graphs}--set ppo.num_minibatches={k * p.num_minibatches} --set "
                  f"ppo.grad_accumulation={k * p.grad_accumulation} (the same optimizer steps; about 1/{k} of the "
                  "update's activations), or " if k else "")
@@ -213,7 +217,7 @@ def settings_of(config: str | None, overrides: Sequence[str], settings: dict[str
 def train_run(config: str | None = None, overrides: Sequence[str] = (), *, settings: dict[str, Any] | None = None,
               resume_from: str | None = None, fresh_start: bool = False, num_gpus: int = 1,
               num_workers: int | None = None, master_port: int | None = None, oversubscribe: bool = False) -> Path:
-    """Train one run to its budget and return its folder (``train.checkpoint_dir`` / ``train.run_name``, or a name
+    """Train one run to its budget and return its folder (``output.checkpoint_dir`` / ``output.run_name``, or a name
     from the data and ``config``). ``config``: a named config or a YAML file; ``overrides``: ``KEY=VALUE`` strings;
     ``settings``: dotted keys to values. ``resume_from``: latest, composite, ... or a checkpoint path (the run's
     settings, then these); ``fresh_start``: move an existing run folder aside. ``num_gpus``/``num_workers``: DDP
@@ -224,11 +228,11 @@ def train_run(config: str | None = None, overrides: Sequence[str] = (), *, setti
     group = torchrun_context()
     is_first = group is None or group.rank == 0
     cfg = settings_of(config, overrides, settings)
-    if (settings or {}).get("train.run_name") == "":
+    if (settings or {}).get("output.run_name") == "":
         raise ConfigError("--run-name is empty: give the run folder a name (e.g. --run-name mine), or leave the "
                           "flag out for <data source>-<config name>")
-    check_writable_folder(Path(cfg.train.checkpoint_dir), "--checkpoint-dir")
-    run_dir = Path(cfg.train.checkpoint_dir) / (cfg.train.run_name or default_run_name(cfg, config))
+    check_writable_folder(Path(cfg.output.checkpoint_dir), "--checkpoint-dir")
+    run_dir = Path(cfg.output.checkpoint_dir) / (cfg.output.run_name or default_run_name(cfg, config))
     if fresh_start:
         check_fresh_start(run_dir)
     resume_path = None
@@ -248,14 +252,14 @@ def train_run(config: str | None = None, overrides: Sequence[str] = (), *, setti
         notice = planted_surface_notice(cfg)
         if notice:
             print(notice)
-    if cfg.train.compile_encoder:
-        check_compile_toolchain("cpu" if cfg.train.device == "cpu" or cuda_device_count() == 0 else "cuda")
+    if cfg.launch.compile_encoder:
+        check_compile_toolchain("cpu" if cfg.launch.device == "cpu" or cuda_device_count() == 0 else "cuda")
     cores = usable_cores()
-    share = lambda workers: cfg.train.threads_per_worker or max(1, cores // workers)  # noqa: E731
+    share = lambda workers: cfg.launch.threads_per_worker or max(1, cores // workers)  # noqa: E731
     if group is None:
         workers, kind, notice = plan_workers(num_gpus, num_workers, cfg, oversubscribe)
-        if kind == "cpu" and cfg.train.precision == "fp16":
-            raise ConfigError("train.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
+        if kind == "cpu" and cfg.launch.precision == "fp16":
+            raise ConfigError("launch.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
     # Every check passed: only now is the run folder touched (locked, and with a fresh start moved aside); a
     # launch that fails before training wrote anything takes back the folder it made.
     made = is_first and not run_dir.exists()

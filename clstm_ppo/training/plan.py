@@ -27,16 +27,16 @@ class ExecutionPlan:
 
     @classmethod
     def choose(cls, cfg: Config, device: torch.device, world_size: int = 1) -> "ExecutionPlan":
-        t, cuda = cfg.train, device.type == "cuda"
-        compiled = t.compile_loop == "on" or (t.compile_loop == "auto" and cuda)
-        graphs = compiled and cuda and t.cuda_graphs != "off"
+        launch, cuda = cfg.launch, device.type == "cuda"
+        compiled = launch.compile_loop == "on" or (launch.compile_loop == "auto" and cuda)
+        graphs = compiled and cuda and launch.cuda_graphs != "off"
         # fp16's GradScaler reads the gradients on the host, which a captured step cannot.
-        captured = graphs and t.precision != "fp16"
-        why = [f"train.compile_loop {t.compile_loop} on {device.type}: the env step, the rollout's decisions and the "
-               f"update's loss are {'compiled' if compiled else 'eager'}"]
+        captured = graphs and launch.precision != "fp16"
+        why = [f"launch.compile_loop {launch.compile_loop} on {device.type}: the env step, the rollout's decisions "
+               f"and the update's loss are {'compiled' if compiled else 'eager'}"]
         if compiled:
-            why.append(f"train.cuda_graphs {t.cuda_graphs}: " + ("decisions replay as CUDA graphs" if graphs else
-                                                                 "no CUDA graphs (a CPU has none to replay)"))
+            why.append(f"launch.cuda_graphs {launch.cuda_graphs}: " + (
+                "decisions replay as CUDA graphs" if graphs else "no CUDA graphs (a CPU has none to replay)"))
         if graphs and not captured:
             why.append("fp16's loss scaler reads the gradients on the host: the optimizer step stays eager")
         if world_size > 1:
@@ -45,7 +45,7 @@ class ExecutionPlan:
                                             "DDP averages the gradients in its backward"))
         return cls(env_step="compiled" if compiled else "eager", rollout="fused" if compiled else "eager",
                    rollout_graphs=graphs, update="static" if compiled else "eager",
-                   update_graphs=captured and t.update_graphs, optimizer_step="captured" if captured else "eager",
+                   update_graphs=captured and launch.update_graphs, optimizer_step="captured" if captured else "eager",
                    gradients="local" if world_size == 1 else "all_reduce" if compiled else "ddp", why=tuple(why))
 
     def describe(self) -> str:

@@ -33,7 +33,7 @@ def capture(env: BatchedOptionsEnv, lstm_state: State, portfolio: torch.Tensor, 
 def saved_for_this_rank(state: RunState, ctx: DistContext, num_envs: int) -> RankState | None:
     """This rank's saved state in checkpoint ``state``, when its workers and copies match this launch's."""
     if not state.ranks:
-        return None  # written between train.rank_state_every's saves
+        return None  # written between output.rank_state_every's saves
     if state.world_size != ctx.world_size or state.num_envs != num_envs or len(state.ranks) != ctx.world_size:
         return None  # also a multi-worker checkpoint from before ranks > 0 were saved
     return state.ranks[ctx.rank]
@@ -59,7 +59,7 @@ def restore(mine: RankState, env: BatchedOptionsEnv, minibatches: torch.Generato
 @dataclass
 class Boundary:
     """What a rank keeps of the last update boundary: on rank 0 every other rank's state (every
-    ``train.rank_state_every`` updates), every rank's GPU readings and the metrics at a new best whose best_*.pt are
+    ``output.rank_state_every`` updates), every rank's GPU readings and the metrics at a new best whose best_*.pt are
     due; on every rank whether this boundary's checkpoints carry the ranks' states (so all join a forced gather),
     its GPU monitor, and the run folder's checkpoint files."""
 

@@ -38,7 +38,7 @@ def describe(cfg: Config, run_dir: Path, data: MarketData, world_size: int, devi
         f"{workers}; {t.num_envs} env copies x {cfg.ppo.num_steps} steps each = {batch_size:,} env steps "
         f"per update; budget {budget} (~{planned_updates:,} updates)",
         f"agent {a.kind}: {LAYERS[a.kind].format(a=a)}, {params:,} parameters; "
-        f"{t.precision}; learning rate {cfg.ppo.learning_rate:g} {cfg.ppo.lr_schedule}",
+        f"{cfg.launch.precision}; learning rate {cfg.ppo.learning_rate:g} {cfg.ppo.lr_schedule}",
     ])
 
 
@@ -81,12 +81,12 @@ class Reporter:
             "update": update, "gather_s": gather_s, "save_s": save_s, "latest_mb": size_mb,
             "rank_states": with_rank_states})
         spent = gather_s + save_s
-        if ("checkpoint" not in self.notes_said and update > 1 and self.cfg.train.rank_state_every == 1
+        if ("checkpoint" not in self.notes_said and update > 1 and self.cfg.output.rank_state_every == 1
                 and spent > CHECKPOINT_SHARE * trained_s):  # once a run, whatever the figures
             self.notes_said.add("checkpoint")
             self.tracker.write(f"each checkpoint takes {spent:.1f} s to gather and write {size_mb:,.0f} MB (every "
                                f"rank's env copies and LSTM 2 state with it) against {trained_s:.1f} s of rollout "
-                               "and update: --set train.rank_state_every=10 carries them every 10th update only "
+                               "and update: --set output.rank_state_every=10 carries them every 10th update only "
                                "(the last one always)")
 
     def evaluation(self, update: int, global_step: int, m: dict[str, float], best_composite: float) -> None:

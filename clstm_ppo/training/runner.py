@@ -49,7 +49,7 @@ from clstm_ppo.training.update_phase import Update
 class Trainer:
     """One worker's run: the rollout and the update the plan names, the run's counters and its files. ``wrap`` (the
     DDP wrapper, given by the launcher) is what the eager update trains through (the static update, with
-    ``train.compile_loop``, averages its gradients itself and needs no wrapper); rollouts and checkpoints use the
+    ``launch.compile_loop``, averages its gradients itself and needs no wrapper); rollouts and checkpoints use the
     raw module, so DDP never enters a state_dict."""
 
     def __init__(self, cfg: Config, run_dir: Path, device: torch.device, ctx: DistContext = DistContext(),
@@ -84,7 +84,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
         self.model = ActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
                                  self.env.actions.n, cfg.agent).to(device)
-        if t.compile_encoder:
+        if cfg.launch.compile_encoder:
             # only the encoder (checkpoint keys unchanged): LSTM 2 runs in chunks cut at episode starts,
             # a shape that changes every rollout and would recompile
             self.model.encoder.compile()
@@ -93,7 +93,7 @@ class Trainer:
         self.budget = Budget.of(cfg, ctx.world_size, self.env.max_len)
         optimizer = make_adam(self.model.parameters(), self.budget.base_lr, p,
                               capture_on=device if plan.optimizer_step == "captured" else None)
-        precision = Precision(device, t.precision)
+        precision = Precision(device, cfg.launch.precision)
         self.model.run_lstms_in_float32(precision.lstms_in_float32)
         storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device,
                                  **credit_settings(cfg))
@@ -104,8 +104,8 @@ class Trainer:
             ctx.broadcast_parameters(self.model)  # as DDP's wrapping would: every rank starts from rank 0's weights
         minibatches = torch.Generator().manual_seed(seeds.minibatches)
         # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
-        starts_from_rule = t.pretraining and t.pretrain_method == "rule" and not resume
-        prior = RulePrior(self.data, cfg, device, env_data, scaled) if starts_from_rule or t.prior_kl > 0 else None
+        starts_from_rule = cfg.pretrain.enabled and cfg.pretrain.method == "rule" and not resume
+        prior = RulePrior(self.data, cfg, device, env_data, scaled) if starts_from_rule or cfg.prior.kl > 0 else None
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
         self.progress = Progress()
@@ -114,7 +114,7 @@ class Trainer:
         if resume:
             carried = self._restore(resume, optimizer, precision, minibatches)
             saved, now = (resume.world_size, resume.num_envs), (ctx.world_size, t.num_envs)
-            why = ("the checkpoint was written between train.rank_state_every's saves" if not resume.ranks
+            why = ("the checkpoint was written between output.rank_state_every's saves" if not resume.ranks
                    else f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
                    else "the saved env state has another layout")
             self.resume_note = ("env copies continue their episodes" if carried
@@ -128,7 +128,7 @@ class Trainer:
         else:  # a checkpoint from before the features were saved: observed afresh
             obs, lstm_state = self.env.observe(), carried.lstm_state
         self.rollout = Rollout(self.model, self.env, storage, precision, plan, cfg, obs, lstm_state)
-        self.boundary = Boundary.open(run_dir, t.keep_last, device)
+        self.boundary = Boundary.open(run_dir, cfg.output.keep_last, device)
 
     def describe(self) -> str:
         params = sum(p.numel() for p in self.model.parameters())
@@ -143,9 +143,9 @@ class Trainer:
 
     def gather_rank_states(self, force: bool = False) -> None:
         """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes,
-        every ``train.rank_state_every`` updates (or when ``force``d)."""
+        every ``output.rank_state_every`` updates (or when ``force``d)."""
         b = self.boundary
-        b.with_rank_states = force or self.progress.update % self.cfg.train.rank_state_every == 0
+        b.with_rank_states = force or self.progress.update % self.cfg.output.rank_state_every == 0
         # Rank 0 takes its own state when it saves.
         others_send = self.ctx.enabled and not self.ctx.is_main and b.with_rank_states
         # As the file holds it (tensors and plain values): its tensors travel as one buffer, not pickled.
@@ -255,8 +255,9 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.run_dir / "config.yaml")
             total = t.total_steps if t.num_episodes <= 0 else None
-            tracker = Tracker(self.run_dir, total, to_dict(cfg), t.wandb, t.wandb_project, self.run_dir.name,
-                              initial_steps=self.progress.global_step, tensorboard=t.tensorboard)
+            out = cfg.output
+            tracker = Tracker(self.run_dir, total, to_dict(cfg), out.wandb, out.wandb_project, self.run_dir.name,
+                              initial_steps=self.progress.global_step, tensorboard=out.tensorboard)
             reporter = Reporter(tracker, cfg, self.budget.batch_size, self.ctx.world_size, self.device)
             tracker.write(self.describe())
             tracker.write(self.plan.describe())
@@ -279,7 +280,7 @@ class Trainer:
 
     def _pretrain(self, reporter: Reporter | None) -> None:
         """Where a new run's PPO starts: the rule prior's clone where the run has a prior, else the encoder fitted
-        first by ``train.pretrain_method`` (supervised, maml or protonet)."""
+        first by ``pretrain.method`` (supervised, maml or protonet)."""
         prior = self.ppo_update.prior
         if prior is not None:
             r = self.rollout
@@ -297,8 +298,8 @@ class Trainer:
 
     def _loop(self, reporter: Reporter | None, tracker: Tracker | None, stop: StopRequest) -> bool:
         """Updates until the budget is spent; True when a stop request or early stop ended them."""
-        t, main, n = self.cfg.train, self.ctx.is_main, self.progress
-        if t.pretraining and n.update == 0:
+        cfg, t, main, n = self.cfg, self.cfg.train, self.ctx.is_main, self.progress
+        if cfg.pretrain.enabled and n.update == 0:
             self._pretrain(reporter)
         said_paths = False
         while not self.budget.reached(self.progress):
@@ -325,9 +326,9 @@ class Trainer:
                     patience = t.early_stopping_patience
                     early = patience > 0 and self.selection.evals_without_best >= patience
                 saving = time.perf_counter()
-                latest = self.save_checkpoints(periodic=n.update % t.checkpoint_every == 0)
+                latest = self.save_checkpoints(periodic=n.update % cfg.output.checkpoint_every == 0)
                 # What saving every update costs (the ranks' states gathered, then written): at 65,536 copies a
-                # GPU it must stay small beside the update (train.rank_state_every lowers it).
+                # GPU it must stay small beside the update (output.rank_state_every lowers it).
                 reporter.checkpoint(n.update, n.global_step, gathered_s, time.perf_counter() - saving, latest,
                                     b.with_rank_states, stats["rollout_s"] + stats["update_s"])
             agreed = agree(self.ctx, self.device, stop.requested, failed, early)
@@ -345,7 +346,7 @@ class Trainer:
         return False
 
     def _save_rank_states(self) -> None:
-        """Collective: the last update's latest.pt carries every rank's state, whatever train.rank_state_every says,
+        """Collective: the last update's latest.pt carries every rank's state, whatever output.rank_state_every says,
         so a resume after a finished or stopped run continues exactly."""
         if self.boundary.with_rank_states or self.progress.update == 0:
             return

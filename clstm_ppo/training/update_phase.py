@@ -20,7 +20,7 @@ from clstm_ppo.training.plan import ExecutionPlan
 class Update:
     """One PPO update per call, in the form the plan names: the eager loss (through DDP's wrapper on several ranks),
     or the static loss in fixed shapes (compiled, its graphs replayed where asked) that averages its own gradients;
-    the clip and Adam step eager or captured; and the rule prior's pull (``train.prior_kl``) where the run has one."""
+    the clip and Adam step eager or captured; and the rule prior's pull (``prior.kl``) where the run has one."""
 
     def __init__(self, model: nn.Module, train_model: nn.Module, optimizer: torch.optim.Optimizer,
                  storage: RolloutStorage, env: BatchedOptionsEnv, precision: Precision, plan: ExecutionPlan,

@@ -33,7 +33,7 @@ class TrainSpec:
         if self.data:
             args += ["--data", self.data]
         # --set after the base --set, so a trial's values win over the study's fixed ones
-        for text in [f"train.threads_per_worker={self.threads}", *self.overrides, *sets]:
+        for text in [f"launch.threads_per_worker={self.threads}", *self.overrides, *sets]:
             args += ["--set", text]
         return args
 

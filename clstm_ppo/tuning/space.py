@@ -14,8 +14,8 @@ import yaml
 from clstm_ppo.config import Config, ConfigError, first_line, load_config, walk_rules
 
 # The tuner sets these itself for every trial (seed sweeps, budget, where runs go): a space may not.
-TUNER_OWNED = ("seed", "train.total_steps", "train.num_episodes", "train.checkpoint_dir", "train.run_name",
-               "train.threads_per_worker", "data.source")
+TUNER_OWNED = ("seed", "train.total_steps", "train.num_episodes", "output.checkpoint_dir", "output.run_name",
+               "launch.threads_per_worker", "data.source")
 KINDS = ("float", "int", "categorical")
 
 

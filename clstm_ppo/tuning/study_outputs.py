@@ -17,7 +17,7 @@ from clstm_ppo.tuning.runs import TrainSpec
 from clstm_ppo.tuning.space import as_overrides
 
 # Where a trial ran, not what it was: the best config leaves these to the command that trains it.
-PER_LAUNCH = {"train": {"checkpoint_dir": "checkpoints", "run_name": "", "threads_per_worker": 0}}
+PER_LAUNCH = {"output": {"checkpoint_dir": "checkpoints", "run_name": ""}, "launch": {"threads_per_worker": 0}}
 
 
 def best_config(spec: TrainSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +28,8 @@ def best_config(spec: TrainSpec, params: dict[str, Any]) -> dict[str, Any]:
         sets.append(f"data.source={spec.data}")
     values = to_dict(load_config(spec.config, sets))
     values["seed"] = 0
-    values["train"].update(PER_LAUNCH["train"])
+    for section, values_here in PER_LAUNCH.items():
+        values[section].update(values_here)
     return values
 
 

@@ -9,7 +9,7 @@ Two columns: the observation as the trainer reads it when it caches per-bar LSTM
 codes (bar rows; the window is gathered only on access), and with the N x TW x F
 market windows gathered every step (``obs.market``), as any window consumer needs.
 The env steps as the trainer's does: no per-episode records on the host (episode figures are summed on the
-device). ``--compiled`` runs the step as one compiled graph (``train.compile_loop: on``); ``--cuda-graphs`` also
+device). ``--compiled`` runs the step as one compiled graph (``launch.compile_loop: on``); ``--cuda-graphs`` also
 replays it as a CUDA graph (compile mode "reduce-overhead"; CUDA only). The footer's reference multiply
 times one plain tensor op before and after the table, so a slow or fast moment of the machine's arithmetic
 shows up next to the numbers.
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 64, 1024, 4096])
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where the env steps (default cpu)")
     parser.add_argument("--compiled", action="store_true",
-                        help="the step as one compiled graph (train.compile_loop: on)")
+                        help="the step as one compiled graph (launch.compile_loop: on)")
     parser.add_argument("--cuda-graphs", action="store_true", help="the compiled step replayed as a CUDA graph")
     parser.add_argument("--glibc-defaults", action="store_true",
                         help="leave glibc's malloc settings alone (the trainer keeps freed memory for reuse)")

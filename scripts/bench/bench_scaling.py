@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # name -> the settings it changes from the defaults (clstm_ppo/config/sections.py, train.ddp_*)
-DDP_VARIANTS = {"defaults": [], "bucket_100mb": ["train.ddp_bucket_cap_mb=100"],
-                "static_graph": ["train.ddp_static_graph=true"],
-                "no_bucket_view": ["train.ddp_gradient_as_bucket_view=false"]}
+DDP_VARIANTS = {"defaults": [], "bucket_100mb": ["launch.ddp_bucket_cap_mb=100"],
+                "static_graph": ["launch.ddp_static_graph=true"],
+                "no_bucket_view": ["launch.ddp_gradient_as_bucket_view=false"]}
 
 
 def samples_per_second(workers: int, updates: int, config: str, sets: list[str] | None = None) -> tuple[float, float]:
@@ -45,8 +45,8 @@ def samples_per_second(workers: int, updates: int, config: str, sets: list[str] 
         cmd = [sys.executable, "-m", "clstm_ppo.train", "--config", config, "--checkpoint-dir", tmp,
                "--device", "cpu", "--num-workers", str(workers), "--oversubscribe",
                "--total-steps", str(batch * (updates + 1)),
-               "--set", "train.threads_per_worker=1", "--set", "train.eval_every=100000",
-               "--set", "train.checkpoint_every=100000",
+               "--set", "launch.threads_per_worker=1", "--set", "train.eval_every=100000",
+               "--set", "output.checkpoint_every=100000",
                *[x for v in [*WITHOUT_RULE_PRIOR, *(sets or [])] for x in ("--set", v)]]
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         metrics = next(Path(tmp).glob("*/metrics.jsonl")).read_text().splitlines()

@@ -17,9 +17,9 @@ dense float32 matmul's FLOP/s measured here. "update_encodes" is LSTM 1 window e
 update, beside "update_decisions", the decisions it trains on (what per-window encoding ran).
 "ratio_at_peak" is the ratio ours would reach if every one of its model FLOPs ran at
 that matmul speed (100% MFU): the ceiling for any trainer doing the same computation.
-``--compiled`` compiles the env step (``train.compile_loop: on``), and with it each rollout decision, and the encoder
-(``train.compile_encoder``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``train.cuda_graphs: on``),
-and ``--update-graphs`` the update's compiled loss too (``train.update_graphs``). "update" says how that loss ran.
+``--compiled`` compiles the env step (``launch.compile_loop: on``), and with it each rollout decision, and the encoder
+(``launch.compile_encoder``); ``--cuda-graphs`` also replays each decision as a CUDA graph (``launch.cuda_graphs: on``),
+and ``--update-graphs`` the update's compiled loss too (``launch.update_graphs``). "update" says how that loss ran.
 "rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how the
 update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how the
 trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16): the two differ where CUDA refused the
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--update-graphs", action="store_true",
                         help="ours with the update's compiled loss replayed as CUDA graphs too (needs --cuda-graphs)")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
-                        help="ours' train.precision (sb3-contrib always runs fp32)")
+                        help="ours' launch.precision (sb3-contrib always runs fp32)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -4,10 +4,10 @@
         [--paths eager static compiled step_captured graphs captured] [--precision fp32|bf16|fp16] [--updates 2]
 
 Paths: "eager" is ``ppo.DistinctBarsLoss``: LSTM 1 once per distinct bar of the minibatch, LSTM 2 in fused runs cut at
-episode starts (the trainer's update without ``train.compile_loop``). "static" is ``static_update.StaticMinibatchLoss``
+episode starts (the trainer's update without ``launch.compile_loop``). "static" is ``static_update.StaticMinibatchLoss``
 op by op: fixed shapes, LSTM 2 as a loop with resets. "compiled" is the same compiled (the trainer's update with
-``train.compile_loop`` on). "step_captured" is "compiled" with the optimizer step (clip and Adam) replayed as one CUDA
-graph (``agent/optimizer_step.py``): the trainer's update on CUDA under ``train.cuda_graphs``, fp32 or bf16. "graphs"
+``launch.compile_loop`` on). "step_captured" is "compiled" with the optimizer step (clip and Adam) replayed as one CUDA
+graph (``agent/optimizer_step.py``): the trainer's update on CUDA under ``launch.cuda_graphs``, fp32 or bf16. "graphs"
 compiles it in reduce-overhead mode, each compiled call replayed as a CUDA graph (CUDA only; the trainer does not use it
 yet). "captured" is "graphs" with the optimizer step also captured. The
 last three need CUDA; the two with a captured step fp32 or bf16. All paths update the untrained

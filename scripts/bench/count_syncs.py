@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="also print one JSON object as the last line")
     parser.add_argument("--config", default="default", help="a named config or a YAML file")
     parser.add_argument("--num-envs", type=int, default=256, help="env copies")
-    parser.add_argument("--precision", default="fp32", choices=CHOICES["train.precision"])
+    parser.add_argument("--precision", default="fp32", choices=CHOICES["launch.precision"])
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device is visible: host syncs can only be counted on a GPU")
@@ -56,7 +56,7 @@ def main() -> None:
     device = pick_device("cuda")
     configure_backends(device)
     cfg = load_config(args.config, list(WITHOUT_RULE_PRIOR))  # PPO's own syncs, as earlier rows counted them
-    cfg.train.num_envs, cfg.train.precision, cfg.train.device = args.num_envs, args.precision, "cuda"
+    cfg.train.num_envs, cfg.launch.precision, cfg.launch.device = args.num_envs, args.precision, "cuda"
     p = cfg.ppo
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp), device)

@@ -6,7 +6,7 @@
 On a GPU the eager env is bound by kernel launches, not arithmetic: each elementwise op launches a kernel of
 ~1 us of GPU time for ~8 us of host time, so the launch count per step sets its speed until the step is fused
 (docs/BENCHMARKS.md, "On one NVIDIA H100"). ``--compiled`` profiles the step as one compiled graph
-(``train.compile_loop: on``). Kernels per step: on CUDA the kernel launches; on a CPU the loops that run, which are the
+(``launch.compile_loop: on``). Kernels per step: on CUDA the kernel launches; on a CPU the loops that run, which are the
 top-level aten operators that compute (views and allocations aside) plus inductor's fused C++ kernels. The action
 draw (a multinomial over the mask, on the env's device, as the trainer's policy samples) is profiled with the
 step and counted apart.
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     parser.add_argument("--compiled", action="store_true",
-                        help="the step as one compiled graph (train.compile_loop: on)")
+                        help="the step as one compiled graph (launch.compile_loop: on)")
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=20, help="profiled env steps, after 50 unprofiled ones")
     parser.add_argument("--rows", type=int, default=25, help="operations listed, by number of calls")

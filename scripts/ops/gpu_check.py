@@ -4,7 +4,7 @@ env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
     python scripts/ops/gpu_check.py [--json] [--parts train env rollout checks scale update sb3] [--deadline 530]
         [--step-cap 300] [--rows-out rows.jsonl] [--seconds 2] [--skip-compile] [--plan]
 
-Parts, run in the order given. By default what a GPU has still to show comes first: "train" (train.update_graphs
+Parts, run in the order given. By default what a GPU has still to show comes first: "train" (launch.update_graphs
 inside the trainer ran once beside the checks, faster at default sizes and slower at paper sizes: it wants timing
 alone; docs/BENCHMARKS.md), "env" and "rollout" (the compiled and captured paths are unmeasured since the tick
 grid), then what GPUs measured last (an H200's "checks" passed on 2026-11-27, its "scale", "update" and "sb3" the
@@ -17,7 +17,7 @@ of the eager update's weights); "sb3" (sb3-contrib's RecurrentPPO on the same GP
 beside ours compiled+graphed at the same sizes, alone on the GPU since its ratio is a timing);
 "env" (kernels per env step eager and compiled at 4,096 copies, env steps/s eager at 4,096 and 32,768 copies,
 compiled and graphed at 32,768); "train" (the trainer at 4,096 copies at default and paper sizes, eager,
-compiled+graphed and that with train.update_graphs, 3 timed updates each, with model FLOP utilisation, how its
+compiled+graphed and that with launch.update_graphs, 3 timed updates each, with model FLOP utilisation, how its
 rollout and optimizer step ran and the rollout's share of the time); "rollout" (policy + env per decision: eager,
 compiled, and captured as one CUDA graph at 4,096 and 32,768 copies; the captured rollout must equal the compiled
 one bit for bit).

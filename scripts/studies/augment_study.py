@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--config", default="default")
     parser.add_argument("--steps", type=int, default=default_steps,
                         help=f"env steps per run (default {default_steps:,})")
-    parser.add_argument("--threads", type=int, default=1, help="train.threads_per_worker (default 1); 0: trainer's")
+    parser.add_argument("--threads", type=int, default=1, help="launch.threads_per_worker (default 1); 0: trainer's")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="arms this process trains")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", type=Path, default=Path("checkpoints/augment"))

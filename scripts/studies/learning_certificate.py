@@ -8,7 +8,7 @@ years (validated on 5) and walked on its 40 test years beside the oracle, best_r
     python scripts/studies/learning_certificate.py --table [--rows F.csv]   # the doc's table from the rows
 
 Arms: ``default`` is the agent ``make run`` trains (the default config, rule prior on); ``scratch`` starts from
-nothing (train.pretraining=false, train.prior_kl=0). ``--strengths`` multiplies data.planted.premium_swing's
+nothing (pretrain.enabled=false, prior.kl=0). ``--strengths`` multiplies data.planted.premium_swing's
 default (0: a constant premium, nothing to time, so nothing should be "found"). Each cell's run folder is
 --out/market<k>-swing<s>/<arm>-<steps>-seed<n>, reused when finished and resumed when not; a cell whose row the
 --rows file already holds is skipped, so the command can be stopped and run again. Per cell, one row: the agent's
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strengths", nargs="+", type=float, default=[1.0],
                         help="multiples of data.planted.premium_swing's default")
     parser.add_argument("--market-seeds", nargs="+", type=int, default=[0], help="data.planted.seed values")
-    parser.add_argument("--threads", type=int, default=1, help="train.threads_per_worker (0: the trainer's choice)")
+    parser.add_argument("--threads", type=int, default=1, help="launch.threads_per_worker (0: the trainer's choice)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting on top of every run's (repeatable)")
     parser.add_argument("--variant", default="",

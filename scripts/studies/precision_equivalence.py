@@ -3,7 +3,7 @@
     python scripts/studies/precision_equivalence.py [--seeds K] [--precisions fp32 bf16] [--data NAME_OR_FILE]
         [--steps N] [--config NAME] [--threads N] [--set KEY=VALUE ...] [--out DIR] [--json]
 
-For each precision (train.precision) and seed, trains one run (the config's settings otherwise), takes the
+For each precision (launch.precision) and seed, trains one run (the config's settings otherwise), takes the
 trainer's own best validation composite (the maximum over the run's validation walks, kept in the run's
 checkpoints), and backtests that run's best_composite.pt on the test split with evaluate's continuous walk
 (the walk itself is float32 whatever the training precision). Reports mean +- std (ddof 1) over seeds of the
@@ -37,7 +37,7 @@ CRITERION = "|mean(other) - mean(first)| <= max(std(first), std(other)), std wit
 def one_run(args: argparse.Namespace, precision: str, seed: int) -> dict[str, Any]:
     """One run at ``precision`` to its budget: fresh, or continued from latest.pt where an earlier launch stopped."""
     return seeded_arm_run(args.config, args.data, args.out, args.steps, args.threads, "precision", precision, seed,
-                          [f"train.precision={precision}", *args.overrides])
+                          [f"launch.precision={precision}", *args.overrides])
 
 
 def summarise(records: list[dict[str, Any]], precisions: list[str]) -> tuple[list[dict], list[dict]]:
@@ -91,13 +91,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3, help="seeds per precision (0..K-1; at least 3 to judge)")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16", "fp16"),
-                        help="train.precision values; the first is the reference the others are compared with")
+                        help="launch.precision values; the first is the reference the others are compared with")
     parser.add_argument("--data", default="sp500", help="a built-in name (sp500, dow, synthetic) or a file")
     parser.add_argument("--config", default="default", help="named config or YAML file every run starts from")
     parser.add_argument("--steps", type=int, default=default_steps,
                         help=f"env steps per run (default {default_steps:,}: the default config's budget)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads per run (train.threads_per_worker, and the test walk); 0: the trainer's "
+                        help="CPU threads per run (launch.threads_per_worker, and the test walk); 0: the trainer's "
                              "default, the machine's cores")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for every run, e.g. --set train.eval_every=5 (repeatable)")

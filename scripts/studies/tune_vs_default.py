@@ -42,7 +42,7 @@ def one_run(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     """Train (or reuse, or resume) one arm's run for ``seed``; its numbers."""
     folder = args.out / Path(args.data).name.split(".")[0]
     name = f"{arm}-seed{seed}"
-    sets = [*args.overrides, *([f"train.threads_per_worker={args.threads}"] if args.threads else [])]
+    sets = [*args.overrides, *([f"launch.threads_per_worker={args.threads}"] if args.threads else [])]
     train_to_budget(args.default if arm == "default" else str(args.tuned), args.data, seed, args.steps, folder, name,
                     sets)
     return {"arm": arm, "seed": seed, **run_record(folder / name)}
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=100, help="the first seed (default 100: no trial's)")
     parser.add_argument("--data", default="sp500", help="a built-in name (sp500, dow, synthetic) or a file")
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (default: the tuned config's)")
-    parser.add_argument("--threads", type=int, default=1, help="train.threads_per_worker (default 1); 0: trainer's")
+    parser.add_argument("--threads", type=int, default=1, help="launch.threads_per_worker (default 1); 0: trainer's")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="arms this process trains")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for both arms, e.g. --set train.eval_every=5 (repeatable)")

@@ -41,8 +41,8 @@ RUN = "synthetic-smoke"
 def command(folder: Path, workers: int, resume: bool, steps: int = STEPS) -> list[str]:
     return [sys.executable, "-m", "clstm_ppo.train", "--config", "smoke", "--checkpoint-dir", str(folder),
             "--total-steps", str(steps), "--num-workers", str(workers), "--oversubscribe",
-            "--set", "train.threads_per_worker=1",
-            "--set", "train.eval_every=4", "--set", "train.checkpoint_every=4",
+            "--set", "launch.threads_per_worker=1",
+            "--set", "train.eval_every=4", "--set", "output.checkpoint_every=4",
             *(["--resume-from", "latest"] if resume else [])]
 
 

@@ -47,15 +47,15 @@ def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool
                 for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16"))]
     # First, two ranks share the one lent GPU: the multi-rank compiled path, its collectives counted, none captured.
     steps = [shared_gpu_step(part, folder),
-             *(train_step(part, precision, folder, ["--set", f"train.precision={precision}"])
+             *(train_step(part, precision, folder, ["--set", f"launch.precision={precision}"])
                for precision in ("fp32", "bf16", "fp16"))]
     if not skip_compile:
-        steps.append(train_step(part, "compiled", folder, ["--set", "train.compile_encoder=true",
-                                                           "--set", "train.compile_loop=on",
-                                                           "--set", "train.cuda_graphs=on"]))
-        # The update's loss replayed as CUDA graphs inside the trainer (train.update_graphs: off by default until
+        steps.append(train_step(part, "compiled", folder, ["--set", "launch.compile_encoder=true",
+                                                           "--set", "launch.compile_loop=on",
+                                                           "--set", "launch.cuda_graphs=on"]))
+        # The update's loss replayed as CUDA graphs inside the trainer (launch.update_graphs: off by default until
         # this row and the "update graphs too" training row pass on a GPU).
-        steps.append(train_step(part, "update-graphs", folder, ["--set", "train.update_graphs=true"],
+        steps.append(train_step(part, "update-graphs", folder, ["--set", "launch.update_graphs=true"],
                                 "train update graphs"))
     # A GPU-written run continues on the CPU: the env's random streams are counters in its state, on any device, and
     # a captured step's Adam takes the CPU's settings (optimizer_step.fit_saved_state) ...

@@ -169,7 +169,7 @@ def run_steps(steps: list[Step], budget: Budget, rows_out: Path | None, cwd: Pat
 
 
 def shared_gpu_step(part: str, folder: Path, name: str = "two-ranks") -> Step:
-    """Two DDP ranks on one GPU (``train.ranks_per_gpu=2``, over gloo) on the compiled, graphed path: passes when
+    """Two DDP ranks on one GPU (``launch.ranks_per_gpu=2``, over gloo) on the compiled, graphed path: passes when
     the run finishes, its ranks agree (rank 0 writes one checkpoint) and no update called a collective inside a
     CUDA-graph capture; the note counts each update's collectives (docs/DISTRIBUTED.md)."""
     label = "two ranks on one GPU, compiled + graphed"
@@ -186,7 +186,7 @@ def shared_gpu_step(part: str, folder: Path, name: str = "two-ranks") -> Step:
             last_error(done, seconds)
         return [row(label, ok, round(seconds, 1), note=note)]
     return Step(part, label, ["-m", "clstm_ppo.train", "--config", SMOKE, "--checkpoint-dir", str(folder),
-                              "--run-name", name, "--num-gpus", "2", "--set", "train.ranks_per_gpu=2",
-                              "--set", "train.compile_loop=on", "--set", "train.cuda_graphs=on",
+                              "--run-name", name, "--num-gpus", "2", "--set", "launch.ranks_per_gpu=2",
+                              "--set", "launch.compile_loop=on", "--set", "launch.cuda_graphs=on",
                               "--total-steps", "12800"],
                 read)

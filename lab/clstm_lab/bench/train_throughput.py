@@ -146,12 +146,12 @@ def throughput_rows(settings: list[str], updates: int, device: torch.device, *, 
         sizes, copies = SETTINGS[setting]
         copies = num_envs or copies
         cfg = bench_config(load_config(sizes).agent, copies)
-        cfg.train.device = device.type
-        cfg.train.precision = precision
-        cfg.train.compile_loop = "on" if compiled or cuda_graphs else "off"
-        cfg.train.compile_encoder = compiled
-        cfg.train.cuda_graphs = "on" if cuda_graphs else "off"
-        cfg.train.update_graphs = update_graphs
+        cfg.launch.device = device.type
+        cfg.launch.precision = precision
+        cfg.launch.compile_loop = "on" if compiled or cuda_graphs else "off"
+        cfg.launch.compile_encoder = compiled
+        cfg.launch.cuda_graphs = "on" if cuda_graphs else "off"
+        cfg.launch.update_graphs = update_graphs
         run = ours(cfg, updates, device)
         sb3_rate = float("nan") if skip_sb3 else sb3(cfg, updates, device, sb3_warmup_steps)
         rows.append({"setting": setting, "num_envs": copies, "precision": precision,

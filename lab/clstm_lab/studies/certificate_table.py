@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from clstm_ppo.config import current_key
+
 GROUP = ("strength", "market_seed", "arm", "variant", "steps")
 CAPTURED = 0.5  # the issue's bar: a seed captures at least half of the oracle's edge over best_rule
 
@@ -27,6 +29,12 @@ def number(row: dict[str, Any], key: str) -> float:
     return float(value) if value not in ("", None) else float("nan")
 
 
+def current_setting(assignment: str) -> str:
+    """``KEY=VALUE`` as a row recorded it, with the key's current name."""
+    key, _, value = assignment.partition("=")
+    return f"{current_key(key)}={value}"
+
+
 def certificate_table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of ``rows`` (dicts as csv.DictReader gives them), settings in first-seen order."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -36,7 +44,7 @@ def certificate_table(rows: list[dict[str, Any]]) -> str:
              "≥ 0.5 | sell_timing | greedy timing | walks a rule |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (_, _, arm, variant, steps), members in groups.items():
-        sets = members[0].get("sets", "") or "—"
+        sets = " ".join(current_setting(s) for s in str(members[0].get("sets", "")).split()) or "—"
         captured = sum(number(r, "capture") >= CAPTURED for r in members)
         walking = sum(str(r.get("walks_a_rule")) == "True" for r in members)
         lines.append(

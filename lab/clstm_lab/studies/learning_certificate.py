@@ -46,6 +46,8 @@ DEFAULT_SWING = PlantedConfig().premium_swing
 # it is the rule, however it was reached.
 FIXED_RULE_CORR = 0.95
 TOP_ACTIONS = 3
+# What a row keeps of the last update's policy (as final_<key>).
+FINAL = ("agent_test_sharpe", "capture", "sell_timing", "greedy_sell_timing", "closest_corr")
 # What makes a row; a row already kept is not run again. ``variant`` names the extra settings a row was trained
 # with (one name per --set list, "" for none), so a tried fix is its own cell and its own run folder.
 KEY = ("strength", "market_seed", "arm", "steps", "seed", "variant")
@@ -196,10 +198,10 @@ def correlation(a: WalkResult, b: WalkResult) -> float:
     return float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
 
 
-def measure(run: Path, marks: dict[str, Any] | None, device: torch.device | str) -> tuple[dict[str, Any], dict]:
-    """A finished run's row: its best checkpoint walked on the test years against ``marks`` (``benchmarks`` of
-    its market; computed here, and returned for the next run of the same market, when None)."""
-    cfg, data, model = load_agent(str(run / "best_composite.pt"), None, [], torch.device(device))
+def measure(checkpoint: Path, marks: dict[str, Any] | None, device: torch.device | str) -> tuple[dict[str, Any], dict]:
+    """A checkpoint's row: its greedy walk of the test years against ``marks`` (``benchmarks`` of its market;
+    computed here, and returned for the next run of the same market, when None)."""
+    cfg, data, model = load_agent(str(checkpoint), None, [], torch.device(device))
     if marks is None:
         marks = benchmarks(data, cfg, device)
     result, chose = greedy_walk(model, data, cfg, device)
@@ -226,9 +228,8 @@ def prior_walk(data: MarketData, cfg: Config, device: torch.device | str, marks:
     """A conditional prior's test walk, keyed by its name (once per market, kept in ``marks``): the gated rule a
     run cloned is no rule of the unconditional family, and an agent that walks it is walking a rule. Nothing for
     an unconditional prior (its rule is in the family) or a run without one."""
-    t = cfg.train
-    starts_from_rule = (t.pretraining and t.pretrain_method == "rule") or cfg.agent.actions == "scale"
-    if not (starts_from_rule and t.prior_rules == "conditional"):
+    starts_from_rule = (cfg.pretrain.enabled and cfg.pretrain.method == "rule") or cfg.agent.actions == "scale"
+    if not (starts_from_rule and cfg.prior.rules == "conditional"):
         return {}
     if "prior" not in marks:
         pick = pick_prior(data, cfg, device)
@@ -241,13 +242,16 @@ def run_cell(cell: Cell, out: Path, threads: int | None, sets: list[str], marks:
              device: torch.device | str = "cpu") -> tuple[dict[str, Any], dict]:
     """Train ``cell`` to its budget (resumably) under ``out`` and measure it; its row and its market's marks."""
     run_sets = [*ARMS[cell.arm], *cell.market_sets(), *sets,
-                *([f"train.threads_per_worker={threads}"] if threads else [])]
+                *([f"launch.threads_per_worker={threads}"] if threads else [])]
     train_to_budget("planted", "planted", cell.seed, cell.steps, cell.folder(out), cell.name(), run_sets)
     run = cell.folder(out) / cell.name()
-    row, marks = measure(run, marks, device)
+    row, marks = measure(run / "best_composite.pt", marks, device)
+    # The last update's policy beside the one validation picked: selection on 5 noisy years often keeps an early
+    # checkpoint, which would hide what the learner ends with.
+    final, marks = measure(run / "latest.pt", marks, device)
     record = run_record(run)
     head = {"strength": cell.strength, "premium_swing": cell.strength * DEFAULT_SWING,
             "market_seed": cell.market_seed, "arm": cell.arm, "variant": cell.variant, "steps": cell.steps,
             "seed": cell.seed}
     return head | row | {k: record[k] for k in ("val_composite", "best_update", "train_min")} | {
-        "sets": " ".join(sets)}, marks
+        f"final_{k}": final[k] for k in FINAL} | {"sets": " ".join(sets)}, marks

@@ -39,7 +39,7 @@ def train_to_budget(config: str, data: str, seed: int, steps: int, folder: Path,
     resume = (run / "latest.pt").exists()
     try:
         train_run(config, sets, settings={"data.source": data, "seed": seed, "train.total_steps": steps,
-                                          "train.checkpoint_dir": str(folder), "train.run_name": name},
+                                          "output.checkpoint_dir": str(folder), "output.run_name": name},
                   resume_from="latest" if resume else None, fresh_start=not resume, num_gpus=num_gpus)
     except (ConfigError, WorkersFailed) as err:
         raise SystemExit(f"error: training {name} failed: {err}") from None
@@ -129,6 +129,6 @@ def seeded_arm_run(config: str | None, data: str, out: Path, steps: int, threads
     folder = out / Path(data).name.split(".")[0]
     name = f"{arm}-seed{seed}"
     if threads:
-        sets = [*sets, f"train.threads_per_worker={threads}"]
+        sets = [*sets, f"launch.threads_per_worker={threads}"]
     train_to_budget(config, data, seed, steps, folder, name, sets)
     return {arm_key: arm, "seed": seed, **run_record(folder / name)}
