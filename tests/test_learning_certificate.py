@@ -16,12 +16,17 @@ def test_capture_is_the_share_of_the_oracles_edge():
     assert math.isnan(capture(1.0, 0.5, 0.5))  # no edge to share
 
 
-def study_main():
-    path = Path(__file__).parents[1] / "scripts" / "studies" / "learning_certificate.py"
-    spec = importlib.util.spec_from_file_location("learning_certificate_script", path)
+def script_main(name: str):
+    """``main`` of scripts/studies/<name>.py (scripts are run, not imported as a package)."""
+    path = Path(__file__).parents[1] / "scripts" / "studies" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_script", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main
+
+
+def study_main():
+    return script_main("learning_certificate")
 
 
 @pytest.mark.parametrize("argv, words", [(["--strengths", "-1"], "--strengths must be >= 0"),
@@ -75,11 +80,7 @@ def test_the_table_summarises_each_settings_seeds():
 
 
 def curve_main():
-    path = Path(__file__).parents[1] / "scripts" / "studies" / "learning_curve.py"
-    spec = importlib.util.spec_from_file_location("learning_curve_script", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return script_main("learning_curve")
 
 
 SMALL_PLANTED = ["data.planted.years=8", "data.planted.train_years=3", "data.planted.val_years=1",
