@@ -2,7 +2,7 @@
 
     python scripts/bench/bench_train.py [--json] [--updates 2] [--settings default paper paper-256] [--device cpu|cuda]
         [--compiled] [--cuda-graphs [--update-graphs]] [--precision fp32|bf16|fp16] [--num-envs N] [--skip-sb3]
-        [--sb3-warmup-steps N]
+        [--sb3-warmup-steps N] [--rule-prior]
 
 Settings: "default" and "paper" network sizes with 32 env copies, and paper sizes with 256
 copies ("paper-256"), where copies on one underlying share bars and the update's encoding of
@@ -23,7 +23,8 @@ and ``--update-graphs`` the update's compiled loss too (``launch.update_graphs``
 "rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how the
 update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how the
 trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16): the two differ where CUDA refused the
-capture and the step ran eagerly, "rollout_share" the
+capture and the step ran eagerly, ``--rule-prior`` keeps the default run's rule prior (cloned before the timed
+updates; without it, PPO alone as every older row), "rollout_share" the
 share of the timed updates' seconds spent in rollouts. On a GPU sb3-contrib runs on the same GPU
 (its policy there; its envs step on the host, as they always do).
 """
@@ -56,6 +57,8 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                         help="ours' launch.precision (sb3-contrib always runs fp32)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
+    parser.add_argument("--rule-prior", action="store_true",
+                        help="ours with the default run's rule prior (its clone before the timed updates)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = pick_device(args.device)
@@ -69,7 +72,7 @@ def main() -> None:
     rows, peak = throughput_rows(args.settings, args.updates, device, num_envs=args.num_envs,
                                  precision=args.precision, compiled=args.compiled, cuda_graphs=args.cuda_graphs,
                                  update_graphs=args.update_graphs, skip_sb3=args.skip_sb3,
-                                 sb3_warmup_steps=args.sb3_warmup_steps)
+                                 sb3_warmup_steps=args.sb3_warmup_steps, rule_prior=args.rule_prior)
     print_table(rows, args.json, {"matmul_gflops_1_thread": round(peak / 1e9, 1), "updates_timed": args.updates})
 
 

@@ -37,7 +37,7 @@ cd "$(dirname "$0")/../.."
 WHEELS=(ta==0.11.0 gymnasium==1.4.0 farama-notifications==0.0.4 stable-baselines3==2.9.2 sb3-contrib==2.9.2
         optuna==5.0.0 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3)
 # ... and built for the GPU image's CPython 3.12 on x86-64.
-BINARY_WHEELS=(sqlalchemy==2.1.9)
+BINARY_WHEELS=(sqlalchemy==2.1.9 arch==8.0.0)  # arch: evaluate's Sharpe-difference bootstrap
 
 download() {
   mkdir -p .git/info

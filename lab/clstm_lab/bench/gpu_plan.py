@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clstm_lab.bench.gpu_steps import SMOKE, Step, bench_step, script_step, shared_gpu_step, syncs_step, train_step
+from clstm_lab.bench.gpu_steps import (
+    SMOKE,
+    Step,
+    bench_step,
+    ranks_agree_step,
+    script_step,
+    shared_gpu_step,
+    syncs_step,
+    train_step,
+)
 
-PARTS = ("train", "env", "rollout", "checks", "scale", "update", "sb3")
+PARTS = ("ranks", "train", "env", "rollout", "checks", "scale", "update", "sb3")
 
 
 def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool = False) -> list[Step]:
@@ -19,12 +28,18 @@ def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool
                 bench_step(part, "bench_env.py", ["--sizes", "4096", "32768", *timed], "bench_env eager"),
                 *(bench_step(part, "bench_env.py", ["--sizes", "32768", *timed, flag], f"bench_env {label}")
                   for flag, label in (("--compiled", "compiled"), ("--cuda-graphs", "graphed")))]
-    if part == "train":  # the goal: >= 500k env steps/s at default sizes, >= 300k at paper sizes
+    if part == "ranks":  # two ranks share the one lent GPU: through the command line, then compared every update
+        return [shared_gpu_step(part, folder), ranks_agree_step(part)]
+    if part == "train":  # the goal: >= 4M env steps/s at default sizes, >= 1.5M at paper sizes
         # Three timed updates after the warm-up: one let the update-graphs row at paper sizes go unexplained.
-        return [bench_step(part, "bench_train.py", ["--num-envs", "4096", "--updates", "3", "--settings", "default",
-                                                    "paper", "--skip-sb3", *flags], f"bench_train {label}")
-                for flags, label in (([], "eager"), (["--compiled", "--cuda-graphs"], "compiled+graphed"),
-                                     (["--compiled", "--cuda-graphs", "--update-graphs"], "update graphs too"))]
+        both = ["default", "paper"]
+        return [bench_step(part, "bench_train.py", ["--num-envs", "4096", "--updates", "3", "--settings", *sizes,
+                                                    "--skip-sb3", *flags], f"bench_train {label}")
+                for flags, label, sizes in (
+                    ([], "eager", both), (["--compiled", "--cuda-graphs"], "compiled+graphed", both),
+                    (["--compiled", "--cuda-graphs", "--update-graphs"], "update graphs too", both),
+                    (["--compiled", "--cuda-graphs", "--update-graphs", "--rule-prior"], "with the rule prior",
+                     ["default"]))]
     if part == "rollout":
         return [bench_step(part, "bench_rollout.py", ["--num-envs", "4096", "32768", "--paths", "eager", "compiled",
                                                       "captured", *timed], "bench_rollout")]
@@ -45,9 +60,7 @@ def part_steps(part: str, folder: Path, seconds: float = 2.0, skip_compile: bool
                                                      "step_captured", "graphs", "captured"],
                            f"bench_update {sizes} {precision}")
                 for sizes, precision in (("default", "fp32"), ("paper", "fp32"), ("default", "bf16"))]
-    # First, two ranks share the one lent GPU: the multi-rank compiled path, its collectives counted, none captured.
-    steps = [shared_gpu_step(part, folder),
-             *(train_step(part, precision, folder, ["--set", f"launch.precision={precision}"])
+    steps = [*(train_step(part, precision, folder, ["--set", f"launch.precision={precision}"])
                for precision in ("fp32", "bf16", "fp16"))]
     if not skip_compile:
         steps.append(train_step(part, "compiled", folder, ["--set", "launch.compile_encoder=true",

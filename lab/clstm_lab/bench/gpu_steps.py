@@ -129,7 +129,8 @@ def bench_step(part: str, script: str, extra: list[str], label: str, timeout: fl
         out = []
         for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]:
             rate = r.get("env_steps_per_s", r.get("ours_steps_per_s", ""))
-            notes = {k: r[k] for k in ("setting", "path", "num_envs", "kernels_per_step", "rollout", "update",
+            notes = {k: r[k] for k in ("setting", "rule_prior", "path", "num_envs", "kernels_per_step", "rollout",
+                                       "update",
                                        "optimizer_step", "rollout_share", "mfu", "sb3_steps_per_s", "ratio",
                                        "same_actions", "equals_compiled", "first_update_s", "ms_per_update",
                                        "decisions_per_s", "diff_per_step", "peak_gb", "update_gb",
@@ -190,3 +191,21 @@ def shared_gpu_step(part: str, folder: Path, name: str = "two-ranks") -> Step:
                               "--set", "launch.compile_loop=on", "--set", "launch.cuda_graphs=on",
                               "--total-steps", "12800"],
                 read)
+
+
+def ranks_agree_step(part: str, updates: int = 3) -> Step:
+    """scripts/bench/check_ranks_agree.py on CUDA: two ranks on the one GPU, compiled and graphed, compared after
+    every update, then resumed on one CPU rank; one row per check it prints."""
+    label = "ranks agree (check_ranks_agree.py)"
+
+    def read(done: subprocess.CompletedProcess | None, seconds: float) -> list[dict]:
+        lines = done.stdout.strip().splitlines() if done is not None else []
+        try:
+            checks = json.loads(lines[-1])["rows"] if lines else []
+        except (json.JSONDecodeError, KeyError):
+            checks = []
+        if not checks:
+            return [row(label, False, round(seconds, 1), note=last_error(done, seconds))]
+        return [row(c["check"], c["passed"], round(seconds, 1), note=c["note"]) for c in checks]
+    return Step(part, label, ["scripts/bench/check_ranks_agree.py", "--device", "cuda", "--updates", str(updates),
+                              "--json"], read)

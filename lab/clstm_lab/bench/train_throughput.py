@@ -20,9 +20,11 @@ from clstm_ppo.training.runner import Trainer
 SETTINGS = {"default": ("default", 32), "paper": ("paper", 32), "paper-256": ("paper", 256)}
 
 
-def bench_config(agent: AgentConfig, num_envs: int) -> Config:
+def bench_config(agent: AgentConfig, num_envs: int, rule_prior: bool = False) -> Config:
     # PPO's own speed, as every earlier row measured it: sb3-contrib's side has no counterpart of the rule prior.
-    cfg = load_config(None, list(WITHOUT_RULE_PRIOR))
+    # With ``rule_prior`` the default run's prior stays (its clone runs before the timed updates; each update keeps
+    # its penalty and asks the rule for its actions once).
+    cfg = load_config(None, [] if rule_prior else list(WITHOUT_RULE_PRIOR))
     cfg.agent = agent
     cfg.train.num_envs = num_envs
     cfg.ppo.lr_schedule = "constant"
@@ -137,7 +139,7 @@ def matmul_flops(n: int = 1024, repeats: int = 20, device: torch.device = torch.
 def throughput_rows(settings: list[str], updates: int, device: torch.device, *, num_envs: int | None = None,
                     precision: str = "fp32", compiled: bool = False, cuda_graphs: bool = False,
                     update_graphs: bool = False, skip_sb3: bool = False,
-                    sb3_warmup_steps: int = 0) -> tuple[list[dict[str, Any]], float]:
+                    sb3_warmup_steps: int = 0, rule_prior: bool = False) -> tuple[list[dict[str, Any]], float]:
     """One row per setting (ours, sb3-contrib's and their ratio, how ours ran, its FLOP/s and MFU) and the dense
     matmul FLOP/s the MFU is measured against."""
     peak = matmul_flops(device=device)
@@ -145,7 +147,7 @@ def throughput_rows(settings: list[str], updates: int, device: torch.device, *, 
     for setting in settings:
         sizes, copies = SETTINGS[setting]
         copies = num_envs or copies
-        cfg = bench_config(load_config(sizes).agent, copies)
+        cfg = bench_config(load_config(sizes).agent, copies, rule_prior)
         cfg.launch.device = device.type
         cfg.launch.precision = precision
         cfg.launch.compile_loop = "on" if compiled or cuda_graphs else "off"
@@ -154,7 +156,7 @@ def throughput_rows(settings: list[str], updates: int, device: torch.device, *, 
         cfg.launch.update_graphs = update_graphs
         run = ours(cfg, updates, device)
         sb3_rate = float("nan") if skip_sb3 else sb3(cfg, updates, device, sb3_warmup_steps)
-        rows.append({"setting": setting, "num_envs": copies, "precision": precision,
+        rows.append({"setting": setting, "num_envs": copies, "precision": precision, "rule_prior": rule_prior,
                      "step": "graphs" if cuda_graphs else "compiled" if compiled else "eager",
                      "rollout": run["rollout_path"], "update": run["update_path"],
                      "optimizer_step": run["optimizer_step"], "optimizer_step_asked": run["optimizer_step_asked"],
