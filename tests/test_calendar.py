@@ -263,3 +263,20 @@ def test_the_synthetic_market_keeps_any_clock_and_its_vol_is_annual(interval, ho
 def test_a_synthetic_interval_it_cannot_keep_is_one_line(capsys):
     assert run_cli(data_main, ["--data", "synthetic", "--set", "data.synthetic.interval=2D"]) == 2
     assert capsys.readouterr().err.startswith("error: config: data.synthetic.interval '2D' is not a bar interval")
+
+
+def test_a_daily_synthetic_interval_reads_under_pandas_3_0(monkeypatch):
+    """pandas 3.0's Timedelta refused its own calendar Day offset (3.1 takes it again): the smoke config's daily bars
+    must not depend on which (a GPU image with 3.0 failed there)."""
+    from clstm_ppo.data import synthetic
+
+    real = pd.Timedelta
+
+    def pandas_3_0_timedelta(*args, **kwargs):
+        if args and isinstance(args[0], pd.offsets.Day):
+            raise ValueError("Value must be Timedelta, string, integer, float, timedelta or convertible, not Day")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(synthetic.pd, "Timedelta", pandas_3_0_timedelta)
+    for interval, step in (("1D", pd.Timedelta(days=1)), ("D", pd.Timedelta(days=1)), ("1h", pd.Timedelta(hours=1))):
+        assert synthetic._interval(SyntheticConfig(interval=interval)) == step

@@ -54,7 +54,9 @@ def _regime_path(rng: np.random.Generator, n_bars: int, n_regimes: int, switch_p
 
 def _interval(cfg: SyntheticConfig) -> pd.Timedelta:
     try:
-        step = pd.Timedelta(pd.tseries.frequencies.to_offset(cfg.interval))
+        offset = pd.tseries.frequencies.to_offset(cfg.interval)
+        # pandas 3.0 made a day a calendar offset that Timedelta refuses (3.1 takes it again): count its days.
+        step = pd.Timedelta(days=offset.n) if offset.rule_code == "D" else pd.Timedelta(offset)
     except ValueError:
         step = None
     if step is None or step <= pd.Timedelta(0) or step > pd.Timedelta(days=1) or \
