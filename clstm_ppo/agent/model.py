@@ -180,16 +180,40 @@ class ActorCritic(nn.Module):
             code = self.encoder(windows)[bar_index]
         return self.decide(code, portfolio, mask, starts, state)
 
-    def decide(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor,
-               state: State) -> tuple[Tensor, Tensor, State]:
-        """``forward`` from the encoder's output (L, N, mlp_hidden) instead of the windows.
+    def decide(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State, *,
+               static: bool = False, block: int | None = None,
+               steps: Recurrence = recurrence) -> tuple[Tensor, Tensor, State]:
+        """``forward`` from the encoder's output (L, N, mlp_hidden) instead of the windows: the one forward of the
+        core and heads, whichever way LSTM 2 steps.
 
-        The encoder sees only a bar's window, so a caller can encode each bar once and reuse it.
+        The encoder sees only a bar's window, so a caller can encode each bar once and reuse it. LSTM 2 runs as
+        ``nn.LSTM`` calls over the stretches between episode starts (one host sync to find them), or with
+        ``static`` as fixed-shape arithmetic with no host sync (``lstm2_static``), which compiles and captures.
         """
         x = torch.cat([code, portfolio], dim=-1)
         if self.lstm2 is None:  # mlp: each decision from its own step alone; the empty state passes through
             return (*self.heads(self.core(x), mask), state)
-        steps, envs = portfolio.shape[:2]
+        out, state = self.lstm2_static(x, starts, state, block, steps) if static else \
+            self.lstm2_fused(x, starts, state)
+        return (*self.heads(out, mask), state)
+
+    def decide_one(self, code: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor,
+                   state: State) -> tuple[Tensor, Tensor, State]:
+        """``decide`` for one step of N copies ((N, ...) inputs, (N, A) logits and (N,) values), static: no host
+        sync and no ``nn.LSTM`` call, so a rollout's decision compiles into one graph with the env step
+        (``agent/fused_rollout.py``)."""
+        logits, values, state = self.decide_static(code[None], portfolio[None], mask[None], start[None], state)
+        return logits[0], values[0], state
+
+    def decide_static(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State,
+                      block: int | None = None, steps: Recurrence = recurrence) -> tuple[Tensor, Tensor, State]:
+        """``decide`` with fixed shapes and no host sync, for a compiled or captured update (``lstm2_static``)."""
+        return self.decide(code, portfolio, mask, starts, state, static=True, block=block, steps=steps)
+
+    def lstm2_fused(self, x: Tensor, starts: Tensor, state: State) -> tuple[Tensor, State]:
+        """LSTM 2 over (L, N, in) inputs as ``nn.LSTM`` calls, one per stretch with no episode start, the state
+        zeroed where one begins."""
+        steps, envs = x.shape[:2]
         # Where any sequence starts an episode: one copy of L flags to the host (one GPU sync), then host work.
         cuts = [0, *(torch.nonzero(starts[1:].any(-1).cpu()).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
         h, c = state
@@ -198,26 +222,14 @@ class ActorCritic(nn.Module):
             keep = (~starts[begin]).to(h.dtype).view(1, envs, 1)
             out, (h, c) = run_lstm(self.lstm2, x[begin:end], (h * keep, c * keep), self.lstm_float32)
             outputs.append(out)
-        out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-        return (*self.heads(out, mask), (h, c))
+        return (torch.cat(outputs) if len(outputs) > 1 else outputs[0]), (h, c)
 
-    def decide_one(self, code: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor,
-                   state: State) -> tuple[Tensor, Tensor, State]:
-        """``decide`` for one step of N copies ((N, ...) inputs, (N, A) logits and (N,) values): ``decide_static``
-        over one step, with no host sync and no ``nn.LSTM`` call, so a rollout's decision compiles into one graph
-        with the env step (``agent/fused_rollout.py``)."""
-        logits, values, state = self.decide_static(code[None], portfolio[None], mask[None], start[None], state)
-        return logits[0], values[0], state
-
-    def decide_static(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State,
-                      block: int | None = None, steps: Recurrence = recurrence) -> tuple[Tensor, Tensor, State]:
-        """``decide`` with fixed shapes and no host sync, for a compiled or captured update: LSTM 2's input
-        gates for all L steps in one matmul, then its recurrence (``steps``, by default ``recurrence``; a compiled
-        twin from the caller) over blocks of ``block`` steps (all L by default) with the state zeroed at episode
-        starts. The same arithmetic as ``decide``'s fused LSTM chunks, in another order."""
-        x = torch.cat([code, portfolio], dim=-1)
-        if self.lstm2 is None:
-            return (*self.heads(self.core(x), mask), state)
+    def lstm2_static(self, x: Tensor, starts: Tensor, state: State, block: int | None,
+                     steps: Recurrence) -> tuple[Tensor, State]:
+        """LSTM 2 with fixed shapes and no host sync: its input gates for all L steps in one matmul, then its
+        recurrence (``steps``, by default ``recurrence``; a compiled twin from the caller) over blocks of ``block``
+        steps (all L by default) with the state zeroed at episode starts. The same arithmetic as
+        ``lstm2_fused``'s LSTM calls, in another order."""
         lstm, length = self.lstm2, x.shape[0]
         block = block or length
         with torch.autocast(device_type=x.device.type, enabled=False) if self.lstm_float32 \
@@ -231,8 +243,7 @@ class ActorCritic(nn.Module):
                 out, h, c = steps(gates_x[begin:begin + block], starts[begin:begin + block], h, c,
                                   lstm.weight_hh_l0, lstm.bias_hh_l0)
                 outputs.append(out)
-        out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-        return (*self.heads(out, mask), (h[None], c[None]))
+        return (torch.cat(outputs) if len(outputs) > 1 else outputs[0]), (h[None], c[None])
 
     def heads(self, out: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Masked logits and values from LSTM 2's (or the MLP core's) output, in float32 whatever autocast
