@@ -77,6 +77,8 @@ def test_the_table_summarises_each_settings_seeds():
     assert "| scratch | —: — | 200,000 | 2 | 0.40 (0.30..0.50) | 0.72 | 1 of 2 | 0.05 (0.00..0.10) | — | 0 of 2 |" \
         in lines[2]
     assert "scale: agent.actions=scale" in lines[3] and "| 1 of 1 |" in lines[3]
+    kept = row(0, "curve", 0.7, 0.3, 0.6) | {"sets": "agent.actions=scale output.checkpoint_every=61"}
+    assert "| curve: agent.actions=scale |" in certificate_table([kept])  # where checkpoints go is no setting shown
 
 
 def curve_main():

@@ -10,6 +10,7 @@ import numpy as np
 from clstm_ppo.config import current_key
 
 GROUP = ("strength", "market_seed", "arm", "variant", "steps")
+SILENT = "output."  # where checkpoints go and how many are kept: no setting of what is learned
 CAPTURED = 0.5  # the bar: a seed captures at least half of the oracle's edge over best_rule
 
 
@@ -44,7 +45,8 @@ def certificate_table(rows: list[dict[str, Any]]) -> str:
              "≥ 0.5 | sell_timing | greedy timing | walks a rule |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (_, _, arm, variant, steps), members in groups.items():
-        sets = " ".join(current_setting(s) for s in str(members[0].get("sets", "")).split()) or "—"
+        sets = " ".join(current_setting(s) for s in str(members[0].get("sets", "")).split()
+                        if not current_setting(s).startswith(SILENT)) or "—"
         captured = sum(number(r, "capture") >= CAPTURED for r in members)
         walking = sum(str(r.get("walks_a_rule")) == "True" for r in members)
         lines.append(
