@@ -45,7 +45,8 @@ def check_output_path(flag: str, path: Path | None, suffixes: tuple[str, ...] | 
     except OSError as err:
         raise ConfigError(f"{flag} {path}: cannot make its folder ({err.strerror}); choose another path") from None
     try:
-        with tempfile.TemporaryFile(dir=path.parent):  # a read-only folder or mount shows here, not at the end
+        with tempfile.TemporaryFile(dir=path.parent):
+            # a read-only folder or mount shows here, not at the end
             pass
         if path.exists():
             with open(path, "r+b"):  # an existing file it could not replace
@@ -65,6 +66,7 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except BrokenPipeError:
         # The reader is gone: whatever is still buffered for stdout would fail again at exit, so stdout becomes
         # /dev/null for the rest of the process (the recipe of Python's signal module documentation).
-        with open(os.devnull, "w") as devnull, contextlib.suppress(OSError, ValueError):  # a captured stdout
+        with open(os.devnull, "w") as devnull, contextlib.suppress(OSError, ValueError):
+            # a captured stdout
             os.dup2(devnull.fileno(), sys.stdout.fileno())
         return CLOSED_PIPE_STATUS

@@ -201,7 +201,8 @@ def cuda_graph_capture(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
     torch.cuda.current_stream().wait_stream(stream)
 
 
-WRITE_FAILURES = ("No space left on device", "File size limit exceeded", "Disk quota exceeded")  # as OSes word them
+# as OSes word them
+WRITE_FAILURES = ("No space left on device", "File size limit exceeded", "Disk quota exceeded")
 
 
 def _write_failure(cause: BaseException | None) -> str | None:

@@ -107,9 +107,11 @@ class DistContext:
         skeletons: list[Any] | None = [None] * self.world_size if self.is_main else None
         # Under NCCL the pickled bytes travel through this rank's current GPU.
         dist.gather_object((skeleton, layout), skeletons, dst=0)
-        on = device if dist.get_backend() == "nccl" else torch.device("cpu")  # gloo gathers host tensors only
+        # gloo gathers host tensors only
+        on = device if dist.get_backend() == "nccl" else torch.device("cpu")
         size = torch.tensor([sum(_padded(t.numel() * t.element_size()) for t in tensors)], device=on)
-        dist.all_reduce(size, op=dist.ReduceOp.MAX)  # a gather takes one size from every rank: pad to the largest
+        # a gather takes one size from every rank: pad to the largest
+        dist.all_reduce(size, op=dist.ReduceOp.MAX)
         mine = _pack(tensors, torch.empty(int(size.item()), dtype=torch.uint8, device=on))
         buffers = [torch.empty_like(mine) for _ in range(self.world_size)] if self.is_main else None
         dist.gather(mine, buffers, dst=0)
@@ -143,7 +145,8 @@ def _take_tensors(obj: Any, tensors: list[torch.Tensor]) -> Any:
         return _Slot(len(tensors) - 1)
     if isinstance(obj, dict):
         return {k: _take_tensors(v, tensors) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):  # a namedtuple is sent as it is
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        # a namedtuple is sent as it is
         return type(obj)(_take_tensors(v, tensors) for v in obj)
     return obj
 
@@ -210,7 +213,8 @@ def find_free_port() -> int:
 
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")  # where the ranks meet: torchrun sets them with the rest
+# where the ranks meet: torchrun sets them with the rest
+RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
 
 
 def torchrun_context() -> DistContext | None:

@@ -132,7 +132,8 @@ def check_stress_flags(args: argparse.Namespace) -> FittedGenerator | str | None
     for flag, value in (("--returns", args.returns), ("--tearsheet", args.tearsheet)):
         if value is not None:
             raise ConfigError(f"{flag} is for one split's walk; with --scenarios use --json and --plot (a fan chart)")
-    check_sample_size(args.paths, args.length, args.no_memory_check)  # the generated bars alone, before the walk's
+    # the generated bars alone, before the walk's
+    check_sample_size(args.paths, args.length, args.no_memory_check)
     return load_stress_source(args.scenarios, args.regime)
 
 

@@ -96,7 +96,8 @@ def episode_line(episode: int, total: int | None, m: dict[str, float], suffix: s
     return line + (f" | {suffix}" if suffix else "")
 
 
-SUMMARY_FIELDS = EPISODE_SUMS  # what the env sums on the device (``env.episodes.add_finished``), in this order
+# what the env sums on the device (``env.episodes.add_finished``), in this order
+SUMMARY_FIELDS = EPISODE_SUMS
 
 
 def full_length(episodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -92,7 +92,8 @@ def append_rows(path: Any, rows: list[dict[str, Any]]) -> None:
             header = next(csv.reader(fh), [])
     fields = header + [key for row in rows for key in row if key not in header]
     fields = list(dict.fromkeys(fields))
-    if header and fields != header:  # widen the file: every kept row under its own names, then the new ones
+    if header and fields != header:
+        # widen the file: every kept row under its own names, then the new ones
         with open(path, newline="") as fh:
             kept = list(csv.DictReader(fh))
         wider = path.with_name(path.name + ".widening")

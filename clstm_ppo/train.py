@@ -20,7 +20,8 @@ from clstm_ppo.training.launch import WorkersFailed, settings_of, train_run
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per setting whose field names one (config/sections.py): its help, type and choices come from
     there, and the parsed value lands under the setting's dotted key."""
-    budget = parser.add_mutually_exclusive_group()  # a step budget and an episode budget exclude each other
+    # a step budget and an episode budget exclude each other
+    budget = parser.add_mutually_exclusive_group()
     for key, tp, rule in walk_rules(Config):
         if rule.flag is None:
             continue

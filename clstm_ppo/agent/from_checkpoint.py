@@ -35,11 +35,13 @@ def model_from_checkpoint(state: RunState, data: MarketData, cfg: Config, device
 def checkpoint_config(state: RunState, path: str, data_source: str | None, overrides: list[str]) -> Config:
     """The checkpoint's own settings, then ``--data`` and ``--set``; refused where the model could not read
     what they make (another window or action space) or would be another model (agent kind or sizes)."""
-    base = without_saved_outputs(json.loads(json.dumps(state.config)))  # a deep copy; outputs: this command's
+    # a deep copy; outputs: this command's
+    base = without_saved_outputs(json.loads(json.dumps(state.config)))
     # Written before agent.kind existed: the cascaded LSTM, whatever the default kind becomes.
     base.setdefault("agent", {}).setdefault("kind", "clstm")
     saved = load_config(None, [], base=json.loads(json.dumps(base)))
-    if data_source is not None:  # another source: its own dates decide the splits, unless --set says
+    if data_source is not None:
+        # another source: its own dates decide the splits, unless --set says
         base["data"].update(source=data_source, symbols=None, train_end=None, val_end=None, test_end=None)
     cfg = load_config(None, overrides, base=base)
     if cfg.data.window != saved.data.window:

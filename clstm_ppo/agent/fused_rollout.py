@@ -72,7 +72,8 @@ class CapturedDecision:
     def __init__(self, step: Decision, carry: Carry, codes: Tensor, uniforms: Tensor):
         self.carry = _clone(carry)
         self.codes, self.uniforms = codes.clone(), uniforms.clone()
-        warm_up = torch.cuda.Stream()  # compile and let cuBLAS/inductor allocate before the capture (CUDA's rule)
+        # compile and let cuBLAS/inductor allocate before the capture (CUDA's rule)
+        warm_up = torch.cuda.Stream()
         warm_up.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(warm_up):
             for _ in range(2):
@@ -120,13 +121,15 @@ class FusedRollout:
         next observation and the carried LSTM state."""
         storage, env, n = self.storage, self.env, self.storage.num_steps
         storage.initial_state = tuple(x.clone() for x in lstm_state)
-        uniforms = torch.rand(n, env.num_envs, device=obs.row.device)  # the rollout's draws, as collect takes them
+        # the rollout's draws, as collect takes them
+        uniforms = torch.rand(n, env.num_envs, device=obs.row.device)
         carry = Carry(env.state, lstm_state[0], lstm_state[1], obs.portfolio, obs.row, obs.start,
                       torch.zeros(1, dtype=torch.long, device=obs.row.device))
         if self.capture and (self.captured is None or not self.captured.fits(carry, codes)):
             try:
                 self.captured = CapturedDecision(self.step, carry, codes, uniforms)
-            except RuntimeError as err:  # a capture CUDA refuses: train on, compiled, and say why once
+            except RuntimeError as err:
+                # a capture CUDA refuses: train on, compiled, and say why once
                 self.capture, self.captured = False, None
                 warnings.warn(f"CUDA graph capture of the rollout decision failed ({first_line(err)}); the rollout "
                               "runs compiled without it (set launch.cuda_graphs off to skip the attempt)", stacklevel=2)
@@ -137,7 +140,8 @@ class FusedRollout:
                 carry = self.step(carry, codes, uniforms)
         env.state = carry.env
         next_obs = Observation(carry.portfolio, carry.env.mask, carry.row, carry.start, env.market_windows)
-        with self.precision.autocast():  # bootstrap from the next observation without advancing the carried state
+        with self.precision.autocast():
+            # bootstrap from the next observation without advancing the carried state
             _, last_value, _ = self.model.decide_one(codes.index_select(0, carry.row), carry.portfolio,
                                                      carry.env.mask, carry.start, (carry.h, carry.c))
         storage.finish(last_value.float(), gamma, lam)

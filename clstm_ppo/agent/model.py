@@ -81,7 +81,8 @@ class MarketEncoder(nn.Module):
     def __init__(self, n_features: int, cfg: AgentConfig):
         super().__init__()
         self.lstm = nn.LSTM(n_features, cfg.lstm1_hidden, batch_first=True)
-        self.lstm_float32 = False  # set by the trainer for precisions whose LSTM kernel would fall to fp16
+        # set by the trainer for precisions whose LSTM kernel would fall to fp16
+        self.lstm_float32 = False
         self.code_width = cfg.mlp_hidden
         gain = np.sqrt(2)
         self.mlp = nn.Sequential(
@@ -147,11 +148,13 @@ class ActorCritic(nn.Module):
                 else:
                     nn.init.orthogonal_(param, 1.0)
         self.actor = _init(nn.Linear(width, n_actions), 0.01)  # near-uniform first policy
-        if cfg.initial_hold > 1.0 / n_actions:  # hold's logit so far above the others' 0 that softmax gives it this
+        if cfg.initial_hold > 1.0 / n_actions:
+            # hold's logit so far above the others' 0 that softmax gives it this
             with torch.no_grad():
                 self.actor.bias[HOLD] = math.log(cfg.initial_hold * (n_actions - 1) / (1.0 - cfg.initial_hold))
         self.critic = _init(nn.Linear(width, 1), 1.0)
-        self.hidden_size = 0 if self.lstm2 is None else width  # the carried state's width: none without LSTM 2
+        # the carried state's width: none without LSTM 2
+        self.hidden_size = 0 if self.lstm2 is None else width
         self.lstm_float32 = False
 
     def run_lstms_in_float32(self, on: bool) -> None:
@@ -191,7 +194,8 @@ class ActorCritic(nn.Module):
         ``static`` as fixed-shape arithmetic with no host sync (``lstm2_static``), which compiles and captures.
         """
         x = torch.cat([code, portfolio], dim=-1)
-        if self.lstm2 is None:  # mlp: each decision from its own step alone; the empty state passes through
+        if self.lstm2 is None:
+            # mlp: each decision from its own step alone; the empty state passes through
             return (*self.heads(self.core(x), mask), state)
         out, state = self.lstm2_static(x, starts, state, block, steps) if static else \
             self.lstm2_fused(x, starts, state)

@@ -99,7 +99,8 @@ class OptimizerStep:
         self.optimizer, self.max_grad_norm = optimizer, max_grad_norm
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.capture = capture and bool(self.params) and self.params[0].device.type == "cuda"
-        self.asked = "captured" if self.capture else "eager"  # what was asked, kept when CUDA refuses the capture
+        # what was asked, kept when CUDA refuses the capture
+        self.asked = "captured" if self.capture else "eager"
         if self.capture and not all(g.get("capturable") and isinstance(g["lr"], Tensor)
                                     for g in optimizer.param_groups):
             raise ValueError("a captured optimizer step needs Adam with capturable=True and a tensor learning rate "
@@ -158,8 +159,10 @@ class OptimizerStep:
         self.calls += 1
         if not self.capture:
             return clipped_step(self.params, self.optimizer, self.max_grad_norm)
-        if self.calls == 1:  # eager once: Adam makes its state, CUDA loads the kernels before a capture
-            with warnings.catch_warnings():  # Adam's "capturable, run without capture" notice: expected here
+        if self.calls == 1:
+            # eager once: Adam makes its state, CUDA loads the kernels before a capture
+            with warnings.catch_warnings():
+                # Adam's "capturable, run without capture" notice: expected here
                 warnings.filterwarnings("ignore", message=".*capturable.*")
                 return clipped_step(self.params, self.optimizer, self.max_grad_norm)
         if self.graph is None:

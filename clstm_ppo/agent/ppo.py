@@ -77,7 +77,8 @@ def ppo_losses(logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Te
     log_ratio = action_logprob(logits, actions) - old_logprobs
     ratio = log_ratio.exp()
     with torch.no_grad():
-        approx_kl = policy_mean((ratio - 1) - log_ratio, choices)  # the low-variance estimator (Schulman, 2020)
+        # the low-variance estimator (Schulman, 2020)
+        approx_kl = policy_mean((ratio - 1) - log_ratio, choices)
         clip_fraction = policy_mean(((ratio - 1.0).abs() > cfg.clip_coef).float(), choices)
     policy_loss = policy_mean(torch.max(-advantages * ratio,
                                         -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)), choices)
@@ -86,7 +87,8 @@ def ppo_losses(logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Te
         value_loss = 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
     else:
         value_loss = 0.5 * ((values - returns) ** 2).mean()
-    entropy = policy_mean(-(normalised.exp() * normalised).sum(-1), choices)  # a masked action adds 0 * -1e9 = 0
+    # a masked action adds 0 * -1e9 = 0
+    entropy = policy_mean(-(normalised.exp() * normalised).sum(-1), choices)
     # the rule's action is never masked
     prior_nll = policy_mean(-normalised.gather(-1, prior_actions.unsqueeze(-1)).squeeze(-1), choices)
     loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss + prior_coef * prior_nll
@@ -166,7 +168,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     envs_per_batch = s.num_envs // cfg.num_minibatches
     accumulate = cfg.grad_accumulation
     totals = torch.zeros(len(STAT_NAMES), device=s.rows.device)
-    finite = torch.ones((), dtype=torch.bool, device=s.rows.device)  # gradients and weights finite: read at the end
+    # gradients and weights finite: read at the end
+    finite = torch.ones((), dtype=torch.bool, device=s.rows.device)
     batches, encoded = 0, 0
     for _ in range(cfg.update_epochs):
         order = torch.randperm(s.num_envs, generator=generator, device="cpu").to(s.rows.device)
@@ -205,6 +208,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, storage: Roll
     values = torch.cat([totals / max(batches, 1), explained.view(1).to(totals.dtype),
                         (~finite).view(1).to(totals.dtype)]).tolist()  # one host sync
     stats = dict(zip(names, values, strict=True))
-    stats["lstm1_encodes_per_minibatch"] = encoded / max(batches, 1)  # windows LSTM 1 encoded, against ...
-    stats["decisions_per_minibatch"] = float(s.rows.shape[0] * envs_per_batch)  # ... what per-window encoding ran
+    # windows LSTM 1 encoded, against ...
+    stats["lstm1_encodes_per_minibatch"] = encoded / max(batches, 1)
+    # ... what per-window encoding ran
+    stats["decisions_per_minibatch"] = float(s.rows.shape[0] * envs_per_batch)
     return stats

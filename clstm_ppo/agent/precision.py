@@ -77,7 +77,8 @@ class Precision:
             return clipped_step(list(model.parameters()), optimizer, max_grad_norm)
         self.scaler.unscale_(optimizer)
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        self.scaler.step(optimizer)  # skips the step on inf/NaN and lowers the scale: fp16's normal overflow
+        # skips the step on inf/NaN and lowers the scale: fp16's normal overflow
+        self.scaler.step(optimizer)
         self.scaler.update()
         return torch.ones((), dtype=torch.bool, device=norm.device)
 

@@ -76,11 +76,13 @@ def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, o
     The episodes that ended are summed in the env (``env.take_episode_sums``). ``act``: another policy's actions
     (a rule being cloned) in place of the model's draws; the model still gives the stored values and log-probs."""
     storage.initial_state = tuple(x.clone() for x in lstm_state)
-    uniforms = torch.rand(cfg.num_steps, env.num_envs, device=obs.row.device)  # the rollout's draws, in one call
+    # the rollout's draws, in one call
+    uniforms = torch.rand(cfg.num_steps, env.num_envs, device=obs.row.device)
     for step in range(cfg.num_steps):
         with precision.autocast():
             logits, value, state = policy_step(model, obs, lstm_state, codes)
-        lstm_state = tuple(x.float() for x in state)  # the carried state stays float32 under autocast
+        # the carried state stays float32 under autocast
+        lstm_state = tuple(x.float() for x in state)
         action = sample_actions(logits[0], uniforms[step]) if act is None else act(obs)
         result = env.step(action)
         storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, action_logprob(logits[0], action),

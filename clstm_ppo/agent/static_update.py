@@ -63,7 +63,8 @@ class StaticMinibatchLoss:
         decisions = storage.num_steps * (storage.num_envs // cfg.num_minibatches)
         bars = windows.observable_rows()
         self.bars: Tensor | None = None
-        if len(bars) <= decisions if by_bar is None else by_bar:  # each observable bar once, looked up by flat row
+        if len(bars) <= decisions if by_bar is None else by_bar:
+            # each observable bar once, looked up by flat row
             self.bars = bars
             self.position = torch.zeros(windows.n_symbols * windows.n_bars, dtype=torch.long, device=bars.device)
             self.position[bars] = torch.arange(len(bars), device=bars.device)

@@ -44,12 +44,15 @@ def position_credit(rewards: Tensor, slot_pnl: Tensor, opened: Tensor, dones: Te
     gamma 1, the rewards' sum is unchanged.
     """
     credit = torch.zeros_like(rewards)
-    ahead = torch.zeros_like(slot_pnl[0, 0])  # (P, N) P&L after step t of the position each slot holds then
+    # (P, N) P&L after step t of the position each slot holds then
+    ahead = torch.zeros_like(slot_pnl[0, 0])
     for step in reversed(range(rewards.shape[0])):
-        ahead = ahead * (~dones[step]).to(ahead.dtype).unsqueeze(0)  # the next episode's positions are others
+        # the next episode's positions are others
+        ahead = ahead * (~dones[step]).to(ahead.dtype).unsqueeze(0)
         fresh = opened[step].to(ahead.dtype)
         credit[step] = (fresh * (slot_pnl[step, 1] + gamma * ahead)).sum(0)
-        ahead = slot_pnl[step, 0] + gamma * ahead * (1.0 - fresh)  # before the fill the slot held another one
+        # before the fill the slot held another one
+        ahead = slot_pnl[step, 0] + gamma * ahead * (1.0 - fresh)
     return rewards + scale * (credit - slot_pnl.sum((1, 2)))
 
 
@@ -91,7 +94,8 @@ class RolloutStorage:
         self.logprobs, self.values, self.rewards = buf(), buf(), buf()
         self.dones = buf(dtype=torch.bool)
         self.advantages, self.returns = buf(), buf()
-        self.initial_state: State | None = None  # LSTM 2's state before step 0: minibatches replay from it
+        # LSTM 2's state before step 0: minibatches replay from it
+        self.initial_state: State | None = None
         # A prior rule's action at each decision and the weight of its penalty this update (prior.kl): read by
         # the update's loss; hold and 0 without a prior.
         self.prior_actions = buf(dtype=torch.long)

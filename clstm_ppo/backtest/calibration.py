@@ -50,7 +50,8 @@ def annual_returns(data: MarketData, split: str, atm_per_iv: float | None,
     cfg = Config()
     if atm_per_iv is not None:
         cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, atm_per_iv=atm_per_iv))
-    if split == "all":  # one walk from the first bar to the last; the market still fits on the training split
+    if split == "all":
+        # one walk from the first bar to the last; the market still fits on the training split
         data = dataclasses.replace(data, splits={**data.splits, "all": (0, len(data.dates))})
     out = {}
     for name in policies:

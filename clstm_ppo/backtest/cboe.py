@@ -36,7 +36,8 @@ from clstm_ppo.market.costs import Ticks, fees_only, strike_volume
 from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR
 
 EXPIRIES = ("monthly", "30d")
-MONTHLY_MIN_DAYS = 21  # a roll on expiry day (or the Monday after) lists the next month's third Friday
+# a roll on expiry day (or the Monday after) lists the next month's third Friday
+MONTHLY_MIN_DAYS = 21
 ATM_MONEYNESS = 1.0  # CBOE takes a listed strike next to the index; the chain's 1.0 is the nearest
 SHARE_COST = COST_KINDS.index("shares")  # trading the index itself (market.costs.share_cost_bps)
 # What the simulation is checked against: annual returns (%) 1999-2012 as the issue that asked for these
@@ -93,7 +94,8 @@ class _Rolls:
     iv: Tensor
     log_k_s: Tensor
     volume: Tensor  # the strike's option-volume proxy from the decision bar's volume, as the env's fills
-    settle: np.ndarray  # (R,) intrinsic value per contract at the expiry bar's close (0 past the walk)
+    # (R,) intrinsic value per contract at the expiry bar's close (0 past the walk)
+    settle: np.ndarray
     ticks: Ticks | None  # the underlying's quote grid, as the env's
 
 
@@ -123,7 +125,8 @@ def _price_rolls(env: BatchedOptionsEnv, s: int, fills: np.ndarray, expiries: np
     iv = surface_iv(q.fill_iv[s, u], q.long_run_iv[s], log_k_s, years, m)
     flag = torch.full(spot.shape, is_call)
     mid = bs_price(spot, strike, years, q.fill_rate[s, u], q.dividend_yield[s], iv, flag, -log_k_s)
-    volume = strike_volume(q.base_volume[s, u - 1], log_k_s, years, m.costs, ATM_YEARS)  # a fill knows t-1's volume
+    # a fill knows t-1's volume
+    volume = strike_volume(q.base_volume[s, u - 1], log_k_s, years, m.costs, ATM_YEARS)
     inside = expiries < env.split_end
     at_expiry = q.close_px[s, torch.as_tensor(np.where(inside, expiries, fills))]
     payoff = ((at_expiry - strike) * (1.0 if is_call else -1.0)).clamp_min(0) * m.multiplier
@@ -138,13 +141,15 @@ def _marks(env: BatchedOptionsEnv, s: int, rolls: _Rolls, is_call: bool, cfg: Co
     q, first, last = env.quotes, env.first_bar, env.split_end - 1
     held = np.full(last - first + 1, -1)
     for r, (u, e) in enumerate(zip(rolls.fill_bar, rolls.expiry_bar, strict=True)):
-        held[u - first:min(e, last + 1) - first] = r  # from its fill's close to the close before its expiry's
+        # from its fill's close to the close before its expiry's
+        held[u - first:min(e, last + 1) - first] = r
     if len(rolls.fill_bar) == 0:  # a one-bar walk sells nothing
         return np.zeros(held.shape)
     bars, live = torch.arange(first, last + 1), torch.as_tensor(held >= 0)
     r = torch.as_tensor(np.maximum(held, 0))
     spot = q.close_px[s, bars]
-    strike = torch.where(live, rolls.strike[r], spot)  # where nothing is held: any finite strike, zeroed below
+    # where nothing is held: any finite strike, zeroed below
+    strike = torch.where(live, rolls.strike[r], spot)
     years = ((rolls.expiry_time[r] - q.close_time[bars]) / DAYS_PER_YEAR).clamp_min(0)
     log_k_s = torch.log(strike / spot)
     iv = surface_iv(q.iv_close[s, bars], q.long_run_iv[s], log_k_s, years, cfg.market)
@@ -186,13 +191,16 @@ def _simulate(name: str, data: MarketData, split: str, cfg: Config, covered: boo
         held, nxt = -1, 0  # the roll held (-1: none), the next roll to sell
         for t in range(first + 1, last + 1):
             years = (close_time[t] - close_time[t - 1]) / DAYS_PER_YEAR
-            cash *= math.exp(rate[s, t - 1] * years)  # cash earns the rate (a buywrite's small debit pays it)
+            # cash earns the rate (a buywrite's small debit pays it)
+            cash *= math.exp(rate[s, t - 1] * years)
             cash += shares * close[s, t - 1] * math.expm1(q_div * years)
-            if held >= 0 and rolls.expiry_bar[held] == t:  # at intrinsic value, in cash, without fees
+            if held >= 0 and rolls.expiry_bar[held] == t:
+                # at intrinsic value, in cash, without fees
                 payout = contracts * float(rolls.settle[held])
                 cash -= payout
                 closed[s] += 1
-                wins[s] += proceeds - payout > 0  # the roll's P&L net of its costs (the option leg alone)
+                # the roll's P&L net of its costs (the option leg alone)
+                wins[s] += proceeds - payout > 0
                 held, contracts = -1, 0.0
             if nxt < len(fills) and fills[nxt] == t:
                 spot = float(q.fill_px[s, t])
@@ -213,7 +221,8 @@ def _simulate(name: str, data: MarketData, split: str, cfg: Config, covered: boo
                 costs[s] += fill.costs.numpy()
                 held, nxt = nxt, nxt + 1
             equity[s, t - first] = cash + shares * close[s, t] - contracts * marks[t - first]
-        open_at_end[s] = int(held >= 0) + int(shares > 0)  # the option, and the shares of a buywrite
+        # the option, and the shares of a buywrite
+        open_at_end[s] = int(held >= 0) + int(shares > 0)
     return WalkResult(policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
                       rate=rate[:, first:last + 1], closed=closed, wins=wins, open_at_end=open_at_end,
                       traded=traded, costs=costs, ruin_fraction=cfg.env.ruin_fraction, clock=data.clock)

@@ -43,7 +43,8 @@ class Backtest:
     report: dict[str, Any]
     rule: RulePick | None = None
     conditional_rule: RulePick | None = None
-    untradable: str | None = None  # the line saying which offered orders the account cannot hold (tradability)
+    # the line saying which offered orders the account cannot hold (tradability)
+    untradable: str | None = None
 
 
 def benchmarks(data: MarketData, split: str, cfg: Config, device: torch.device, seed: int,

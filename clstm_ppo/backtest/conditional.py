@@ -54,7 +54,8 @@ def switching_policy(rules: list[FixedRule], choices: list[list[int]], labels: l
     label_of_row = label_of_row.to(device)
 
     def act(obs: Observation, state: None) -> tuple[torch.Tensor, None]:
-        label = label_of_row[label_of_copy, obs.row]  # the label at the copy's current bar (row = s * T + t)
+        # the label at the copy's current bar (row = s * T + t)
+        label = label_of_row[label_of_copy, obs.row]
         return follow(obs, table[walk_of_copy, label]), state
     return act, None
 

@@ -84,7 +84,8 @@ def macd_rule(data: MarketData, actions: ActionSpace, max_positions: int) -> tup
         now, before = macd.index_select(0, row), macd.index_select(0, (row - 1).clamp_min(0))
         signal = torch.where((before <= 0) & (now > 0), call, torch.where((before >= 0) & (now < 0), put, 0))
         pending = torch.zeros_like(row) if pending is None else pending
-        pending = torch.where(signal > 0, signal, pending)  # a new cross replaces any wish not yet bought
+        # a new cross replaces any wish not yet bought
+        pending = torch.where(signal > 0, signal, pending)
         holding = _open_count(obs, max_positions).cpu() > 0
         mask = obs.mask.cpu()
         can_buy = mask.gather(1, pending.unsqueeze(-1)).squeeze(-1) & (pending > 0)

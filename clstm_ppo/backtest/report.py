@@ -110,7 +110,8 @@ def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
     out: dict[int, dict[str, dict]] = {}
     for year in np.unique(years):
         idx = np.flatnonzero(years == year)
-        bars = slice(int(idx[0]), int(idx[-1]) + 2)  # the closes those returns span, the year's base included
+        # the closes those returns span, the year's base included
+        bars = slice(int(idx[0]), int(idx[-1]) + 2)
         out[int(year)] = {sym: curve_metrics(result.equity[s, bars], result.dates[bars], result.rate[s, bars],
                                              result.clock) for s, sym in enumerate(result.symbols)}
     return out
@@ -167,11 +168,13 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
     whole = {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
              for name, res in results.items()}
     keys = MAIN_KEYS
-    if benchmark in whole:  # what a backtest answers: did it beat the benchmark a year, on the same underlying
+    if benchmark in whole:
+        # what a backtest answers: did it beat the benchmark a year, on the same underlying
         keys = (*MAIN_KEYS, "excess_annual")
         for by_sym in whole.values():
             for sym, m in by_sym.items():
-                bench = whole[benchmark].get(sym)  # nan, not a crash, for an underlying the benchmark lacks
+                # nan, not a crash, for an underlying the benchmark lacks
+                bench = whole[benchmark].get(sym)
                 m["excess_annual"] = m["annual_return"] - bench["annual_return"] if bench else float("nan")
     clock = _clock(results)
     lines = [f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns of "
@@ -233,8 +236,9 @@ def _account(res: WalkResult) -> np.ndarray:
 
 def plot_equity(results: dict[str, WalkResult], path: str | Path, benchmark: str = "buy_and_hold") -> None:
     """Equity (above) and drawdown (below) of every policy on a date axis; the benchmark in thick black."""
+    # no pyplot: no display, no global backend, the Agg canvas on save
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-    from matplotlib.figure import Figure  # no pyplot: no display, no global backend, the Agg canvas on save
+    from matplotlib.figure import Figure
 
     dates = _dates(results).values
     fig = Figure(figsize=(11, 7), layout="constrained")

@@ -29,8 +29,10 @@ class WalkResult:
     costs: np.ndarray  # (S, K) dollars paid per cost kind (clstm_ppo.market.COST_KINDS)
     ruin_fraction: float  # the walk's env.ruin_fraction: the level reports call ruin (the walk itself never stops)
     clock: BarClock  # the data's bars: their interval, and the bars a year that annualise every figure of the walk
-    option_pnl: np.ndarray | None = None  # (S,) closed options' own P&L, every cost in; None: not recorded
-    masked: np.ndarray | None = None  # (S,) bars whose chosen action the mask turned into hold; None: not recorded
+    # (S,) closed options' own P&L, every cost in; None: not recorded
+    option_pnl: np.ndarray | None = None
+    # (S,) bars whose chosen action the mask turned into hold; None: not recorded
+    masked: np.ndarray | None = None
 
     @property
     def daily_returns(self) -> np.ndarray:

@@ -40,7 +40,8 @@ SHOWN = 5  # the best rules the report lists with their validation scores
 
 @dataclass(frozen=True)
 class FixedRule:
-    stock: int | None  # index into market.stock_targets, bought at the first fill and held; None: no shares
+    # index into market.stock_targets, bought at the first fill and held; None: no shares
+    stock: int | None
     order: int | None  # the option action (1..option_orders) it keeps placing; None: no options
     every_slot: bool = True  # into every free slot; False: only while no option is open
 
@@ -74,9 +75,11 @@ class RulePick:
     walked: str  # the dates it was picked on, 'YYYY-MM-DD..YYYY-MM-DD'
     best: list[dict]  # the SHOWN best rules and their scores, best first
     tried: int  # how many rules were walked
-    split: str = PICK_SPLIT  # the split it was picked on: validation for best_rule, train for a prior
+    # the split it was picked on: validation for best_rule, train for a prior
+    split: str = PICK_SPLIT
     label: str = "best_rule"  # or best_conditional_rule (backtest/conditional.py)
-    deflated: dict | None = None  # the pick's deflated Sharpe against the best of ``tried`` skill-less rules
+    # the pick's deflated Sharpe against the best of ``tried`` skill-less rules
+    deflated: dict | None = None
 
     def line(self, split: str) -> str:
         """One line for the report: which rule, picked where and by what, and whether ``split`` is in sample."""

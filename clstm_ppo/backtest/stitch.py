@@ -23,7 +23,8 @@ def stitch(walks: list[WalkResult]) -> WalkResult:
                              f"the next starts {after.dates[0].date()}")
     equity, rate = [first.equity], [first.rate]
     for walk in walks[1:]:
-        scale = equity[-1][:, -1:] / walk.equity[:, :1]  # this fold's cash start -> the account so far
+        # this fold's cash start -> the account so far
+        scale = equity[-1][:, -1:] / walk.equity[:, :1]
         equity.append(walk.equity * scale)
         rate.append(walk.rate)
     total = lambda field: np.sum([getattr(w, field) for w in walks], axis=0)  # noqa: E731  (counts add up)

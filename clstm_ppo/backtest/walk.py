@@ -106,7 +106,8 @@ def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
     its close after a stale open) for ``market.costs.share_cost_bps`` of the notional, and held to the last
     close. Fractional shares, as an index fund holds. As in the env, cash earns the rate and the holding is paid
     the data's dividend yield in cash (0 where Adj Close put dividends into the prices)."""
-    env = walk_env(data, split, cfg, "cpu")  # for the walk's bounds, its clock, rates and dividend yields
+    # for the walk's bounds, its clock, rates and dividend yields
+    env = walk_env(data, split, cfg, "cpu")
     first, last = env.first_bar, env.split_end - 1
     q = env.quotes
     close = data.bars["close"][:, first:last + 1]
@@ -119,7 +120,8 @@ def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
     dividend_yield = q.inputs.dividend_yield
     equity = np.empty_like(close)
     equity[:, 0] = cash0
-    cash = cash0 * np.exp(rate[:, 0] * years[0]) - cash0  # the carry on the account until the fill, then all in
+    # the carry on the account until the fill, then all in
+    cash = cash0 * np.exp(rate[:, 0] * years[0]) - cash0
     for i in range(1, close.shape[1]):
         if i > 1:
             cash = cash * np.exp(rate[:, i - 1] * years[i - 1]) + shares * close[:, i - 1] * np.expm1(

@@ -130,7 +130,8 @@ def parse_override(text: str) -> dict[str, Any]:
     dotted, raw = text.split("=", 1)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as err:  # a ParserError, or a ConstructorError for a tag such as !!python/object
+    except yaml.YAMLError as err:
+        # a ParserError, or a ConstructorError for a tag such as !!python/object
         raise ConfigError(f"--set {text!r}: the value is not plain YAML ({first_line(err, 80)}); quote it as text or "
                           "write it as YAML, e.g. --set data.window=20 or --set data.symbols=[SPY,QQQ]") from None
     return nested(dotted.strip(), value)

@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     if args.data is not None:
         cfg.data.source = args.data
-    data = observed_market_data(cfg)  # the features the agent observes, the option market's included
+    # the features the agent observes, the option market's included
+    data = observed_market_data(cfg)
     print(summary(data, cfg.market))
     notice = untradable_notice(data, SPLITS, cfg.market, cfg.env)
     if notice:

@@ -20,12 +20,15 @@ HOURS = {"24/7": "24/7", "24/5": "24/5", "exchange": "exchange hours"}
 # Trading days a year: every day, every weekday, an exchange's weekdays less its holidays (the convention that
 # annualises daily stock returns with 252; a daily FX file that wants 260 sets data.periods_per_year).
 DAYS_PER_YEAR = {"24/7": 365.0, "24/5": 260.0, "exchange": 252.0}
-DAILY = pd.Timedelta(hours=20)  # a median spacing this long is a daily bar (a day's stamp need not be midnight)
-LONGER_THAN_DAILY = pd.Timedelta(days=1.5)  # ... and this long, a bar of several days (weekly, monthly)
+# a median spacing this long is a daily bar (a day's stamp need not be midnight)
+DAILY = pd.Timedelta(hours=20)
+# ... and this long, a bar of several days (weekly, monthly)
+LONGER_THAN_DAILY = pd.Timedelta(days=1.5)
 YEAR = pd.Timedelta(days=365.25)  # bars longer than a day are counted over the calendar
 WEEKEND_SHARE = 0.05  # a market trades every day when its Saturdays and its Sundays each hold this share of bars
 ROUND_THE_CLOCK = pd.Timedelta(hours=20)  # a session this long trades around the clock
-SESSION_BREAK = pd.Timedelta(hours=4)  # a pause this long ends a session: an overnight, not a lunch break
+# a pause this long ends a session: an overnight, not a lunch break
+SESSION_BREAK = pd.Timedelta(hours=4)
 PAUSE = 1.5  # a gap of more than this many intervals is a pause: the next bar opens after the market was shut
 FAR = 0.1  # a data.periods_per_year further than this share from the data's own is worth a warning
 
@@ -125,7 +128,8 @@ def detect_clock(dates: pd.DatetimeIndex) -> BarClock:
     interval = bar_interval(dates)
     hours = market_hours(dates, interval)
     per_day = bars_per_day(dates, interval, hours)
-    if interval >= LONGER_THAN_DAILY:  # weekly or monthly bars: as many a year as the calendar holds
+    if interval >= LONGER_THAN_DAILY:
+        # weekly or monthly bars: as many a year as the calendar holds
         per_year = YEAR / ((dates[-1] - dates[0]) / (len(dates) - 1))
     else:
         per_year = per_day * DAYS_PER_YEAR[hours]

@@ -25,15 +25,18 @@ class MarketData:
     feature_names: tuple[str, ...]
     features: np.ndarray  # (S, T, F) float32, normalised with training-split statistics
     raw_features: np.ndarray  # (S, T, F) float64, before normalisation
-    bars: dict[str, np.ndarray]  # open/high/low/close/realized_vol[/volume][/iv[/iv_open]][/rate] -> (S, T) float64
+    # open/high/low/close/realized_vol[/volume][/iv[/iv_open]][/rate] -> (S, T) float64
+    bars: dict[str, np.ndarray]
     turbulence: np.ndarray  # (T,) raw turbulence, for the trading rule
     turbulence_threshold: float  # quantile of training-split turbulence
     splits: dict[str, tuple[int, int]]  # name -> [start, end) rows
     normalizer: Normalizer
     window: int
     clock: BarClock  # the bars' interval and hours, and the bars a year that annualise every figure
-    dividend_adjusted: np.ndarray | None = None  # (S,) bool: Adj Close put dividends into the prices; None: none did
-    broad_index: np.ndarray | None = None  # (S,) bool: a broad-based index (margin at index rates); None: none is
+    # (S,) bool: Adj Close put dividends into the prices; None: none did
+    dividend_adjusted: np.ndarray | None = None
+    # (S,) bool: a broad-based index (margin at index rates); None: none is
+    broad_index: np.ndarray | None = None
 
     @property
     def periods_per_year(self) -> float:
@@ -46,7 +49,8 @@ class MarketData:
 
 
 def _check_config(cfg: DataConfig) -> None:
-    check_values(Config(data=cfg))  # the config's own rules, for callers that build a DataConfig directly
+    # the config's own rules, for callers that build a DataConfig directly
+    check_values(Config(data=cfg))
 
 
 def _align(frames: dict[str, pd.DataFrame], source: str) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
@@ -127,7 +131,8 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     if not finite_rows.any():
         raise DataError(f"data source '{cfg.source}' has {len(dates)} bars, too few to warm up the indicators "
                         f"(turbulence alone needs {cfg.turbulence_lookback + 1}); give a longer history")
-    first = int(np.argmax(finite_rows))  # warm-up rows (indicators, turbulence look-back) are dropped
+    # warm-up rows (indicators, turbulence look-back) are dropped
+    first = int(np.argmax(finite_rows))
     holes = np.flatnonzero(~finite_rows[first:])
     if holes.size:
         row = first + holes[0]

@@ -43,7 +43,8 @@ def _volume_zscore(volume: pd.Series | None, index: pd.Index, window: int) -> pd
     logv = np.log1p(volume)
     mean, std = logv.rolling(window).mean(), logv.rolling(window).std()
     z = (logv - mean) / std
-    return z.where(std > 0, 0.0).where(std.notna())  # a flat volume says nothing: 0, not a division by zero
+    # a flat volume says nothing: 0, not a division by zero
+    return z.where(std > 0, 0.0).where(std.notna())
 
 
 def compute_features(bars: pd.DataFrame, cfg: DataConfig, turbulence: np.ndarray,
@@ -56,7 +57,8 @@ def compute_features(bars: pd.DataFrame, cfg: DataConfig, turbulence: np.ndarray
     """
     close, high, low = bars["close"], bars["high"], bars["low"]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # ta divides by zero on flat stretches; we mask those
+        # ta divides by zero on flat stretches; we mask those
+        warnings.simplefilter("ignore", RuntimeWarning)
         adx = ta.trend.ADXIndicator(high, low, close, window=14).adx()
         features = pd.DataFrame({
             "log_return": log_returns(close),

@@ -52,7 +52,8 @@ def walk_forward_folds(dates: pd.DatetimeIndex, folds: int) -> list[Fold]:
                         f"{folds} walk-forward fold(s) need at least {folds + 3}: ask for fewer folds")
     out = []
     for i in range(folds):
-        test_year = last_full - (folds - 1 - i) * block  # this fold's test block ends with this year
+        # this fold's test block ends with this year
+        test_year = last_full - (folds - 1 - i) * block
         test_end = str(last.date()) if i == folds - 1 else f"{test_year}-12-31"
         out.append(Fold(i, f"{test_year - 2 * block}-12-31", f"{test_year - block}-12-31", test_end))
     return out

@@ -42,9 +42,12 @@ class BuiltinSource:
     train_end: str
     val_end: str
     origin: str
-    iv_filename: str = ""  # a VIX-style daily file (Date, Open, High, Low, Close in percent points) joined by date
-    rate_filename: str = ""  # FRED DTB3-style daily file (Date, rate_pct: discount-basis percent) joined by date
-    broad_index: bool = False  # a broad-based index: its short options margin at index rates (docs/MARKET.md)
+    # a VIX-style daily file (Date, Open, High, Low, Close in percent points) joined by date
+    iv_filename: str = ""
+    # FRED DTB3-style daily file (Date, rate_pct: discount-basis percent) joined by date
+    rate_filename: str = ""
+    # a broad-based index: its short options margin at index rates (docs/MARKET.md)
+    broad_index: bool = False
     # Bars after a joined series' last date take its last value (else they are an error): a declared
     # approximation, never a silent one (README, Data).
     carry_past_end: bool = False
@@ -127,7 +130,8 @@ def _to_datetime(raw: pd.Series) -> pd.Series:
     text = raw.dtype == object or pd.api.types.is_string_dtype(raw)
     try:
         return pd.to_datetime(raw, errors="coerce", format="mixed") if text else pd.to_datetime(raw, errors="coerce")
-    except ValueError:  # stamps of several UTC offsets (a zone's DST change) or of several zones: read them in UTC
+    except ValueError:
+        # stamps of several UTC offsets (a zone's DST change) or of several zones: read them in UTC
         return pd.to_datetime(raw, errors="coerce", format="mixed" if text else None, utc=True)
 
 

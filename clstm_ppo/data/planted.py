@@ -115,11 +115,14 @@ def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
     dt = 1.0 / BARS_PER_YEAR
     jump_var = _jump_variance(cfg)
     diffusive_long_run = (cfg.vol ** 2 - jump_var) * dt  # per bar
-    total_per_diffusive = cfg.vol ** 2 / (cfg.vol ** 2 - jump_var)  # jumps scale with the level: a fixed ratio
+    # jumps scale with the level: a fixed ratio
+    total_per_diffusive = cfg.vol ** 2 / (cfg.vol ** 2 - jump_var)
 
     z = rng.standard_normal(n)
-    h = _garch_variance(cfg, z, diffusive_long_run)  # h[t]: bar t's variance; h[t + 1] is known at bar t's close
-    level = np.sqrt(h[:n] / diffusive_long_run)  # the vol level against its long run: jump sizes scale with it
+    # h[t]: bar t's variance; h[t + 1] is known at bar t's close
+    h = _garch_variance(cfg, z, diffusive_long_run)
+    # the vol level against its long run: jump sizes scale with it
+    level = np.sqrt(h[:n] / diffusive_long_run)
     counts = rng.poisson(cfg.jumps_per_year * dt, n)
     jumps = level * (counts * cfg.jump_mean + np.sqrt(counts) * cfg.jump_std * rng.standard_normal(n))
     compensator = cfg.jumps_per_year * dt * np.expm1(level * cfg.jump_mean + 0.5 * (level * cfg.jump_std) ** 2)
@@ -136,7 +139,8 @@ def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
     bar_vol = np.sqrt(h[:n])
     open_ = np.empty(n)
     open_[0] = cfg.initial_price
-    open_[1:] = close[:-1] * np.exp(0.1 * bar_vol[1:] * rng.standard_normal(n - 1))  # a small overnight gap
+    # a small overnight gap
+    open_[1:] = close[:-1] * np.exp(0.1 * bar_vol[1:] * rng.standard_normal(n - 1))
     high = np.maximum(open_, close) * np.exp(0.5 * bar_vol * np.abs(rng.standard_normal(n)))
     low = np.minimum(open_, close) * np.exp(-0.5 * bar_vol * np.abs(rng.standard_normal(n)))
     volume = cfg.base_volume * level * np.exp(0.3 * rng.standard_normal(n))

@@ -23,8 +23,10 @@ from clstm_ppo.config import ConfigError, SyntheticConfig
 from clstm_ppo.data.calendar import detect_clock
 
 SIGNAL_PERSISTENCE = 0.95  # AR(1) coefficient of the planted trend: lasts ~20 bars
-SESSION = (pd.Timedelta(hours=9, minutes=30), pd.Timedelta(hours=16))  # exchange hours of intraday bars
-FX_WEEK = (pd.Timedelta(days=4, hours=22), pd.Timedelta(days=6, hours=22))  # shut Friday 22:00 to Sunday 22:00
+# exchange hours of intraday bars
+SESSION = (pd.Timedelta(hours=9, minutes=30), pd.Timedelta(hours=16))
+# shut Friday 22:00 to Sunday 22:00
+FX_WEEK = (pd.Timedelta(days=4, hours=22), pd.Timedelta(days=6, hours=22))
 
 
 def _check(cfg: SyntheticConfig) -> None:
@@ -91,7 +93,8 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     dates = synthetic_dates(cfg)
     rng = np.random.default_rng(cfg.seed)
     n, k = cfg.n_bars, cfg.n_underlyings
-    dt = 1.0 / detect_clock(dates).periods_per_year  # a bar's share of a year, as the data's clock reads it
+    # a bar's share of a year, as the data's clock reads it
+    dt = 1.0 / detect_clock(dates).periods_per_year
     regimes = _regime_path(rng, n, len(cfg.regime_vol), cfg.regime_switch_prob)
     drift = np.asarray(cfg.regime_drift)[regimes][:, None]
     vol = np.asarray(cfg.regime_vol)[regimes][:, None]

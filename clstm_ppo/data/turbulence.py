@@ -29,9 +29,11 @@ def turbulence(returns: np.ndarray, lookback: int = 252) -> np.ndarray:
     if lookback < 2 or n_bars <= lookback:
         return out
     bad = ~np.isfinite(y).all(axis=1)
-    y0 = np.where(bad[:, None], 0.0, y)  # a NaN would poison every later prefix sum; count it instead
+    # a NaN would poison every later prefix sum; count it instead
+    y0 = np.where(bad[:, None], 0.0, y)
 
-    def prefix(x: np.ndarray) -> np.ndarray:  # leading zero row: the window [t-L, t) sums to P[t] - P[t-L]
+    # leading zero row: the window [t-L, t) sums to P[t] - P[t-L]
+    def prefix(x: np.ndarray) -> np.ndarray:
         return np.concatenate([np.zeros((1, *x.shape[1:])), np.cumsum(x, axis=0)])
 
     first, second, bad_count = prefix(y0), prefix(y0[:, :, None] * y0[:, None, :]), prefix(bad.astype(np.float64))

@@ -18,7 +18,8 @@ from torch import Tensor
 MASK32 = 0xFFFFFFFF
 # Odd multipliers below 2**31 (see above); the first is lowbias32's.
 MULTIPLIERS = (0x7FEB352D, 0x2C1B3C6D, 0x297A2D39)
-STREAMS = {"symbol": 1, "start": 2, "stagger": 3}  # one independent draw per use at each episode start
+# one independent draw per use at each episode start
+STREAMS = {"symbol": 1, "start": 2, "stagger": 3}
 
 
 def mix32(x: Tensor) -> Tensor:

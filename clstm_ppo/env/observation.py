@@ -35,7 +35,8 @@ class Observation:
     def __init__(self, portfolio: Tensor, mask: Tensor, row: Tensor, start: Tensor, windows: MarketWindows):
         self.portfolio = portfolio  # (N, len(PORTFOLIO_FEATURES))
         self.mask = mask  # (N, A) bool: which actions are valid at t (read-only: the env keeps it)
-        self.row = row  # (N,) flat index sym * T + t of bar t: storage keeps this instead of the window
+        # (N,) flat index sym * T + t of bar t: storage keeps this instead of the window
+        self.row = row
         self.start = start  # (N,) bool: this observation begins an episode
         self.windows, self._market = windows, None  # the feature table the rows index
 
@@ -69,7 +70,8 @@ class StepResult(NamedTuple):
     reward: Tensor  # (N,)
     terminated: Tensor  # (N,) bool: ruin
     truncated: Tensor  # (N,) bool: episode length or split end reached
-    episodes: dict[str, np.ndarray] | None  # statistics of the episodes that ended at this step, else None
+    # statistics of the episodes that ended at this step, else None
+    episodes: dict[str, np.ndarray] | None
 
 
 def portfolio_features(spec: EnvSpec, s: EnvState) -> Tensor:
@@ -119,10 +121,12 @@ def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
         least_cover = smallest(spec, s.equity, spot * spec.market.multiplier)
         naked[:, :g] |= ((free_cover(spec, s) >= least_cover) & ~called).unsqueeze(-1)
         mask[:, 1 + 2 * g:1 + 4 * g] = naked & can_open
-    if a.stock_targets:  # a target that changes the holding: lower always, higher when calm and one share fits
+    if a.stock_targets:
+        # a target that changes the holding: lower always, higher when calm and one share fits
         wanted = units(spec, spec.stock_targets * s.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
         held = s.shares.unsqueeze(-1)
-        least = smallest(spec, s.equity, spot).unsqueeze(-1)  # a change smaller than dust is no change
+        # a change smaller than dust is no change
+        least = smallest(spec, s.equity, spot).unsqueeze(-1)
         one_share = share_price_with_fees(spot, spec.market.costs).unsqueeze(-1) * least
         can_buy = ~turbulent.unsqueeze(-1) & (room.unsqueeze(-1) >= one_share)
         mask[:, a.first_stock:a.close_all] = (wanted <= held - least) | ((wanted >= held + least) & can_buy)

@@ -47,7 +47,8 @@ class BatchedOptionsEnv:
                               symbol_weights, scaled, slot_pnl)
         self.dtype, self.market_cfg, self.cfg = self.spec.dtype, market, cfg
         self.actions = self.spec.actions if scaled is None else ScaleChoices(scaled)
-        if cfg.max_order_notional > 0 and market.sizing == "whole":  # a cap below one whole contract leaves a
+        if cfg.max_order_notional > 0 and market.sizing == "whole":
+            # a cap below one whole contract leaves a
             # stock-only agent: say so, not silently (fractional orders fit under any cap)
             one = float(np.min(data.bars["close"][:, self.spec.first_bar:self.spec.split_end])) * market.multiplier
             if cfg.max_order_notional * cfg.initial_cash < one:
@@ -58,12 +59,14 @@ class BatchedOptionsEnv:
         self.num_envs, self.autoreset, self.records = num_envs, autoreset, records
         self.staggered, self.quotes, self.max_len = self.spec.staggered, self.spec.quotes, self.spec.max_len
         self.dates = data.dates.values
-        w = self.market_windows  # the split's bounds and the table's shape, as the env's clock reads them
+        # the split's bounds and the table's shape, as the env's clock reads them
+        w = self.market_windows
         self.window, self.n_symbols, self.n_bars = w.window, w.n_symbols, w.n_bars
         self.split_start, self.split_end, self.first_bar = w.split_start, w.split_end, w.first_bar
         self.state = empty_state(self.spec, seed)
         # Records need the state before the restart (``keep_ended``); the trainer's step never returns it.
-        self.cuda_graphs = cuda_graphs and self.compiled and self.device.type == "cuda"  # graphs replay on CUDA only
+        # graphs replay on CUDA only
+        self.cuda_graphs = cuda_graphs and self.compiled and self.device.type == "cuda"
         self._step = pure.compiled_step(self.spec, autoreset, records, self.cuda_graphs) if self.compiled \
             else _eager_step(self.spec, autoreset, records)
         # Each copy's equity at every bar of its episode, for the records' curves (host tools only).
@@ -127,7 +130,8 @@ class BatchedOptionsEnv:
             bar, time = self.expiry_of(p.expiry, t)
             if bar <= t:
                 raise ValueError(f"a position expiring {p.expiry} has expired by the data's last bar")
-            flow = -p.paid if p.short else p.paid  # what the account paid for it (a sale: minus what it brought in)
+            # what the account paid for it (a sale: minus what it brought in)
+            flow = -p.paid if p.short else p.paid
             for name, value in (("active", True), ("is_call", p.is_call), ("short", p.short), ("strike", p.strike),
                                 ("contracts", p.contracts), ("entry_cost", flow), ("expiry_bar", float(bar)),
                                 ("expiry_time", time)):
@@ -187,7 +191,8 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ step
 
     def step(self, action: Tensor) -> StepResult:
-        if self.cuda_graphs:  # a new replay may overwrite the last one's outputs: every one kept is a copy (below)
+        if self.cuda_graphs:
+            # a new replay may overwrite the last one's outputs: every one kept is a copy (below)
             torch.compiler.cudagraph_mark_step_begin()
         out = self._step(self.state, action.to(self.device).long())
         if self.cuda_graphs:  # the state, and the observation a rollout stores after the next step

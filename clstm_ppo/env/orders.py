@@ -68,7 +68,8 @@ def close_options(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_r
         s.stats["traded"] = s.stats["traded"] + gross.sum(0)
         book_closes(spec, s, close, cash_in, costs)
         return
-    closers = close.view(torch.uint8).amax(0).nonzero().squeeze(-1)  # any over slots; bool any() is slow
+    # any over slots; bool any() is slow
+    closers = close.view(torch.uint8).amax(0).nonzero().squeeze(-1)
     if closers.numel() == 0:
         return
     gross, cash_in, costs = _close_fills(spec, s, close, row, fill_row, lambda x: x.index_select(-1, closers))
@@ -162,14 +163,16 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
     covered = free_cover(spec, s) * as_float(selling & is_call, spec.dtype)
     budget = cfg.position_frac * s.equity
-    if size is not None:  # more than the shares held can cover is a naked sale, sized by position_frac alone
+    if size is not None:
+        # more than the shares held can cover is a naked sale, sized by position_frac alone
         budget, covered = budget * size, covered * size.clamp(max=1.0)
     by_equity = units(spec, budget / per_unit)
     spot_notional = (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)  # one contract's
     if cfg.max_order_notional > 0:  # a setting, not a tensor: no branch in the compiled graph
         by_equity = torch.minimum(by_equity, units(spec, cfg.max_order_notional * s.equity / spot_notional))
     wanted = torch.minimum(torch.maximum(by_equity, covered), units(spec, costs.max_volume_share * opt_volume))
-    price = fill_price_at(mid, wanted, sell, half, opt_volume, costs, ticks, quote) * mult  # more slippage
+    # more slippage
+    price = fill_price_at(mid, wanted, sell, half, opt_volume, costs, ticks, quote) * mult
     need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
     affordable = covered + units(spec, (cash_room(spec, s) / need.clamp_min(1e-12)).clamp_min(0))
     contracts = torch.minimum(wanted, affordable)
@@ -179,7 +182,8 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     contracts = contracts * as_float(go, spec.dtype)
     fill = order_fill_at(mid, contracts, sell, half, opt_volume, costs, mult, ticks, quote)
     premium = fill.price * contracts * mult
-    paid = premium * (1.0 - 2.0 * sell) + fees_only(fill)  # a sale brings the premium in, less its fees
+    # a sale brings the premium in, less its fees
+    paid = premium * (1.0 - 2.0 * sell) + fees_only(fill)
     s.stats["traded"] = s.stats["traded"] + premium
     s.cash = s.cash - paid
     s.costs_paid = s.costs_paid + fill.costs

@@ -89,14 +89,17 @@ class Quotes:
     fill_strike: Tensor  # (S, T, G)
     fill_mid: Tensor  # (S, T, 2G): calls then puts
     fill_half_spread: Tensor  # (S, T, 2G)
-    fill_volume: Tensor  # (S, T, G): each strike's volume proxy at the fill (the decision bar's volume)
+    # (S, T, G): each strike's volume proxy at the fill (the decision bar's volume)
+    fill_volume: Tensor
     fill_margin: Tensor  # (S, T, 2G): margin per share of one option sold short at the fill
     close_ask: Tensor  # (S, T, 2G): $ per contract of one contract bought at t's close, before fees (the mask)
     close_bid: Tensor  # (S, T, 2G): $ per contract of one contract sold at t's close, before fees
-    close_short_margin: Tensor  # (S, T, 2G): the margin of one contract sold at t's close ($ per contract)
+    # (S, T, 2G): the margin of one contract sold at t's close ($ per contract)
+    close_short_margin: Tensor
     margin_a: Tensor  # (S,) short-option margin rates (docs/MARKET.md): a x spot ...
     margin_b: Tensor  # (S,) ... at least b x (strike for a put, spot for a call)
-    ticks: Ticks | None  # (S,) quote increments per underlying; None: no tick grid (every increment 0)
+    # (S,) quote increments per underlying; None: no tick grid (every increment 0)
+    ticks: Ticks | None
 
 
 def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expiry_index: Tensor,
@@ -108,7 +111,8 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
     close_time, open_time = market_clock(dates)
     exp_bar, exp_time = expiry_table(dates, close_time, market.expiries_days)
     stale = inputs.stale_open
-    prev_rate = np.concatenate([inputs.rate[:, :1], inputs.rate[:, :-1]], axis=1)  # at t's open, t-1's rate is known
+    # at t's open, t-1's rate is known
+    prev_rate = np.concatenate([inputs.rate[:, :1], inputs.rate[:, :-1]], axis=1)
     costs = market.costs
     base = base_option_volume(data.bars.get("volume"), data.bars["close"].shape, costs)
     q = Quotes(
@@ -132,8 +136,10 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
         grid = as_tensor(ticks)
         q.ticks = Ticks(grid[:, 0].contiguous(), grid[:, 1].contiguous(), costs.tick_break)
     chain_ticks = ticks_of(q, None)
-    calls = torch.arange(2 * moneyness.numel(), device=device) < moneyness.numel()  # (2G,): calls, then puts
-    prev_base = torch.cat([q.base_volume[:, :1], q.base_volume[:, :-1]], dim=1)  # a fill at t knows t-1's volume
+    # (2G,): calls, then puts
+    calls = torch.arange(2 * moneyness.numel(), device=device) < moneyness.numel()
+    # a fill at t knows t-1's volume
+    prev_base = torch.cat([q.base_volume[:, :1], q.base_volume[:, :-1]], dim=1)
     q.fill_strike, q.fill_mid, q.fill_half_spread, q.fill_volume = _quote_chain(
         q, market, moneyness, q.fill_px, q.fill_iv, q.fill_rate, q.fill_time, prev_base)
     q.fill_margin = _margin(q, q.fill_mid, q.fill_px, q.fill_strike, calls)

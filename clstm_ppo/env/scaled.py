@@ -34,7 +34,8 @@ class ScaledRule:
     stock: int  # the stock action it takes at its first fill (0: it holds no shares)
     order: int  # the option action it keeps placing (0: none)
     every_slot: bool  # into every free slot; False: only while no option is open
-    gate: Tensor | None  # (S * T,) bool by flat row: the rule places its option order where open; None: always
+    # (S * T,) bool by flat row: the rule places its option order where open; None: always
+    gate: Tensor | None
     multiples: tuple[float, ...]  # agent.scale_multiples; 1 among them
 
     @property

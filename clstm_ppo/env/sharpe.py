@@ -36,7 +36,8 @@ def differential_sharpe(moments: Tensor, r: Tensor, rate: float, floor: float) -
     D_t = (B dA - A dB / 2) / max(B - A^2, floor)^(3/2), with dA = r - A, dB = r^2 - B; A += rate dA, B += rate dB."""
     a, b = moments[0], moments[1]
     da, db = r - a, r * r - b
-    variance = (b - a * a).clamp_min(floor)  # >= 0 in exact arithmetic; the floor also covers rounding
+    # >= 0 in exact arithmetic; the floor also covers rounding
+    variance = (b - a * a).clamp_min(floor)
     d = (b * da - 0.5 * a * db) / variance.pow(1.5)
     return d, torch.stack([a + rate * da, b + rate * db])
 

@@ -47,7 +47,8 @@ class OrderFits(NamedTuple):
     close, a free slot and a calm bar aside."""
     budget: Tensor  # position_frac of equity carries it (premium for a buy, margin for a sale)
     room: Tensor  # the cash room pays for it (premium or margin less the bid, and the fees)
-    notional: Tensor  # its notional is within env.max_order_notional of equity (all True without a cap)
+    # its notional is within env.max_order_notional of equity (all True without a cap)
+    notional: Tensor
 
 
 def order_fits(spec: EnvSpec, equity: Tensor, room: Tensor, spot: Tensor, ask: Tensor, bid: Tensor,

@@ -54,7 +54,8 @@ class EnvSpec:
     quotes: Quotes
     turbulent_bar: Tensor  # (T,) bool, known at t's close
     stock_targets: Tensor  # (len(targets),)
-    share_cost_row: Tensor  # (K, 1) one-hot of the "shares" cost kind: a share trade's fees go there
+    # (K, 1) one-hot of the "shares" cost kind: a share trade's fees go there
+    share_cost_row: Tensor
     slot_rank: Tensor  # (P, 1) ranks P..1: the first slot of a column ranks highest (``orders.first_slot``)
     copy_ids: Tensor  # (N,) long
     n_symbols: int
@@ -63,9 +64,11 @@ class EnvSpec:
     split_end: int  # one past the split's last bar
     max_len: int  # bars of the longest episode
     staggered: bool  # first episodes get random lengths (``step.stagger``)
-    symbol_cdf: Tensor | None  # (S,) float64 cumulative chance of each underlying at a random start; None: uniform
+    # (S,) float64 cumulative chance of each underlying at a random start; None: uniform
+    symbol_cdf: Tensor | None
     gather_closes: bool  # price only the closing copies (a host sync): eager on a CPU only (``orders.close_options``)
-    scaled: ScaledRule | None = None  # agent.actions scale: the rule whose orders the action multiplies (``scaled.py``)
+    # agent.actions scale: the rule whose orders the action multiplies (``scaled.py``)
+    scaled: ScaledRule | None = None
     slot_pnl: bool = False  # each step also books every slot's P&L (``EnvState.slot_pnl``), for ppo.credit position
 
     @property
@@ -167,10 +170,12 @@ class EnvState:
     greeks: Tensor  # (4, N) net delta, gamma, vega, theta in $ terms
     costs_paid: Tensor  # (K, N) this episode's costs by kind
     stats: dict[str, Tensor]  # STAT_NAMES -> (N,) this episode's sums
-    mask: Tensor  # (N, A) bool: the actions valid at t, judged at t's close (A: ``EnvSpec.choices``)
+    # (N, A) bool: the actions valid at t, judged at t's close (A: ``EnvSpec.choices``)
+    mask: Tensor
     key: Tensor  # (N,) long: each copy's random stream (``draws.py``)
     draws: Tensor  # (N,) long: how many episode starts each copy has drawn
-    finished: Tensor  # (len(EPISODE_SUMS), N) float64: sums over finished full-length episodes, unread
+    # (len(EPISODE_SUMS), N) float64: sums over finished full-length episodes, unread
+    finished: Tensor
     # (2, N) under env.reward dsr: the moving mean A and second moment B of the bar's return over the T-bill
     # (``sharpe.py``); (0, N) under any other reward, so a state saved before the field existed still fits.
     sharpe_moments: Tensor
@@ -178,7 +183,8 @@ class EnvState:
     # the slot held before the step's fill (its mark's change, or what closing or settling it realised less its last
     # mark), [1] the position opened into it at the fill (its first mark less what it cost); (2, 0, N) without.
     slot_pnl: Tensor
-    slot_opened: Tensor  # (P, N) bool: the step's fill opened a position into the slot; (0, N) without
+    # (P, N) bool: the step's fill opened a position into the slot; (0, N) without
+    slot_opened: Tensor
 
     def working_copy(self) -> EnvState:
         """A new state sharing this one's tensors, whose fields a step may rebind (never change in place)."""

@@ -41,7 +41,8 @@ class StepOutput(NamedTuple):
     reward: Tensor  # (N,)
     terminated: Tensor  # (N,) bool: ruin
     truncated: Tensor  # (N,) bool: episode length or split end reached
-    ended: EnvState | None  # with ``keep_ended``: the state before the restart, where ended copies' figures are
+    # with ``keep_ended``: the state before the restart, where ended copies' figures are
+    ended: EnvState | None
 
 
 def step(spec: EnvSpec, state: EnvState, action: Tensor, autoreset: bool = True,
@@ -86,13 +87,15 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
         size = multiples_of(spec.scaled, action, spec.dtype) * as_float(valid, spec.dtype)
         action = scaled_orders(spec, s) * (size > 0)
     prev_equity = s.equity
-    if spec.slot_pnl:  # each slot's P&L starts from its position's last mark less its cost (0 where empty)
+    if spec.slot_pnl:
+        # each slot's P&L starts from its position's last mark less its cost (0 where empty)
         s.slot_pnl = torch.stack([s.entry_cost - s.mark, torch.zeros_like(s.mark)])
         s.slot_opened = torch.zeros_like(s.active)
     now, t_next = flat_row(spec, s), s.t + 1
     prev_close = at_rows(q.close_px, now)
     nxt = now + 1
-    margin_call = (s.cash < s.margin) & (s.margin > 0)  # t's close left the shorts' margin uncovered
+    # t's close left the shorts' margin uncovered
+    margin_call = (s.cash < s.margin) & (s.margin > 0)
     s.stats["margin_calls"] = s.stats["margin_calls"] + margin_call
 
     # 0. From t's close to t+1's close cash earns interest and the shares their dividends.
@@ -110,7 +113,8 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     settle_expiries(spec, s, spot_close, t_next)
     s.t = t_next
     mark_to_market(spec, s, spot_close, nxt)
-    if spec.slot_pnl:  # a position still open adds its new mark less its cost: to its old owner, or as a new one's
+    if spec.slot_pnl:
+        # a position still open adds its new mark less its cost: to its old owner, or as a new one's
         now_worth = (s.mark - s.entry_cost) * as_float(s.active, spec.dtype)
         opened = as_float(s.slot_opened, spec.dtype)
         s.slot_pnl = torch.stack([s.slot_pnl[0] + now_worth * (1.0 - opened), now_worth * opened])
@@ -120,7 +124,8 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
         reward = dsr_reward(spec, s, prev_equity, cash_return)
     else:
         gain = s.equity - prev_equity
-        if cfg.reward == "excess":  # less what the same equity in the underlying made from t's close to t+1's
+        if cfg.reward == "excess":
+            # less what the same equity in the underlying made from t's close to t+1's
             gain = gain - prev_equity * index_return(spec, s.sym, t_next - 1, prev_close, spot_close)
         reward = gain * (cfg.reward_scale / cfg.initial_cash)
     s.peak = torch.maximum(s.peak, s.equity)
@@ -129,7 +134,8 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     if cfg.turbulence_penalty:
         held = s.active.any(0) | (s.shares > 0)
         held_in_turbulence = spec.turbulent_bar.index_select(0, s.t) & held
-        reward = reward - cfg.turbulence_penalty * as_float(held_in_turbulence, spec.dtype)  # in the env's dtype
+        # in the env's dtype
+        reward = reward - cfg.turbulence_penalty * as_float(held_in_turbulence, spec.dtype)
     s.stats["reward"] = s.stats["reward"] + reward
     terminated = s.equity < cfg.ruin_fraction * cfg.initial_cash
     truncated = (s.t >= s.t_end) & ~terminated
@@ -187,7 +193,8 @@ def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
     s.expiry_bar, s.expiry_time = s.expiry_bar * keep, s.expiry_time * keep
     s.greeks, s.costs_paid = s.greeks * keep, s.costs_paid * keep
     s.stats = {k: v * keep for k, v in s.stats.items()}
-    if spec.cfg.reward == "dsr":  # the moving moments start again from their prior: A = 0, B = the prior variance
+    if spec.cfg.reward == "dsr":
+        # the moving moments start again from their prior: A = 0, B = the prior variance
         a, b = s.sharpe_moments[0], s.sharpe_moments[1]
         s.sharpe_moments = torch.stack([blend(fresh, 0.0, a), blend(fresh, prior_variance(spec.cfg), b)])
 

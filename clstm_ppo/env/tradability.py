@@ -52,7 +52,8 @@ def untradable_orders(data: MarketData, split: str, market: MarketConfig, cfg: E
     bounds = MarketWindows(data, split)  # checks the split's name
     bars = torch.arange(bounds.first_bar, bounds.split_end)
     n_symbols = len(data.symbols)
-    with warnings.catch_warnings():  # the env's own notional-cap warning: this check's line says it, and more
+    with warnings.catch_warnings():
+        # the env's own notional-cap warning: this check's line says it, and more
         warnings.simplefilter("ignore", UserWarning)
         env = BatchedOptionsEnv(data, split, market, check, len(bars) * n_symbols, autoreset=False, records=False)
     env.reset(starts=bars.repeat_interleave(n_symbols))  # copy i: bar i // S of underlying i mod S

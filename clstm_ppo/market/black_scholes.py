@@ -44,7 +44,8 @@ def _terms(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: T
     sqrt_t = torch.sqrt(t.clamp_min(MIN_T))
     vol_t = sigma * sqrt_t
     log_sk = torch.log(spot / strike) if log_s_over_k is None else log_s_over_k
-    d1 = (log_sk + (r - q) * t) / vol_t + 0.5 * vol_t  # the textbook d1 with sigma^2 t / 2 over sigma sqrt(t) split off
+    # the textbook d1 with sigma^2 t / 2 over sigma sqrt(t) split off
+    d1 = (log_sk + (r - q) * t) / vol_t + 0.5 * vol_t
     return _Terms(d1, d1 - vol_t, sqrt_t, vol_t, spot * torch.exp(-q * t), strike * torch.exp(-r * t))
 
 
@@ -84,7 +85,8 @@ def bs_greeks_before_expiry(spot: Tensor, strike: Tensor, t: Tensor, r: float, q
     """
     x = _terms(spot, strike, t, r, q, sigma, log_s_over_k)
     put = 1.0 - as_float(is_call, spot.dtype)  # parity shifts: 0 for calls, 1 for puts
-    n_d1, n_d2 = torch.special.ndtr(x.d1) - put, torch.special.ndtr(x.d2) - put  # put: N(d) - 1 = -N(-d)
+    # put: N(d) - 1 = -N(-d)
+    n_d1, n_d2 = torch.special.ndtr(x.d1) - put, torch.special.ndtr(x.d2) - put
     s_pdf = x.disc_s * torch.exp(x.d1.square() * -0.5) * (1.0 / _SQRT_2PI)  # S e^{-qt} n(d1)
     # Every Greek reuses these two legs; fewer ops matter more than flops at these sizes on CPU.
     s_leg, k_leg = x.disc_s * n_d1, x.disc_k * n_d2

@@ -55,7 +55,8 @@ def half_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig)
     return 0.5 * quoted_spread(mid, iv, log_moneyness, cfg)
 
 
-Side = bool | Tensor  # a sale (True) or a purchase; a tensor of 0/1 floats gives each order its own side
+# a sale (True) or a purchase; a tensor of 0/1 floats gives each order its own side
+Side = bool | Tensor
 
 
 def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
@@ -99,8 +100,10 @@ def on_ticks(raw: Tensor, is_sell: Side, ticks: Ticks) -> Tensor:
     tick = torch.where(raw < ticks.boundary, small, large)
     on_grid = tick > 0
     steps = raw / torch.where(on_grid, tick, 1.0)
-    sell = is_sell if isinstance(is_sell, Tensor) else float(is_sell)  # 0/1 floats: lerp picks exactly
-    ask = torch.ceil(steps - 1e-4).clamp_min(1.0)  # no one sells an option for nothing: at least one tick
+    # 0/1 floats: lerp picks exactly
+    sell = is_sell if isinstance(is_sell, Tensor) else float(is_sell)
+    # no one sells an option for nothing: at least one tick
+    ask = torch.ceil(steps - 1e-4).clamp_min(1.0)
     rounded = torch.lerp(ask, torch.floor(steps + 1e-4), sell) * tick
     return torch.where(on_grid, rounded, raw)
 

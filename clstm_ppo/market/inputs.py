@@ -24,8 +24,10 @@ class MarketInputs:
     iv_open: np.ndarray  # (S, T) the same at bar t's open
     rate: np.ndarray  # (S, T) risk-free rate of bar t's day, continuously compounded
     dividend_yield: np.ndarray  # (S,)
-    long_run_iv: np.ndarray  # (S,) training-split median of iv_close: where the term structure reverts
-    stale_open: np.ndarray  # (S, T) bool: bar t opened at bar t-1's close (fill at t's close instead)
+    # (S,) training-split median of iv_close: where the term structure reverts
+    long_run_iv: np.ndarray
+    # (S, T) bool: bar t opened at bar t-1's close (fill at t's close instead)
+    stale_open: np.ndarray
     iv_source: str  # "column" (a real series) or "model"
 
 
@@ -101,7 +103,8 @@ def market_inputs(data: MarketData, cfg: MarketConfig) -> MarketInputs:
         iv_open = prev if opens is None else _as_decimal(opens)
     else:
         iv_close = model_iv(data, cfg)
-        iv_open = np.concatenate([iv_close[:, :1], iv_close[:, :-1]], axis=1)  # the model is close to close
+        # the model is close to close
+        iv_open = np.concatenate([iv_close[:, :1], iv_close[:, :-1]], axis=1)
     # A VIX-style series is a variance-swap rate, above at-the-money vol by about the skew's share: scale it.
     iv_close, iv_open = (np.clip(x * cfg.atm_per_iv, cfg.min_iv, cfg.max_iv) for x in (iv_close, iv_open))
     rate = data.bars.get("rate")

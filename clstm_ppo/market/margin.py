@@ -32,6 +32,7 @@ def short_margin(premium: Tensor, spot: Tensor, strike: Tensor, is_call: Tensor,
                  rate_b: Tensor) -> Tensor:
     """Requirement per share of one short option (any shapes that broadcast)."""
     call = as_float(is_call, premium.dtype)
-    out_of_money = torch.lerp((spot - strike).clamp_min(0), (strike - spot).clamp_min(0), call)  # put: S > K
+    # put: S > K
+    out_of_money = torch.lerp((spot - strike).clamp_min(0), (strike - spot).clamp_min(0), call)
     floor_base = torch.lerp(strike, spot, call)
     return torch.maximum(premium + rate_a * spot - out_of_money, premium + rate_b * floor_base)

@@ -78,7 +78,8 @@ def run_protocol(data: MarketData, agent: AgentConfig, methods: tuple[str, ...],
             for s, pr in by_steps.items():
                 preds.setdefault(name, {}).setdefault(s, []).append(pr.numpy())
 
-        rng = np.random.default_rng(stream)  # the training tasks' labels alone: the majority class's constant
+        # the training tasks' labels alone: the majority class's constant
+        rng = np.random.default_rng(stream)
         seen = [sample_episodes(fs, train_syms, fs.region("train"), p.meta_batch, p.shots, p.n_query, rng).query_y
                 .numpy() for _ in range(p.iterations)]
         record("majority", {s: torch.full_like(yq, majority_class(seen)) for s in p.steps})
@@ -95,7 +96,8 @@ def run_protocol(data: MarketData, agent: AgentConfig, methods: tuple[str, ...],
                 _train(lambda m, *b, o=opt: proto_step(m.encoder, o, *b), model, fs, train_syms, p, stream)
                 with torch.no_grad():
                     guess = proto_logits(model.encoder, xs, ys_t, xq).argmax(-1)
-                record("protonet", {s: guess for s in p.steps})  # no gradient steps: the same at every count
+                # no gradient steps: the same at every count
+                record("protonet", {s: guess for s in p.steps})
             elif method == "finetune":
                 opt = torch.optim.Adam(model.parameters(), lr=p.train_lr)
                 _train(lambda m, *b, o=opt: pooled_step(m, o, *b), model, fs, train_syms, p, stream)

@@ -32,7 +32,8 @@ def unrolled_lstm(lstm: nn.LSTM, x: Tensor) -> Tensor:
     numbers as the fused kernel (tests), but every op has a vmap batching rule and a double backward, which
     MAML's per-task inner loops need (the fused CPU kernel has neither under vmap)."""
     w_ih, w_hh = lstm.weight_ih_l0, lstm.weight_hh_l0
-    xi = x @ w_ih.T + (lstm.bias_ih_l0 + lstm.bias_hh_l0)  # the input projection of every step at once
+    # the input projection of every step at once
+    xi = x @ w_ih.T + (lstm.bias_ih_l0 + lstm.bias_hh_l0)
     h = x.new_zeros(*x.shape[:-2], w_hh.shape[1])
     c = h
     for t in range(x.shape[-2]):

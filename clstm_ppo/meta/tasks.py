@@ -51,7 +51,8 @@ class Episodes:
     query_y: Tensor
     symbol: np.ndarray  # (E,) underlying index
     start: np.ndarray  # (E,) the window's first bar
-    end: np.ndarray  # (E,) one past the window's last bar (the last close any label reads is end - 1)
+    # (E,) one past the window's last bar (the last close any label reads is end - 1)
+    end: np.ndarray
 
     def __len__(self) -> int:
         return len(self.symbol)

@@ -25,7 +25,8 @@ def meta_pretrain_encoder(encoder: torch.nn.Module, data: MarketData, cfg: Confi
                           f"{cfg.agent.kind} has not; use agent.kind clstm or pretrain.method supervised")
     device = next(encoder.parameters()).device
     symbols = list(range(len(data.symbols)))
-    fs = FewShotData(data, symbols, horizon=5)  # statistics of every underlying's training bars: the run's own
+    # statistics of every underlying's training bars: the run's own
+    fs = FewShotData(data, symbols, horizon=5)
     net = FewShotNet(len(data.feature_names), cfg.agent).to(device)
     net.encoder = encoder  # the agent's own module: what the meta-learning changes is what the agent starts from
     params = encoder.parameters() if method == "protonet" else net.parameters()

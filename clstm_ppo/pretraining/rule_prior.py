@@ -94,11 +94,14 @@ def cloning_loss(logits: Tensor, actions: Tensor, mask: Tensor, weight: Tensor, 
     there (``weight[action]``). The target is the rule's action, or with ``smoothing`` > 0 that share of it spread
     evenly over the decision's valid actions (``mask``) and the rest on the rule's: a clone that keeps sampling the
     others, which PPO can then learn to prefer (docs/TRAINING.md, "A prior from the rules")."""
-    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)  # action_logprob's arithmetic, shared by both terms
+    # action_logprob's arithmetic, shared by both terms
+    normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
     log_target = normalised.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    if smoothing > 0.0:  # at 0 the sum is the rule's log-probability alone, as runs before the setting computed it
+    if smoothing > 0.0:
+        # at 0 the sum is the rule's log-probability alone, as runs before the setting computed it
         valid = mask.to(normalised.dtype)
-        spread = (normalised * valid).sum(-1) / valid.sum(-1)  # a masked action's -1e9 times 0 adds 0
+        # a masked action's -1e9 times 0 adds 0
+        spread = (normalised * valid).sum(-1) / valid.sum(-1)
         log_target = (1.0 - smoothing) * log_target + smoothing * spread
     return -(weight[actions] * log_target).mean()
 
@@ -162,7 +165,8 @@ class RulePrior:
             self.pick = None
             self.act = partial(one_times, scaled.one)
             return
-        self.pick = pick_prior(data, cfg, device)  # the same on every rank and on a resume: a pure function of data
+        # the same on every rank and on a resume: a pure function of data
+        self.pick = pick_prior(data, cfg, device)
         self.act = rule_actions(self.pick, data if env_data is None else env_data, cfg, device)
 
     def describe(self) -> str:

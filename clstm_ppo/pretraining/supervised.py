@@ -29,7 +29,8 @@ def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: Marke
     history = []
     for epoch in range(cfg.epochs):
         order = torch.randperm(len(rows), generator=generator).to(device)
-        total = torch.zeros((), device=device)  # summed on the device: one host sync per epoch, not per batch
+        # summed on the device: one host sync per epoch, not per batch
+        total = torch.zeros((), device=device)
         for batch in order.split(cfg.batch_size):
             prediction = head(encoder(windows.gather(rows[batch]))).squeeze(-1)
             loss = ((prediction - targets[batch]) ** 2).mean()

@@ -38,7 +38,8 @@ def atomic_save(obj: Any, path: Path) -> None:
         with open(tmp, "wb") as fh:
             try:
                 torch.save(obj, fh)
-            except RuntimeError as err:  # torch's zip writer reports a failed write as its own error
+            except RuntimeError as err:
+                # torch's zip writer reports a failed write as its own error
                 raise OSError(_write_failure(fh, err)) from None
             fh.flush()
             os.fsync(fh.fileno())
@@ -60,7 +61,8 @@ def read_torch_file(path: Path, what: str, missing: str, corrupt: str) -> Any:
     if not path.is_file():
         raise CheckpointError(f"{what} {path} not found; {missing}")
     try:
-        with warnings.catch_warnings():  # torch's note on a pickle protocol it did not write: the refusal says more
+        with warnings.catch_warnings():
+            # torch's note on a pickle protocol it did not write: the refusal says more
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:

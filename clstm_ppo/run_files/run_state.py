@@ -113,7 +113,8 @@ class RankState:
         lstm = field_of(saved, "lstm_state", (tuple, list), where)
         if len(lstm) != 2 or not all(isinstance(s, torch.Tensor) for s in lstm):
             raise BadField(f"field '{where}lstm_state' is not two tensors")
-        field_of(tensors_of(saved, "env", where), "stats", dict, f"{where}env.")  # what every env state has
+        # what every env state has
+        field_of(tensors_of(saved, "env", where), "stats", dict, f"{where}env.")
         return cls(RngState.from_file(field_of(saved, "rng", dict, where), f"{where}rng."),
                    saved["env"], (lstm[0], lstm[1]),
                    field_of(saved, "portfolio", (torch.Tensor, type(None)), where))

@@ -64,7 +64,8 @@ def as_plain_data(value: Any, where: str = "") -> Any:
     """``value`` with every numpy array made a tensor and every numpy number a Python one, so that torch.load's
     weights_only reads it back; anything else that is not a tensor or a plain value is a TypeError naming it, so a
     file that would not load as data is never written."""
-    if isinstance(value, dict):  # unchanged where nothing in it changes: a model's state dict keeps its metadata
+    if isinstance(value, dict):
+        # unchanged where nothing in it changes: a model's state dict keeps its metadata
         plain = {k: as_plain_data(v, f"{where}{k}.") for k, v in value.items()}
         return value if all(plain[k] is v for k, v in value.items()) else plain
     if isinstance(value, (list, tuple)):

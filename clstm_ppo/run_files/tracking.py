@@ -72,7 +72,8 @@ def tidy_metrics(path: Path, up_to_step: int) -> str | None:
             torn += 1
             continue
         if not line.endswith("\n"):
-            torn += 1  # a whole record whose newline never came: the next record would be glued onto it
+            # a whole record whose newline never came: the next record would be glued onto it
+            torn += 1
             continue
         if record.get("step", 0) > up_to_step:
             dropped.append(line)
@@ -123,7 +124,8 @@ class Tracker:
                   **{k: _clean(v) for k, v in values.items()}}
         try:
             self.jsonl.write(strict_json(record) + "\n")
-        except OSError as err:  # a full disk or a file-size limit: one line, and the checkpoints stay whole
+        except OSError as err:
+            # a full disk or a file-size limit: one line, and the checkpoints stay whole
             raise ConfigError(f"could not write {self.jsonl.name} ({err.strerror or err}); latest.pt holds the last "
                               "finished update; free disk space, then continue with --resume-from latest") from None
         numbers = {f"{kind}/{k}": v for k, v in values.items()
@@ -143,7 +145,8 @@ class Tracker:
 
     def close(self) -> None:
         self.bar.close()
-        with contextlib.suppress(OSError):  # after a failed write (said in its one line) the flush fails again
+        with contextlib.suppress(OSError):
+            # after a failed write (said in its one line) the flush fails again
             self.jsonl.close()
         if self.wandb is not None:
             self.wandb.finish()

@@ -139,7 +139,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from clstm_ppo.scenarios.quality_report import build_report, format_report  # arch and the judges: only when asked
+    # arch and the judges: only when asked
+    from clstm_ppo.scenarios.quality_report import build_report, format_report
 
     check_output_path("--json", Path(args.json) if args.json else None)
     if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():

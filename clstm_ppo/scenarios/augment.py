@@ -42,7 +42,8 @@ from clstm_ppo.scenarios.histories import (
 from clstm_ppo.scenarios.market import WARMUP_MARGIN, check_fits
 
 PREFIX = "GEN"
-DRIFT_SIGMAS = 10.0  # a generated path further from its first close than a random walk at the real vol goes
+# a generated path further from its first close than a random walk at the real vol goes
+DRIFT_SIGMAS = 10.0
 
 
 def _labels(gen: FittedGenerator, real: MarketData, paths: int, warm: int) -> np.ndarray | None:

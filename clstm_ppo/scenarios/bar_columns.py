@@ -23,7 +23,8 @@ import pandas as pd
 from clstm_ppo.data.dataset import MarketData
 
 BASE_COLUMNS = ("gap", "ret", "up", "down")
-VOLUME_FLOOR = 1.0  # a zero-volume bar (a holiday print) counts as one share, so its log change is finite
+# a zero-volume bar (a holiday print) counts as one share, so its log change is finite
+VOLUME_FLOOR = 1.0
 STD_FLOOR = 1e-8
 
 

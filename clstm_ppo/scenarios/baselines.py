@@ -92,7 +92,8 @@ class Bootstrap:
                         start: str = "end") -> np.ndarray:
         del regime, start
         rng = np.random.default_rng(seed)
-        which = rng.integers(len(self.series), size=paths)  # each path resamples one underlying's history
+        # each path resamples one underlying's history
+        which = rng.integers(len(self.series), size=paths)
         out = np.empty((paths, length, self.series[0].shape[1]))
         for s, series in enumerate(self.series):
             todo = np.flatnonzero(which == s)

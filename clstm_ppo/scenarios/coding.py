@@ -54,7 +54,8 @@ class ResidualCoder:
     like u exp(delta u^2 / 2), so a value far outside what it was fitted on would be an absurd bar (a volume change of
     e^12), and the training extremes are the tails the model is meant to bring back."""
 
-    marginals: list[Marginal | None]  # per column: its Gaussianising map, None for standardisation alone
+    # per column: its Gaussianising map, None for standardisation alone
+    marginals: list[Marginal | None]
     mean: np.ndarray
     std: np.ndarray
     lo: np.ndarray
@@ -89,7 +90,8 @@ class ResidualCoder:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "ResidualCoder":
-        saved = state.get("marginals", state.get("lambert"))  # "lambert": checkpoints from before the quantile map
+        # "lambert": checkpoints from before the quantile map
+        saved = state.get("marginals", state.get("lambert"))
         return cls([None if s is None else marginal_from_state_dict(s) for s in saved],
                    *(np.asarray(state[k], dtype=np.float64) for k in ("mean", "std", "lo", "hi")))
 
@@ -114,7 +116,8 @@ class Transform:
         """From training-split columns (S, T, F) alone."""
         filt = BarFilter.fit(raw, names, window)
         resid, var, prem = filt.residuals(raw)
-        coder = ResidualCoder.fit(resid[:, window:], names)  # rows that have a full state, as the models see
+        # rows that have a full state, as the models see
+        coder = ResidualCoder.fit(resid[:, window:], names)
         out = cls(filt, coder, np.zeros(2), np.ones(2), raw[..., names.index("ret")].astype(np.float64), var, prem,
                   coder.encode(resid).astype(np.float32))
         stats = out._state_columns()[:, window:].reshape(-1, 2)
@@ -153,7 +156,8 @@ class Transform:
             if not len(sym_bar):
                 raise ValueError(f"start 'regime': no training bar is in regime {regime}")
             pick = sym_bar[rng.integers(len(sym_bar), size=paths)]
-            sym, bar = pick[:, 0], pick[:, 1] + self.window  # the state after that bar is the one before bar + 1
+            # the state after that bar is the one before bar + 1
+            sym, bar = pick[:, 0], pick[:, 1] + self.window
         else:
             sym = rng.integers(n_sym, size=paths)
             bar = np.full(paths, n_bars) if how == "end" else rng.integers(self.window, n_bars, size=paths)

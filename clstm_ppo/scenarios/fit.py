@@ -28,7 +28,8 @@ class FitOptions:
     batch_size: int = 64
     seed: int = 0
     save_every: int = 0  # steps between checkpoints; 0: a tenth of the budget
-    settings: dict[str, Any] = field(default_factory=dict)  # the model's settings (hidden, lr, ...) over defaults
+    # the model's settings (hidden, lr, ...) over defaults
+    settings: dict[str, Any] = field(default_factory=dict)
     regime_window: int = 20
     use_wandb: bool = False
     tensorboard: str = ""
@@ -158,7 +159,8 @@ def fit_generator(data: MarketData, kind: str, out: Path, opts: FitOptions, devi
                 gen.extra["train_seconds"] = gen.extra.get("train_seconds", 0.0) + now - started
                 gen.extra["train_cpu_seconds"] = gen.extra.get("train_cpu_seconds", 0.0) + cpu_now - cpu_started
                 started, cpu_started = now, cpu_now
-                gen.calibration = calibrate(gen, ts.labels)  # sampling only: training never reads it
+                # sampling only: training never reads it
+                gen.calibration = calibrate(gen, ts.labels)
                 gen.extra["numpy_rng"] = sampler.rng.bit_generator.state
                 gen.extra["torch_rng"] = torch.get_rng_state().tolist()
                 gen.save(out)

@@ -68,8 +68,10 @@ class FittedGenerator:
     regimes: RegimeRule | None = None
     step: int = 0
     total_steps: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)  # batch size, seed, RNG states, regime transitions, timing
-    calibration: Calibration = field(default_factory=Calibration.identity)  # set at every save (residual_scale.py)
+    # batch size, seed, RNG states, regime transitions, timing
+    extra: dict[str, Any] = field(default_factory=dict)
+    # set at every save (residual_scale.py)
+    calibration: Calibration = field(default_factory=Calibration.identity)
 
     def __post_init__(self) -> None:
         if hasattr(self.model, "residual"):
@@ -151,7 +153,8 @@ def load_generator(path: str | Path, device: torch.device | None = None) -> Fitt
         return generator_from_state(state, path, device or torch.device("cpu"))
     except (CheckpointError, ConfigError):  # already one line saying what is wrong
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:  # a field missing or mistyped
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:
+        # a field missing or mistyped
         raise CheckpointError(f"{path} is a damaged scenario checkpoint ({type(err).__name__}: "
                               f"{first_line(err, 100)}); train it again") from None
 

@@ -74,7 +74,8 @@ def bootstrap_tables(real: MarketData, paths: int, seed: int, warm: int, block: 
     for i in range(paths):
         s = i % rows.shape[0]
         draw = StationaryBootstrap(mean_block, np.arange(rows.shape[1]), seed=rng)
-        index = np.resize(next(draw.bootstrap(1))[0][0], len(dates))  # a path longer than the history wraps
+        # a path longer than the history wraps
+        index = np.resize(next(draw.bootstrap(1))[0][0], len(dates))
         start = {"close": float(train["close"][s, 0])}
         if "volume" in train:
             start["volume"] = float(train["volume"][s, 0])

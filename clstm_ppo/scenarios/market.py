@@ -26,7 +26,8 @@ from clstm_ppo.market.observed import add_observed_features
 from clstm_ppo.scenarios.bar_columns import feature_names
 from clstm_ppo.scenarios.generator import load_generator
 
-WARMUP_MARGIN = 60  # bars beyond the turbulence look-back, for the slowest indicator (MACD 26 + 9) and ADX
+# bars beyond the turbulence look-back, for the slowest indicator (MACD 26 + 9) and ADX
+WARMUP_MARGIN = 60
 
 
 def history_frame(real: MarketData, bars: int) -> pd.DataFrame:
@@ -74,7 +75,8 @@ def sample_market_data(generator: Any, paths: int, length: int = 252,
             built = build_market_data(replace(cfg, source=str(file), symbols=None, train_end=str(train_end.date()),
                                               val_end=str(last.date()), periods_per_year=real.periods_per_year),
                                       normalizer=normalizer or real.normalizer)
-            assert built.splits["test"][1] - built.splits["test"][0] == length  # the split is the path, no more
+            # the split is the path, no more
+            assert built.splits["test"][1] - built.splits["test"][0] == length
             if market is not None:
                 built = add_observed_features(built, cfg, market, normalizer)
             out.append(built)

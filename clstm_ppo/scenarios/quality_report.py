@@ -138,7 +138,8 @@ def build_report(gen: FittedGenerator, data: MarketData, paths: int = 1000, leng
         report["regimes_network_alone"] = regime_report(gen, ts, real_ret, min(paths, 200), length, seed,
                                                         data.periods_per_year, proposals=1, start="regime")
     if plot_dir is not None:
-        from clstm_ppo.scenarios.plots import write_plots  # matplotlib only when plots are asked for
+        # matplotlib only when plots are asked for
+        from clstm_ppo.scenarios.plots import write_plots
 
         write_plots(Path(plot_dir), real_ret, {k: v[..., ret_col] for k, v in samples.items()},
                     data.bars["close"][:, data.splits["train"][1] - 1:], gen, length, seed)

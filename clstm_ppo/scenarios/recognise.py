@@ -33,7 +33,8 @@ from clstm_ppo.scenarios.fit import TrainingSet
 from clstm_ppo.scenarios.regime_labels import REGIMES, RegimeRule, trailing
 from clstm_ppo.scenarios.stylised_facts import excess_kurtosis, skew
 
-GOAL_POINTS = 10.0  # the goal's tolerance between generated and real held-out accuracy, in percentage points
+# the goal's tolerance between generated and real held-out accuracy, in percentage points
+GOAL_POINTS = 10.0
 # The labels are a hard function of these statistics, so the ridge only keeps the optimum finite on a separable set;
 # 1e-4 already blurred the thresholds (training accuracy 0.93 instead of 0.99 on tests' hand-made regimes).
 L2 = 1e-7
@@ -65,7 +66,8 @@ def path_windows(ret: np.ndarray, length: int) -> np.ndarray:
 @dataclass
 class RegimeClassifier:
     window: int
-    mean: np.ndarray  # (5,) training statistics' mean and std: the inputs are standardised with them
+    # (5,) training statistics' mean and std: the inputs are standardised with them
+    mean: np.ndarray
     std: np.ndarray
     weight: np.ndarray  # (5, K)
     bias: np.ndarray  # (K,)

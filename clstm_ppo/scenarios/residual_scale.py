@@ -34,9 +34,11 @@ BANDS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98)
 MIN_DRAWS = 200
 QUANTILE_LEVELS = 1001  # coded quantiles kept per column for the quantile map
 TIE_STEP = 1e-12
-MIN_REGIME_ROWS = 100  # real training rows a regime needs for a map of its own (else it takes the pooled map)
+# real training rows a regime needs for a map of its own (else it takes the pooled map)
+MIN_REGIME_ROWS = 100
 
-Quantiles = tuple[tuple[float, ...], ...]  # per coded column, the values at QUANTILE_LEVELS probabilities
+# per coded column, the values at QUANTILE_LEVELS probabilities
+Quantiles = tuple[tuple[float, ...], ...]
 
 
 def _side_moments(z: np.ndarray) -> tuple[float, float]:
@@ -50,7 +52,8 @@ class Calibration:
     k_pos: tuple[float, ...]
     coded_from: Quantiles = ()  # per coded column, the generator's quantiles; () for none
     coded_to: Quantiles = ()  # the real rows' quantiles at the same levels
-    regime_from: tuple[Quantiles, ...] = ()  # per regime, its own map; () for a regime on the pooled one
+    # per regime, its own map; () for a regime on the pooled one
+    regime_from: tuple[Quantiles, ...] = ()
     regime_to: tuple[Quantiles, ...] = ()
 
     @classmethod
@@ -64,7 +67,8 @@ class Calibration:
         spaced probabilities; the generator's are made strictly increasing so the map is a function."""
         p = np.linspace(0.0, 1.0, levels)
         src = np.quantile(generated, p, axis=0).T
-        src = np.maximum.accumulate(src, axis=1) + np.arange(levels) * TIE_STEP  # a flat run (ties) still maps
+        # a flat run (ties) still maps
+        src = np.maximum.accumulate(src, axis=1) + np.arange(levels) * TIE_STEP
         dst = np.quantile(real, p, axis=0).T
         return tuple(tuple(map(float, r)) for r in src), tuple(tuple(map(float, r)) for r in dst)
 

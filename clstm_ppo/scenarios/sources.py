@@ -28,7 +28,8 @@ from clstm_ppo.scenarios.recognise import regime_report
 from clstm_ppo.scenarios.verdict import stress_warning
 
 BASELINE_NAMES = ("fhs", "garch_t", "bootstrap")
-REPORT_PATHS, REPORT_LENGTH, REPORT_REGIME_PATHS = 1000, 252, 200  # the report's defaults: the same numbers
+# the report's defaults: the same numbers
+REPORT_PATHS, REPORT_LENGTH, REPORT_REGIME_PATHS = 1000, 252, 200
 
 
 def is_baseline(spec: str | Path) -> bool:

@@ -55,7 +55,8 @@ class TimeGanSettings:
     lr: float = 1e-3
     gamma: float = 1.0  # weight of the discriminator's verdict on the generator's latent output before supervision
     d_threshold: float = 0.15
-    phases: tuple[float, float] = (0.25, 0.25)  # embedding and supervised shares; the joint phase has the rest
+    # embedding and supervised shares; the joint phase has the rest
+    phases: tuple[float, float] = (0.25, 0.25)
 
 
 class TimeGan:
@@ -63,7 +64,8 @@ class TimeGan:
 
     def __init__(self, n_features: int, n_cond: int, settings: TimeGanSettings, device: torch.device,
                  n_labels: int = 0):
-        del n_cond, n_labels  # unconditional, and it draws whole windows rather than one bar given its state
+        # unconditional, and it draws whole windows rather than one bar given its state
+        del n_cond, n_labels
         s = settings
         self.settings, self.device = s, device
         self.embedder = SeqNet(n_features, s.hidden, s.hidden, s.layers).to(device)
@@ -92,7 +94,8 @@ class TimeGan:
         return 1 if step < (first + second) * self.total_steps else 2
 
     def batches_per_step(self, step: int) -> int:
-        return 3 if self.phase(step) == 2 else 1  # joint: two generator/embedder updates, one discriminator update
+        # joint: two generator/embedder updates, one discriminator update
+        return 3 if self.phase(step) == 2 else 1
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.embedder(x))

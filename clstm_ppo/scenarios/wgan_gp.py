@@ -28,11 +28,13 @@ def mlp(in_dim: int, hidden: int, out_dim: int, layers: int) -> nn.Sequential:
 @dataclass
 class WganSettings:
     hidden: int = 64
-    layers: int = 2  # hidden layers of each net: 128 x 3 cost 3.6 times as much a step on the 2-core CPU
+    # hidden layers of each net: 128 x 3 cost 3.6 times as much a step on the 2-core CPU
+    layers: int = 2
     noise_dim: int = 16
     n_critic: int = 5  # critic updates per generator update
     gp_weight: float = 10.0
-    match_weight: float = 1.0  # the filter's recursion needs the return residual's conditional distribution right
+    # the filter's recursion needs the return residual's conditional distribution right
+    match_weight: float = 1.0
     match_bins: int = 4
     lr: float = 2e-4
     betas: tuple[float, float] = (0.5, 0.9)  # the WGAN-GP paper's Adam settings
@@ -45,7 +47,8 @@ def one_hot(labels: torch.Tensor | None, n_labels: int, like: torch.Tensor) -> t
     return nn.functional.one_hot(labels, n_labels).to(like.dtype)
 
 
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # coded residuals (B, L, F), states (B, L, C), labels (B, L)
+# coded residuals (B, L, F), states (B, L, C), labels (B, L)
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class WganGp:

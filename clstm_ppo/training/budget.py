@@ -23,7 +23,8 @@ class Budget:
     """One launch's budget: fixed by its settings and world size (a resume recomputes it from its own)."""
 
     batch_size: int  # env steps per update, all ranks
-    planned_steps: int  # env steps the learning rate decays over (num_episodes: estimated at full length)
+    # env steps the learning rate decays over (num_episodes: estimated at full length)
+    planned_steps: int
     planned_updates: int
     base_lr: float  # ppo.learning_rate, times the workers under ppo.scale_lr_with_workers
     cfg: Config

@@ -104,7 +104,8 @@ def plan_workers(num_gpus: int, num_workers: int | None, cfg: Config,
             notice = (f"no CUDA device is visible: running {workers} CPU worker(s) over gloo instead "
                       f"(the same as --device cpu --num-workers {workers})")
         cores = usable_cores()
-        if workers > cores and not oversubscribe:  # each worker is a process with its own copy of the run
+        if workers > cores and not oversubscribe:
+            # each worker is a process with its own copy of the run
             raise ConfigError(f"{workers} CPU workers asked for, but this process may use {cores} core(s): "
                               f"use --num-workers {cores} or fewer, or add --oversubscribe if more are meant")
         return workers, "cpu", notice
@@ -156,7 +157,8 @@ def run_worker(local_rank: int, ctx: DistContext | None, cfg: Config, run_dir: P
         # splitting each minibatch k ways with k-fold accumulation keeps the same optimizer steps in 1/k of it.
         p, done = cfg.ppo, trainer.progress.update if trainer is not None else 0
         k = next((k for k in (4, 2) if cfg.train.num_envs % (k * p.num_minibatches) == 0), 0)
-        graphs = "--set launch.update_graphs=false " if cfg.launch.update_graphs else ""  # it refuses accumulation
+        # it refuses accumulation
+        graphs = "--set launch.update_graphs=false " if cfg.launch.update_graphs else ""
         split = (f"split each minibatch with {graphs}--set ppo.num_minibatches={k * p.num_minibatches} --set "
                  f"ppo.grad_accumulation={k * p.grad_accumulation} (the same optimizer steps; about 1/{k} of the "
                  "update's activations), or " if k else "")
@@ -239,7 +241,8 @@ def train_run(config: str | None = None, overrides: Sequence[str] = (), *, setti
     if resume_from:
         resume_path = resolve_resume(resume_from, run_dir)
         resume = load_checkpoint(resume_path, *RESUME_FIXES)
-        cfg = settings_of(config, overrides, settings, base=resume_base(resume.config))  # the run's, then these
+        # the run's, then these
+        cfg = settings_of(config, overrides, settings, base=resume_base(resume.config))
         check_budget_left(resume, cfg)
     elif has_run(run_dir) and not fresh_start:
         raise ConfigError(f"{run_dir} already holds a run; continue it with --resume-from latest, "

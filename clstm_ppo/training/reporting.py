@@ -42,7 +42,8 @@ def describe(cfg: Config, run_dir: Path, data: MarketData, world_size: int, devi
     ])
 
 
-CHECKPOINT_SHARE = 0.2  # a checkpoint costing more than this share of an update's time is worth a note
+# a checkpoint costing more than this share of an update's time is worth a note
+CHECKPOINT_SHARE = 0.2
 
 
 class Reporter:
@@ -113,7 +114,8 @@ def farewell(run_dir: Path, best: dict[str, float]) -> None:
     print(f"\nrun folder: {run_dir}")
     for name in BEST_METRICS:
         path = run_dir / f"best_{name}.pt"
-        if path.exists() and name in best:  # a run resumed from an early checkpoint may not have reached it yet
+        if path.exists() and name in best:
+            # a run resumed from an early checkpoint may not have reached it yet
             print(f"  best {name:<18} {best[name]:>9.4f}  {path}")
     print(f"  latest                   {run_dir / 'latest.pt'}")
     print(f"resume with: python -m clstm_ppo.train --run-name {run_dir.name} "

@@ -67,11 +67,13 @@ class Trainer:
         # validation walk and the saved normaliser. The pool is sampled from the run's seed, so a resume rebuilds it.
         env_data, weights = self.data, None
         if cfg.data.augment > 0:
-            from clstm_ppo.scenarios.augment import augmented_data  # the generators load only when asked
+            # the generators load only when asked
+            from clstm_ppo.scenarios.augment import augmented_data
 
             env_data, weights = augmented_data(self.data, cfg)
-        if cfg.agent.actions == "scale" and not cfg.agent.scale_rule:  # the training years' best, kept in the run's
-            cfg.agent.scale_rule = pick_prior(self.data, cfg, device).name  # settings for evaluate and a resume
+        if cfg.agent.actions == "scale" and not cfg.agent.scale_rule:
+            # the training years' best, kept in the run's settings for evaluate and a resume
+            cfg.agent.scale_rule = pick_prior(self.data, cfg, device).name
         # agent.actions scale: the copies take multiples of this rule's orders, its gate read on the env's bars; the
         # validation walks read it on the real ones.
         scaled = scaled_rule(cfg, env_data, device)
@@ -97,11 +99,13 @@ class Trainer:
         self.model.run_lstms_in_float32(precision.lstms_in_float32)
         storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device,
                                  **credit_settings(cfg))
-        if scaled is not None:  # the logged prior_nll reads -log pi(1x), the rule as it is, with or without a prior
+        if scaled is not None:
+            # the logged prior_nll reads -log pi(1x), the rule as it is, with or without a prior
             storage.prior_actions.fill_(scaled.one)
         train_model = wrap(self.model) if wrap is not None and plan.gradients == "ddp" else self.model
         if plan.gradients == "all_reduce":
-            ctx.broadcast_parameters(self.model)  # as DDP's wrapping would: every rank starts from rank 0's weights
+            # as DDP's wrapping would: every rank starts from rank 0's weights
+            ctx.broadcast_parameters(self.model)
         minibatches = torch.Generator().manual_seed(seeds.minibatches)
         # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
         starts_from_rule = cfg.pretrain.enabled and cfg.pretrain.method == "rule" and not resume
@@ -123,7 +127,8 @@ class Trainer:
                                  minibatches, prior)
         if carried is None:
             obs, lstm_state = self.env.reset(), self.model.initial_state(t.num_envs, device)
-        elif carried.portfolio is not None:  # continuing copies observe what their last step returned
+        elif carried.portfolio is not None:
+            # continuing copies observe what their last step returned
             obs, lstm_state = self.env.observation(carried.portfolio), carried.lstm_state
         else:  # a checkpoint from before the features were saved: observed afresh
             obs, lstm_state = self.env.observe(), carried.lstm_state
@@ -211,17 +216,20 @@ class Trainer:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
         started = time.perf_counter()
         finished = self.collect()
-        wait_for(self.device)  # one sync per update, so the two timings split the work where it happened
+        # one sync per update, so the two timings split the work where it happened
+        wait_for(self.device)
         collected = time.perf_counter()
         stats = self.optimise()
         # The update's time includes waiting at its gradient all-reduces for the slowest rank.
         stats.update(rollout_s=collected - started, update_s=time.perf_counter() - collected)
-        if stats["nonfinite"]:  # non-finite gradients or weights: this update is unsound and not saved
+        if stats["nonfinite"]:
+            # non-finite gradients or weights: this update is unsound and not saved
             return stats, np.zeros(0)
         self.progress.update += 1
         self.progress.global_step += self.budget.batch_size
         sums = torch.as_tensor(finished, device=self.device)
-        sums = self.ctx.all_reduce_sum(sums).cpu().numpy()  # every rank counts every rank's episodes
+        # every rank counts every rank's episodes
+        sums = self.ctx.all_reduce_sum(sums).cpu().numpy()
         self.progress.episodes += int(sums[0])
         return stats, sums
 
@@ -311,10 +319,12 @@ class Trainer:
             gathering = time.perf_counter()
             self.gather_rank_states()  # every rank, every update, before rank 0 writes any checkpoint
             gathered_s = time.perf_counter() - gathering
-            if main and not failed and not said_paths:  # once a process: captures happen in its first update
+            if main and not failed and not said_paths:
+                # once a process: captures happen in its first update
                 tracker.write(self.paths())
                 said_paths = True
-            collectives = self.ctx.record.take()  # this update's, every rank: none may run inside a capture
+            # this update's, every rank: none may run inside a capture
+            collectives = self.ctx.record.take()
             if main and not failed:
                 b = self.boundary
                 reporter.update(n.update, n.episodes, n.global_step,

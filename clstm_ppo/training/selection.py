@@ -17,7 +17,8 @@ from clstm_ppo.run_files.checkpoint import BEST_METRICS
 class Selection:
     best: dict[str, float] = field(default_factory=dict)  # metric -> best validation score so far
     last_eval: dict[str, float] = field(default_factory=dict)
-    evals_without_best: int = 0  # evaluations since the composite last improved (early stopping's count)
+    # evaluations since the composite last improved (early stopping's count)
+    evals_without_best: int = 0
     window: int = 3  # evaluations the smoothed composite averages (train.selection_window)
     recent: list[float] = field(default_factory=list)  # the last ``window`` evaluations' composites
 

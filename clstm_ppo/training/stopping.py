@@ -18,7 +18,8 @@ class StopRequest:
 
     def __init__(self, announce: bool):
         self.requested = False
-        self.announce = announce  # only rank 0 says it, once: Ctrl-C reaches workers and launcher alike
+        # only rank 0 says it, once: Ctrl-C reaches workers and launcher alike
+        self.announce = announce
         self.next_update = 0
 
     def _handle(self, signum: int, frame: object) -> None:  # noqa: ARG002 (signal handler signature)

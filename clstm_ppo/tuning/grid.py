@@ -31,7 +31,8 @@ def open_grid(storage: optuna.storages.BaseStorage, name: str, cells: list[Cell]
     """The grid's study: created and filled by the first process, joined (once filled) by the others."""
     try:
         study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
-    except optuna.exceptions.DuplicatedStudyError:  # the unique study name decides, atomically, who fills it
+    except optuna.exceptions.DuplicatedStudyError:
+        # the unique study name decides, atomically, who fills it
         study = optuna.load_study(storage=storage, study_name=name)
         deadline = time.monotonic() + wait_s
         while "grid" not in study.user_attrs:
@@ -87,7 +88,8 @@ def run_claimed(storage: optuna.storages.BaseStorage, trial_id: int, cell: Cell,
     beater.start()
     try:
         value, result = run_cell(cell)
-    except BaseException as err:  # a SystemExit from a failed run included: record it, then let it go on
+    except BaseException as err:
+        # a SystemExit from a failed run included: record it, then let it go on
         storage.set_trial_user_attr(trial_id, "error", str(err)[:500])
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         raise
@@ -117,7 +119,8 @@ def run_grid(url: str, name: str, cells: list[Cell], run_cell: Callable[[Cell], 
         running = [t for t in trials if t.state == TrialState.RUNNING]
         if not running:
             break
-        say(f"waiting for {len(running)} cell(s) running elsewhere")  # or a dead worker's, queued again soon
+        # or a dead worker's, queued again soon
+        say(f"waiting for {len(running)} cell(s) running elsewhere")
         time.sleep(poll_s)
     done = {t.user_attrs["cell"]: t.user_attrs["result"] for t in trials
             if t.state == TrialState.COMPLETE and "result" in t.user_attrs}

@@ -57,7 +57,8 @@ class Objective:
         marks = report_steps(self.spec.steps)
         try:
             while True:
-                done = [r.finished() for r in runs]  # polled before reading: a finished run's file is complete
+                # polled before reading: a finished run's file is complete
+                done = [r.finished() for r in runs]
                 for r in runs:
                     r.read()
                 failed = [r for r, d in zip(runs, done, strict=True) if d and r.process.returncode != 0]
@@ -85,7 +86,8 @@ class Objective:
 
     @staticmethod
     def _fail(trial: Any, reason: str) -> None:
-        trial.set_user_attr("error", reason)  # Optuna keeps no reason for a failed trial; the summary shows it
+        # Optuna keeps no reason for a failed trial; the summary shows it
+        trial.set_user_attr("error", reason)
         raise TrialFailed(reason)
 
     def _report(self, trial: Any, runs: list[TrainRun], mark: int) -> None:

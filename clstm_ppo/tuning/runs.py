@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-STOP_GRACE_S = 300.0  # an update at default sizes takes seconds; SIGKILL only a trainer that ignores SIGTERM
+# an update at default sizes takes seconds; SIGKILL only a trainer that ignores SIGTERM
+STOP_GRACE_S = 300.0
 
 
 @dataclass

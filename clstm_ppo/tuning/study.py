@@ -17,7 +17,8 @@ import optuna
 
 from clstm_ppo.config import ConfigError, first_line
 
-HEARTBEAT_S = 60  # a worker that dies (kill -9, a lost machine) leaves its trial RUNNING; heartbeats fail it
+# a worker that dies (kill -9, a lost machine) leaves its trial RUNNING; heartbeats fail it
+HEARTBEAT_S = 60
 GRACE_S = 300
 
 
@@ -45,7 +46,8 @@ def scrubbed(text: str, url: str) -> str:
 
 def masked(url: str) -> str:
     """``url`` without its passwords (``user:pw@`` and ``?password=pw``), for messages and summaries."""
-    if "://" not in url:  # a libpq keyword string ("host=db password=pw"), or a typo: mask key=value forms
+    if "://" not in url:
+        # a libpq keyword string ("host=db password=pw"), or a typo: mask key=value forms
         return re.sub(rf"(?i)\b({'|'.join(SECRET_KEYS)})(\s*=\s*)('[^']*'|\S+)", r"\1\2***", url)
     if not url_secrets(url):
         return url
@@ -95,7 +97,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 isinstance(err, sqlalchemy.exc.OperationalError)
                 and any(words in str(err) for words in ("already exists", "database is locked")))
             if not racing or attempt == 4:
-                why = scrubbed(first_line(err), url)  # a driver's error may quote the URL, password and all
+                # a driver's error may quote the URL, password and all
+                why = scrubbed(first_line(err), url)
                 raise ConfigError(f"--storage {masked(url)}: cannot open it ({why}); check the URL, that the server "
                                   "runs and accepts this user, and that its driver is installed") from None
             time.sleep(0.5 + random.random())
