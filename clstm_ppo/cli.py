@@ -1,4 +1,5 @@
 """What every command-line entry shares: --config/--set, and one-line errors instead of tracebacks."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,17 +20,28 @@ CLOSED_PIPE_STATUS = 141  # what a shell reports for a tool a closed pipe stoppe
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None,
-                        help="a named config (default, smoke, paper) or a YAML file of settings")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one setting, e.g. --set data.window=20 (repeatable)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="a named config (default, smoke, paper) or a YAML file of settings",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set data.window=20 (repeatable)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
     return load_config(args.config, args.overrides)
 
 
-def check_output_path(flag: str, path: Path | None, suffixes: tuple[str, ...] | None = None) -> None:
+def check_output_path(
+    flag: str, path: Path | None, suffixes: tuple[str, ...] | None = None
+) -> None:
     """Before minutes of work: ``path`` can be written as a file of its format (a file of ``suffixes``, not a
     folder, in a folder this process can write in, made if missing), else one line naming ``flag``'s fix."""
     if path is None:
@@ -38,12 +50,16 @@ def check_output_path(flag: str, path: Path | None, suffixes: tuple[str, ...] | 
         raise ConfigError(f"{flag} {path}: end the name in {' or '.join(suffixes)}")
     if path.is_dir():
         ending = suffixes[0] if suffixes else ".json" if flag == "--json" else ""
-        raise ConfigError(f"{flag} {path} is a folder, not a file; name a file inside it, e.g. {flag} "
-                          f"{path / ('report' + ending)}")
+        raise ConfigError(
+            f"{flag} {path} is a folder, not a file; name a file inside it, e.g. {flag} "
+            f"{path / ('report' + ending)}"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"{flag} {path}: cannot make its folder ({err.strerror}); choose another path") from None
+        raise ConfigError(
+            f"{flag} {path}: cannot make its folder ({err.strerror}); choose another path"
+        ) from None
     try:
         with tempfile.TemporaryFile(dir=path.parent):
             # a read-only folder or mount shows here, not at the end
@@ -52,7 +68,9 @@ def check_output_path(flag: str, path: Path | None, suffixes: tuple[str, ...] | 
             with open(path, "r+b"):  # an existing file it could not replace
                 pass
     except OSError as err:
-        raise ConfigError(f"{flag} {path}: cannot write there ({err.strerror or err}); choose another path") from None
+        raise ConfigError(
+            f"{flag} {path}: cannot write there ({err.strerror or err}); choose another path"
+        ) from None
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

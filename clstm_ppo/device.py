@@ -1,4 +1,5 @@
 """The one place that picks the device; everything else receives a torch.device."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,10 @@ def pick_device(choice: str, local_rank: int = 0) -> torch.device:
     if choice == "cpu" or (choice == "auto" and cuda_device_count() == 0):
         return torch.device("cpu")
     if cuda_device_count() == 0:
-        raise ConfigError("--device cuda was asked for, but this machine has no CUDA device visible to torch; "
-                          "use --device cpu (or auto)")
+        raise ConfigError(
+            "--device cuda was asked for, but this machine has no CUDA device visible to torch; "
+            "use --device cpu (or auto)"
+        )
     device = torch.device("cuda", local_rank)
     torch.cuda.set_device(device)
     return device
@@ -83,7 +86,9 @@ def available_memory() -> int | None:
     limits = []
     try:
         with open("/proc/meminfo") as fh:
-            limits += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+            limits += [
+                int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")
+            ]
     except OSError:
         pass
     try:
@@ -111,7 +116,9 @@ def keep_freed_host_memory() -> bool:
         mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)) & bool(mallopt(_M_MMAP_THRESHOLD, HEAP_UP_TO_BYTES))
+    return bool(mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)) & bool(
+        mallopt(_M_MMAP_THRESHOLD, HEAP_UP_TO_BYTES)
+    )
 
 
 CXX_COMPILERS = ("g++", "c++", "clang++")  # what torch.compile's CPU backend (inductor) builds with
@@ -121,8 +128,10 @@ def check_compile_toolchain(device_kind: str) -> None:
     """``torch.compile`` turns CPU code into C++: fail in one line now, not in the first update."""
     names = [os.environ.get("CXX", ""), *CXX_COMPILERS]
     if device_kind == "cpu" and not any(shutil.which(n) for n in names if n):
-        raise ConfigError("launch.compile_encoder on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
-                          "install one or leave launch.compile_encoder=false")
+        raise ConfigError(
+            "launch.compile_encoder on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
+            "install one or leave launch.compile_encoder=false"
+        )
 
 
 # Graphs one compiled function may hold in a process. A study trains runs of several agent kinds, rewards and folds
@@ -146,33 +155,44 @@ def key_cpu_code_by_vector_isa() -> None:
             inductor_config.cpp.simdlen = isa.bit_width()
 
 
-def compile_graph(fn: Callable[..., Any], name: str, cuda_graphs: bool = False,
-                  allow_rnn: bool = False) -> Callable[..., Any]:
+def compile_graph(
+    fn: Callable[..., Any], name: str, cuda_graphs: bool = False, allow_rnn: bool = False
+) -> Callable[..., Any]:
     """``fn`` compiled as one graph per input shape (``fullgraph=True, dynamic=False``), in inductor's
     "reduce-overhead" mode with ``cuda_graphs`` (each call replayed as a CUDA graph on CUDA). Each call runs under
     dynamo settings for this function alone: room for ``RECOMPILE_LIMIT`` graphs, and beyond them an error naming
     ``name`` instead of dynamo's silent fall-back to eager code. ``allow_rnn`` lets dynamo read an ``nn.LSTM``'s
     weights (it refuses by default)."""
     key_cpu_code_by_vector_isa()
-    compiled = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
-    settings = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True,
-                **({"allow_rnn": True} if allow_rnn else {})}
+    compiled = torch.compile(
+        fn, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None
+    )
+    settings = {
+        "recompile_limit": RECOMPILE_LIMIT,
+        "fail_on_recompile_limit_hit": True,
+        **({"allow_rnn": True} if allow_rnn else {}),
+    }
 
     def run(*args: Any) -> Any:
         try:
             with torch._dynamo.config.patch(**settings):
                 return compiled(*args)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
-            raise RuntimeError(f"the compiled {name} met its limit of {RECOMPILE_LIMIT} graphs in this process (one "
-                               "per shape: agent kind, env copies, data); run fewer kinds of run per process or set "
-                               "launch.compile_loop off") from None
+            raise RuntimeError(
+                f"the compiled {name} met its limit of {RECOMPILE_LIMIT} graphs in this process (one "
+                "per shape: agent kind, env copies, data); run fewer kinds of run per process or set "
+                "launch.compile_loop off"
+            ) from None
         except torch._dynamo.exc.BackendCompilerFailed as err:
             reason = _write_failure(getattr(err, "inner_exception", None) or err.__cause__)
             if reason is None:
                 raise
             # A full disk or a file-size limit meets the compiler first, writing its code: one line, as checkpoints do.
-            raise ConfigError(f"could not write the compiled {name}'s code ({reason}); free disk space where "
-                              "inductor caches (TORCHINDUCTOR_CACHE_DIR) or set launch.compile_loop off") from None
+            raise ConfigError(
+                f"could not write the compiled {name}'s code ({reason}); free disk space where "
+                "inductor caches (TORCHINDUCTOR_CACHE_DIR) or set launch.compile_loop off"
+            ) from None
+
     return run
 
 
@@ -193,7 +213,10 @@ def cuda_graph_capture(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     try:
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        with (
+            torch.cuda.stream(stream),
+            torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"),
+        ):
             yield
     except RuntimeError as err:
         first = err.__context__ if isinstance(err.__context__, Exception) else err

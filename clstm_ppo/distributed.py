@@ -6,6 +6,7 @@ call is counted, with whether a CUDA graph was being captured: a collective insi
 a capture deadlocks (NCCL before 2.9.6, gloo always), so such a call is refused
 in one line instead (docs/DISTRIBUTED.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,10 @@ class CollectiveRecord:
         capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
         if capturing:
             self.in_capture += 1
-            raise RuntimeError(f"a collective ({name}) was called while a CUDA graph was being captured, where it "
-                               "would deadlock: keep collectives outside captured code (docs/DISTRIBUTED.md)")
+            raise RuntimeError(
+                f"a collective ({name}) was called while a CUDA graph was being captured, where it "
+                "would deadlock: keep collectives outside captured code (docs/DISTRIBUTED.md)"
+            )
         self.calls[name] += 1
 
     def take(self) -> dict[str, int]:
@@ -89,8 +92,13 @@ class DistContext:
             return
         grads = [p.grad for p in module.parameters() if p.grad is not None]
         mean = self.all_reduce_mean(torch.cat([g.reshape(-1) for g in grads]))
-        torch._foreach_copy_(grads, [part.view_as(g) for part, g in zip(mean.split([g.numel() for g in grads]),
-                                                                          grads, strict=True)])
+        torch._foreach_copy_(
+            grads,
+            [
+                part.view_as(g)
+                for part, g in zip(mean.split([g.numel() for g in grads]), grads, strict=True)
+            ],
+        )
 
     def gather_to_main(self, obj: Any, device: torch.device = torch.device("cpu")) -> list[Any]:
         """Every rank's ``obj`` (dicts, lists and tuples of CPU tensors and picklable values) in rank order on rank 0;
@@ -109,7 +117,9 @@ class DistContext:
         dist.gather_object((skeleton, layout), skeletons, dst=0)
         # gloo gathers host tensors only
         on = device if dist.get_backend() == "nccl" else torch.device("cpu")
-        size = torch.tensor([sum(_padded(t.numel() * t.element_size()) for t in tensors)], device=on)
+        size = torch.tensor(
+            [sum(_padded(t.numel() * t.element_size()) for t in tensors)], device=on
+        )
         # a gather takes one size from every rank: pad to the largest
         dist.all_reduce(size, op=dist.ReduceOp.MAX)
         mine = _pack(tensors, torch.empty(int(size.item()), dtype=torch.uint8, device=on))
@@ -117,8 +127,10 @@ class DistContext:
         dist.gather(mine, buffers, dst=0)
         if skeletons is None or buffers is None:
             return []
-        return [_put_tensors(skeleton, _unpack(buffer.cpu(), layout))
-                for (skeleton, layout), buffer in zip(skeletons, buffers, strict=True)]
+        return [
+            _put_tensors(skeleton, _unpack(buffer.cpu(), layout))
+            for (skeleton, layout), buffer in zip(skeletons, buffers, strict=True)
+        ]
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's weights (after work each rank did alone, e.g. pretraining)."""
@@ -135,6 +147,7 @@ _ALIGN = 16
 @dataclass(frozen=True)
 class _Slot:
     """Where a tensor was in a gathered object: its place in the buffer's order."""
+
     index: int
 
 
@@ -172,18 +185,20 @@ def _pack(tensors: list[torch.Tensor], flat: torch.Tensor) -> torch.Tensor:
     at = 0
     for t in tensors:
         raw = t.contiguous().reshape(-1).view(torch.uint8)
-        flat[at:at + raw.numel()] = raw
+        flat[at : at + raw.numel()] = raw
         at += _padded(raw.numel())
     return flat
 
 
-def _unpack(flat: torch.Tensor, layout: list[tuple[torch.dtype, tuple[int, ...]]]) -> list[torch.Tensor]:
+def _unpack(
+    flat: torch.Tensor, layout: list[tuple[torch.dtype, tuple[int, ...]]]
+) -> list[torch.Tensor]:
     """``_pack``'s tensors back from its bytes, by their dtypes and shapes in order: copies, since torch.save refuses
     views of one buffer as different dtypes (a checkpoint holds them)."""
     tensors, at = [], 0
     for dtype, shape in layout:
         nbytes = math.prod(shape) * dtype.itemsize
-        tensors.append(flat[at:at + nbytes].view(dtype).reshape(shape).clone())
+        tensors.append(flat[at : at + nbytes].view(dtype).reshape(shape).clone())
         at += _padded(nbytes)
     return tensors
 
@@ -229,20 +244,26 @@ def torchrun_context() -> DistContext | None:
     fix = f"unset {' '.join(present)} to train without torchrun, or launch with torchrun"
     if len(present) < len(TORCHRUN_VARIABLES):
         missing = [k for k in TORCHRUN_VARIABLES if k not in os.environ]
-        raise StrayRankVariables(f"{', '.join(present)} set without {', '.join(missing)}: a partial torchrun "
-                                 f"environment; {fix}")
+        raise StrayRankVariables(
+            f"{', '.join(present)} set without {', '.join(missing)}: a partial torchrun "
+            f"environment; {fix}"
+        )
     try:
         rank, world, local = (int(os.environ[k]) for k in TORCHRUN_VARIABLES)
     except ValueError:
         shown = ", ".join(f"{k}={os.environ[k]!r}" for k in TORCHRUN_VARIABLES)
         raise StrayRankVariables(f"{shown}: these must be whole numbers; {fix}") from None
     if world < 1 or not 0 <= rank < world or local < 0:
-        raise StrayRankVariables(f"RANK={rank} WORLD_SIZE={world} LOCAL_RANK={local} do not describe a group "
-                                 f"(0 <= RANK < WORLD_SIZE, LOCAL_RANK >= 0); {fix}")
+        raise StrayRankVariables(
+            f"RANK={rank} WORLD_SIZE={world} LOCAL_RANK={local} do not describe a group "
+            f"(0 <= RANK < WORLD_SIZE, LOCAL_RANK >= 0); {fix}"
+        )
     unset = [k for k in RENDEZVOUS_VARIABLES if k not in os.environ]
     if world > 1 and unset:
-        raise StrayRankVariables(f"RANK, WORLD_SIZE={world} and LOCAL_RANK are set but {' and '.join(unset)} "
-                                 f"{'is' if len(unset) == 1 else 'are'} not, so no rank could find the others; {fix}")
+        raise StrayRankVariables(
+            f"RANK, WORLD_SIZE={world} and LOCAL_RANK are set but {' and '.join(unset)} "
+            f"{'is' if len(unset) == 1 else 'are'} not, so no rank could find the others; {fix}"
+        )
     return DistContext(rank, world, local)
 
 
@@ -254,8 +275,12 @@ def init_group(ctx: DistContext, device: torch.device, timeout_s: float) -> None
     if not ctx.enabled:
         return
     backend = "nccl" if device.type == "cuda" and ctx.ranks_per_gpu == 1 else "gloo"
-    dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
 
 
 def leave_group(barrier: bool) -> None:

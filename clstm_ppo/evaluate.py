@@ -31,6 +31,7 @@ historical simulation, garch_t, bootstrap), and the report gives per policy the 
 drawdown, CVaR(5%) and the probability of ruin over paths (clstm_ppo/backtest/stress.py). A source that fails the
 scenario goals' tail or regime parts says so in one line above the table (docs/SCENARIOS.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,52 +66,115 @@ def check_plot_path(path: Path) -> None:
 
     formats = Figure().canvas.get_supported_filetypes()
     if path.suffix.lstrip(".").lower() not in formats:
-        raise ConfigError(f"--plot {path}: matplotlib cannot write '{path.suffix or 'no suffix'}' files; "
-                          f"end the name in one of .{', .'.join(sorted(formats))}")
+        raise ConfigError(
+            f"--plot {path}: matplotlib cannot write '{path.suffix or 'no suffix'}' files; "
+            f"end the name in one of .{', .'.join(sorted(formats))}"
+        )
     check_output_path("--plot", path)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m clstm_ppo.evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, nargs="+",
-                        help="one or more .pt files written by python -m clstm_ppo.train (e.g. one per seed)")
-    parser.add_argument("--split", default="test", choices=SPLITS,
-                        help="date split to walk (default test, the held-out one; validation selects checkpoints)")
-    parser.add_argument("--data", default=None,
-                        help="another data source (a built-in name or a CSV/parquet file or folder); features are "
-                             "normalised with the checkpoint's statistics; its dates decide the splits")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting of the checkpoint's, e.g. --set data.val_end=2017-12-31")
+    parser = argparse.ArgumentParser(
+        prog="python -m clstm_ppo.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        nargs="+",
+        help="one or more .pt files written by python -m clstm_ppo.train (e.g. one per seed)",
+    )
+    parser.add_argument(
+        "--split",
+        default="test",
+        choices=SPLITS,
+        help="date split to walk (default test, the held-out one; validation selects checkpoints)",
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="another data source (a built-in name or a CSV/parquet file or folder); features are "
+        "normalised with the checkpoint's statistics; its dates decide the splits",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting of the checkpoint's, e.g. --set data.val_end=2017-12-31",
+    )
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
-    parser.add_argument("--seed", type=int, default=None, help="the random policy's seed (default: the run's seed)")
-    parser.add_argument("--rule-metric", default="sharpe_excess", choices=PICK_METRICS,
-                        help="what picks best_rule among the fixed rules on the validation split (default "
-                             "sharpe_excess: Sharpe over the T-bill)")
-    parser.add_argument("--json", type=Path, default=None, help="write every number of every policy to this file")
-    parser.add_argument("--returns", type=Path, default=None, help="write each policy's bar returns to this CSV")
-    parser.add_argument("--plot", type=Path, default=None, help="equity and drawdown on a date axis (.png, .pdf, ...)")
-    parser.add_argument("--tearsheet", type=Path, default=None,
-                        help="an HTML tearsheet of the agent against buy_and_hold (needs the report extra: quantstats)")
-    parser.add_argument("--folds", action="store_true",
-                        help="the checkpoints are walk-forward folds of one setup (reproduce_paper.py --folds): each "
-                             "walks its own fold's --split, and the report lays the folds end to end; "
-                             "checkpoints with the same split dates are one fold's seeds")
-    parser.add_argument("--ensemble", action="store_true",
-                        help="also walk 'ensemble': greedy on the mean of the checkpoints' action probabilities "
-                             "(with --folds, one per fold over its seeds); the checkpoints must share the walk's "
-                             "settings and normaliser")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the random policy's seed (default: the run's seed)"
+    )
+    parser.add_argument(
+        "--rule-metric",
+        default="sharpe_excess",
+        choices=PICK_METRICS,
+        help="what picks best_rule among the fixed rules on the validation split (default "
+        "sharpe_excess: Sharpe over the T-bill)",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="write every number of every policy to this file"
+    )
+    parser.add_argument(
+        "--returns", type=Path, default=None, help="write each policy's bar returns to this CSV"
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="equity and drawdown on a date axis (.png, .pdf, ...)",
+    )
+    parser.add_argument(
+        "--tearsheet",
+        type=Path,
+        default=None,
+        help="an HTML tearsheet of the agent against buy_and_hold (needs the report extra: quantstats)",
+    )
+    parser.add_argument(
+        "--folds",
+        action="store_true",
+        help="the checkpoints are walk-forward folds of one setup (reproduce_paper.py --folds): each "
+        "walks its own fold's --split, and the report lays the folds end to end; "
+        "checkpoints with the same split dates are one fold's seeds",
+    )
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="also walk 'ensemble': greedy on the mean of the checkpoints' action probabilities "
+        "(with --folds, one per fold over its seeds); the checkpoints must share the walk's "
+        "settings and normaliser",
+    )
     stress = parser.add_argument_group("stress test on generated paths (docs/SCENARIOS.md)")
-    stress.add_argument("--scenarios", type=Path, default=None, metavar="GEN.pt",
-                        help="walk N paths of this scenario generator, or of a baseline fitted on the agent's "
-                             f"training years ({', '.join(BASELINE_NAMES)}), instead of --split; --plot draws a fan "
-                             "chart")
-    stress.add_argument("--regime", default=None, help="a regime the generator was trained with (cgan: bull, bear, "
-                                                       "sideways, crash); default: drawn as in training")
-    stress.add_argument("--paths", type=_positive, default=100, help="generated paths (default 100)")
-    stress.add_argument("--length", type=_positive, default=252, help="bars per path (default 252: a year)")
-    stress.add_argument("--no-memory-check", action="store_true",
-                        help="walk --paths x --length even where they look larger than the memory available")
+    stress.add_argument(
+        "--scenarios",
+        type=Path,
+        default=None,
+        metavar="GEN.pt",
+        help="walk N paths of this scenario generator, or of a baseline fitted on the agent's "
+        f"training years ({', '.join(BASELINE_NAMES)}), instead of --split; --plot draws a fan "
+        "chart",
+    )
+    stress.add_argument(
+        "--regime",
+        default=None,
+        help="a regime the generator was trained with (cgan: bull, bear, "
+        "sideways, crash); default: drawn as in training",
+    )
+    stress.add_argument(
+        "--paths", type=_positive, default=100, help="generated paths (default 100)"
+    )
+    stress.add_argument(
+        "--length", type=_positive, default=252, help="bars per path (default 252: a year)"
+    )
+    stress.add_argument(
+        "--no-memory-check",
+        action="store_true",
+        help="walk --paths x --length even where they look larger than the memory available",
+    )
     return parser
 
 
@@ -125,13 +189,19 @@ def check_stress_flags(args: argparse.Namespace) -> FittedGenerator | str | None
     only make sense on one split are absent."""
     if args.scenarios is None:
         if args.regime is not None:
-            raise ConfigError("--regime needs --scenarios GEN.pt (a stress test on generated paths)")
+            raise ConfigError(
+                "--regime needs --scenarios GEN.pt (a stress test on generated paths)"
+            )
         return None
     if args.folds:
-        raise ConfigError("--folds walks each fold's own split; a stress test on generated paths takes no folds")
+        raise ConfigError(
+            "--folds walks each fold's own split; a stress test on generated paths takes no folds"
+        )
     for flag, value in (("--returns", args.returns), ("--tearsheet", args.tearsheet)):
         if value is not None:
-            raise ConfigError(f"{flag} is for one split's walk; with --scenarios use --json and --plot (a fan chart)")
+            raise ConfigError(
+                f"{flag} is for one split's walk; with --scenarios use --json and --plot (a fan chart)"
+            )
     # the generated bars alone, before the walk's
     check_sample_size(args.paths, args.length, args.no_memory_check)
     return load_stress_source(args.scenarios, args.regime)
@@ -170,41 +240,76 @@ def main(argv: list[str] | None = None) -> int:
     gen = check_stress_flags(args)
     started = time.perf_counter()
     if gen is not None:
-        stressed = stress_checkpoints(args.checkpoint, gen, paths=args.paths, length=args.length, regime=args.regime,
-                                      data=args.data, overrides=args.overrides, ensemble=args.ensemble,
-                                      seed=args.seed, rule_metric=args.rule_metric, device=args.device,
-                                      progress=stress_progress, name=str(args.scenarios))
+        stressed = stress_checkpoints(
+            args.checkpoint,
+            gen,
+            paths=args.paths,
+            length=args.length,
+            regime=args.regime,
+            data=args.data,
+            overrides=args.overrides,
+            ensemble=args.ensemble,
+            seed=args.seed,
+            rule_metric=args.rule_metric,
+            device=args.device,
+            progress=stress_progress,
+            name=str(args.scenarios),
+        )
         return write_stress_reports(args, stressed, started)
-    done = backtest_checkpoints(args.checkpoint, split=args.split, data=args.data, overrides=args.overrides,
-                                folds=args.folds, ensemble=args.ensemble, seed=args.seed,
-                                rule_metric=args.rule_metric, device=args.device, progress=print)
+    done = backtest_checkpoints(
+        args.checkpoint,
+        split=args.split,
+        data=args.data,
+        overrides=args.overrides,
+        folds=args.folds,
+        ensemble=args.ensemble,
+        seed=args.seed,
+        rule_metric=args.rule_metric,
+        device=args.device,
+        progress=print,
+    )
     return write_reports(args, done, len(args.checkpoint), started)
 
 
-def write_reports(args: argparse.Namespace, done: Backtest, checkpoints: int, started: float) -> int:
+def write_reports(
+    args: argparse.Namespace, done: Backtest, checkpoints: int, started: float
+) -> int:
     """The table (below the rule's line), then whatever --json, --returns, --plot and --tearsheet ask for."""
     results, cfg = done.results, done.config
     names = [n for n in results if n.startswith("agent")]
     walked = results[names[0]]
     first, last = (walked.clock.label(stamp) for stamp in walked.dates[[0, -1]])
     what = "walk-forward folds' " if args.folds else ""
-    print(f"{what}{args.split} split walked {first}..{last} ({len(walked.dates) - 1} returns of "
-          f"{walked.clock.bars()}), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}")
+    print(
+        f"{what}{args.split} split walked {first}..{last} ({len(walked.dates) - 1} returns of "
+        f"{walked.clock.bars()}), data {cfg.data.source}, {checkpoints} checkpoint(s): {', '.join(args.checkpoint)}"
+    )
     if done.untradable:
         print(done.untradable)
     if done.rule is not None:
         print(done.rule.line(args.split))
         print(done.conditional_rule.line(args.split))
     else:
-        print("best_rule and best_conditional_rule: one of each a fold, picked on its fold's validation years (the "
-              "fold lines above)")
+        print(
+            "best_rule and best_conditional_rule: one of each a fold, picked on its fold's validation years (the "
+            "fold lines above)"
+        )
     print(format_report(results))
     summary = done.report.get("across_checkpoints")
     if summary:
         print("\nagent across checkpoints (mean +- std):")
         for symbol, stats in summary.items():
-            for key in ("total_return", "annual_return", "sharpe", "max_drawdown", "win_rate", "trades"):
-                print(f"  {symbol:<8} {key:<14} {stats[key]['mean']:>10.4f} +- {stats[key]['std']:.4f}")
+            for key in (
+                "total_return",
+                "annual_return",
+                "sharpe",
+                "max_drawdown",
+                "win_rate",
+                "trades",
+            ):
+                print(
+                    f"  {symbol:<8} {key:<14} {stats[key]['mean']:>10.4f} +- {stats[key]['std']:.4f}"
+                )
     if args.json:
         args.json.write_text(strict_json(done.report, indent=2, default=str))
         print(f"every number written to {args.json}")

@@ -1,4 +1,5 @@
 """Evaluation metrics (docs/BACKTEST.md) from the env's per-episode statistics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,9 @@ def max_drawdown(equity: np.ndarray) -> float:
     return float(((peak - equity) / peak).max()) if len(equity) else 0.0
 
 
-def is_ruined(lowest_equity: np.ndarray | float, initial_cash: float, ruin_fraction: float) -> np.ndarray | bool:
+def is_ruined(
+    lowest_equity: np.ndarray | float, initial_cash: float, ruin_fraction: float
+) -> np.ndarray | bool:
     """Whether an account whose lowest close was ``lowest_equity`` was ruined by the env's rule: below
     ``ruin_fraction`` of the initial cash (where a training episode ends), or at or below 0 for a fraction 0."""
     return lowest_equity < ruin_fraction * initial_cash if ruin_fraction > 0 else lowest_equity <= 0
@@ -45,13 +48,19 @@ def episode_metrics(episodes: dict[str, np.ndarray], periods_per_year: float) ->
     """Pooled metrics over finished episodes (the dict the env returns, possibly concatenated), their Sharpe and
     Sortino ratios annualised at the data's ``periods_per_year``."""
     curves = [np.asarray(c, dtype=np.float64) for c in episodes["equity_curve"]]
-    per_episode_sharpe = [sharpe(np.diff(c) / c[:-1], periods_per_year) for c in curves if len(c) > 1]
-    per_episode_sortino = [sortino(np.diff(c) / c[:-1], periods_per_year) for c in curves if len(c) > 1]
+    per_episode_sharpe = [
+        sharpe(np.diff(c) / c[:-1], periods_per_year) for c in curves if len(c) > 1
+    ]
+    per_episode_sortino = [
+        sortino(np.diff(c) / c[:-1], periods_per_year) for c in curves if len(c) > 1
+    ]
     closed, wins = float(np.sum(episodes["closed"])), float(np.sum(episodes["wins"]))
     win_rate = wins / closed if closed > 0 else 0.0
     profit_rate = float(np.mean(episodes["return"] > 0))
     return_pct = float(np.mean(episodes["return_pct"]))
-    costs = np.asarray(np.stack(episodes["costs"]) if len(episodes["costs"]) else np.zeros((0, len(COST_KINDS))))
+    costs = np.asarray(
+        np.stack(episodes["costs"]) if len(episodes["costs"]) else np.zeros((0, len(COST_KINDS)))
+    )
     out = {
         "episodes": float(len(curves)),
         "reward": float(np.mean(episodes["reward"])),
@@ -90,9 +99,11 @@ def episode_line(episode: int, total: int | None, m: dict[str, float], suffix: s
     """The seed documents' console line, e.g.
     ``Episode 100/1000 - Reward: 45.23, Return: $234.56, Win Rate: 65.0% (20 closed, 3 open), Steps: 234``"""
     of = f"/{total}" if total else ""
-    line = (f"Episode {episode}{of} - Reward: {m['reward']:.2f}, Return: ${m['return']:,.2f}, "
-            f"Win Rate: {m['win_rate'] * 100:.1f}% ({m['closed']:.0f} closed, {m['open']:.0f} open), "
-            f"Steps: {m['steps']:.0f}")
+    line = (
+        f"Episode {episode}{of} - Reward: {m['reward']:.2f}, Return: ${m['return']:,.2f}, "
+        f"Win Rate: {m['win_rate'] * 100:.1f}% ({m['closed']:.0f} closed, {m['open']:.0f} open), "
+        f"Steps: {m['steps']:.0f}"
+    )
     return line + (f" | {suffix}" if suffix else "")
 
 
@@ -119,10 +130,21 @@ def episode_sums(episodes: dict[str, np.ndarray]) -> np.ndarray:
     if not episodes:
         return np.zeros(len(SUMMARY_FIELDS))
     costs = np.stack(episodes["costs"]).sum(axis=0)  # $ per kind over the episodes
-    return np.array([len(episodes["return"]), episodes["reward"].sum(), episodes["return"].sum(),
-                     episodes["return_pct"].sum(), episodes["closed"].sum(), episodes["wins"].sum(),
-                     episodes["open"].sum(), episodes["steps"].sum(), (episodes["return"] > 0).sum(), *costs],
-                    dtype=np.float64)
+    return np.array(
+        [
+            len(episodes["return"]),
+            episodes["reward"].sum(),
+            episodes["return"].sum(),
+            episodes["return_pct"].sum(),
+            episodes["closed"].sum(),
+            episodes["wins"].sum(),
+            episodes["open"].sum(),
+            episodes["steps"].sum(),
+            (episodes["return"] > 0).sum(),
+            *costs,
+        ],
+        dtype=np.float64,
+    )
 
 
 def sums_to_metrics(sums: np.ndarray) -> dict[str, float]:
@@ -132,7 +154,15 @@ def sums_to_metrics(sums: np.ndarray) -> dict[str, float]:
     win_rate = s["wins"] / s["closed"] if s["closed"] > 0 else 0.0
     profit_rate = s["profitable"] / n
     return_pct = s["return_pct"] / n
-    per_episode = {k: s[k] / n for k in ("reward", "return", "closed", "open", "steps", *COST_FIELDS)}
-    return {"episodes": s["episodes"], **per_episode, "return_pct": return_pct, "win_rate": win_rate,
-            "profit_rate": profit_rate, "composite": composite_score(win_rate, profit_rate, return_pct),
-            "costs": sum(per_episode[k] for k in COST_FIELDS)}
+    per_episode = {
+        k: s[k] / n for k in ("reward", "return", "closed", "open", "steps", *COST_FIELDS)
+    }
+    return {
+        "episodes": s["episodes"],
+        **per_episode,
+        "return_pct": return_pct,
+        "win_rate": win_rate,
+        "profit_rate": profit_rate,
+        "composite": composite_score(win_rate, profit_rate, return_pct),
+        "costs": sum(per_episode[k] for k in COST_FIELDS),
+    }

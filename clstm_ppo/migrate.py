@@ -6,6 +6,7 @@ reads, and a full unpickle runs whatever code a file names. This command is that
 (with --trust, by a full unpickle), writes NEW in today's format and checks NEW loads as data (docs/RELIABILITY.md,
 "What is safe to load"). Use --trust only for files you trust: your own runs, or a source you would run code from.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,13 +17,23 @@ from clstm_ppo.training.migration import migrate_checkpoint
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="clstm-ppo-migrate", description=__doc__.split("\n\n")[0],
-                                     epilog="docs/RELIABILITY.md, 'What is safe to load'")
-    parser.add_argument("old", metavar="OLD.pt", help="an agent's or a scenario generator's checkpoint")
-    parser.add_argument("new", metavar="NEW.pt", help="where the converted checkpoint goes (must not exist)")
-    parser.add_argument("--trust", action="store_true",
-                        help="read OLD by a full unpickle, which can run code the file names: only for files you "
-                             "trust (an old file holds numpy arrays and needs it; a current one is read as data)")
+    parser = argparse.ArgumentParser(
+        prog="clstm-ppo-migrate",
+        description=__doc__.split("\n\n")[0],
+        epilog="docs/RELIABILITY.md, 'What is safe to load'",
+    )
+    parser.add_argument(
+        "old", metavar="OLD.pt", help="an agent's or a scenario generator's checkpoint"
+    )
+    parser.add_argument(
+        "new", metavar="NEW.pt", help="where the converted checkpoint goes (must not exist)"
+    )
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="read OLD by a full unpickle, which can run code the file names: only for files you "
+        "trust (an old file holds numpy arrays and needs it; a current one is read as data)",
+    )
     return parser.parse_args(argv)
 
 

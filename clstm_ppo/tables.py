@@ -1,4 +1,5 @@
 """Plain-text tables for the console: the evaluation report, the scripts' results and the benchmarks."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from typing import Any
 def strict_json(obj: Any, indent: int | None = None, default: Any = None) -> str:
     """``obj`` as strict JSON: a number that does not exist (NaN, an infinity) is ``null``, never ``NaN``, which
     JSON does not have and which strict parsers refuse. ``default`` turns other objects into JSON (e.g. str)."""
+
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):
             return None
@@ -21,6 +23,7 @@ def strict_json(obj: Any, indent: int | None = None, default: Any = None) -> str
         if default is not None and not isinstance(x, (str, int, float, bool, type(None))):
             return clean(default(x))
         return x
+
     return json.dumps(clean(obj), allow_nan=False, indent=indent)
 
 
@@ -29,8 +32,11 @@ def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+
     return "\n".join(line(r) for r in [header, *rows])
 
 
@@ -38,12 +44,23 @@ def format_records(rows: list[dict[str, Any]], digits: int = 1, thousands: bool 
     """Dict rows (one key per column) as a right-aligned table, floats to ``digits`` places; None and NaN (a number
     that does not exist, e.g. profit per trade without trades) as blank."""
     spec = f"{',' if thousands else ''}.{digits}f"
-    cells = [["" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
-              if isinstance(v, float) else str(v) for v in r.values()] for r in rows]
+    cells = [
+        [
+            ""
+            if v is None or (isinstance(v, float) and math.isnan(v))
+            else format(v, spec)
+            if isinstance(v, float)
+            else str(v)
+            for v in r.values()
+        ]
+        for r in rows
+    ]
     return format_table(list(rows[0]), cells, left=0)
 
 
-def print_table(rows: list[dict[str, Any]], as_json: bool, extra: dict[str, Any] | None = None) -> None:
+def print_table(
+    rows: list[dict[str, Any]], as_json: bool, extra: dict[str, Any] | None = None
+) -> None:
     """A benchmark's result: the table and ``key: value`` lines, and with ``as_json`` one JSON object last."""
     print(format_records(rows, digits=3, thousands=True))
     for key, value in (extra or {}).items():
@@ -63,17 +80,43 @@ def provenance() -> dict[str, str]:
 
     here = Path(__file__).resolve().parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=here).stdout.strip() or "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10, cwd=here).stdout.strip()
+        head = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                cwd=here,
+            ).stdout.strip()
+            or "unknown"
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=here,
+        ).stdout.strip()
     except OSError:
         head, dirty = "unknown", ""
     cpuinfo = Path("/proc/cpuinfo")
-    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                if line.startswith("model name")), "") if cpuinfo.exists() else platform.processor()
-    return {"commit": head + ("-dirty" if dirty else ""), "machine": f"{platform.machine()}, {os.cpu_count()} cores "
-            f"({cpu})", "date": datetime.date.today().isoformat()}
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            "",
+        )
+        if cpuinfo.exists()
+        else platform.processor()
+    )
+    return {
+        "commit": head + ("-dirty" if dirty else ""),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores ({cpu})",
+        "date": datetime.date.today().isoformat(),
+    }
 
 
 def append_rows(path: Any, rows: list[dict[str, Any]]) -> None:

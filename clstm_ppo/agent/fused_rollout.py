@@ -9,6 +9,7 @@ so a decision is one launch. ``rollout.collect`` is the eager twin the tests com
 The per-bar codes of LSTM 1 are what the decision reads (``rollout.bar_codes``); a rollout without them (a split with
 more bars than the rollout has decisions, so never at GPU sizes) takes the eager path.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -48,19 +49,42 @@ register_dataclass(Carry)
 Decision = Callable[[Carry, Tensor, Tensor], Carry]
 
 
-def decision(model: nn.Module, spec: EnvSpec, precision: Precision, storage: RolloutStorage, carry: Carry,
-             codes: Tensor, uniforms: Tensor) -> Carry:
+def decision(
+    model: nn.Module,
+    spec: EnvSpec,
+    precision: Precision,
+    storage: RolloutStorage,
+    carry: Carry,
+    codes: Tensor,
+    uniforms: Tensor,
+) -> Carry:
     """One decision of every copy from ``carry``: act on the observation, step the env, write storage row
     ``carry.step``. ``codes`` (rows, code) are LSTM 1's per-bar codes; ``uniforms`` (num_steps, N) the rollout's
     draws. Changes nothing but the storage row; returns the next carry."""
     with precision.autocast():
-        logits, value, (h, c) = model.decide_one(codes.index_select(0, carry.row), carry.portfolio, carry.env.mask,
-                                                 carry.start, (carry.h, carry.c))
+        logits, value, (h, c) = model.decide_one(
+            codes.index_select(0, carry.row),
+            carry.portfolio,
+            carry.env.mask,
+            carry.start,
+            (carry.h, carry.c),
+        )
     action = sample_actions(logits, uniforms.index_select(0, carry.step)[0])
     out = pure.step(spec, carry.env, action)
-    storage.add(carry.step, carry.row, carry.portfolio, carry.env.mask, carry.start, action,
-                action_logprob(logits, action), value, out.reward, out.terminated | out.truncated, out.state.slot_pnl,
-                out.state.slot_opened)
+    storage.add(
+        carry.step,
+        carry.row,
+        carry.portfolio,
+        carry.env.mask,
+        carry.start,
+        action,
+        action_logprob(logits, action),
+        value,
+        out.reward,
+        out.terminated | out.truncated,
+        out.state.slot_pnl,
+        out.state.slot_opened,
+    )
     return Carry(out.state, h.float(), c.float(), out.portfolio, out.row, out.start, carry.step + 1)
 
 
@@ -99,12 +123,20 @@ class FusedRollout:
     """The trainer's rollout when the env step is compiled (``launch.compile_loop``): one compiled decision per step,
     and on CUDA with ``launch.cuda_graphs`` one captured graph replayed per step."""
 
-    def __init__(self, model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, precision: Precision,
-                 cuda_graphs: bool, compile: bool = True):
+    def __init__(
+        self,
+        model: nn.Module,
+        env: BatchedOptionsEnv,
+        storage: RolloutStorage,
+        precision: Precision,
+        cuda_graphs: bool,
+        compile: bool = True,
+    ):
         self.bound = partial(decision, model, env.spec, precision, storage)
         # dynamo refuses to look at an nn.LSTM unless allow_rnn is set; the decision only reads LSTM 2's weights.
-        self.step = compile_graph(self.bound, "rollout decision", allow_rnn=True) if compile \
-            else self.bound  # eager: the tests' op-by-op twin
+        self.step = (
+            compile_graph(self.bound, "rollout decision", allow_rnn=True) if compile else self.bound
+        )  # eager: the tests' op-by-op twin
         self.capture = cuda_graphs and compile and env.device.type == "cuda"
         self.captured: CapturedDecision | None = None
         self.model, self.env, self.storage, self.precision = model, env, storage, precision
@@ -112,38 +144,62 @@ class FusedRollout:
     @property
     def path(self) -> str:
         """How the decisions ran: "captured" (one CUDA graph replay each), "compiled" or "eager"."""
-        return "captured" if self.captured is not None else "compiled" if self.step is not self.bound else "eager"
+        return (
+            "captured"
+            if self.captured is not None
+            else "compiled"
+            if self.step is not self.bound
+            else "eager"
+        )
 
     @torch.no_grad()
-    def collect(self, obs: Observation, lstm_state: State, codes: Tensor, gamma: float,
-                lam: float) -> tuple[Observation, State]:
+    def collect(
+        self, obs: Observation, lstm_state: State, codes: Tensor, gamma: float, lam: float
+    ) -> tuple[Observation, State]:
         """``rollout.collect`` from the same draws: fill the storage, leave the env at the rollout's end; returns the
         next observation and the carried LSTM state."""
         storage, env, n = self.storage, self.env, self.storage.num_steps
         storage.initial_state = tuple(x.clone() for x in lstm_state)
         # the rollout's draws, as collect takes them
         uniforms = torch.rand(n, env.num_envs, device=obs.row.device)
-        carry = Carry(env.state, lstm_state[0], lstm_state[1], obs.portfolio, obs.row, obs.start,
-                      torch.zeros(1, dtype=torch.long, device=obs.row.device))
+        carry = Carry(
+            env.state,
+            lstm_state[0],
+            lstm_state[1],
+            obs.portfolio,
+            obs.row,
+            obs.start,
+            torch.zeros(1, dtype=torch.long, device=obs.row.device),
+        )
         if self.capture and (self.captured is None or not self.captured.fits(carry, codes)):
             try:
                 self.captured = CapturedDecision(self.step, carry, codes, uniforms)
             except RuntimeError as err:
                 # a capture CUDA refuses: train on, compiled, and say why once
                 self.capture, self.captured = False, None
-                warnings.warn(f"CUDA graph capture of the rollout decision failed ({first_line(err)}); the rollout "
-                              "runs compiled without it (set launch.cuda_graphs off to skip the attempt)", stacklevel=2)
+                warnings.warn(
+                    f"CUDA graph capture of the rollout decision failed ({first_line(err)}); the rollout "
+                    "runs compiled without it (set launch.cuda_graphs off to skip the attempt)",
+                    stacklevel=2,
+                )
         if self.captured is not None:
             carry = self.captured(carry, codes, uniforms, n)
         else:
             for _ in range(n):
                 carry = self.step(carry, codes, uniforms)
         env.state = carry.env
-        next_obs = Observation(carry.portfolio, carry.env.mask, carry.row, carry.start, env.market_windows)
+        next_obs = Observation(
+            carry.portfolio, carry.env.mask, carry.row, carry.start, env.market_windows
+        )
         with self.precision.autocast():
             # bootstrap from the next observation without advancing the carried state
-            _, last_value, _ = self.model.decide_one(codes.index_select(0, carry.row), carry.portfolio,
-                                                     carry.env.mask, carry.start, (carry.h, carry.c))
+            _, last_value, _ = self.model.decide_one(
+                codes.index_select(0, carry.row),
+                carry.portfolio,
+                carry.env.mask,
+                carry.start,
+                (carry.h, carry.c),
+            )
         storage.finish(last_value.float(), gamma, lam)
         return next_obs, (carry.h, carry.c)
 

@@ -14,6 +14,7 @@ Every kind has the same interface (``encoder``, ``forward``, ``decide``, ``initi
 the trainer, the PPO update, the per-bar code cache, evaluate and predict never ask which one runs; the
 ``mlp`` kind's state is empty (zero-width) and passes through unchanged.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,7 +45,9 @@ def run_lstm(lstm: nn.LSTM, x: Tensor, state: State | None, float32: bool) -> tu
         return lstm(x.float(), state)
 
 
-def gate_step(gates_x: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> tuple[Tensor, Tensor]:
+def gate_step(
+    gates_x: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor
+) -> tuple[Tensor, Tensor]:
     """One LSTM step from its input's gates (N, 4H) and (N, H) ``h`` and ``c``. PyTorch's gate order: input, forget,
     cell, output."""
     i, f, g, o = (gates_x + F.linear(h, weight_hh, bias_hh)).chunk(4, dim=-1)
@@ -52,8 +55,9 @@ def gate_step(gates_x: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh:
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
-def recurrence(gates_x: Tensor, starts: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor,
-               bias_hh: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def recurrence(
+    gates_x: Tensor, starts: Tensor, h: Tensor, c: Tensor, weight_hh: Tensor, bias_hh: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """LSTM steps over L steps of input gates ``gates_x`` (L, N, 4H) already computed, from (N, H) ``h`` and ``c``;
     the state is zeroed before each step where ``starts`` (L, N) says an episode begins. Returns the outputs
     (L, N, H) and the last h and c. A pure function of tensors with a fixed-length loop: no host sync, no
@@ -66,7 +70,9 @@ def recurrence(gates_x: Tensor, starts: Tensor, h: Tensor, c: Tensor, weight_hh:
     return torch.stack(outputs), h, c
 
 
-Recurrence = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
+Recurrence = Callable[
+    [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]
+]
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -86,9 +92,12 @@ class MarketEncoder(nn.Module):
         self.code_width = cfg.mlp_hidden
         gain = np.sqrt(2)
         self.mlp = nn.Sequential(
-            _init(nn.Linear(cfg.lstm1_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
-            _init(nn.Linear(cfg.mlp_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
-            _init(nn.Linear(cfg.mlp_hidden, cfg.mlp_hidden), gain), nn.Tanh(),
+            _init(nn.Linear(cfg.lstm1_hidden, cfg.mlp_hidden), gain),
+            nn.Tanh(),
+            _init(nn.Linear(cfg.mlp_hidden, cfg.mlp_hidden), gain),
+            nn.Tanh(),
+            _init(nn.Linear(cfg.mlp_hidden, cfg.mlp_hidden), gain),
+            nn.Tanh(),
         )
 
     def forward(self, windows: Tensor) -> Tensor:
@@ -130,16 +139,23 @@ class ActorCritic(nn.Module):
         if cfg.kind not in KINDS:
             raise ValueError(f"agent.kind {cfg.kind!r} is not one of {', '.join(KINDS)}")
         self.kind = cfg.kind
-        self.encoder = MarketEncoder(n_features, cfg) if cfg.kind == "clstm" \
+        self.encoder = (
+            MarketEncoder(n_features, cfg)
+            if cfg.kind == "clstm"
             else BarProjection(n_features, cfg.mlp_hidden)
+        )
         inputs = cfg.mlp_hidden + portfolio_dim
         width = cfg.mlp_core_hidden if cfg.kind == "mlp" else cfg.lstm2_hidden
         self.lstm2: nn.LSTM | None = None
         self.core: nn.Sequential | None = None
         if cfg.kind == "mlp":
             gain = np.sqrt(2)
-            self.core = nn.Sequential(_init(nn.Linear(inputs, width), gain), nn.Tanh(),
-                                      _init(nn.Linear(width, width), gain), nn.Tanh())
+            self.core = nn.Sequential(
+                _init(nn.Linear(inputs, width), gain),
+                nn.Tanh(),
+                _init(nn.Linear(width, width), gain),
+                nn.Tanh(),
+            )
         else:
             self.lstm2 = nn.LSTM(inputs, width)  # time-major: (L, N, in)
             for name, param in self.lstm2.named_parameters():
@@ -151,7 +167,9 @@ class ActorCritic(nn.Module):
         if cfg.initial_hold > 1.0 / n_actions:
             # hold's logit so far above the others' 0 that softmax gives it this
             with torch.no_grad():
-                self.actor.bias[HOLD] = math.log(cfg.initial_hold * (n_actions - 1) / (1.0 - cfg.initial_hold))
+                self.actor.bias[HOLD] = math.log(
+                    cfg.initial_hold * (n_actions - 1) / (1.0 - cfg.initial_hold)
+                )
         self.critic = _init(nn.Linear(width, 1), 1.0)
         # the carried state's width: none without LSTM 2
         self.hidden_size = 0 if self.lstm2 is None else width
@@ -167,8 +185,15 @@ class ActorCritic(nn.Module):
         zeros = torch.zeros(1, num_envs, self.hidden_size, device=device)
         return zeros, zeros.clone()
 
-    def forward(self, windows: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State,
-                bar_index: Tensor | None = None) -> tuple[Tensor, Tensor, State]:
+    def forward(
+        self,
+        windows: Tensor,
+        portfolio: Tensor,
+        mask: Tensor,
+        starts: Tensor,
+        state: State,
+        bar_index: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, State]:
         """Masked logits (L, N, A), values (L, N) and the final state, for sequences of L steps of N envs.
 
         ``windows`` (L, N, TW, F); ``starts[l, n]``: step l of env n begins an episode, so
@@ -178,14 +203,25 @@ class ActorCritic(nn.Module):
         """
         steps, envs = portfolio.shape[:2]
         if bar_index is None:
-            code = self.encoder(windows.reshape(steps * envs, *windows.shape[2:])).view(steps, envs, -1)
+            code = self.encoder(windows.reshape(steps * envs, *windows.shape[2:])).view(
+                steps, envs, -1
+            )
         else:
             code = self.encoder(windows)[bar_index]
         return self.decide(code, portfolio, mask, starts, state)
 
-    def decide(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State, *,
-               static: bool = False, block: int | None = None,
-               steps: Recurrence = recurrence) -> tuple[Tensor, Tensor, State]:
+    def decide(
+        self,
+        code: Tensor,
+        portfolio: Tensor,
+        mask: Tensor,
+        starts: Tensor,
+        state: State,
+        *,
+        static: bool = False,
+        block: int | None = None,
+        steps: Recurrence = recurrence,
+    ) -> tuple[Tensor, Tensor, State]:
         """``forward`` from the encoder's output (L, N, mlp_hidden) instead of the windows: the one forward of the
         core and heads, whichever way LSTM 2 steps.
 
@@ -197,55 +233,87 @@ class ActorCritic(nn.Module):
         if self.lstm2 is None:
             # mlp: each decision from its own step alone; the empty state passes through
             return (*self.heads(self.core(x), mask), state)
-        out, state = self.lstm2_static(x, starts, state, block, steps) if static else \
-            self.lstm2_fused(x, starts, state)
+        out, state = (
+            self.lstm2_static(x, starts, state, block, steps)
+            if static
+            else self.lstm2_fused(x, starts, state)
+        )
         return (*self.heads(out, mask), state)
 
-    def decide_one(self, code: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor,
-                   state: State) -> tuple[Tensor, Tensor, State]:
+    def decide_one(
+        self, code: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor, state: State
+    ) -> tuple[Tensor, Tensor, State]:
         """``decide`` for one step of N copies ((N, ...) inputs, (N, A) logits and (N,) values), static: no host
         sync and no ``nn.LSTM`` call, so a rollout's decision compiles into one graph with the env step
         (``agent/fused_rollout.py``)."""
-        logits, values, state = self.decide_static(code[None], portfolio[None], mask[None], start[None], state)
+        logits, values, state = self.decide_static(
+            code[None], portfolio[None], mask[None], start[None], state
+        )
         return logits[0], values[0], state
 
-    def decide_static(self, code: Tensor, portfolio: Tensor, mask: Tensor, starts: Tensor, state: State,
-                      block: int | None = None, steps: Recurrence = recurrence) -> tuple[Tensor, Tensor, State]:
+    def decide_static(
+        self,
+        code: Tensor,
+        portfolio: Tensor,
+        mask: Tensor,
+        starts: Tensor,
+        state: State,
+        block: int | None = None,
+        steps: Recurrence = recurrence,
+    ) -> tuple[Tensor, Tensor, State]:
         """``decide`` with fixed shapes and no host sync, for a compiled or captured update (``lstm2_static``)."""
-        return self.decide(code, portfolio, mask, starts, state, static=True, block=block, steps=steps)
+        return self.decide(
+            code, portfolio, mask, starts, state, static=True, block=block, steps=steps
+        )
 
     def lstm2_fused(self, x: Tensor, starts: Tensor, state: State) -> tuple[Tensor, State]:
         """LSTM 2 over (L, N, in) inputs as ``nn.LSTM`` calls, one per stretch with no episode start, the state
         zeroed where one begins."""
         steps, envs = x.shape[:2]
         # Where any sequence starts an episode: one copy of L flags to the host (one GPU sync), then host work.
-        cuts = [0, *(torch.nonzero(starts[1:].any(-1).cpu()).squeeze(-1) + 1).tolist(), steps] if steps > 1 else [0, 1]
+        cuts = (
+            [0, *(torch.nonzero(starts[1:].any(-1).cpu()).squeeze(-1) + 1).tolist(), steps]
+            if steps > 1
+            else [0, 1]
+        )
         h, c = state
         outputs = []
         for begin, end in itertools.pairwise(cuts):
             keep = (~starts[begin]).to(h.dtype).view(1, envs, 1)
-            out, (h, c) = run_lstm(self.lstm2, x[begin:end], (h * keep, c * keep), self.lstm_float32)
+            out, (h, c) = run_lstm(
+                self.lstm2, x[begin:end], (h * keep, c * keep), self.lstm_float32
+            )
             outputs.append(out)
         return (torch.cat(outputs) if len(outputs) > 1 else outputs[0]), (h, c)
 
-    def lstm2_static(self, x: Tensor, starts: Tensor, state: State, block: int | None,
-                     steps: Recurrence) -> tuple[Tensor, State]:
+    def lstm2_static(
+        self, x: Tensor, starts: Tensor, state: State, block: int | None, steps: Recurrence
+    ) -> tuple[Tensor, State]:
         """LSTM 2 with fixed shapes and no host sync: its input gates for all L steps in one matmul, then its
         recurrence (``steps``, by default ``recurrence``; a compiled twin from the caller) over blocks of ``block``
         steps (all L by default) with the state zeroed at episode starts. The same arithmetic as
         ``lstm2_fused``'s LSTM calls, in another order."""
         lstm, length = self.lstm2, x.shape[0]
         block = block or length
-        with torch.autocast(device_type=x.device.type, enabled=False) if self.lstm_float32 \
-                else contextlib.nullcontext():
+        with (
+            torch.autocast(device_type=x.device.type, enabled=False)
+            if self.lstm_float32
+            else contextlib.nullcontext()
+        ):
             h, c = state[0][0], state[1][0]
             if self.lstm_float32:
                 x, h, c = x.float(), h.float(), c.float()
             gates_x = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0)
             outputs = []
             for begin in range(0, length, block):
-                out, h, c = steps(gates_x[begin:begin + block], starts[begin:begin + block], h, c,
-                                  lstm.weight_hh_l0, lstm.bias_hh_l0)
+                out, h, c = steps(
+                    gates_x[begin : begin + block],
+                    starts[begin : begin + block],
+                    h,
+                    c,
+                    lstm.weight_hh_l0,
+                    lstm.bias_hh_l0,
+                )
                 outputs.append(out)
         return (torch.cat(outputs) if len(outputs) > 1 else outputs[0]), (h[None], c[None])
 

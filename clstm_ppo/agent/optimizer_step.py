@@ -28,6 +28,7 @@ A checkpoint keeps the optimizer's settings as they were: a captured run's Adam 
 which the CPU cannot step. ``fit_saved_state`` gives a saved state this run's settings before it is loaded, so a run
 resumes on either device whichever wrote it.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -41,14 +42,24 @@ from clstm_ppo.config import PPOConfig, first_line
 from clstm_ppo.device import cuda_graph_capture
 
 
-def make_adam(params: Iterable[nn.Parameter], lr: float, cfg: PPOConfig, capture_on: torch.device | None = None
-              ) -> torch.optim.Adam:
+def make_adam(
+    params: Iterable[nn.Parameter],
+    lr: float,
+    cfg: PPOConfig,
+    capture_on: torch.device | None = None,
+) -> torch.optim.Adam:
     """The update's Adam (``cfg``'s betas and eps); with ``capture_on`` a CUDA device, with its state there and a
     tensor learning rate, as a captured step needs."""
     betas, eps = (cfg.adam_betas[0], cfg.adam_betas[1]), cfg.adam_eps
     if capture_on is not None and capture_on.type == "cuda":
-        return torch.optim.Adam(params, lr=torch.tensor(lr, device=capture_on), betas=betas, eps=eps,
-                                capturable=True, foreach=True)
+        return torch.optim.Adam(
+            params,
+            lr=torch.tensor(lr, device=capture_on),
+            betas=betas,
+            eps=eps,
+            capturable=True,
+            foreach=True,
+        )
     return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
 
 
@@ -71,17 +82,24 @@ def fit_saved_state(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> 
     it: Adam's moments and step counts carry over, the device settings stay this run's. Step counts go where the
     settings want them (``capturable``: on the parameters' device, as ``load_state_dict`` puts them; else on the
     host). The rate is this run's too: the trainer sets it before every update anyway."""
-    groups = [{**old, **{key: new[key] for key in RUN_SETTINGS if key in new}}
-              for old, new in zip(saved["param_groups"], optimizer.param_groups, strict=False)]
+    groups = [
+        {**old, **{key: new[key] for key in RUN_SETTINGS if key in new}}
+        for old, new in zip(saved["param_groups"], optimizer.param_groups, strict=False)
+    ]
     on_host = not any(group.get("capturable") for group in optimizer.param_groups)
-    state = {key: {**value, "step": value["step"].cpu()}
-             if on_host and isinstance(value, dict) and isinstance(value.get("step"), Tensor) else value
-             for key, value in saved["state"].items()}
+    state = {
+        key: {**value, "step": value["step"].cpu()}
+        if on_host and isinstance(value, dict) and isinstance(value.get("step"), Tensor)
+        else value
+        for key, value in saved["state"].items()
+    }
     # A group count that differs is left for load_state_dict to refuse.
-    return {**saved, "state": state, "param_groups": groups + saved["param_groups"][len(groups):]}
+    return {**saved, "state": state, "param_groups": groups + saved["param_groups"][len(groups) :]}
 
 
-def clipped_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float) -> Tensor:
+def clipped_step(
+    params: list[nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float
+) -> Tensor:
     """Clip the gradients' global norm, then step; a device bool, False when the gradients were not finite (read by
     the caller once the update is over: nothing here waits for the device)."""
     norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
@@ -101,10 +119,13 @@ class OptimizerStep:
         self.capture = capture and bool(self.params) and self.params[0].device.type == "cuda"
         # what was asked, kept when CUDA refuses the capture
         self.asked = "captured" if self.capture else "eager"
-        if self.capture and not all(g.get("capturable") and isinstance(g["lr"], Tensor)
-                                    for g in optimizer.param_groups):
-            raise ValueError("a captured optimizer step needs Adam with capturable=True and a tensor learning rate "
-                             "(make it with optimizer_step.make_adam(..., capture_on=device))")
+        if self.capture and not all(
+            g.get("capturable") and isinstance(g["lr"], Tensor) for g in optimizer.param_groups
+        ):
+            raise ValueError(
+                "a captured optimizer step needs Adam with capturable=True and a tensor learning rate "
+                "(make it with optimizer_step.make_adam(..., capture_on=device))"
+            )
         if self.capture:  # fresh zeros: a gradient already there may be memory a compiled backward's replay reuses
             for param in self.params:
                 if param.requires_grad:
@@ -142,18 +163,30 @@ class OptimizerStep:
 
     def live(self) -> list[Tensor]:
         """The tensors a captured step reads now: gradients, learning rates and Adam's state."""
-        state = [t for p in self.params for t in self.optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
-        return [*(p.grad for p in self.params if p.grad is not None),
-                *(g["lr"] for g in self.optimizer.param_groups), *state]
+        state = [
+            t
+            for p in self.params
+            for t in self.optimizer.state.get(p, {}).values()
+            if isinstance(t, Tensor)
+        ]
+        return [
+            *(p.grad for p in self.params if p.grad is not None),
+            *(g["lr"] for g in self.optimizer.param_groups),
+            *state,
+        ]
 
     def check_bound(self) -> None:
         """Raise unless the tensors the graph was captured with (``bound``) are still the live ones: else a replay
         would step stale gradients or a stale rate, or write into freed memory."""
         live = self.live()
-        if len(live) != len(self.bound) or any(a is not b for a, b in zip(live, self.bound, strict=False)):
-            raise RuntimeError("the captured optimizer step's tensors were replaced (gradients set to None, an "
-                               "optimizer state loaded, or the learning rate assigned instead of set_lr): make a "
-                               "new OptimizerStep after such a change")
+        if len(live) != len(self.bound) or any(
+            a is not b for a, b in zip(live, self.bound, strict=False)
+        ):
+            raise RuntimeError(
+                "the captured optimizer step's tensors were replaced (gradients set to None, an "
+                "optimizer state loaded, or the learning rate assigned instead of set_lr): make a "
+                "new OptimizerStep after such a change"
+            )
 
     def __call__(self) -> Tensor:
         self.calls += 1
@@ -172,8 +205,11 @@ class OptimizerStep:
                     self.finite = clipped_step(self.params, self.optimizer, self.max_grad_norm)
             except RuntimeError as err:  # a capture CUDA refuses: step on eagerly, and say why once
                 self.capture, self.graph, self.bound, self.finite = False, None, [], None
-                warnings.warn(f"CUDA graph capture of the optimizer step failed ({first_line(err)}); it steps "
-                              "eagerly (set launch.cuda_graphs off to skip the attempt)", stacklevel=2)
+                warnings.warn(
+                    f"CUDA graph capture of the optimizer step failed ({first_line(err)}); it steps "
+                    "eagerly (set launch.cuda_graphs off to skip the attempt)",
+                    stacklevel=2,
+                )
                 return self()
         self.check_bound()
         self.graph.replay()  # ... so the capturing call replays it too

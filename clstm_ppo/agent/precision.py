@@ -1,5 +1,6 @@
 """Mixed precision: autocast for the forward, GradScaler for fp16, the same calls in fp32 (docs/TRAINING.md,
 "Precision")."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,7 +40,9 @@ class Precision:
             raise ConfigError(f"launch.precision {name!r} is not one of {', '.join(PRECISIONS)}")
         if name == "fp16" and device.type != "cuda":
             # CPU LSTM kernels (oneDNN) have no float16 path; bfloat16 is the CPU's half precision.
-            raise ConfigError("launch.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32")
+            raise ConfigError(
+                "launch.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32"
+            )
         self.device, self.name, self.dtype = device, name, PRECISIONS[name]
         # Only fp16 loses small gradients to underflow; GradScaler multiplies the loss to keep them.
         self.scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
@@ -52,14 +55,20 @@ class Precision:
         its GradScaler."""
         if self.name != "bf16":
             return False
-        return self.device.type == "cuda" or (self.device.type == "cpu" and not cpu_runs_bf16_lstm())
+        return self.device.type == "cuda" or (
+            self.device.type == "cpu" and not cpu_runs_bf16_lstm()
+        )
 
     def describe(self) -> str:
         """The precision as the run's "ran as" line names it, e.g. "bf16 (LSTMs in fp32: no bf16 LSTM on this
         CPU)"."""
         if not self.lstms_in_float32:
             return self.name
-        why = "cuDNN would run them in fp16" if self.device.type == "cuda" else "no bf16 LSTM on this CPU"
+        why = (
+            "cuDNN would run them in fp16"
+            if self.device.type == "cuda"
+            else "no bf16 LSTM on this CPU"
+        )
         return f"{self.name} (LSTMs in fp32: {why})"
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -70,7 +79,9 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+    def step(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float
+    ) -> torch.Tensor:
         """Clip and step; a device bool, False when the gradients were not finite (without a scaler, a failure the
         caller reads once the update is over: the step is taken anyway, so nothing here waits for the device)."""
         if self.scaler is None:

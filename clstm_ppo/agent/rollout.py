@@ -1,4 +1,5 @@
 """Collecting one rollout: every copy steps ``num_steps`` times under the current policy, no gradients."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,7 +18,9 @@ ENCODE_CHUNK = 4096  # windows per encoder call when caching bar codes: ~5 MB of
 
 
 @torch.no_grad()
-def bar_codes(model: nn.Module, windows: MarketWindows, decisions: int, precision: Precision) -> Tensor | None:
+def bar_codes(
+    model: nn.Module, windows: MarketWindows, decisions: int, precision: Precision
+) -> Tensor | None:
     """The encoder's code of every observable bar, by flat row; None when that costs more than ``decisions``.
 
     The encoder sees a bar's window and nothing else, and the weights are fixed during a rollout, so
@@ -33,7 +36,9 @@ def bar_codes(model: nn.Module, windows: MarketWindows, decisions: int, precisio
         for chunk in rows.split(ENCODE_CHUNK):
             code = model.encoder(windows.gather(chunk)).float()
             if codes is None:  # the code's width is the encoder's (it differs between agent kinds)
-                codes = torch.zeros(windows.n_symbols * windows.n_bars, code.shape[-1], device=code.device)
+                codes = torch.zeros(
+                    windows.n_symbols * windows.n_bars, code.shape[-1], device=code.device
+                )
             codes[chunk] = code
     return codes
 
@@ -48,7 +53,9 @@ def sample_actions(logits: Tensor, uniform: Tensor) -> Tensor:
     1 times the total can round up to, so the last valid action always exceeds it."""
     cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)
     total = cdf[:, -1:]
-    target = torch.minimum(uniform.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
+    target = torch.minimum(
+        uniform.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total))
+    )
     return (cdf <= target).sum(dim=-1)
 
 
@@ -59,8 +66,9 @@ def action_logprob(logits: Tensor, action: Tensor) -> Tensor:
     return normalised.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
 
-def policy_step(model: nn.Module, obs: Observation, lstm_state: State,
-                codes: Tensor | None) -> tuple[Tensor, Tensor, State]:
+def policy_step(
+    model: nn.Module, obs: Observation, lstm_state: State, codes: Tensor | None
+) -> tuple[Tensor, Tensor, State]:
     """The rollout's forward for one step of every copy, from cached bar codes when there are some."""
     args = (obs.portfolio[None], obs.mask[None], obs.start[None], lstm_state)
     if codes is None:
@@ -69,9 +77,17 @@ def policy_step(model: nn.Module, obs: Observation, lstm_state: State,
 
 
 @torch.no_grad()
-def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, obs: Observation,
-            lstm_state: State, precision: Precision, cfg: PPOConfig, codes: Tensor | None,
-            act: Callable[[Observation], Tensor] | None = None) -> tuple[Observation, State]:
+def collect(
+    model: nn.Module,
+    env: BatchedOptionsEnv,
+    storage: RolloutStorage,
+    obs: Observation,
+    lstm_state: State,
+    precision: Precision,
+    cfg: PPOConfig,
+    codes: Tensor | None,
+    act: Callable[[Observation], Tensor] | None = None,
+) -> tuple[Observation, State]:
     """Fill ``storage`` with one rollout from ``obs``; returns the next observation and the carried LSTM state.
     The episodes that ended are summed in the env (``env.take_episode_sums``). ``act``: another policy's actions
     (a rule being cloned) in place of the model's draws; the model still gives the stored values and log-probs."""
@@ -85,9 +101,20 @@ def collect(model: nn.Module, env: BatchedOptionsEnv, storage: RolloutStorage, o
         lstm_state = tuple(x.float() for x in state)
         action = sample_actions(logits[0], uniforms[step]) if act is None else act(obs)
         result = env.step(action)
-        storage.add(step, obs.row, obs.portfolio, obs.mask, obs.start, action, action_logprob(logits[0], action),
-                    value[0], result.reward, result.terminated | result.truncated, env.state.slot_pnl,
-                    env.state.slot_opened)
+        storage.add(
+            step,
+            obs.row,
+            obs.portfolio,
+            obs.mask,
+            obs.start,
+            action,
+            action_logprob(logits[0], action),
+            value[0],
+            result.reward,
+            result.terminated | result.truncated,
+            env.state.slot_pnl,
+            env.state.slot_opened,
+        )
         obs = result.obs
     # Bootstrap from the next observation without advancing the carried state.
     with precision.autocast():

@@ -15,6 +15,7 @@ where some copy of a minibatch starts an episode at almost every step, the runs 
 The update does not run through DDP's forward, so under DDP its gradients are averaged by one all-reduce before each
 optimizer step (``ppo_update``'s ``average_gradients``), the mean DDP would take.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -41,12 +42,33 @@ def recurrence_block(num_steps: int) -> int:
     return divisor if divisor == num_steps or 2 * divisor >= MAX_BLOCK else MAX_BLOCK
 
 
-def loss_arithmetic(cfg: PPOConfig, logits: Tensor, values: Tensor, actions: Tensor, old_logprobs: Tensor,
-                    advantages: Tensor, returns: Tensor, old_values: Tensor, prior_actions: Tensor, prior_coef: Tensor,
-                    choices: Tensor | None) -> tuple[Tensor, Tensor]:
+def loss_arithmetic(
+    cfg: PPOConfig,
+    logits: Tensor,
+    values: Tensor,
+    actions: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    returns: Tensor,
+    old_values: Tensor,
+    prior_actions: Tensor,
+    prior_coef: Tensor,
+    choices: Tensor | None,
+) -> tuple[Tensor, Tensor]:
     """``ppo_losses`` with every tensor positional: a compiled graph is called with positional arguments only."""
-    return ppo_losses(logits, values, actions, old_logprobs, advantages, returns, old_values, prior_actions, prior_coef,
-                      cfg, choices)
+    return ppo_losses(
+        logits,
+        values,
+        actions,
+        old_logprobs,
+        advantages,
+        returns,
+        old_values,
+        prior_actions,
+        prior_coef,
+        cfg,
+        choices,
+    )
 
 
 class StaticMinibatchLoss:
@@ -57,16 +79,33 @@ class StaticMinibatchLoss:
     ``launch.update_graphs``; measured on a GPU as ``scripts/bench/bench_update.py``'s "graphs" and "captured"
     paths)."""
 
-    def __init__(self, model: nn.Module, windows: MarketWindows, storage: RolloutStorage, cfg: PPOConfig,
-                 precision: Precision, compile: bool = True, by_bar: bool | None = None, cuda_graphs: bool = False):
-        self.model, self.windows, self.storage, self.precision, self.cfg = model, windows, storage, precision, cfg
+    def __init__(
+        self,
+        model: nn.Module,
+        windows: MarketWindows,
+        storage: RolloutStorage,
+        cfg: PPOConfig,
+        precision: Precision,
+        compile: bool = True,
+        by_bar: bool | None = None,
+        cuda_graphs: bool = False,
+    ):
+        self.model, self.windows, self.storage, self.precision, self.cfg = (
+            model,
+            windows,
+            storage,
+            precision,
+            cfg,
+        )
         decisions = storage.num_steps * (storage.num_envs // cfg.num_minibatches)
         bars = windows.observable_rows()
         self.bars: Tensor | None = None
         if len(bars) <= decisions if by_bar is None else by_bar:
             # each observable bar once, looked up by flat row
             self.bars = bars
-            self.position = torch.zeros(windows.n_symbols * windows.n_bars, dtype=torch.long, device=bars.device)
+            self.position = torch.zeros(
+                windows.n_symbols * windows.n_bars, dtype=torch.long, device=bars.device
+            )
             self.position[bars] = torch.arange(len(bars), device=bars.device)
         self.encoded = len(bars) if self.bars is not None else decisions
         self.block = recurrence_block(storage.num_steps)
@@ -74,10 +113,15 @@ class StaticMinibatchLoss:
         self.cuda_graphs = compile and cuda_graphs
         if self.cuda_graphs and cfg.grad_accumulation > 1:
             # A gradient that a captured backward allocated is overwritten by the next minibatch's replay.
-            raise ValueError("the update's CUDA graphs need ppo.grad_accumulation 1 (the next replay overwrites the "
-                             "gradients being accumulated)")
-        self.steps: Recurrence = compile_graph(recurrence, "LSTM 2 recurrence", self.cuda_graphs) if compile \
+            raise ValueError(
+                "the update's CUDA graphs need ppo.grad_accumulation 1 (the next replay overwrites the "
+                "gradients being accumulated)"
+            )
+        self.steps: Recurrence = (
+            compile_graph(recurrence, "LSTM 2 recurrence", self.cuda_graphs)
+            if compile
             else recurrence
+        )
         self.losses = compile_graph(losses, "PPO loss", self.cuda_graphs) if compile else losses
         # Graphs inductor compiled without the CUDA graphs reduce-overhead asked for (it falls back silently):
         # counted around this loss's own calls, so the trainer's "ran as" line does not claim "graphs" for them.
@@ -99,11 +143,27 @@ class StaticMinibatchLoss:
                 code = model.encoder(self.windows.gather(self.bars))[self.position[rows]]
             else:
                 code = model.encoder(self.windows.gather(rows.reshape(-1))).view(*rows.shape, -1)
-            logits, values, _ = model.decide_static(code, s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
-                                                    state, self.block, self.steps)
-        loss, stats = self.losses(logits, values, s.actions[:, idx], s.logprobs[:, idx], advantages[:, idx],
-                                  s.returns[:, idx], s.values[:, idx], s.prior_actions[:, idx], s.prior_coef,
-                                  choice_weights(s.mask[:, idx], self.cfg))
+            logits, values, _ = model.decide_static(
+                code,
+                s.portfolio[:, idx],
+                s.mask[:, idx],
+                s.starts[:, idx],
+                state,
+                self.block,
+                self.steps,
+            )
+        loss, stats = self.losses(
+            logits,
+            values,
+            s.actions[:, idx],
+            s.logprobs[:, idx],
+            advantages[:, idx],
+            s.returns[:, idx],
+            s.values[:, idx],
+            s.prior_actions[:, idx],
+            s.prior_coef,
+            choice_weights(s.mask[:, idx], self.cfg),
+        )
         self.cudagraph_skips += cudagraph_skips() - skips
         # A CUDA graph's outputs are overwritten by its next replay; the update keeps the statistics longer.
         return loss, stats.clone() if self.cuda_graphs else stats

@@ -3,6 +3,7 @@
 Market windows are not stored: each step keeps its bar's flat index (``row``)
 and the update gathers the windows again, so memory is O(L x N) not O(L x N x TW x F).
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,8 +13,9 @@ from clstm_ppo.agent.model import State
 from clstm_ppo.config import Config
 
 
-def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor,
-                gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+def compute_gae(
+    rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
     """Advantages and returns (L, N). ``dones[l]``: the episode ended with step l's action.
 
     Time limits count as terminal: the observation holds the episode's progress, so the
@@ -30,8 +32,9 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
     return advantages, advantages + values
 
 
-def position_credit(rewards: Tensor, slot_pnl: Tensor, opened: Tensor, dones: Tensor, gamma: float,
-                    scale: float) -> Tensor:
+def position_credit(
+    rewards: Tensor, slot_pnl: Tensor, opened: Tensor, dones: Tensor, gamma: float, scale: float
+) -> Tensor:
     """Rewards (L, N) with each step's option P&L moved to the step that opened the option (``ppo.credit:
     position``; docs/TRAINING.md, "Credit").
 
@@ -56,8 +59,9 @@ def position_credit(rewards: Tensor, slot_pnl: Tensor, opened: Tensor, dones: Te
     return rewards + scale * (credit - slot_pnl.sum((1, 2)))
 
 
-def mean_variance(rewards: Tensor, slot_pnl: Tensor, risk_aversion: float, reward_unit: float
-                  ) -> tuple[Tensor, Tensor]:
+def mean_variance(
+    rewards: Tensor, slot_pnl: Tensor, risk_aversion: float, reward_unit: float
+) -> tuple[Tensor, Tensor]:
     """Rewards (L, N) as the utility x - risk_aversion / 2 * x^2 of each bar's return x = reward / ``reward_unit``
     (env.reward_scale: x is a share of initial cash), in reward units (``ppo.risk_aversion``; docs/TRAINING.md,
     "Risk"); and ``slot_pnl`` (L, 2, P, N) times the same factor 1 - risk_aversion / 2 * x, so each position bears
@@ -73,16 +77,31 @@ def credit_settings(cfg: Config) -> dict[str, float]:
     risk = {"risk_aversion": cfg.ppo.risk_aversion, "reward_unit": cfg.env.reward_scale}
     if cfg.ppo.credit != "position":
         return risk
-    return {"slots": cfg.env.max_positions, "credit_scale": cfg.env.reward_scale / cfg.env.initial_cash, **risk}
+    return {
+        "slots": cfg.env.max_positions,
+        "credit_scale": cfg.env.reward_scale / cfg.env.initial_cash,
+        **risk,
+    }
 
 
 class RolloutStorage:
-    def __init__(self, num_steps: int, num_envs: int, portfolio_dim: int, n_actions: int, device: torch.device,
-                 slots: int = 0, credit_scale: float = 0.0, risk_aversion: float = 0.0, reward_unit: float = 1.0):
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        portfolio_dim: int,
+        n_actions: int,
+        device: torch.device,
+        slots: int = 0,
+        credit_scale: float = 0.0,
+        risk_aversion: float = 0.0,
+        reward_unit: float = 1.0,
+    ):
         """``slots`` > 0 (env.max_positions), with ``credit_scale`` (reward per dollar): rewards credited by position
         (``position_credit``), from each step's slot P&L; 0: the env's rewards as they are. ``risk_aversion`` > 0,
         with ``reward_unit`` (the reward of a gain of the whole initial cash): rewards as their mean-variance utility
         (``mean_variance``) first."""
+
         def buf(*shape, dtype=torch.float32):
             return torch.zeros(num_steps, num_envs, *shape, dtype=dtype, device=device)
 
@@ -112,16 +131,40 @@ class RolloutStorage:
         """Whether rewards are credited by position (``position_credit``)."""
         return self.slot_pnl.shape[2] > 0
 
-    def add(self, step: int | Tensor, row: Tensor, portfolio: Tensor, mask: Tensor, start: Tensor, action: Tensor,
-            logprob: Tensor, value: Tensor, reward: Tensor, done: Tensor, slot_pnl: Tensor | None = None,
-            slot_opened: Tensor | None = None) -> None:
+    def add(
+        self,
+        step: int | Tensor,
+        row: Tensor,
+        portfolio: Tensor,
+        mask: Tensor,
+        start: Tensor,
+        action: Tensor,
+        logprob: Tensor,
+        value: Tensor,
+        reward: Tensor,
+        done: Tensor,
+        slot_pnl: Tensor | None = None,
+        slot_opened: Tensor | None = None,
+    ) -> None:
         """Write one decision of every copy at row ``step``: an int, or a (1,) long tensor on the device (a compiled
         or captured rollout's index, read without a host sync); with position credit, the env state's slot P&L."""
         values = (row, portfolio, mask, start, action, logprob, value, reward, done)
-        buffers = (self.rows, self.portfolio, self.mask, self.starts, self.actions, self.logprobs, self.values,
-                   self.rewards, self.dones)
+        buffers = (
+            self.rows,
+            self.portfolio,
+            self.mask,
+            self.starts,
+            self.actions,
+            self.logprobs,
+            self.values,
+            self.rewards,
+            self.dones,
+        )
         if self.by_position:
-            values, buffers = (*values, slot_pnl, slot_opened), (*buffers, self.slot_pnl, self.slot_opened)
+            values, buffers = (
+                (*values, slot_pnl, slot_opened),
+                (*buffers, self.slot_pnl, self.slot_opened),
+            )
         if not isinstance(step, Tensor):
             for buffer, value in zip(buffers, values, strict=True):
                 buffer[step] = value
@@ -132,7 +175,13 @@ class RolloutStorage:
     def finish(self, last_value: Tensor, gamma: float, lam: float) -> None:
         rewards, slot_pnl = self.rewards, self.slot_pnl
         if self.risk_aversion > 0:  # at 0 the rewards stay bit for bit as they were
-            rewards, slot_pnl = mean_variance(rewards, slot_pnl, self.risk_aversion, self.reward_unit)
+            rewards, slot_pnl = mean_variance(
+                rewards, slot_pnl, self.risk_aversion, self.reward_unit
+            )
         if self.by_position:
-            rewards = position_credit(rewards, slot_pnl, self.slot_opened, self.dones, gamma, self.credit_scale)
-        self.advantages, self.returns = compute_gae(rewards, self.values, self.dones, last_value, gamma, lam)
+            rewards = position_credit(
+                rewards, slot_pnl, self.slot_opened, self.dones, gamma, self.credit_scale
+            )
+        self.advantages, self.returns = compute_gae(
+            rewards, self.values, self.dones, last_value, gamma, lam
+        )

@@ -11,6 +11,7 @@
 The shipped defaults are what this gives for training years to 2012 (scripts/studies/cboe_benchmarks.py --calibrate,
 scripts/studies/fit_iv_model.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,20 +37,30 @@ IV_REFERENCE = "sp500"  # the built-in with a real implied-vol series (the VIX)
 
 def cboe_data(train_end: str | None = None, val_end: str | None = None) -> MarketData:
     """The embedded S&P 500 with the shortest warm-up (its walks start 1999-02-22), split at the given dates."""
-    return build_market_data(DataConfig(source=IV_REFERENCE, turbulence_lookback=20, window=1,
-                                        train_end=train_end, val_end=val_end))
+    return build_market_data(
+        DataConfig(
+            source=IV_REFERENCE,
+            turbulence_lookback=20,
+            window=1,
+            train_end=train_end,
+            val_end=val_end,
+        )
+    )
 
 
 WALKS = {"putwrite": putwrite, "buywrite": buywrite, "buy_and_hold": buy_and_hold}
 
 
-def annual_returns(data: MarketData, split: str, atm_per_iv: float | None,
-                   policies: tuple[str, ...] = tuple(WALKS)) -> dict[str, dict[int, float]]:
+def annual_returns(
+    data: MarketData, split: str, atm_per_iv: float | None, policies: tuple[str, ...] = tuple(WALKS)
+) -> dict[str, dict[int, float]]:
     """Policy -> calendar year -> return (%) of one continuous walk over ``split`` ("all": the whole data), for
     each of ``policies``."""
     cfg = Config()
     if atm_per_iv is not None:
-        cfg = dataclasses.replace(cfg, market=dataclasses.replace(cfg.market, atm_per_iv=atm_per_iv))
+        cfg = dataclasses.replace(
+            cfg, market=dataclasses.replace(cfg.market, atm_per_iv=atm_per_iv)
+        )
     if split == "all":
         # one walk from the first bar to the last; the market still fits on the training split
         data = dataclasses.replace(data, splits={**data.splits, "all": (0, len(data.dates))})
@@ -64,8 +75,11 @@ def agreement(sim: dict[int, float], real: str, years: list[int]) -> dict[str, f
     """MAD (points) and years of the same sign, simulated against a real index over ``years``."""
     s = np.array([sim[y] for y in years])
     r = np.array([REAL_ANNUAL_RETURNS[real][REAL_YEARS.index(y)] for y in years])
-    return {"mad": float(np.abs(s - r).mean()), "same_sign": int((np.sign(s) == np.sign(r)).sum()),
-            "years": len(years)}
+    return {
+        "mad": float(np.abs(s - r).mean()),
+        "same_sign": int((np.sign(s) == np.sign(r)).sum()),
+        "years": len(years),
+    }
 
 
 def calibrate(data: MarketData, years: list[int], grid: list[float] = GRID) -> list[dict[str, Any]]:
@@ -76,8 +90,13 @@ def calibrate(data: MarketData, years: list[int], grid: list[float] = GRID) -> l
     for x in grid:
         returns = annual_returns(data, "train", x, tuple(name for name, _ in indices))
         mads = {name: agreement(returns[name], real, years)["mad"] for name, real in indices}
-        rows.append({"atm_per_iv": x, **{f"{n}_mad": v for n, v in mads.items()},
-                     "mean_mad": float(np.mean(list(mads.values())))})
+        rows.append(
+            {
+                "atm_per_iv": x,
+                **{f"{n}_mad": v for n, v in mads.items()},
+                "mean_mad": float(np.mean(list(mads.values()))),
+            }
+        )
     return rows
 
 
@@ -91,21 +110,35 @@ def fold_market_settings(fold: Fold, data_cfg: DataConfig, market: MarketConfig)
     """``market.iv_model_coefs`` and ``market.atm_per_iv`` refitted on ``fold``'s training years, with where they
     came from."""
     own = build_market_data(dataclasses.replace(data_cfg, **_dates(fold)))
-    reference = own if "iv" in own.bars else build_market_data(DataConfig(source=IV_REFERENCE, **_dates(fold)))
+    reference = (
+        own
+        if "iv" in own.bars
+        else build_market_data(DataConfig(source=IV_REFERENCE, **_dates(fold)))
+    )
     coefs = [round(float(c), 4) for c in fit_iv_model(reference, market)]
     years = calibration_years(fold.train_end)
     atm, mad = market.atm_per_iv, None
     if len(years) >= MIN_YEARS:
-        best = min(calibrate(cboe_data(fold.train_end, fold.val_end), years), key=lambda r: r["mean_mad"])
+        best = min(
+            calibrate(cboe_data(fold.train_end, fold.val_end), years), key=lambda r: r["mean_mad"]
+        )
         atm, mad = best["atm_per_iv"], best["mean_mad"]
-    return {"iv_model_coefs": coefs, "iv_model_source": "own iv column" if reference is own else IV_REFERENCE,
-            "atm_per_iv": atm, "atm_per_iv_years": [years[0], years[-1]] if years else None, "atm_per_iv_mad": mad}
+    return {
+        "iv_model_coefs": coefs,
+        "iv_model_source": "own iv column" if reference is own else IV_REFERENCE,
+        "atm_per_iv": atm,
+        "atm_per_iv_years": [years[0], years[-1]] if years else None,
+        "atm_per_iv_mad": mad,
+    }
 
 
 def fold_overrides(fold: Fold, fit: dict[str, Any]) -> list[str]:
     """``fold``'s dates and its ``fold_market_settings`` as ``--set`` values for train, evaluate and the studies."""
-    return [*fold.settings(), f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",
-            f"market.atm_per_iv={fit['atm_per_iv']}"]
+    return [
+        *fold.settings(),
+        f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",
+        f"market.atm_per_iv={fit['atm_per_iv']}",
+    ]
 
 
 def _dates(fold: Fold) -> dict[str, str]:

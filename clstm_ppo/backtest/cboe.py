@@ -16,6 +16,7 @@ Expiries: ``"monthly"`` (default) lists the third Friday at least three weeks aw
 cycle (28 or 35 days on a roll); ``"30d"`` the chain's 30 calendar days (``expiry_table``), which drifts off
 the real cycle by a day or more each month, so its year-by-year path is another index's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,19 +67,28 @@ def buywrite(data: MarketData, split: str, cfg: Config, expiry: str = "monthly")
     return _simulate("buywrite", data, split, cfg, covered=True, expiry=expiry)
 
 
-def monthly_expiry_table(dates: np.ndarray, close_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def monthly_expiry_table(
+    dates: np.ndarray, close_time: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(T,) bar and time at which a monthly option sold on bar t expires: listed for the first third Friday at
     least MONTHLY_MIN_DAYS after t's day, it expires at the close of the last bar on or before that day (a
     Good Friday holiday: the Thursday); past the data, bar T and close_time[t] + the days to it."""
     days = dates.astype("datetime64[D]")
-    firsts = np.arange(days[0].astype("datetime64[M]"), days[-1].astype("datetime64[M]") + 4).astype("datetime64[D]")
+    firsts = np.arange(
+        days[0].astype("datetime64[M]"), days[-1].astype("datetime64[M]") + 4
+    ).astype("datetime64[D]")
     monday_based = (firsts.astype(np.int64) + 3) % 7  # 1970-01-01, day 0, was a Thursday
     third_friday = firsts + ((4 - monday_based) % 7 + 14).astype("timedelta64[D]")
-    listed = third_friday[np.searchsorted(third_friday, days + np.timedelta64(MONTHLY_MIN_DAYS, "D"))]
+    listed = third_friday[
+        np.searchsorted(third_friday, days + np.timedelta64(MONTHLY_MIN_DAYS, "D"))
+    ]
     index = np.searchsorted(days, listed, side="right") - 1
     beyond = listed > days[-1]
-    times = np.where(beyond, close_time + (listed - days).astype(np.float64),
-                     close_time[np.minimum(index, len(days) - 1)])
+    times = np.where(
+        beyond,
+        close_time + (listed - days).astype(np.float64),
+        close_time[np.minimum(index, len(days) - 1)],
+    )
     return np.where(beyond, len(days), index), times
 
 
@@ -99,8 +109,9 @@ class _Rolls:
     ticks: Ticks | None  # the underlying's quote grid, as the env's
 
 
-def _schedule(first: int, last: int, expiry_bar: np.ndarray, expiry_time: np.ndarray,
-              fill_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _schedule(
+    first: int, last: int, expiry_bar: np.ndarray, expiry_time: np.ndarray, fill_time: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Fill bars and expiry bars of one underlying's rolls (the module docstring's schedule); the roll whose
     expiry lies past ``last`` is the walk's last and is open at its end."""
     fills, expiries, fill = [], [], first + 1
@@ -113,8 +124,15 @@ def _schedule(first: int, last: int, expiry_bar: np.ndarray, expiry_time: np.nda
     return np.array(fills, dtype=np.int64), np.array(expiries, dtype=np.int64)
 
 
-def _price_rolls(env: BatchedOptionsEnv, s: int, fills: np.ndarray, expiries: np.ndarray, expiry_time: Tensor,
-                 is_call: bool, cfg: Config) -> _Rolls:
+def _price_rolls(
+    env: BatchedOptionsEnv,
+    s: int,
+    fills: np.ndarray,
+    expiries: np.ndarray,
+    expiry_time: Tensor,
+    is_call: bool,
+    cfg: Config,
+) -> _Rolls:
     """Quote each roll's option at its fill point exactly as the env quotes its chain (``quotes._quote_chain``)."""
     m, q = cfg.market, env.quotes
     u = torch.as_tensor(fills)
@@ -130,9 +148,23 @@ def _price_rolls(env: BatchedOptionsEnv, s: int, fills: np.ndarray, expiries: np
     inside = expiries < env.split_end
     at_expiry = q.close_px[s, torch.as_tensor(np.where(inside, expiries, fills))]
     payoff = ((at_expiry - strike) * (1.0 if is_call else -1.0)).clamp_min(0) * m.multiplier
-    ticks = None if q.ticks is None else Ticks(float(q.ticks.small[s]), float(q.ticks.large[s]), q.ticks.boundary)
-    return _Rolls(fills, expiries, expiry_time[u], strike, mid, iv, log_k_s, volume,
-                  payoff.numpy() * inside, ticks)
+    ticks = (
+        None
+        if q.ticks is None
+        else Ticks(float(q.ticks.small[s]), float(q.ticks.large[s]), q.ticks.boundary)
+    )
+    return _Rolls(
+        fills,
+        expiries,
+        expiry_time[u],
+        strike,
+        mid,
+        iv,
+        log_k_s,
+        volume,
+        payoff.numpy() * inside,
+        ticks,
+    )
 
 
 def _marks(env: BatchedOptionsEnv, s: int, rolls: _Rolls, is_call: bool, cfg: Config) -> np.ndarray:
@@ -142,7 +174,7 @@ def _marks(env: BatchedOptionsEnv, s: int, rolls: _Rolls, is_call: bool, cfg: Co
     held = np.full(last - first + 1, -1)
     for r, (u, e) in enumerate(zip(rolls.fill_bar, rolls.expiry_bar, strict=True)):
         # from its fill's close to the close before its expiry's
-        held[u - first:min(e, last + 1) - first] = r
+        held[u - first : min(e, last + 1) - first] = r
     if len(rolls.fill_bar) == 0:  # a one-bar walk sells nothing
         return np.zeros(held.shape)
     bars, live = torch.arange(first, last + 1), torch.as_tensor(held >= 0)
@@ -153,24 +185,48 @@ def _marks(env: BatchedOptionsEnv, s: int, rolls: _Rolls, is_call: bool, cfg: Co
     years = ((rolls.expiry_time[r] - q.close_time[bars]) / DAYS_PER_YEAR).clamp_min(0)
     log_k_s = torch.log(strike / spot)
     iv = surface_iv(q.iv_close[s, bars], q.long_run_iv[s], log_k_s, years, cfg.market)
-    price = bs_price(spot, strike, years, q.rate_close[s, bars], q.dividend_yield[s], iv,
-                     torch.full(spot.shape, is_call), -log_k_s)
+    price = bs_price(
+        spot,
+        strike,
+        years,
+        q.rate_close[s, bars],
+        q.dividend_yield[s],
+        iv,
+        torch.full(spot.shape, is_call),
+        -log_k_s,
+    )
     return (price * cfg.market.multiplier * live).numpy()
 
 
 def _sell(rolls: _Rolls, r: int, contracts: float, cfg: Config) -> tuple[Fill, float]:
     """Roll r's option sold to open at the bid: the fill and the cash it brings in net of fees."""
     m = cfg.market
-    fill = order_fill(rolls.mid[r], torch.tensor(contracts, dtype=torch.float64), True, rolls.iv[r],
-                      rolls.log_k_s[r], rolls.volume[r], m.costs, m.multiplier, rolls.ticks)
+    fill = order_fill(
+        rolls.mid[r],
+        torch.tensor(contracts, dtype=torch.float64),
+        True,
+        rolls.iv[r],
+        rolls.log_k_s[r],
+        rolls.volume[r],
+        m.costs,
+        m.multiplier,
+        rolls.ticks,
+    )
     return fill, float(fill.price) * contracts * m.multiplier - float(fees_only(fill))
 
 
-def _simulate(name: str, data: MarketData, split: str, cfg: Config, covered: bool, expiry: str) -> WalkResult:
+def _simulate(
+    name: str, data: MarketData, split: str, cfg: Config, covered: bool, expiry: str
+) -> WalkResult:
     if expiry not in EXPIRIES:
         raise ValueError(f"expiry must be one of {', '.join(EXPIRIES)}, got {expiry!r}")
     # float64: an index compounds thousands of bars; the env's float32 default would blur its pennies
-    env = walk_env(data, split, dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, dtype="float64")), "cpu")
+    env = walk_env(
+        data,
+        split,
+        dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, dtype="float64")),
+        "cpu",
+    )
     q, m, first, last = env.quotes, cfg.market, env.first_bar, env.split_end - 1
     close_time, close, rate = q.close_time.numpy(), q.close_px.numpy(), q.inputs.rate
     if expiry == "monthly":
@@ -214,7 +270,11 @@ def _simulate(name: str, data: MarketData, split: str, cfg: Config, covered: boo
                     costs[s, SHARE_COST] += share_cost
                 # Fractional contracts, as an index is computed: BXM one call per share, PUT a notional
                 # (strike x multiplier per contract) equal to the account, all in cash between puts.
-                contracts = shares / m.multiplier if covered else cash / (float(rolls.strike[nxt]) * m.multiplier)
+                contracts = (
+                    shares / m.multiplier
+                    if covered
+                    else cash / (float(rolls.strike[nxt]) * m.multiplier)
+                )
                 fill, proceeds = _sell(rolls, nxt, contracts, cfg)
                 cash += proceeds
                 traded[s] += float(fill.price) * contracts * m.multiplier
@@ -223,6 +283,17 @@ def _simulate(name: str, data: MarketData, split: str, cfg: Config, covered: boo
             equity[s, t - first] = cash + shares * close[s, t] - contracts * marks[t - first]
         # the option, and the shares of a buywrite
         open_at_end[s] = int(held >= 0) + int(shares > 0)
-    return WalkResult(policy=name, symbols=list(data.symbols), dates=data.dates[first:last + 1], equity=equity,
-                      rate=rate[:, first:last + 1], closed=closed, wins=wins, open_at_end=open_at_end,
-                      traded=traded, costs=costs, ruin_fraction=cfg.env.ruin_fraction, clock=data.clock)
+    return WalkResult(
+        policy=name,
+        symbols=list(data.symbols),
+        dates=data.dates[first : last + 1],
+        equity=equity,
+        rate=rate[:, first : last + 1],
+        closed=closed,
+        wins=wins,
+        open_at_end=open_at_end,
+        traded=traded,
+        costs=costs,
+        ruin_fraction=cfg.env.ruin_fraction,
+        clock=data.clock,
+    )

@@ -1,5 +1,6 @@
 """evaluate --ensemble: which checkpoints may act as one policy, which are one walk-forward fold's seeds, and the
 ensemble's walk (docs/BACKTEST.md, "Ensembles")."""
+
 from __future__ import annotations
 
 import functools
@@ -22,16 +23,29 @@ Agent = tuple[Config, MarketData, ActorCritic]  # what agent.loading.load_agent 
 WALK_SECTIONS = ("data", "market", "env")
 # Settings only training reads: a walk has no episodes, rewards or generated paths, and runs its own float64
 # eager env (walk.walk_env), so members may differ in these and still see the same walk.
-TRAINING_ONLY = frozenset({
-    "data.augment", "data.augment_checkpoint", "data.augment_paths", "env.episode_length", "env.reward_scale",
-    "env.reward", "env.drawdown_penalty", "env.turbulence_penalty", "env.dtype", "env.stagger_starts",
-})
+TRAINING_ONLY = frozenset(
+    {
+        "data.augment",
+        "data.augment_checkpoint",
+        "data.augment_paths",
+        "env.episode_length",
+        "env.reward_scale",
+        "env.reward",
+        "env.drawdown_penalty",
+        "env.turbulence_penalty",
+        "env.dtype",
+        "env.stagger_starts",
+    }
+)
 
 
 def walk_settings(cfg: Config) -> dict[str, Any]:
     """Every setting (dotted key -> value) that decides the bars a walk sees, its actions and how they fill."""
-    keys = [key for key, _, _ in walk_rules(Config)
-            if key.partition(".")[0] in WALK_SECTIONS and key not in TRAINING_ONLY]
+    keys = [
+        key
+        for key, _, _ in walk_rules(Config)
+        if key.partition(".")[0] in WALK_SECTIONS and key not in TRAINING_ONLY
+    ]
     return {key: functools.reduce(getattr, key.split("."), cfg) for key in keys}
 
 
@@ -49,12 +63,18 @@ def check_members(paths: list[str], agents: list[Agent]) -> None:
         theirs = walk_settings(other_cfg)
         key = next((k for k in ours if theirs[k] != ours[k]), None)
         if key is not None:
-            raise ConfigError(f"--ensemble: {path} has {key}={_shown(theirs[key])} where {first} has "
-                              f"{_shown(ours[key])}; {fix}")
+            raise ConfigError(
+                f"--ensemble: {path} has {key}={_shown(theirs[key])} where {first} has "
+                f"{_shown(ours[key])}; {fix}"
+            )
         a, b = data.normalizer, other_data.normalizer
-        if a.names != b.names or not (np.array_equal(a.mean, b.mean) and np.array_equal(a.std, b.std)):
-            raise ConfigError(f"--ensemble: {path} and {first} normalise their features with other statistics "
-                              f"(trained on other bars of {cfg.data.source}); {fix}")
+        if a.names != b.names or not (
+            np.array_equal(a.mean, b.mean) and np.array_equal(a.std, b.std)
+        ):
+            raise ConfigError(
+                f"--ensemble: {path} and {first} normalise their features with other statistics "
+                f"(trained on other bars of {cfg.data.source}); {fix}"
+            )
 
 
 def group_folds(paths: list[str], agents: list[Agent], split: str) -> list[list[int]]:
@@ -69,17 +89,22 @@ def group_folds(paths: list[str], agents: list[Agent], split: str) -> list[list[
         folds.setdefault(tuple(data.split_dates(name) for name in SPLITS), []).append(i)
     order = sorted(folds.values(), key=lambda fold: agents[fold[0]][1].split_dates(split)[0])
     if len(order) == 1 and len(paths) > 1:
-        raise ConfigError(f"--folds: all {len(paths)} checkpoints have the same split dates, so they are seeds of "
-                          "one run, not folds; drop --folds")
+        raise ConfigError(
+            f"--folds: all {len(paths)} checkpoints have the same split dates, so they are seeds of "
+            "one run, not folds; drop --folds"
+        )
     for fold in order[1:]:
         if len(fold) != len(order[0]):
-            raise ConfigError(f"--folds: {paths[order[0][0]]}'s fold has {len(order[0])} checkpoint(s), "
-                              f"{paths[fold[0]]}'s {len(fold)}; give every fold the same seeds")
+            raise ConfigError(
+                f"--folds: {paths[order[0][0]]}'s fold has {len(order[0])} checkpoint(s), "
+                f"{paths[fold[0]]}'s {len(fold)}; give every fold the same seeds"
+            )
     return order
 
 
-def walk_ensemble(models: list[ActorCritic], data: MarketData, split: str, cfg: Config,
-                  device: torch.device) -> WalkResult:
+def walk_ensemble(
+    models: list[ActorCritic], data: MarketData, split: str, cfg: Config, device: torch.device
+) -> WalkResult:
     """The ensemble's one walk over ``split``: every underlying at once, each member called once a bar."""
     policy, state = ensemble_policy(models, len(data.symbols), device)
     return walk(ENSEMBLE, policy, state, data, split, cfg, device, scaled_rule(cfg, data, device))

@@ -10,6 +10,7 @@ an agent at t could. Three states and their opposites (the complement, bar for b
 - ``vrp_positive``: the implied vol above the realized vol of the last ``data.vol_window`` bars;
 - ``zscore_positive``: the implied vol's trailing-year z-score above 0.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,15 +22,20 @@ from clstm_ppo.market.observed import OPTION_FEATURE_NAMES, ZSCORE_MIN_BARS, opt
 
 ALWAYS = "always"
 STATES = ("iv_above_median", "vrp_positive", "zscore_positive")
-OPPOSITE = {"iv_above_median": "iv_at_or_below_median", "vrp_positive": "vrp_at_or_below_zero",
-            "zscore_positive": "zscore_at_or_below_zero"}
+OPPOSITE = {
+    "iv_above_median": "iv_at_or_below_median",
+    "vrp_positive": "vrp_at_or_below_zero",
+    "zscore_positive": "zscore_at_or_below_zero",
+}
 GATES = (ALWAYS, *STATES, *(OPPOSITE[s] for s in STATES))
-WORDS = {"iv_above_median": "implied vol is above its trailing-year median",
-         "iv_at_or_below_median": "implied vol is at or below its trailing-year median",
-         "vrp_positive": "implied vol is above realized vol", "vrp_at_or_below_zero": "implied vol is at or below "
-                                                                                      "realized vol",
-         "zscore_positive": "the implied vol's z-score is above 0",
-         "zscore_at_or_below_zero": "the implied vol's z-score is at or below 0"}
+WORDS = {
+    "iv_above_median": "implied vol is above its trailing-year median",
+    "iv_at_or_below_median": "implied vol is at or below its trailing-year median",
+    "vrp_positive": "implied vol is above realized vol",
+    "vrp_at_or_below_zero": "implied vol is at or below realized vol",
+    "zscore_positive": "the implied vol's z-score is above 0",
+    "zscore_at_or_below_zero": "the implied vol's z-score is at or below 0",
+}
 
 
 def trailing_median_above(values: np.ndarray, window: int) -> np.ndarray:
@@ -45,8 +51,11 @@ def gate_series(data: MarketData, market: MarketConfig) -> dict[str, np.ndarray]
     features = option_feature_values(data, market)
     column = lambda name: features[:, :, OPTION_FEATURE_NAMES.index(name)]  # noqa: E731
     window = max(int(data.periods_per_year), ZSCORE_MIN_BARS)
-    states = {"iv_above_median": trailing_median_above(column("iv"), window),
-              "vrp_positive": column("iv_premium") > 0.0, "zscore_positive": column("iv_zscore") > 0.0}
+    states = {
+        "iv_above_median": trailing_median_above(column("iv"), window),
+        "vrp_positive": column("iv_premium") > 0.0,
+        "zscore_positive": column("iv_zscore") > 0.0,
+    }
     out = {ALWAYS: np.ones(features.shape[:2], dtype=bool)}
     out |= states
     out |= {OPPOSITE[name]: ~series for name, series in states.items()}

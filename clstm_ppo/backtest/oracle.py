@@ -4,6 +4,7 @@ puts running to expiry. It reads the premium the generator keeps beside
 the bars (``data.planted.planted_state``), which no observation holds: a bound on what timing the implied-vol
 features can earn, walked through the same env as every other policy.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,9 @@ def oracle_rule(actions: ActionSpace) -> FixedRule:
 def true_premium(data: MarketData, cfg: Config) -> np.ndarray:
     """(S, T) the hidden premium_t at each bar of ``data``, a dataset of the planted market of ``cfg.data``."""
     if cfg.data.source != "planted":
-        raise ValueError(f"the oracle needs the planted market (data.source planted), not {cfg.data.source!r}")
+        raise ValueError(
+            f"the oracle needs the planted market (data.source planted), not {cfg.data.source!r}"
+        )
     premium = planted_state(cfg.data.planted, data.dates)["premium"].to_numpy()
     return np.tile(premium, (len(data.symbols), 1))
 
@@ -39,5 +42,11 @@ def oracle_policy(data: MarketData, cfg: Config, device: torch.device | str) -> 
     """The oracle as a policy for one walk (``walk_together``'s layout)."""
     actions = ActionSpace.from_config(cfg.market)
     gates = {GATE: true_premium(data, cfg) > RICH}
-    return gated_policy([GatedRule(oracle_rule(actions), GATE)], gates, actions, len(data.symbols),
-                        cfg.env.max_positions, device)
+    return gated_policy(
+        [GatedRule(oracle_rule(actions), GATE)],
+        gates,
+        actions,
+        len(data.symbols),
+        cfg.env.max_positions,
+        device,
+    )

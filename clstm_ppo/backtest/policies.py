@@ -4,6 +4,7 @@ through the same env.
 A policy maps an observation and its carried state to one action per copy and the next state. Rules read
 only what is known at the observation's bar (the raw features of its row), like the agent.
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,16 +18,23 @@ OPEN_SHARE = PORTFOLIO_FEATURES.index("open_share")
 
 def agent_logits(model: ActorCritic, obs: Observation, state: State) -> tuple[torch.Tensor, State]:
     """(copies, actions) masked logits of ``model`` for one decision, and LSTM 2's next state."""
-    logits, _, state = model(obs.market.unsqueeze(0), obs.portfolio.unsqueeze(0), obs.mask.unsqueeze(0),
-                             obs.start.unsqueeze(0), state)
+    logits, _, state = model(
+        obs.market.unsqueeze(0),
+        obs.portfolio.unsqueeze(0),
+        obs.mask.unsqueeze(0),
+        obs.start.unsqueeze(0),
+        state,
+    )
     return logits[0], state
 
 
 def agent_policy(model: ActorCritic, num_envs: int, device: torch.device) -> tuple:
     """Greedy (argmax) actions of ``model``, carrying LSTM 2's state (an empty one for agent.kind mlp)."""
+
     def act(obs: Observation, state: State) -> tuple[torch.Tensor, State]:
         logits, state = agent_logits(model, obs, state)
         return logits.argmax(-1), state
+
     return act, model.initial_state(num_envs, device)
 
 
@@ -35,6 +43,7 @@ def ensemble_policy(models: list[ActorCritic], num_envs: int, device: torch.devi
     each model carrying its own LSTM 2 state; ties go to the first action, as argmax breaks them. The members
     read the same observation: evaluate --ensemble admits only checkpoints of one normaliser and walk
     (docs/BACKTEST.md, "Ensembles")."""
+
     def act(obs: Observation, states: list[State]) -> tuple[torch.Tensor, list[State]]:
         total, next_states = None, []
         for model, state in zip(models, states, strict=True):
@@ -45,19 +54,29 @@ def ensemble_policy(models: list[ActorCritic], num_envs: int, device: torch.devi
             total = probs if total is None else total + probs
             next_states.append(state)
         return (total / len(models)).argmax(-1), next_states
+
     return act, [model.initial_state(num_envs, device) for model in models]
 
 
 def random_policy(seed: int) -> tuple:
     """Uniform over the valid actions, from its own seeded generator."""
+
     def act(obs: Observation, gen: torch.Generator) -> tuple[torch.Tensor, torch.Generator]:
-        return torch.multinomial(obs.mask.float().cpu(), 1, generator=gen).squeeze(-1).to(obs.mask.device), gen
+        return torch.multinomial(obs.mask.float().cpu(), 1, generator=gen).squeeze(-1).to(
+            obs.mask.device
+        ), gen
+
     return act, torch.Generator().manual_seed(seed)
 
 
 def cash_policy() -> tuple:
     """Never trades."""
-    return (lambda obs, _state: (torch.zeros(obs.mask.shape[0], dtype=torch.long, device=obs.mask.device), None)), None
+    return (
+        lambda obs, _state: (
+            torch.zeros(obs.mask.shape[0], dtype=torch.long, device=obs.mask.device),
+            None,
+        )
+    ), None
 
 
 def _atm_30_day(actions: ActionSpace) -> tuple[int, int]:
@@ -82,7 +101,9 @@ def macd_rule(data: MarketData, actions: ActionSpace, max_positions: int) -> tup
     def act(obs: Observation, pending: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         row = obs.row.cpu()
         now, before = macd.index_select(0, row), macd.index_select(0, (row - 1).clamp_min(0))
-        signal = torch.where((before <= 0) & (now > 0), call, torch.where((before >= 0) & (now < 0), put, 0))
+        signal = torch.where(
+            (before <= 0) & (now > 0), call, torch.where((before >= 0) & (now < 0), put, 0)
+        )
         pending = torch.zeros_like(row) if pending is None else pending
         # a new cross replaces any wish not yet bought
         pending = torch.where(signal > 0, signal, pending)
@@ -90,10 +111,14 @@ def macd_rule(data: MarketData, actions: ActionSpace, max_positions: int) -> tup
         mask = obs.mask.cpu()
         can_buy = mask.gather(1, pending.unsqueeze(-1)).squeeze(-1) & (pending > 0)
         # A cross while holding closes first; a wish is bought once flat and the mask allows it.
-        action = torch.where((signal > 0) & holding, actions.close_all,
-                             torch.where(~holding & can_buy, pending, actions.hold))
+        action = torch.where(
+            (signal > 0) & holding,
+            actions.close_all,
+            torch.where(~holding & can_buy, pending, actions.hold),
+        )
         pending = torch.where(action == pending, 0, pending)
         return action.to(obs.mask.device), pending
+
     return act, None
 
 
@@ -106,7 +131,10 @@ def long_straddle(actions: ActionSpace, max_positions: int) -> tuple:
     def act(obs: Observation, need_put: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         held = _open_count(obs, max_positions).cpu()
         need_put = torch.zeros_like(held, dtype=torch.bool) if need_put is None else need_put
-        action = torch.where(held == 0, call, torch.where(need_put & (held == 1), put, actions.hold))
+        action = torch.where(
+            held == 0, call, torch.where(need_put & (held == 1), put, actions.hold)
+        )
         need_put = torch.where(held == 0, True, torch.where(action == put, False, need_put))
         return action.to(obs.mask.device), need_put
+
     return act, None

@@ -4,6 +4,7 @@ Every function takes the ``WalkResult`` of each policy, keyed by policy name; al
 Returns are per bar, whatever the bars' interval, and every annualised figure uses the walk's ``clock`` (its bars
 a year: docs/BACKTEST.md, "Report").
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,12 +24,34 @@ from clstm_ppo.metrics import is_ruined
 from clstm_ppo.tables import format_table
 
 FLAT = 1e-12  # a std below this is rounding noise of a flat curve, not risk: its ratios are 0, not 1e16
-MAIN_KEYS = ("total_return", "annual_return", "annual_vol", "sharpe", "sharpe_excess", "sortino", "max_drawdown",
-             "calmar", "win_rate", "trades", "open_at_end", "turnover", "costs")
+MAIN_KEYS = (
+    "total_return",
+    "annual_return",
+    "annual_vol",
+    "sharpe",
+    "sharpe_excess",
+    "sortino",
+    "max_drawdown",
+    "calmar",
+    "win_rate",
+    "trades",
+    "open_at_end",
+    "turnover",
+    "costs",
+)
 YEAR_KEYS = ("bars", "total_return", "annual_return", "sharpe", "max_drawdown")
-PERCENT = {"total_return", "annual_return", "annual_vol", "max_drawdown", "win_rate", "excess_annual"}
+PERCENT = {
+    "total_return",
+    "annual_return",
+    "annual_vol",
+    "max_drawdown",
+    "win_rate",
+    "excess_annual",
+}
 COUNTS = {"bars", "trades", "open_at_end"}
-NO_QUANTSTATS = "--tearsheet needs the optional report extra: pip install 'clstm_ppo[report]' (quantstats)"
+NO_QUANTSTATS = (
+    "--tearsheet needs the optional report extra: pip install 'clstm_ppo[report]' (quantstats)"
+)
 
 
 def _ratio(num: float, den: float) -> float:
@@ -42,8 +65,9 @@ def excess_returns(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray
     return equity[1:] / equity[:-1] - 1.0 - np.expm1(rate[:-1] * days / 365.0)
 
 
-def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray,
-                  clock: BarClock) -> dict[str, float | str]:
+def curve_metrics(
+    equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray, clock: BarClock
+) -> dict[str, float | str]:
     """Return and risk of one equity path of n + 1 closes (n bar returns), rate being each close's annual rate,
     annualised at ``clock.periods_per_year`` bars a year."""
     per_year = clock.periods_per_year
@@ -61,7 +85,7 @@ def curve_metrics(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray,
     trough = int(np.argmax(drawdown))
     max_dd = float(drawdown[trough])
     # the fall starts at the last close standing at the running peak before the trough
-    top = int(np.flatnonzero(equity[:trough + 1] == peak[trough])[-1])
+    top = int(np.flatnonzero(equity[: trough + 1] == peak[trough])[-1])
     root = math.sqrt(per_year)
     return {
         "bars": n,
@@ -90,10 +114,13 @@ def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
         "win_rate": float(result.wins[s] / closed) if closed else 0.0,
         "trades": closed,
         # The options' own P&L per closed trade (the underlying's P&L is not a trade's); None without trades.
-        "profit_per_trade": float(result.option_pnl[s] / closed) if closed and result.option_pnl is not None
+        "profit_per_trade": float(result.option_pnl[s] / closed)
+        if closed and result.option_pnl is not None
         else None,
         "open_at_end": int(result.open_at_end[s]),
-        "turnover": float(result.traded[s]) / mean_equity / years if years and mean_equity > 0 else 0.0,
+        "turnover": float(result.traded[s]) / mean_equity / years
+        if years and mean_equity > 0
+        else 0.0,
         "costs": float(result.costs[s].sum()),
         "ruined": bool(is_ruined(equity.min(), equity[0], result.ruin_fraction)),
     }
@@ -112,8 +139,12 @@ def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
         idx = np.flatnonzero(years == year)
         # the closes those returns span, the year's base included
         bars = slice(int(idx[0]), int(idx[-1]) + 2)
-        out[int(year)] = {sym: curve_metrics(result.equity[s, bars], result.dates[bars], result.rate[s, bars],
-                                             result.clock) for s, sym in enumerate(result.symbols)}
+        out[int(year)] = {
+            sym: curve_metrics(
+                result.equity[s, bars], result.dates[bars], result.rate[s, bars], result.clock
+            )
+            for s, sym in enumerate(result.symbols)
+        }
     return out
 
 
@@ -122,7 +153,9 @@ def _dates(results: dict[str, WalkResult]) -> pd.DatetimeIndex:
     first = next(iter(results.values())).dates
     for name, res in results.items():
         if not first.equals(res.dates):
-            raise ValueError(f"policy {name} walked other dates than {next(iter(results))}; reports need one walk")
+            raise ValueError(
+                f"policy {name} walked other dates than {next(iter(results))}; reports need one walk"
+            )
     return first
 
 
@@ -135,9 +168,14 @@ def report_dict(results: dict[str, WalkResult]) -> dict:
     """Every metric of every policy, underlying and year, JSON-ready (years as strings, JSON's only key type)."""
     dates, clock = _dates(results), _clock(results)
     return {
-        "policies": {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
-                     for name, res in results.items()},
-        "yearly": {name: {str(y): m for y, m in yearly_metrics(res).items()} for name, res in results.items()},
+        "policies": {
+            name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
+            for name, res in results.items()
+        },
+        "yearly": {
+            name: {str(y): m for y, m in yearly_metrics(res).items()}
+            for name, res in results.items()
+        },
         "dates": [clock.label(dates[0]), clock.label(dates[-1])],
         "clock": clock.as_dict(),
     }
@@ -154,10 +192,15 @@ def _cell(key: str, value: float | str) -> str:
     return f"{value:,.2f}" if key == "costs" or key.startswith("cost_") else f"{value:,.3f}"
 
 
-def _rows(metrics: dict[str, dict[str, dict]], keys: tuple[str, ...], several: bool) -> list[list[str]]:
+def _rows(
+    metrics: dict[str, dict[str, dict]], keys: tuple[str, ...], several: bool
+) -> list[list[str]]:
     """policy -> symbol -> metrics as table rows, with an underlying column only when there are several."""
-    return [[name, *([sym] if several else []), *(_cell(k, m[k]) for k in keys)]
-            for name, by_sym in metrics.items() for sym, m in by_sym.items()]
+    return [
+        [name, *([sym] if several else []), *(_cell(k, m[k]) for k in keys)]
+        for name, by_sym in metrics.items()
+        for sym, m in by_sym.items()
+    ]
 
 
 def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold") -> str:
@@ -165,8 +208,10 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
     dates = _dates(results)
     several = any(len(r.symbols) > 1 for r in results.values())
     names = ["policy", *(["underlying"] if several else [])]
-    whole = {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
-             for name, res in results.items()}
+    whole = {
+        name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
+        for name, res in results.items()
+    }
     keys = MAIN_KEYS
     if benchmark in whole:
         # what a backtest answers: did it beat the benchmark a year, on the same underlying
@@ -175,18 +220,29 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
             for sym, m in by_sym.items():
                 # nan, not a crash, for an underlying the benchmark lacks
                 bench = whole[benchmark].get(sym)
-                m["excess_annual"] = m["annual_return"] - bench["annual_return"] if bench else float("nan")
+                m["excess_annual"] = (
+                    m["annual_return"] - bench["annual_return"] if bench else float("nan")
+                )
     clock = _clock(results)
-    lines = [f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns of "
-             f"{clock.describe()}" + (f"; excess_annual against {benchmark}" if benchmark in whole else ""),
-             *masked_notes(results),
-             format_table([*names, *keys], _rows(whole, keys, several), len(names)), "", "Costs by kind ($)"]
+    lines = [
+        f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns of "
+        f"{clock.describe()}"
+        + (f"; excess_annual against {benchmark}" if benchmark in whole else ""),
+        *masked_notes(results),
+        format_table([*names, *keys], _rows(whole, keys, several), len(names)),
+        "",
+        "Costs by kind ($)",
+    ]
     cost_keys = ("costs", *(f"cost_{kind}" for kind in COST_KINDS))
     lines.append(format_table([*names, *cost_keys], _rows(whole, cost_keys, several), len(names)))
     yearly = {name: yearly_metrics(res) for name, res in results.items()}
     for year in sorted({y for by_year in yearly.values() for y in by_year}):
         per_year = {name: by_year[year] for name, by_year in yearly.items() if year in by_year}
-        lines += ["", f"{year}", format_table([*names, *YEAR_KEYS], _rows(per_year, YEAR_KEYS, several), len(names))]
+        lines += [
+            "",
+            f"{year}",
+            format_table([*names, *YEAR_KEYS], _rows(per_year, YEAR_KEYS, several), len(names)),
+        ]
     return "\n".join(lines)
 
 
@@ -198,9 +254,11 @@ def masked_notes(results: dict[str, WalkResult]) -> list[str]:
         if res.masked is None or res.traded.sum() > 0 or res.masked.sum() == 0:
             continue
         bars = len(res.dates) - 1
-        notes.append(f"note: {name} never traded: the mask turned the order it chose into hold on "
-                     f"{int(res.masked.max())} of {bars} bars (no offered order fitted the account; docs/MARKET.md, "
-                     f"'Sizing')")
+        notes.append(
+            f"note: {name} never traded: the mask turned the order it chose into hold on "
+            f"{int(res.masked.max())} of {bars} bars (no offered order fitted the account; docs/MARKET.md, "
+            f"'Sizing')"
+        )
     return notes
 
 
@@ -213,12 +271,17 @@ def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
     ``tbill`` (``tbill:<symbol>`` when several): the T-bill's return over each bar (the rate known at its first
     close), so a Sharpe ratio over the T-bill can be computed from the file alone (scripts/studies/sharpe_test.py)."""
     dates = _dates(results)
-    cols = {_column(name, sym, len(res.symbols) > 1): res.daily_returns[s]
-            for name, res in results.items() for s, sym in enumerate(res.symbols)}
+    cols = {
+        _column(name, sym, len(res.symbols) > 1): res.daily_returns[s]
+        for name, res in results.items()
+        for s, sym in enumerate(res.symbols)
+    }
     first = next(iter(results.values()))
     days = np.diff(dates.values).astype("timedelta64[s]").astype(float) / 86_400.0
     for s, sym in enumerate(first.symbols):  # excess_returns' T-bill, each account's own rate
-        cols[_column("tbill", sym, len(first.symbols) > 1)] = np.expm1(first.rate[s, :-1] * days / 365.0)
+        cols[_column("tbill", sym, len(first.symbols) > 1)] = np.expm1(
+            first.rate[s, :-1] * days / 365.0
+        )
     return pd.DataFrame(cols, index=pd.DatetimeIndex(dates[1:], name="date"))
 
 
@@ -234,7 +297,9 @@ def _account(res: WalkResult) -> np.ndarray:
     return res.equity.sum(axis=0)
 
 
-def plot_equity(results: dict[str, WalkResult], path: str | Path, benchmark: str = "buy_and_hold") -> None:
+def plot_equity(
+    results: dict[str, WalkResult], path: str | Path, benchmark: str = "buy_and_hold"
+) -> None:
     """Equity (above) and drawdown (below) of every policy on a date axis; the benchmark in thick black."""
     # no pyplot: no display, no global backend, the Agg canvas on save
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
@@ -246,11 +311,17 @@ def plot_equity(results: dict[str, WalkResult], path: str | Path, benchmark: str
     for name, res in results.items():
         equity = _account(res)
         drawdown = equity / np.maximum.accumulate(equity) - 1.0
-        style = dict(color="black", lw=2.2, ls="--", zorder=3) if name == benchmark else dict(lw=1.3)
-        line, = top.plot(dates, equity, label=name, **style)
-        bottom.plot(dates, 100 * drawdown, color=line.get_color(), lw=style["lw"], ls=style.get("ls", "-"))
+        style = (
+            dict(color="black", lw=2.2, ls="--", zorder=3) if name == benchmark else dict(lw=1.3)
+        )
+        (line,) = top.plot(dates, equity, label=name, **style)
+        bottom.plot(
+            dates, 100 * drawdown, color=line.get_color(), lw=style["lw"], ls=style.get("ls", "-")
+        )
     symbols = next(iter(results.values())).symbols
-    top.set_ylabel("equity ($)" + (f", {len(symbols)} underlyings summed" if len(symbols) > 1 else ""))
+    top.set_ylabel(
+        "equity ($)" + (f", {len(symbols)} underlyings summed" if len(symbols) > 1 else "")
+    )
     top.legend(loc="best")
     top.grid(alpha=0.3)
     bottom.set_ylabel("drawdown (%)")
@@ -269,12 +340,18 @@ def check_tearsheet() -> None:
         raise ConfigError(NO_QUANTSTATS)
 
 
-def write_tearsheet(results: dict[str, WalkResult], path: str | Path, policy: str = "agent",
-                    benchmark: str = "buy_and_hold") -> None:
+def write_tearsheet(
+    results: dict[str, WalkResult],
+    path: str | Path,
+    policy: str = "agent",
+    benchmark: str = "buy_and_hold",
+) -> None:
     """quantstats' HTML tearsheet of ``policy`` against ``benchmark`` (both as the summed account of every copy)."""
     for name in (policy, benchmark):
         if name not in results:
-            raise ConfigError(f"--tearsheet: no policy '{name}' was walked (walked: {', '.join(results)})")
+            raise ConfigError(
+                f"--tearsheet: no policy '{name}' was walked (walked: {', '.join(results)})"
+            )
     dates = pd.DatetimeIndex(_dates(results)[1:], name="date")
 
     def returns(name: str) -> pd.Series:
@@ -298,23 +375,40 @@ def write_tearsheet(results: dict[str, WalkResult], path: str | Path, policy: st
                 why = NO_QUANTSTATS if missing else f"quantstats does not import: {first_line(err)}"
                 raise ConfigError(why) from None
             # the benchmark goes in as a Series, never a ticker: a ticker makes quantstats download it from Yahoo
-            quantstats.reports.html(returns(policy), benchmark=returns(benchmark), rf=0.0, output=str(path),
-                                    title=f"{policy} vs {benchmark}", strategy_title=policy,
-                                    benchmark_title=benchmark,
-                                    periods_per_year=round(_clock(results).periods_per_year), compounded=True)
+            quantstats.reports.html(
+                returns(policy),
+                benchmark=returns(benchmark),
+                rf=0.0,
+                output=str(path),
+                title=f"{policy} vs {benchmark}",
+                strategy_title=policy,
+                benchmark_title=benchmark,
+                periods_per_year=round(_clock(results).periods_per_year),
+                compounded=True,
+            )
         finally:
             font_log.setLevel(level)
 
 
-def across_checkpoints(reports: list[dict[str, float]]) -> dict[str, dict[str, float | list[float]]]:
+def across_checkpoints(
+    reports: list[dict[str, float]],
+) -> dict[str, dict[str, float | list[float]]]:
     """Mean, std (ddof 1 from two values on) and each value of every numeric metric all checkpoints report."""
     if not reports:
         return {}
-    numeric = [k for k, v in reports[0].items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
-               and all(isinstance(r.get(k), (int, float, np.number)) for r in reports)]
+    numeric = [
+        k
+        for k, v in reports[0].items()
+        if isinstance(v, (int, float, np.number))
+        and not isinstance(v, bool)
+        and all(isinstance(r.get(k), (int, float, np.number)) for r in reports)
+    ]
     out: dict[str, dict[str, float | list[float]]] = {}
     for key in numeric:
         values = np.array([float(r[key]) for r in reports])
-        out[key] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-                    "values": values.tolist()}
+        out[key] = {
+            "mean": float(values.mean()),
+            "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+            "values": values.tolist(),
+        }
     return out

@@ -1,4 +1,5 @@
 """What one policy's continuous walk over a split leaves behind: the input of every report."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

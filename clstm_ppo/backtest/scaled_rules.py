@@ -5,6 +5,7 @@ A run that leaves ``agent.scale_rule`` empty is given the best rule of ``prior.r
 training years (``pretraining.rule_prior.pick_prior``), and its words are written into the run's settings, so that
 evaluate, predict and a resume rebuild the same rule from the checkpoint alone.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,9 +24,11 @@ def rule_named(words: str, actions: ActionSpace) -> GatedRule:
     for rule in conditional_family(actions):
         if rule.describe(actions) == words:
             return rule
-    raise ConfigError(f"config: agent.scale_rule {words!r} is not a rule of this chain; give one in the words "
-                      "evaluate prints for best_rule or best_conditional_rule, e.g. 'sell put 0.95 x 30d, every free "
-                      "slot', or leave it empty for the training years' best")
+    raise ConfigError(
+        f"config: agent.scale_rule {words!r} is not a rule of this chain; give one in the words "
+        "evaluate prints for best_rule or best_conditional_rule, e.g. 'sell put 0.95 x 30d, every free "
+        "slot', or leave it empty for the training years' best"
+    )
 
 
 def scaled_rule(cfg: Config, data: MarketData, device: torch.device | str) -> ScaledRule | None:
@@ -34,14 +37,25 @@ def scaled_rule(cfg: Config, data: MarketData, device: torch.device | str) -> Sc
     if cfg.agent.actions != "scale":
         return None
     if not cfg.agent.scale_rule:
-        raise ConfigError("config: agent.actions scale needs agent.scale_rule (a run fills it from the training "
-                          "years when it starts); give a rule's words")
+        raise ConfigError(
+            "config: agent.actions scale needs agent.scale_rule (a run fills it from the training "
+            "years when it starts); give a rule's words"
+        )
     actions = ActionSpace.from_config(cfg.market)
     gated = rule_named(cfg.agent.scale_rule, actions)
     rule = gated.rule
-    gate = None if gated.gate == ALWAYS else \
-        torch.as_tensor(gate_series(data, cfg.market)[gated.gate].reshape(-1), dtype=torch.bool, device=device)
-    return ScaledRule(name=cfg.agent.scale_rule, stock=0 if rule.stock is None else actions.stock(rule.stock),
-                      order=rule.order or 0, every_slot=rule.every_slot, gate=gate,
-                      multiples=tuple(float(k) for k in cfg.agent.scale_multiples))
-
+    gate = (
+        None
+        if gated.gate == ALWAYS
+        else torch.as_tensor(
+            gate_series(data, cfg.market)[gated.gate].reshape(-1), dtype=torch.bool, device=device
+        )
+    )
+    return ScaledRule(
+        name=cfg.agent.scale_rule,
+        stock=0 if rule.stock is None else actions.stock(rule.stock),
+        order=rule.order or 0,
+        every_slot=rule.every_slot,
+        gate=gate,
+        multiples=tuple(float(k) for k in cfg.agent.scale_multiples),
+    )

@@ -10,6 +10,7 @@ chosen from the data by Politis and White's rule): each resample's difference is
 computed from the resample's blocks, which is what keeps the coverage right where a plain percentile interval of
 few, dependent observations is not.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,10 @@ def _difference_and_gradient(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mu_a, mu_b, sq_a, sq_b = np.moveaxis(m, -1, 0)
     var_a, var_b = sq_a - mu_a**2, sq_b - mu_b**2
     diff = mu_a / np.sqrt(var_a) - mu_b / np.sqrt(var_b)
-    grad = np.stack([sq_a / var_a**1.5, -sq_b / var_b**1.5, -mu_a / (2 * var_a**1.5), mu_b / (2 * var_b**1.5)], -1)
+    grad = np.stack(
+        [sq_a / var_a**1.5, -sq_b / var_b**1.5, -mu_a / (2 * var_a**1.5), mu_b / (2 * var_b**1.5)],
+        -1,
+    )
     return diff, grad
 
 
@@ -73,7 +77,9 @@ def newey_west_lags(days: int) -> int:
     return int(4.0 * (days / 100.0) ** (2.0 / 9.0))
 
 
-def hac_standard_error(a: np.ndarray, b: np.ndarray, lags: int | None = None) -> tuple[float, float]:
+def hac_standard_error(
+    a: np.ndarray, b: np.ndarray, lags: int | None = None
+) -> tuple[float, float]:
     """(difference, its standard error), both per bar, of a's and b's Sharpe ratios (returns over the T-bill)."""
     x = np.stack([a, b], axis=-1)
     diff, grad = _difference_and_gradient(_moments(x))
@@ -105,9 +111,13 @@ def _studentized(x: np.ndarray, index: np.ndarray, block: int, diff: float) -> n
     star_diff, star_grad = _difference_and_gradient(_moments(star))
     blocks = len(x) // block
     ys = np.concatenate([star, star * star], axis=-1)[:, : blocks * block]
-    sums = (ys - ys.mean(axis=1, keepdims=True)).reshape(len(index), blocks, block, 4).sum(axis=2) / math.sqrt(block)
+    sums = (ys - ys.mean(axis=1, keepdims=True)).reshape(len(index), blocks, block, 4).sum(
+        axis=2
+    ) / math.sqrt(block)
     psi = np.einsum("rjk,rjl->rkl", sums, sums) / blocks
-    star_se = np.sqrt(np.maximum(np.einsum("rk,rkl,rl->r", star_grad, psi, star_grad), 0.0) / len(x))
+    star_se = np.sqrt(
+        np.maximum(np.einsum("rk,rkl,rl->r", star_grad, psi, star_grad), 0.0) / len(x)
+    )
     ok = np.isfinite(star_diff) & (star_se > 0)
     return (star_diff[ok] - diff) / star_se[ok]
 
@@ -119,17 +129,28 @@ def check_paired(a: np.ndarray, b: np.ndarray, periods_per_year: float) -> None:
         raise ValueError(f"the two return series must be paired: {a.shape} against {b.shape} bars")
     bad = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
     if bad:
-        raise ValueError(f"{bad} return(s) are NaN or infinite; drop or fill those days in both series first")
+        raise ValueError(
+            f"{bad} return(s) are NaN or infinite; drop or fill those days in both series first"
+        )
     if len(a) < periods_per_year:
-        raise ValueError(f"only {len(a)} common bars, less than a year ({periods_per_year:g}): a Sharpe difference "
-                         "needs at least a year of paired returns")
+        raise ValueError(
+            f"only {len(a)} common bars, less than a year ({periods_per_year:g}): a Sharpe difference "
+            "needs at least a year of paired returns"
+        )
     for name, x in (("first", a), ("second", b)):
         if float(np.std(x)) <= 1e-12 * max(1.0, float(np.abs(x).max())):
             raise ValueError(f"the {name} series is constant: it has no Sharpe ratio to compare")
 
 
-def sharpe_difference(a: np.ndarray, b: np.ndarray, periods_per_year: float = 252.0, resamples: int = 4999,
-                      level: float = 0.95, seed: int = 0, block_length: int | None = None) -> SharpeDifference:
+def sharpe_difference(
+    a: np.ndarray,
+    b: np.ndarray,
+    periods_per_year: float = 252.0,
+    resamples: int = 4999,
+    level: float = 0.95,
+    seed: int = 0,
+    block_length: int | None = None,
+) -> SharpeDifference:
     """Ledoit and Wolf's test of Sharpe(a) - Sharpe(b) on paired per-bar returns over the T-bill ``a`` and ``b``
     (one value per test day, each day once), annualised at ``periods_per_year``. ``block_length``: the bootstrap's
     blocks (default: chosen from the data)."""
@@ -142,15 +163,29 @@ def sharpe_difference(a: np.ndarray, b: np.ndarray, periods_per_year: float = 25
     diff, se = hac_standard_error(a, b)
     block = block_length or _block_length(y)
     boot = CircularBlockBootstrap(block, x, seed=np.random.default_rng(seed))
-    t_star = np.concatenate([_studentized(x, np.stack([boot.update_indices() for _ in range(n)]), block, diff)
-                             for n in _chunks(resamples, CHUNK)])
+    t_star = np.concatenate(
+        [
+            _studentized(x, np.stack([boot.update_indices() for _ in range(n)]), block, diff)
+            for n in _chunks(resamples, CHUNK)
+        ]
+    )
     width = float(np.quantile(np.abs(t_star), level)) * se
     upper = diff - float(np.quantile(t_star, 1.0 - level)) * se
     p = (int(np.sum(np.abs(t_star) >= abs(diff) / se)) + 1) / (len(t_star) + 1) if se > 0 else 1.0
     root = math.sqrt(periods_per_year)
     sharpe = lambda r: float(r.mean() / r.std()) * root  # noqa: E731 (the per-bar Sharpe the moments give)
     return SharpeDifference(
-        sharpe_a=sharpe(a), sharpe_b=sharpe(b), difference=diff * root, hac_se=se * root,
-        ci_low=(diff * root) - width * root, ci_high=(diff * root) + width * root, p_value=float(p),
-        edge_ruled_out=upper * root, days=len(a), correlation=float(np.corrcoef(a, b)[0, 1]), block_length=block,
-        resamples=len(t_star), level=level)
+        sharpe_a=sharpe(a),
+        sharpe_b=sharpe(b),
+        difference=diff * root,
+        hac_se=se * root,
+        ci_low=(diff * root) - width * root,
+        ci_high=(diff * root) + width * root,
+        p_value=float(p),
+        edge_ruled_out=upper * root,
+        days=len(a),
+        correlation=float(np.corrcoef(a, b)[0, 1]),
+        block_length=block,
+        resamples=len(t_star),
+        level=level,
+    )

@@ -2,6 +2,7 @@
 seeds x folds, paired differences, and the deflated Sharpe ratio of the best of many configurations (Bailey and
 Lopez de Prado, "The Deflated Sharpe Ratio", Journal of Portfolio Management, 2014).
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,9 @@ from scipy import stats
 EULER_GAMMA = 0.5772156649015329
 
 
-def bootstrap_ci(sample: np.ndarray, level: float = 0.95, resamples: int = 10_000,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    sample: np.ndarray, level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``sample`` (runs, e.g. seeds x folds); (nan, nan) for fewer
     than two finite values."""
     x = np.asarray(sample, dtype=np.float64)
@@ -26,8 +28,13 @@ def bootstrap_ci(sample: np.ndarray, level: float = 0.95, resamples: int = 10_00
     return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
 
 
-def clustered_bootstrap_ci(sample: np.ndarray, groups: np.ndarray, level: float = 0.95, resamples: int = 10_000,
-                           seed: int = 0) -> tuple[float, float]:
+def clustered_bootstrap_ci(
+    sample: np.ndarray,
+    groups: np.ndarray,
+    level: float = 0.95,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Percentile interval of the mean of ``sample`` by a two-stage bootstrap: draw the groups (folds) with
     replacement, then each drawn group's runs (seeds) with replacement, and take the mean of every drawn run.
 
@@ -43,7 +50,9 @@ def clustered_bootstrap_ci(sample: np.ndarray, groups: np.ndarray, level: float 
     if len(members) < 2:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
-    sums = np.stack([m[rng.integers(0, len(m), size=(resamples, len(m)))].sum(axis=1) for m in members])
+    sums = np.stack(
+        [m[rng.integers(0, len(m), size=(resamples, len(m)))].sum(axis=1) for m in members]
+    )
     sizes = np.array([len(m) for m in members], dtype=np.float64)
     picks = rng.integers(0, len(members), size=(resamples, len(members)))
     totals = np.take_along_axis(sums.T, picks, axis=1).sum(axis=1)
@@ -52,8 +61,13 @@ def clustered_bootstrap_ci(sample: np.ndarray, groups: np.ndarray, level: float 
     return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
 
 
-def paired_difference(a: np.ndarray, b: np.ndarray, level: float = 0.95, seed: int = 0,
-                      groups: np.ndarray | None = None) -> dict[str, float]:
+def paired_difference(
+    a: np.ndarray,
+    b: np.ndarray,
+    level: float = 0.95,
+    seed: int = 0,
+    groups: np.ndarray | None = None,
+) -> dict[str, float]:
     """Mean of a - b over runs paired by (seed, fold), with its bootstrap interval and the share of runs where a
     beats b; pairs where either is missing are left out. With ``groups`` (each run's fold) also the two-stage
     interval of ``clustered_bootstrap_ci`` (``fold_ci_low``, ``fold_ci_high``) and the number of groups."""
@@ -63,12 +77,23 @@ def paired_difference(a: np.ndarray, b: np.ndarray, level: float = 0.95, seed: i
     d = a - b
     keep = np.isfinite(d)
     low, high = bootstrap_ci(d[keep], level, seed=seed)
-    out = {"mean": float(d[keep].mean()) if keep.any() else math.nan, "ci_low": low, "ci_high": high,
-           "wins": float((d[keep] > 0).mean()) if keep.any() else math.nan, "pairs": float(keep.sum())}
+    out = {
+        "mean": float(d[keep].mean()) if keep.any() else math.nan,
+        "ci_low": low,
+        "ci_high": high,
+        "wins": float((d[keep] > 0).mean()) if keep.any() else math.nan,
+        "pairs": float(keep.sum()),
+    }
     if groups is not None:
         g = np.asarray(groups)
         f_low, f_high = clustered_bootstrap_ci(d[keep], g[keep], level, seed=seed)
-        out.update({"folds": float(len(set(g[keep].tolist()))), "fold_ci_low": f_low, "fold_ci_high": f_high})
+        out.update(
+            {
+                "folds": float(len(set(g[keep].tolist()))),
+                "fold_ci_low": f_low,
+                "fold_ci_high": f_high,
+            }
+        )
     return out
 
 
@@ -78,15 +103,20 @@ def expected_max_sharpe(sharpe_variance: float, trials: int) -> float:
     if trials < 2:
         return 0.0
     z = stats.norm.ppf
-    return math.sqrt(sharpe_variance) * ((1 - EULER_GAMMA) * z(1 - 1 / trials)
-                                         + EULER_GAMMA * z(1 - 1 / (trials * math.e)))
+    return math.sqrt(sharpe_variance) * (
+        (1 - EULER_GAMMA) * z(1 - 1 / trials) + EULER_GAMMA * z(1 - 1 / (trials * math.e))
+    )
 
 
-def probabilistic_sharpe(sharpe: float, benchmark: float, observations: int, skew: float, kurtosis: float) -> float:
+def probabilistic_sharpe(
+    sharpe: float, benchmark: float, observations: int, skew: float, kurtosis: float
+) -> float:
     """P(true Sharpe > ``benchmark``) given an estimate ``sharpe`` from ``observations`` returns of this ``skew``
     and (non-excess) ``kurtosis``; Sharpe ratios per observation, not annualised."""
-    spread = 1.0 - skew * sharpe + (kurtosis - 1.0) / 4.0 * sharpe ** 2
-    return float(stats.norm.cdf((sharpe - benchmark) * math.sqrt(observations - 1) / math.sqrt(spread)))
+    spread = 1.0 - skew * sharpe + (kurtosis - 1.0) / 4.0 * sharpe**2
+    return float(
+        stats.norm.cdf((sharpe - benchmark) * math.sqrt(observations - 1) / math.sqrt(spread))
+    )
 
 
 def deflated_sharpe(returns: np.ndarray, trials: int, sharpe_variance: float) -> dict[str, float]:
@@ -99,5 +129,9 @@ def deflated_sharpe(returns: np.ndarray, trials: int, sharpe_variance: float) ->
     sharpe = float(r.mean() / sd) if sd > 0 else 0.0
     skew, kurtosis = float(stats.skew(r)), float(stats.kurtosis(r, fisher=False))
     benchmark = expected_max_sharpe(sharpe_variance, trials)
-    return {"sharpe": sharpe, "benchmark_sharpe": benchmark, "trials": float(trials),
-            "deflated_sharpe": probabilistic_sharpe(sharpe, benchmark, len(r), skew, kurtosis)}
+    return {
+        "sharpe": sharpe,
+        "benchmark_sharpe": benchmark,
+        "trials": float(trials),
+        "deflated_sharpe": probabilistic_sharpe(sharpe, benchmark, len(r), skew, kurtosis),
+    }

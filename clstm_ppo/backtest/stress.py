@@ -14,6 +14,7 @@ gives per policy the distribution over paths:
   ``env.ruin_fraction`` of the initial cash (the level at which a training episode ends; equity <= 0 when the
   fraction is 0). The walk itself does not stop at ruin, as in evaluate: the equity after it is still reported.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -46,9 +47,15 @@ class StressResult:
         return next(iter(self.equity.values())).shape[0]
 
 
-def walk_paths(markets: list[MarketData], walk_all: Callable[[MarketData], dict[str, WalkResult]],
-               initial_cash: float, ruin_fraction: float, regime: str | None = None,
-               generator: str = "", progress: Callable[[int, int], None] | None = None) -> StressResult:
+def walk_paths(
+    markets: list[MarketData],
+    walk_all: Callable[[MarketData], dict[str, WalkResult]],
+    initial_cash: float,
+    ruin_fraction: float,
+    regime: str | None = None,
+    generator: str = "",
+    progress: Callable[[int, int], None] | None = None,
+) -> StressResult:
     """``walk_all(market)`` (every policy's walk of one path's ``test`` split) for every path, stacked per policy."""
     curves: dict[str, list[np.ndarray]] = {}
     for i, market in enumerate(markets):
@@ -65,7 +72,7 @@ def walk_paths(markets: list[MarketData], walk_all: Callable[[MarketData], dict[
 
 def tail_mean(x: np.ndarray, tail: float = TAIL) -> float:
     """CVaR: the mean of the lowest ``tail`` share of ``x`` (at least one value)."""
-    worst = np.sort(np.asarray(x, dtype=np.float64))[:max(1, int(np.floor(tail * len(x))))]
+    worst = np.sort(np.asarray(x, dtype=np.float64))[: max(1, int(np.floor(tail * len(x))))]
     return float(worst.mean())
 
 
@@ -81,26 +88,43 @@ def ruined(equity: np.ndarray, initial_cash: float, ruin_fraction: float) -> np.
 
 
 def quantiles(x: np.ndarray) -> dict[str, float]:
-    return {f"q{round(q * 100):02d}": float(v) for q, v in zip(QUANTILES, np.quantile(x, QUANTILES), strict=True)}
+    return {
+        f"q{round(q * 100):02d}": float(v)
+        for q, v in zip(QUANTILES, np.quantile(x, QUANTILES), strict=True)
+    }
 
 
 def policy_stats(equity: np.ndarray, initial_cash: float, ruin_fraction: float) -> dict[str, Any]:
     total = equity[:, -1] / equity[:, 0] - 1.0
     daily = equity[:, 1:] / equity[:, :-1] - 1.0
     ruin = ruined(equity, initial_cash, ruin_fraction)
-    return {"paths": int(len(total)), "total_return": quantiles(total), "max_drawdown": quantiles(drawdowns(equity)),
-            "cvar5": tail_mean(total), "daily_cvar5": quantiles(np.array([tail_mean(r) for r in daily])),
-            "p_ruin": float(ruin.mean()), "ruined_paths": int(ruin.sum()), "mean_total_return": float(total.mean())}
+    return {
+        "paths": int(len(total)),
+        "total_return": quantiles(total),
+        "max_drawdown": quantiles(drawdowns(equity)),
+        "cvar5": tail_mean(total),
+        "daily_cvar5": quantiles(np.array([tail_mean(r) for r in daily])),
+        "p_ruin": float(ruin.mean()),
+        "ruined_paths": int(ruin.sum()),
+        "mean_total_return": float(total.mean()),
+    }
 
 
 def stress_dict(result: StressResult) -> dict[str, Any]:
     """JSON-ready: the settings, the ruin rule, and every policy's statistics."""
-    return {"generator": result.generator, "regime": result.regime, "paths": result.paths,
-            "bars": int(next(iter(result.equity.values())).shape[1]),
-            "ruin": f"equity < {result.ruin_fraction} x initial cash ({result.initial_cash:,.0f}) at any close"
-                    if result.ruin_fraction > 0 else "equity <= 0 at any close",
-            "policies": {name: policy_stats(e, result.initial_cash, result.ruin_fraction)
-                         for name, e in result.equity.items()}}
+    return {
+        "generator": result.generator,
+        "regime": result.regime,
+        "paths": result.paths,
+        "bars": int(next(iter(result.equity.values())).shape[1]),
+        "ruin": f"equity < {result.ruin_fraction} x initial cash ({result.initial_cash:,.0f}) at any close"
+        if result.ruin_fraction > 0
+        else "equity <= 0 at any close",
+        "policies": {
+            name: policy_stats(e, result.initial_cash, result.ruin_fraction)
+            for name, e in result.equity.items()
+        },
+    }
 
 
 def format_stress(report: dict[str, Any]) -> str:
@@ -109,17 +133,25 @@ def format_stress(report: dict[str, Any]) -> str:
     head = ["policy", *[f"ret{q}" for q in qs], *[f"mdd{q}" for q in qs], "cvar5", "p_ruin"]
     rows = []
     for name, s in report["policies"].items():
-        cells = [*[100 * v for v in s["total_return"].values()], *[100 * v for v in s["max_drawdown"].values()],
-                 100 * s["cvar5"]]
+        cells = [
+            *[100 * v for v in s["total_return"].values()],
+            *[100 * v for v in s["max_drawdown"].values()],
+            100 * s["cvar5"],
+        ]
         rows.append([name, *[f"{v:.1f}" for v in cells], f"{s['p_ruin']:.3f}"])
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
 
     def line(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
 
     regime = f", regime {report['regime']}" if report["regime"] else ""
-    title = (f"{report['paths']} generated paths x {report['bars']} bars ({report['bars'] - 1} daily returns) "
-             f"from {report['generator']}{regime}; returns and drawdowns in %; ruin: {report['ruin']}")
+    title = (
+        f"{report['paths']} generated paths x {report['bars']} bars ({report['bars'] - 1} daily returns) "
+        f"from {report['generator']}{regime}; returns and drawdowns in %; ruin: {report['ruin']}"
+    )
     return "\n".join([title, line(head), *map(line, rows)])
 
 
@@ -142,7 +174,7 @@ def plot_fan(result: StressResult, path: str | Path) -> None:
         ax.plot(x, q[2], color="black", lw=1.2, label="median")
         ax.axhline(1.0, color="grey", lw=0.6, ls=":")
         ax.set_title(name, fontsize=9)
-    for ax in axes[len(names):]:
+    for ax in axes[len(names) :]:
         ax.set_visible(False)
     axes[0].legend(fontsize=7, loc="upper left")
     regime = f", regime {result.regime}" if result.regime else ""

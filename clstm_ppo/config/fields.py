@@ -3,6 +3,7 @@
 ``setting(...)`` puts all of that into the dataclass field's metadata; ``Section`` checks every assignment
 against it, so a value is refused the same way whether it came from YAML, ``--set``, a flag or code.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,7 +41,9 @@ class Rule:
         if self.choices is not None and (self.limits is None or isinstance(value, str)):
             if value not in self.choices:
                 number = f", or a number {self._interval()}" if self.limits else ""
-                raise ConfigError(f"config: {key} is {value!r}; choose one of {', '.join(self.choices)}{number}")
+                raise ConfigError(
+                    f"config: {key} is {value!r}; choose one of {', '.join(self.choices)}{number}"
+                )
             return
         if self.limits is None or value is None:
             return
@@ -53,8 +56,14 @@ class Rule:
         return f"in {self.limits}" if self.limits[0] in "([" else self.limits
 
 
-def setting(default: Any, help: str, *, limits: str | None = None, choices: tuple[str, ...] | None = None,
-            flag: str | None = None) -> Any:
+def setting(
+    default: Any,
+    help: str,
+    *,
+    limits: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    flag: str | None = None,
+) -> Any:
     """A dataclass field with its rule; a list default is copied for every instance."""
     meta = {"rule": Rule(help, limits, choices, flag)}
     if isinstance(default, list):
@@ -102,7 +111,12 @@ class Section:
             valid = ", ".join(f.name for f in dataclasses.fields(self))
             raise ConfigError(f"config: unknown key '{key}'; valid keys here: {valid}")
         rule = rule_of(type(self), name)
-        if isinstance(value, bool) and rule is not None and rule.choices and {"on", "off"} <= set(rule.choices):
+        if (
+            isinstance(value, bool)
+            and rule is not None
+            and rule.choices
+            and {"on", "off"} <= set(rule.choices)
+        ):
             value = "on" if value else "off"  # YAML 1.1 reads on/off (and yes/no) as booleans
         value = coerce(value, types_[name], key)
         if rule is not None:
@@ -159,7 +173,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 # Settings that existed once: a checkpoint's saved settings drop them quietly; a user's file or flag is told why.
 OBSOLETE = {
     "market.iv_premium": "implied vol now comes from the data's iv/vix column or the fitted model "
-                         "(market.iv_source, docs/MARKET.md)",
+    "(market.iv_source, docs/MARKET.md)",
     "train.eval_episodes": "validation is now one continuous walk over the whole split",
 }
 
@@ -208,19 +222,24 @@ RENAMED = {
 @dataclass(frozen=True)
 class SavedAs:
     """An added setting's value in older runs: what that run saved under another key."""
+
     key: str
 
 
 # Settings added since runs were saved, each with what reproduces what those runs did (a value, or the saved value
 # of another setting): a checkpoint's settings without the key take it (a user's file without it takes the default).
 ADDED: dict[str, Any] = {
-    "market.iv_call_skew": SavedAs("market.iv_skew"),  # one skew served both wings of the surface before 2026-11-27
+    "market.iv_call_skew": SavedAs(
+        "market.iv_skew"
+    ),  # one skew served both wings of the surface before 2026-11-27
     "market.costs.index_ticks": [0.0, 0.0],  # quotes had no tick grid before 2026-11-27
     "market.costs.stock_ticks": [0.0, 0.0],
     "data.option_features": False,  # agents observed the bar features alone before 2026-11-28
     "prior.kl": 0.0,  # no run was pulled toward a rule before 2026-11-28
     "data.planted.premium_floor": -0.95,  # the planted markup stopped at 1 + premium = 0.05 before 2026-12-02
-    "agent.mlp_core_hidden": SavedAs("agent.lstm2_hidden"),  # the mlp kind took LSTM 2's width before 2026-12-02
+    "agent.mlp_core_hidden": SavedAs(
+        "agent.lstm2_hidden"
+    ),  # the mlp kind took LSTM 2's width before 2026-12-02
 }
 
 
@@ -232,7 +251,9 @@ def from_dict(cls: type, values: dict[str, Any]) -> Any:
         if dotted in OBSOLETE:
             raise ConfigError(f"config: '{dotted}' was removed: {OBSOLETE[dotted]}; drop it")
         if key not in names:
-            raise ConfigError(f"config: unknown key '{dotted}'; valid keys here: {', '.join(names)}")
+            raise ConfigError(
+                f"config: unknown key '{dotted}'; valid keys here: {', '.join(names)}"
+            )
     return cls(**values)
 
 

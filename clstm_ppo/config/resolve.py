@@ -1,5 +1,6 @@
 """A run's settings: the dataclass defaults (or a checkpoint's), then a named config or YAML file, then
 repeated ``--set section.key=value`` overrides, in that order."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,14 +11,24 @@ from typing import Any
 
 import yaml
 
-from clstm_ppo.config.fields import ADDED, OBSOLETE, RENAMED, ConfigError, SavedAs, first_line, from_dict
+from clstm_ppo.config.fields import (
+    ADDED,
+    OBSOLETE,
+    RENAMED,
+    ConfigError,
+    SavedAs,
+    first_line,
+    from_dict,
+)
 from clstm_ppo.config.sections import Config
 
 
 def named_configs() -> list[str]:
     """The configs shipped inside the package, chosen by name (``--config smoke``)."""
     folder = resources.files("clstm_ppo.config") / "named"
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
 
 
 def config_text(name_or_path: str | Path) -> tuple[str, str]:
@@ -27,9 +38,13 @@ def config_text(name_or_path: str | Path) -> tuple[str, str]:
         return path.read_text(), str(path)
     name = str(name_or_path)
     if name in named_configs():
-        return (resources.files("clstm_ppo.config") / "named" / f"{name}.yaml").read_text(), f"config '{name}'"
-    raise ConfigError(f"config {name!r} is neither a file nor a named config; name one of "
-                      f"{', '.join(named_configs())} or pass an existing YAML file to --config")
+        return (
+            resources.files("clstm_ppo.config") / "named" / f"{name}.yaml"
+        ).read_text(), f"config '{name}'"
+    raise ConfigError(
+        f"config {name!r} is neither a file nor a named config; name one of "
+        f"{', '.join(named_configs())} or pass an existing YAML file to --config"
+    )
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -38,8 +53,11 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 def without_obsolete(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``values`` (nested) without the keys in OBSOLETE: for settings saved by an older version."""
-    return {k: without_obsolete(v, f"{prefix}{k}.") if isinstance(v, dict) else v
-            for k, v in values.items() if f"{prefix}{k}" not in OBSOLETE}
+    return {
+        k: without_obsolete(v, f"{prefix}{k}.") if isinstance(v, dict) else v
+        for k, v in values.items()
+        if f"{prefix}{k}" not in OBSOLETE
+    }
 
 
 def with_new_names(values: dict[str, Any], origin: str | None) -> dict[str, Any]:
@@ -52,9 +70,13 @@ def with_new_names(values: dict[str, Any], origin: str | None) -> dict[str, Any]
             continue
         new_path, _, new_key = new.rpartition(".")
         if new_key in (_get(values, new_path) or {}):
-            raise ConfigError(f"{origin or 'config'}: {old} and {new} are one setting, now named {new}; drop {old}")
+            raise ConfigError(
+                f"{origin or 'config'}: {old} and {new} are one setting, now named {new}; drop {old}"
+            )
         if origin is not None:
-            warnings.warn(f"{origin}: {old} is now named {new}; read as {new}", FutureWarning, stacklevel=3)
+            warnings.warn(
+                f"{origin}: {old} is now named {new}; read as {new}", FutureWarning, stacklevel=3
+            )
         values = merge(_without(values, old), nested(new, section[key]))
     return values
 
@@ -107,8 +129,10 @@ def merge(base: dict[str, Any], update: dict[str, Any], prefix: str = "") -> dic
     out = dict(base)
     for key, value in update.items():
         if isinstance(out.get(key), dict) and not isinstance(value, dict):
-            raise ConfigError(f"config: '{prefix}{key}' is a section of settings, not one value (got {value!r}); set "
-                              f"its keys instead, e.g. --set {prefix}{key}.<key>=VALUE")
+            raise ConfigError(
+                f"config: '{prefix}{key}' is a section of settings, not one value (got {value!r}); set "
+                f"its keys instead, e.g. --set {prefix}{key}.<key>=VALUE"
+            )
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value, f"{prefix}{key}.")
         else:
@@ -126,19 +150,27 @@ def nested(dotted: str, value: Any) -> dict[str, Any]:
 def parse_override(text: str) -> dict[str, Any]:
     """``section.key=value`` as a nested dict; the value is read as YAML (3 -> int, 0.5 -> float, [1,2] -> list)."""
     if "=" not in text:
-        raise ConfigError(f"--set {text!r}: write it as section.key=value, e.g. --set data.window=20")
+        raise ConfigError(
+            f"--set {text!r}: write it as section.key=value, e.g. --set data.window=20"
+        )
     dotted, raw = text.split("=", 1)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
         # a ParserError, or a ConstructorError for a tag such as !!python/object
-        raise ConfigError(f"--set {text!r}: the value is not plain YAML ({first_line(err, 80)}); quote it as text or "
-                          "write it as YAML, e.g. --set data.window=20 or --set data.symbols=[SPY,QQQ]") from None
+        raise ConfigError(
+            f"--set {text!r}: the value is not plain YAML ({first_line(err, 80)}); quote it as text or "
+            "write it as YAML, e.g. --set data.window=20 or --set data.symbols=[SPY,QQQ]"
+        ) from None
     return nested(dotted.strip(), value)
 
 
-def load_config(config: str | Path | None = None, overrides: list[str] | None = None,
-                base: dict[str, Any] | None = None, flags: dict[str, Any] | None = None) -> Config:
+def load_config(
+    config: str | Path | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+    flags: dict[str, Any] | None = None,
+) -> Config:
     """Defaults (or ``base``, e.g. a checkpoint's settings), then the named config or YAML file ``config``,
     then ``--set`` overrides, then ``flags`` (dotted key -> value, already typed by the command line)."""
     values = merge(to_dict(Config()), as_saved(base or {}))
@@ -149,7 +181,9 @@ def load_config(config: str | Path | None = None, overrides: list[str] | None = 
         except yaml.YAMLError as err:
             raise ConfigError(f"{origin} is not valid YAML: {first_line(err)}") from None
         if not isinstance(loaded, dict):
-            raise ConfigError(f"{origin} must hold a mapping of sections, not {type(loaded).__name__}")
+            raise ConfigError(
+                f"{origin} must hold a mapping of sections, not {type(loaded).__name__}"
+            )
         values = merge(values, with_new_names(loaded, origin))
     for text in overrides or []:
         values = merge(values, with_new_names(parse_override(text), f"--set {text}"))

@@ -1,4 +1,5 @@
 """Market data: load OHLCV bars, featurise them once, split by date, normalise on train only."""
+
 from clstm_ppo.data.dataset import MarketData, build_market_data
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.features import FEATURE_NAMES, compute_features

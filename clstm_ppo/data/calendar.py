@@ -6,6 +6,7 @@ both hold bars trades 24/7; otherwise one whose sessions (runs of bars without a
 ROUND_THE_CLOCK or more trades 24/5 (FX, futures), and the rest keep exchange hours. Daily bars of weekdays count as
 an exchange's days.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -65,9 +66,15 @@ class BarClock:
         return stamp.date().isoformat() if self.daily else stamp.isoformat(sep=" ")
 
     def as_dict(self) -> dict[str, float | str]:
-        return {"interval": interval_name(self.interval), "interval_seconds": self.interval.total_seconds(),
-                "hours": self.hours, "bars_per_day": self.bars_per_day, "periods_per_year": self.periods_per_year,
-                "measured_periods_per_year": self.measured, "set_by": self.set_by}
+        return {
+            "interval": interval_name(self.interval),
+            "interval_seconds": self.interval.total_seconds(),
+            "hours": self.hours,
+            "bars_per_day": self.bars_per_day,
+            "periods_per_year": self.periods_per_year,
+            "measured_periods_per_year": self.measured,
+            "set_by": self.set_by,
+        }
 
     def after_pause(self, dates: pd.DatetimeIndex) -> np.ndarray:
         """(T,) bool: bar t opens after the market was shut (the first bar too). Every daily bar of a market that
@@ -81,7 +88,11 @@ class BarClock:
 
 def interval_name(interval: pd.Timedelta) -> str:
     """``1 day``, ``7 days``, ``1 h``, ``15 min``, ``30 s``."""
-    for unit, name in ((pd.Timedelta(days=1), "day"), (pd.Timedelta(hours=1), "h"), (pd.Timedelta(minutes=1), "min")):
+    for unit, name in (
+        (pd.Timedelta(days=1), "day"),
+        (pd.Timedelta(hours=1), "h"),
+        (pd.Timedelta(minutes=1), "min"),
+    ):
         if interval >= unit and interval % unit == pd.Timedelta(0):
             count = interval // unit
             return f"{count} {name}{'s' if name == 'day' and count > 1 else ''}"
@@ -139,12 +150,19 @@ def detect_clock(dates: pd.DatetimeIndex) -> BarClock:
 def check_one_interval(frames: dict[str, pd.DataFrame], source: str) -> None:
     """A one-line DataError where the underlyings' bars have different intervals: joined by date they would keep
     only the coarser bars' stamps, and no one number of bars a year would fit them."""
-    intervals = [(s, bar_interval(pd.DatetimeIndex(f["date"]))) for s, f in frames.items() if len(f) > 1]
+    intervals = [
+        (s, bar_interval(pd.DatetimeIndex(f["date"]))) for s, f in frames.items() if len(f) > 1
+    ]
     if len({interval for _, interval in intervals}) > 1:
-        (a, ia), (b, ib) = intervals[0], next(pair for pair in intervals if pair[1] != intervals[0][1])
-        raise DataError(f"data source '{source}' mixes bar intervals: {a} has bars of {interval_name(ia)}, {b} of "
-                        f"{interval_name(ib)}; give underlyings of one interval (resample the finer bars, or "
-                        "train on each interval apart)")
+        (a, ia), (b, ib) = (
+            intervals[0],
+            next(pair for pair in intervals if pair[1] != intervals[0][1]),
+        )
+        raise DataError(
+            f"data source '{source}' mixes bar intervals: {a} has bars of {interval_name(ia)}, {b} of "
+            f"{interval_name(ib)}; give underlyings of one interval (resample the finer bars, or "
+            "train on each interval apart)"
+        )
 
 
 def market_clock(dates: pd.DatetimeIndex, setting: float | str, source: str) -> BarClock:
@@ -154,7 +172,9 @@ def market_clock(dates: pd.DatetimeIndex, setting: float | str, source: str) -> 
     if setting == "auto":
         return clock
     if abs(float(setting) / clock.measured - 1.0) > FAR:
-        warnings.warn(f"data.periods_per_year {float(setting):,.6g} is far from the {clock.measured:,.6g} bars a year "
-                      f"of {source} ({clock.bars()}); set data.periods_per_year=auto to annualise by the data",
-                      stacklevel=3)
+        warnings.warn(
+            f"data.periods_per_year {float(setting):,.6g} is far from the {clock.measured:,.6g} bars a year "
+            f"of {source} ({clock.bars()}); set data.periods_per_year=auto to annualise by the data",
+            stacklevel=3,
+        )
     return replace(clock, periods_per_year=float(setting), set_by="data.periods_per_year")

@@ -1,4 +1,5 @@
 """Load -> align -> featurise -> split -> normalise: the arrays the market and env read."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,7 +54,9 @@ def _check_config(cfg: DataConfig) -> None:
     check_values(Config(data=cfg))
 
 
-def _align(frames: dict[str, pd.DataFrame], source: str) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
+def _align(
+    frames: dict[str, pd.DataFrame], source: str
+) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
     """Keep the dates every underlying has, so turbulence sees one joint return vector per bar."""
     common = None
     for frame in frames.values():
@@ -61,20 +64,27 @@ def _align(frames: dict[str, pd.DataFrame], source: str) -> tuple[pd.DatetimeInd
         common = dates if common is None else common.intersection(dates)
     if common is None or len(common) < 2:
         if len(frames) == 1:
-            raise DataError(f"data source '{source}' holds {0 if common is None else len(common)} dated row(s); "
-                            "give it years of bars (indicator warm-up, the window and three splits)")
-        raise DataError(f"data source '{source}': its underlyings share fewer than 2 dates; "
-                        "give files that cover the same period")
+            raise DataError(
+                f"data source '{source}' holds {0 if common is None else len(common)} dated row(s); "
+                "give it years of bars (indicator warm-up, the window and three splits)"
+            )
+        raise DataError(
+            f"data source '{source}': its underlyings share fewer than 2 dates; "
+            "give files that cover the same period"
+        )
     return common, {s: f.set_index("date").loc[common] for s, f in frames.items()}
 
 
-def _cut_after(dates: pd.DatetimeIndex, frames: dict[str, pd.DataFrame],
-               test_end: str | None) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
+def _cut_after(
+    dates: pd.DatetimeIndex, frames: dict[str, pd.DataFrame], test_end: str | None
+) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
     """Drop every bar after ``data.test_end``: a walk-forward fold never holds a bar after its test split, so
     nothing computed from it (features, fits, the walk) can read one."""
     if test_end is None:
         return dates, frames
-    keep = int(dates.searchsorted(_end_date("data.test_end", test_end) + pd.Timedelta(days=1), side="left"))
+    keep = int(
+        dates.searchsorted(_end_date("data.test_end", test_end) + pd.Timedelta(days=1), side="left")
+    )
     return dates[:keep], {s: f.iloc[:keep] for s, f in frames.items()}
 
 
@@ -87,21 +97,32 @@ def _end_date(key: str, text: str) -> pd.Timestamp:
 
 def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[int, int]]:
     builtin = BUILTIN_SOURCES.get(cfg.source)
-    default_ends = (builtin.train_end, builtin.val_end) if builtin else \
-        planted_split_ends(cfg.planted) if cfg.source == "planted" else (None, None)
+    default_ends = (
+        (builtin.train_end, builtin.val_end)
+        if builtin
+        else planted_split_ends(cfg.planted)
+        if cfg.source == "planted"
+        else (None, None)
+    )
     train_end = cfg.train_end or default_ends[0]
     val_end = cfg.val_end or default_ends[1]
     if (train_end is None) != (val_end is None):
-        raise DataError("set both data.train_end and data.val_end, or neither (then train_frac/val_frac apply)")
+        raise DataError(
+            "set both data.train_end and data.val_end, or neither (then train_frac/val_frac apply)"
+        )
     if train_end is None:
         cut1 = int(round(len(dates) * cfg.train_frac))
         cut2 = int(round(len(dates) * (cfg.train_frac + cfg.val_frac)))
     else:
         t_end, v_end = _end_date("data.train_end", train_end), _end_date("data.val_end", val_end)
         if t_end >= v_end:
-            raise DataError(f"data.train_end ({t_end.date()}) must come before data.val_end ({v_end.date()})")
+            raise DataError(
+                f"data.train_end ({t_end.date()}) must come before data.val_end ({v_end.date()})"
+            )
         if cfg.test_end is not None and v_end >= _end_date("data.test_end", cfg.test_end):
-            raise DataError(f"data.val_end ({v_end.date()}) must come before data.test_end ({cfg.test_end})")
+            raise DataError(
+                f"data.val_end ({v_end.date()}) must come before data.test_end ({cfg.test_end})"
+            )
         # An end date includes its whole day, also for intraday bars.
         cut1 = int(dates.searchsorted(t_end + pd.Timedelta(days=1), side="left"))
         cut2 = int(dates.searchsorted(v_end + pd.Timedelta(days=1), side="left"))
@@ -124,27 +145,34 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     clock = market_clock(dates, cfg.periods_per_year, cfg.source)
     returns = np.stack([log_returns(frames[s]["close"]).to_numpy() for s in symbols], axis=1)
     turb = turbulence(returns, cfg.turbulence_lookback)
-    raw = np.stack([compute_features(frames[s], cfg, turb, clock.periods_per_year).to_numpy()
-                    for s in symbols])  # (S, T, F)
+    raw = np.stack(
+        [compute_features(frames[s], cfg, turb, clock.periods_per_year).to_numpy() for s in symbols]
+    )  # (S, T, F)
 
     finite_rows = np.isfinite(raw).all(axis=(0, 2))
     if not finite_rows.any():
-        raise DataError(f"data source '{cfg.source}' has {len(dates)} bars, too few to warm up the indicators "
-                        f"(turbulence alone needs {cfg.turbulence_lookback + 1}); give a longer history")
+        raise DataError(
+            f"data source '{cfg.source}' has {len(dates)} bars, too few to warm up the indicators "
+            f"(turbulence alone needs {cfg.turbulence_lookback + 1}); give a longer history"
+        )
     # warm-up rows (indicators, turbulence look-back) are dropped
     first = int(np.argmax(finite_rows))
     holes = np.flatnonzero(~finite_rows[first:])
     if holes.size:
         row = first + holes[0]
         s, f = np.argwhere(~np.isfinite(raw[:, row, :]))[0]
-        raise DataError(f"data source '{cfg.source}' [symbol {symbols[s]}]: feature '{FEATURE_NAMES[f]}' is undefined "
-                        f"at {dates[row].date()} (flat prices?); drop or fix the bars around that date")
+        raise DataError(
+            f"data source '{cfg.source}' [symbol {symbols[s]}]: feature '{FEATURE_NAMES[f]}' is undefined "
+            f"at {dates[row].date()} (flat prices?); drop or fix the bars around that date"
+        )
     dates = dates[first:]
     raw = raw[:, first:, :]
     turb = turb[first:]
-    bars = {c: np.stack([frames[s][c].to_numpy(dtype=np.float64)[first:] for s in symbols])
-            for c in ("open", "high", "low", "close", "volume", "iv", "iv_open", "rate")
-            if all(c in frames[s] for s in symbols)}
+    bars = {
+        c: np.stack([frames[s][c].to_numpy(dtype=np.float64)[first:] for s in symbols])
+        for c in ("open", "high", "low", "close", "volume", "iv", "iv_open", "rate")
+        if all(c in frames[s] for s in symbols)
+    }
     bars["realized_vol"] = raw[:, :, FEATURE_NAMES.index("realized_vol")].copy()
 
     splits = _split_bounds(dates, cfg)
@@ -152,20 +180,37 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
         start, end = splits[name]
         if end - start < cfg.window + 1:
             span = f"{dates[start].date()}..{dates[end - 1].date()}" if end > start else "empty"
-            raise DataError(f"{name} split ({span}, after indicator warm-up) has {end - start} bars, fewer than "
-                            f"window + 1 = {cfg.window + 1}; move data.train_end/data.val_end or lower data.window")
+            raise DataError(
+                f"{name} split ({span}, after indicator warm-up) has {end - start} bars, fewer than "
+                f"window + 1 = {cfg.window + 1}; move data.train_end/data.val_end or lower data.window"
+            )
     train = slice(*splits["train"])
     if normalizer is None:
         normalizer = Normalizer.fit(raw[:, train, :], FEATURE_NAMES)
-    elif normalizer.names[:len(FEATURE_NAMES)] != FEATURE_NAMES:
-        raise DataError(f"saved normalisation covers features {list(normalizer.names)}, "
-                        f"this version computes {list(FEATURE_NAMES)}; retrain or use the matching version")
+    elif normalizer.names[: len(FEATURE_NAMES)] != FEATURE_NAMES:
+        raise DataError(
+            f"saved normalisation covers features {list(normalizer.names)}, "
+            f"this version computes {list(FEATURE_NAMES)}; retrain or use the matching version"
+        )
     else:  # a checkpoint's normaliser may go on with the option market's features (market/observed.py)
         normalizer = normalizer.select(FEATURE_NAMES)
     return MarketData(
-        symbols=symbols, dates=dates, feature_names=FEATURE_NAMES, features=normalizer.apply(raw), raw_features=raw,
-        bars=bars, turbulence=turb, turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),
-        splits=splits, normalizer=normalizer, window=cfg.window, clock=clock, dividend_adjusted=adjusted,
-        broad_index=np.full(len(symbols), cfg.source in ("synthetic", "planted")
-                            or getattr(BUILTIN_SOURCES.get(cfg.source), "broad_index", False)),
+        symbols=symbols,
+        dates=dates,
+        feature_names=FEATURE_NAMES,
+        features=normalizer.apply(raw),
+        raw_features=raw,
+        bars=bars,
+        turbulence=turb,
+        turbulence_threshold=float(np.quantile(turb[train], cfg.turbulence_quantile)),
+        splits=splits,
+        normalizer=normalizer,
+        window=cfg.window,
+        clock=clock,
+        dividend_adjusted=adjusted,
+        broad_index=np.full(
+            len(symbols),
+            cfg.source in ("synthetic", "planted")
+            or getattr(BUILTIN_SOURCES.get(cfg.source), "broad_index", False),
+        ),
     )

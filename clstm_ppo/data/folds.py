@@ -14,6 +14,7 @@ end dates (``data.train_end``, ``data.val_end``, ``data.test_end``); every fit o
 turbulence threshold, the IV model's floor and long-run level) reads only its training years, and no bar after
 its test block is loaded at all.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,7 +37,11 @@ class Fold:
 
     def settings(self) -> list[str]:
         """The fold as ``--set`` values for train and evaluate."""
-        return [f"data.train_end={self.train_end}", f"data.val_end={self.val_end}", f"data.test_end={self.test_end}"]
+        return [
+            f"data.train_end={self.train_end}",
+            f"data.val_end={self.val_end}",
+            f"data.test_end={self.test_end}",
+        ]
 
 
 def walk_forward_folds(dates: pd.DatetimeIndex, folds: int) -> list[Fold]:
@@ -48,14 +53,18 @@ def walk_forward_folds(dates: pd.DatetimeIndex, folds: int) -> list[Fold]:
     years = last_full - first_year + 1
     block = years // (folds + 3)
     if block < 1:
-        raise DataError(f"the data spans {years} whole year(s) after warm-up ({dates[0].date()}..{last.date()}); "
-                        f"{folds} walk-forward fold(s) need at least {folds + 3}: ask for fewer folds")
+        raise DataError(
+            f"the data spans {years} whole year(s) after warm-up ({dates[0].date()}..{last.date()}); "
+            f"{folds} walk-forward fold(s) need at least {folds + 3}: ask for fewer folds"
+        )
     out = []
     for i in range(folds):
         # this fold's test block ends with this year
         test_year = last_full - (folds - 1 - i) * block
         test_end = str(last.date()) if i == folds - 1 else f"{test_year}-12-31"
-        out.append(Fold(i, f"{test_year - 2 * block}-12-31", f"{test_year - block}-12-31", test_end))
+        out.append(
+            Fold(i, f"{test_year - 2 * block}-12-31", f"{test_year - block}-12-31", test_end)
+        )
     return out
 
 
@@ -72,12 +81,18 @@ def annual_folds(dates: pd.DatetimeIndex, min_train_years: int = 3) -> list[Fold
     last_full = last.year if last >= pd.Timestamp(last.year, 12, 15) else last.year - 1
     first_test = first_year + min_train_years + 1
     if first_test > last_full:
-        raise DataError(f"the data spans {dates[0].date()}..{last.date()}; annual folds need {min_train_years} "
-                        f"training years, a validation year and a test year ({min_train_years + 2} in all): "
-                        "ask for fewer folds with --folds N")
-    ends = [(year, str(last.date()) if year == last_full else f"{year}-12-31")
-            for year in range(first_test, last_full + 1)]
-    return [Fold(i, f"{year - 2}-12-31", f"{year - 1}-12-31", end) for i, (year, end) in enumerate(ends)]
+        raise DataError(
+            f"the data spans {dates[0].date()}..{last.date()}; annual folds need {min_train_years} "
+            f"training years, a validation year and a test year ({min_train_years + 2} in all): "
+            "ask for fewer folds with --folds N"
+        )
+    ends = [
+        (year, str(last.date()) if year == last_full else f"{year}-12-31")
+        for year in range(first_test, last_full + 1)
+    ]
+    return [
+        Fold(i, f"{year - 2}-12-31", f"{year - 1}-12-31", end) for i, (year, end) in enumerate(ends)
+    ]
 
 
 def folds_of(dates: pd.DatetimeIndex, spec: str | int) -> list[Fold]:
@@ -87,5 +102,7 @@ def folds_of(dates: pd.DatetimeIndex, spec: str | int) -> list[Fold]:
     try:
         count = int(spec)
     except ValueError:
-        raise DataError(f"--folds {spec!r}: give a number of walk-forward folds or 'annual'") from None
+        raise DataError(
+            f"--folds {spec!r}: give a number of walk-forward folds or 'annual'"
+        ) from None
     return walk_forward_folds(dates, count)

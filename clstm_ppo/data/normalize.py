@@ -1,4 +1,5 @@
 """Feature normalisation fitted on the training split alone, saved with every checkpoint."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,16 +29,24 @@ class Normalizer:
 
     def join(self, other: "Normalizer") -> "Normalizer":
         """This normaliser's features, then ``other``'s."""
-        return Normalizer((*self.names, *other.names), np.concatenate([self.mean, other.mean]),
-                          np.concatenate([self.std, other.std]))
+        return Normalizer(
+            (*self.names, *other.names),
+            np.concatenate([self.mean, other.mean]),
+            np.concatenate([self.std, other.std]),
+        )
 
     def apply(self, raw: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray((np.asarray(raw, dtype=np.float64) - self.mean) / self.std, dtype=np.float32)
+        return np.ascontiguousarray(
+            (np.asarray(raw, dtype=np.float64) - self.mean) / self.std, dtype=np.float32
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "mean": self.mean.tolist(), "std": self.std.tolist()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "Normalizer":
-        return cls(tuple(state["names"]), np.asarray(state["mean"], dtype=np.float64),
-                   np.asarray(state["std"], dtype=np.float64))
+        return cls(
+            tuple(state["names"]),
+            np.asarray(state["mean"], dtype=np.float64),
+            np.asarray(state["std"], dtype=np.float64),
+        )

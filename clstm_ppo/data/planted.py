@@ -16,6 +16,7 @@ hidden state, so that the best option-selling policy is known (docs/PLANTED.md).
 The true state travels beside the bars as the columns ``premium`` and ``forecast_vol``, which the dataset does not
 load: the oracle (``backtest/oracle.py``) reads them by date, no agent ever does.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,14 +34,20 @@ WARM_UP_YEARS = 1.0  # the indicators' (turbulence's) look-back, dropped by the 
 
 def _check(cfg: PlantedConfig) -> None:
     if garch_persistence(cfg) >= 1.0:
-        raise ConfigError(f"config: data.planted.garch_alpha + garch_leverage / 2 + garch_beta is "
-                          f"{garch_persistence(cfg):g}; keep it below 1 (a stationary variance)")
-    if _jump_variance(cfg) >= cfg.vol ** 2:
-        raise ConfigError(f"config: data.planted jumps alone give a variance of {_jump_variance(cfg):.4f} a year, "
-                          f"not below vol^2 = {cfg.vol ** 2:.4f}; lower jumps_per_year or the jump sizes, or raise vol")
+        raise ConfigError(
+            f"config: data.planted.garch_alpha + garch_leverage / 2 + garch_beta is "
+            f"{garch_persistence(cfg):g}; keep it below 1 (a stationary variance)"
+        )
+    if _jump_variance(cfg) >= cfg.vol**2:
+        raise ConfigError(
+            f"config: data.planted jumps alone give a variance of {_jump_variance(cfg):.4f} a year, "
+            f"not below vol^2 = {cfg.vol**2:.4f}; lower jumps_per_year or the jump sizes, or raise vol"
+        )
     if WARM_UP_YEARS + cfg.train_years + cfg.val_years >= cfg.years:
-        raise ConfigError(f"config: data.planted.years ({cfg.years:g}) leaves no test years after the warm-up year, "
-                          f"train_years ({cfg.train_years:g}) and val_years ({cfg.val_years:g}); raise years")
+        raise ConfigError(
+            f"config: data.planted.years ({cfg.years:g}) leaves no test years after the warm-up year, "
+            f"train_years ({cfg.train_years:g}) and val_years ({cfg.val_years:g}); raise years"
+        )
 
 
 def garch_persistence(cfg: PlantedConfig) -> float:
@@ -51,13 +58,15 @@ def garch_persistence(cfg: PlantedConfig) -> float:
 
 def _jump_variance(cfg: PlantedConfig) -> float:
     """Annual variance of the jumps at the long-run vol level."""
-    return cfg.jumps_per_year * (cfg.jump_mean ** 2 + cfg.jump_std ** 2)
+    return cfg.jumps_per_year * (cfg.jump_mean**2 + cfg.jump_std**2)
 
 
 def planted_dates(cfg: PlantedConfig) -> pd.DatetimeIndex:
     """``years`` x 252 exchange days (weekdays less US federal holidays) from ``start_date``."""
     days = CustomBusinessDay(calendar=USFederalHolidayCalendar())
-    return pd.date_range(pd.Timestamp(cfg.start_date), periods=int(round(cfg.years * BARS_PER_YEAR)), freq=days)
+    return pd.date_range(
+        pd.Timestamp(cfg.start_date), periods=int(round(cfg.years * BARS_PER_YEAR)), freq=days
+    )
 
 
 def planted_split_ends(cfg: PlantedConfig) -> tuple[str, str]:
@@ -74,7 +83,7 @@ def premium_path(cfg: PlantedConfig, rng: np.random.Generator, n: int) -> np.nda
     shocks = rng.standard_normal(n)
     out = np.empty(n)
     out[0] = cfg.premium_mean + cfg.premium_swing * shocks[0]
-    scale = cfg.premium_swing * np.sqrt(1.0 - phi ** 2)
+    scale = cfg.premium_swing * np.sqrt(1.0 - phi**2)
     for t in range(1, n):  # an AR(1) is sequential by nature
         out[t] = cfg.premium_mean + phi * (out[t - 1] - cfg.premium_mean) + scale * shocks[t]
     return out
@@ -93,10 +102,16 @@ def _garch_variance(cfg: PlantedConfig, shocks: np.ndarray, long_run: float) -> 
     return h
 
 
-def forecast_variance(h_next: np.ndarray, long_run: float, persistence: float, horizon: int) -> np.ndarray:
+def forecast_variance(
+    h_next: np.ndarray, long_run: float, persistence: float, horizon: int
+) -> np.ndarray:
     """The GARCH forecast of the mean per-bar variance over the next ``horizon`` bars, from the next bar's
     variance: E[h_{t+k}] = long_run + persistence^(k-1) (h_{t+1} - long_run), averaged over k = 1..horizon."""
-    share = (1.0 - persistence ** horizon) / ((1.0 - persistence) * horizon) if persistence > 0 else 1.0 / horizon
+    share = (
+        (1.0 - persistence**horizon) / ((1.0 - persistence) * horizon)
+        if persistence > 0
+        else 1.0 / horizon
+    )
     return long_run + (h_next - long_run) * share
 
 
@@ -114,9 +129,9 @@ def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(cfg.seed)
     dt = 1.0 / BARS_PER_YEAR
     jump_var = _jump_variance(cfg)
-    diffusive_long_run = (cfg.vol ** 2 - jump_var) * dt  # per bar
+    diffusive_long_run = (cfg.vol**2 - jump_var) * dt  # per bar
     # jumps scale with the level: a fixed ratio
-    total_per_diffusive = cfg.vol ** 2 / (cfg.vol ** 2 - jump_var)
+    total_per_diffusive = cfg.vol**2 / (cfg.vol**2 - jump_var)
 
     z = rng.standard_normal(n)
     # h[t]: bar t's variance; h[t + 1] is known at bar t's close
@@ -124,9 +139,21 @@ def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
     # the vol level against its long run: jump sizes scale with it
     level = np.sqrt(h[:n] / diffusive_long_run)
     counts = rng.poisson(cfg.jumps_per_year * dt, n)
-    jumps = level * (counts * cfg.jump_mean + np.sqrt(counts) * cfg.jump_std * rng.standard_normal(n))
-    compensator = cfg.jumps_per_year * dt * np.expm1(level * cfg.jump_mean + 0.5 * (level * cfg.jump_std) ** 2)
-    log_ret = (cfg.rate + cfg.equity_premium) * dt - 0.5 * h[:n] - compensator + np.sqrt(h[:n]) * z + jumps
+    jumps = level * (
+        counts * cfg.jump_mean + np.sqrt(counts) * cfg.jump_std * rng.standard_normal(n)
+    )
+    compensator = (
+        cfg.jumps_per_year
+        * dt
+        * np.expm1(level * cfg.jump_mean + 0.5 * (level * cfg.jump_std) ** 2)
+    )
+    log_ret = (
+        (cfg.rate + cfg.equity_premium) * dt
+        - 0.5 * h[:n]
+        - compensator
+        + np.sqrt(h[:n]) * z
+        + jumps
+    )
     log_ret[0] = 0.0
     close = cfg.initial_price * np.exp(np.cumsum(log_ret))
 
@@ -144,8 +171,20 @@ def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
     high = np.maximum(open_, close) * np.exp(0.5 * bar_vol * np.abs(rng.standard_normal(n)))
     low = np.minimum(open_, close) * np.exp(-0.5 * bar_vol * np.abs(rng.standard_normal(n)))
     volume = cfg.base_volume * level * np.exp(0.3 * rng.standard_normal(n))
-    frame = pd.DataFrame({"date": dates, "open": open_, "high": high, "low": low, "close": close, "volume": volume,
-                          "iv": iv, "rate": np.full(n, cfg.rate), "premium": premium, "forecast_vol": forecast_vol})
+    frame = pd.DataFrame(
+        {
+            "date": dates,
+            "open": open_,
+            "high": high,
+            "low": low,
+            "close": close,
+            "volume": volume,
+            "iv": iv,
+            "rate": np.full(n, cfg.rate),
+            "premium": premium,
+            "forecast_vol": forecast_vol,
+        }
+    )
     return {SYMBOL: frame}
 
 
@@ -154,8 +193,10 @@ def planted_state(cfg: PlantedConfig, dates: pd.DatetimeIndex) -> pd.DataFrame:
     frame = generate_planted(cfg)[SYMBOL].set_index("date")
     missing = dates.difference(frame.index)
     if len(missing):
-        raise ValueError(f"{missing[0].date()} is not a bar of the planted market of these settings; give the "
-                         "dates of a dataset built from the same data.planted settings")
+        raise ValueError(
+            f"{missing[0].date()} is not a bar of the planted market of these settings; give the "
+            "dates of a dataset built from the same data.planted settings"
+        )
     return frame.loc[dates, ["premium", "forecast_vol"]]
 
 
@@ -172,6 +213,8 @@ def planted_surface_notice(cfg: Config) -> str | None:
     differ = [k for k in FAIR_SURFACE if getattr(cfg.market, k) != getattr(fair, k)]
     if not differ:
         return None
-    return (f"warning: the planted market is priced here with market.{', market.'.join(differ)} unlike its own "
-            "config's flat surface, so some strikes pay a buyer or a seller before any premium is planted; "
-            "train and walk it with --config planted")
+    return (
+        f"warning: the planted market is priced here with market.{', market.'.join(differ)} unlike its own "
+        "config's flat surface, so some strikes pay a buyer or a seller before any premium is planted; "
+        "train and walk it with --config planted"
+    )

@@ -7,6 +7,7 @@ fill faces. The market fills orders for such bars at their close instead (docs/M
 trading (intraday bars without a pause, every bar of a 24/7 market) a bar opens where the last one closed: that
 is the price, not a stale print (docs/DATA.md, "Stale opens").
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
 STALE_TOLERANCE = 1e-6  # an open within this relative distance of the previous close is stale
 
 
-def stale_opens(open_: np.ndarray, close: np.ndarray, after_pause: np.ndarray | None = None) -> np.ndarray:
+def stale_opens(
+    open_: np.ndarray, close: np.ndarray, after_pause: np.ndarray | None = None
+) -> np.ndarray:
     """(S, T) bool: bar t opens at bar t-1's close (to STALE_TOLERANCE) after the market was shut (``after_pause``,
     (T,) bool: ``BarClock.after_pause``; None: every bar, as daily bars are); the first bar never is."""
     stale = np.zeros(open_.shape, dtype=bool)

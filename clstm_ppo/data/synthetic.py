@@ -12,6 +12,7 @@ crypto-like market), and a bar's share of a year is one over the bars a year the
 those timestamps (``clstm_ppo.data.calendar``), so annual drifts, vols and jump rates mean what they say at any
 interval. Per-bar settings (the regime switch chance, the signal's persistence) stay per bar.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,18 +32,26 @@ FX_WEEK = (pd.Timedelta(days=4, hours=22), pd.Timedelta(days=6, hours=22))
 
 def _check(cfg: SyntheticConfig) -> None:
     if len(cfg.regime_drift) != len(cfg.regime_vol) or not cfg.regime_vol:
-        raise ConfigError("config: data.synthetic.regime_drift and regime_vol need one entry per regime, equally many")
+        raise ConfigError(
+            "config: data.synthetic.regime_drift and regime_vol need one entry per regime, equally many"
+        )
     if min(cfg.regime_vol) <= 0:
         raise ConfigError("config: data.synthetic.regime_vol entries must be positive")
     if cfg.iv_premium <= 0:
-        raise ConfigError("config: data.synthetic.iv_premium must be positive (1.25: implied vol 25% over true vol)")
+        raise ConfigError(
+            "config: data.synthetic.iv_premium must be positive (1.25: implied vol 25% over true vol)"
+        )
     if cfg.n_bars < 2 or cfg.n_underlyings < 1:
         raise ConfigError("config: data.synthetic.n_bars must be >= 2 and n_underlyings >= 1")
     if not 0.0 <= cfg.regime_switch_prob <= 1.0 or not -1.0 <= cfg.correlation <= 1.0:
-        raise ConfigError("config: data.synthetic.regime_switch_prob must lie in [0, 1] and correlation in [-1, 1]")
+        raise ConfigError(
+            "config: data.synthetic.regime_switch_prob must lie in [0, 1] and correlation in [-1, 1]"
+        )
 
 
-def _regime_path(rng: np.random.Generator, n_bars: int, n_regimes: int, switch_prob: float) -> np.ndarray:
+def _regime_path(
+    rng: np.random.Generator, n_bars: int, n_regimes: int, switch_prob: float
+) -> np.ndarray:
     regimes = np.zeros(n_bars, dtype=np.int64)
     if n_regimes == 1:
         return regimes
@@ -61,10 +70,16 @@ def _interval(cfg: SyntheticConfig) -> pd.Timedelta:
         step = pd.Timedelta(days=offset.n) if offset.rule_code == "D" else pd.Timedelta(offset)
     except ValueError:
         step = None
-    if step is None or step <= pd.Timedelta(0) or step > pd.Timedelta(days=1) or \
-            (cfg.hours == "exchange" and pd.Timedelta(days=1) > step > SESSION[1] - SESSION[0]):
-        raise ConfigError(f"config: data.synthetic.interval {cfg.interval!r} is not a bar interval up to a day "
-                          "(shorter than a session for exchange hours); write one such as 1D, 1h, 15min, 5min")
+    if (
+        step is None
+        or step <= pd.Timedelta(0)
+        or step > pd.Timedelta(days=1)
+        or (cfg.hours == "exchange" and pd.Timedelta(days=1) > step > SESSION[1] - SESSION[0])
+    ):
+        raise ConfigError(
+            f"config: data.synthetic.interval {cfg.interval!r} is not a bar interval up to a day "
+            "(shorter than a session for exchange hours); write one such as 1D, 1h, 15min, 5min"
+        )
     return step
 
 
@@ -74,7 +89,11 @@ def synthetic_dates(cfg: SyntheticConfig) -> pd.DatetimeIndex:
     business days, of an FX week (Sunday 22:00 to Friday 22:00) or of every hour."""
     n, step, start = cfg.n_bars, _interval(cfg), pd.Timestamp(cfg.start_date)
     if step == pd.Timedelta(days=1):
-        return pd.date_range(start, periods=n, freq="D") if cfg.hours == "24/7" else pd.bdate_range(start, periods=n)
+        return (
+            pd.date_range(start, periods=n, freq="D")
+            if cfg.hours == "24/7"
+            else pd.bdate_range(start, periods=n)
+        )
     if cfg.hours == "exchange":
         per_session = (SESSION[1] - SESSION[0]) // step
         days = pd.bdate_range(start, periods=math.ceil(n / per_session))
@@ -103,7 +122,9 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     own = rng.standard_normal((n, k))
     rho = cfg.correlation if k > 1 else 0.0
     shocks = rho * common + np.sqrt(1.0 - rho**2) * own
-    jumps = rng.poisson(cfg.jumps_per_year * dt, size=(n, k)) * rng.normal(cfg.jump_mean, cfg.jump_std, size=(n, k))
+    jumps = rng.poisson(cfg.jumps_per_year * dt, size=(n, k)) * rng.normal(
+        cfg.jump_mean, cfg.jump_std, size=(n, k)
+    )
 
     trend = np.zeros((n, k))
     innovations = rng.standard_normal((n, k)) * np.sqrt(1.0 - SIGNAL_PERSISTENCE**2)
@@ -122,7 +143,9 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     open_[1:] = close[:-1] * np.exp(gap[1:])
     spread = np.abs(rng.standard_normal((n, k))) * vol * np.sqrt(dt) * 0.5
     high = np.maximum(open_, close) * np.exp(spread)
-    low = np.minimum(open_, close) * np.exp(-np.abs(rng.standard_normal((n, k))) * vol * np.sqrt(dt) * 0.5)
+    low = np.minimum(open_, close) * np.exp(
+        -np.abs(rng.standard_normal((n, k))) * vol * np.sqrt(dt) * 0.5
+    )
     noise = 0.3 * rng.standard_normal((n, k))
     planted = 0.5 * trend if cfg.signal_strength else 0.0
     volume = cfg.base_volume * (vol / min(cfg.regime_vol)) * np.exp(noise + planted)
@@ -130,13 +153,21 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     # The market prices options at the regime's true vol (diffusion and jumps) times a variance risk premium: as
     # in real markets, buying options loses on average. It does not see the planted trend: that is the alpha an
     # agent can find (and it makes long options pay where the trend is strong).
-    true_vol = np.sqrt(vol[:, 0] ** 2 + cfg.jumps_per_year * (cfg.jump_mean ** 2 + cfg.jump_std ** 2))
+    true_vol = np.sqrt(vol[:, 0] ** 2 + cfg.jumps_per_year * (cfg.jump_mean**2 + cfg.jump_std**2))
     iv = cfg.iv_premium * true_vol
 
     frames = {}
     for i in range(k):
-        frames[f"SYN{i}"] = pd.DataFrame({
-            "date": dates, "open": open_[:, i], "high": high[:, i], "low": low[:, i], "close": close[:, i],
-            "volume": volume[:, i], "iv": iv, "regime": regimes,
-        })
+        frames[f"SYN{i}"] = pd.DataFrame(
+            {
+                "date": dates,
+                "open": open_[:, i],
+                "high": high[:, i],
+                "low": low[:, i],
+                "close": close[:, i],
+                "volume": volume[:, i],
+                "iv": iv,
+                "regime": regimes,
+            }
+        )
     return frames

@@ -8,6 +8,7 @@ singular covariance (a flat or duplicated underlying) is still defined. With one
 underlying this is the squared z-score of the return against its trailing
 window. Rolling sums come from prefix sums, so the value at t reads no bar after t.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +37,11 @@ def turbulence(returns: np.ndarray, lookback: int = 252) -> np.ndarray:
     def prefix(x: np.ndarray) -> np.ndarray:
         return np.concatenate([np.zeros((1, *x.shape[1:])), np.cumsum(x, axis=0)])
 
-    first, second, bad_count = prefix(y0), prefix(y0[:, :, None] * y0[:, None, :]), prefix(bad.astype(np.float64))
+    first, second, bad_count = (
+        prefix(y0),
+        prefix(y0[:, :, None] * y0[:, None, :]),
+        prefix(bad.astype(np.float64)),
+    )
     t = np.arange(lookback, n_bars)
     s1 = first[t] - first[t - lookback]  # (n, K)
     s2 = second[t] - second[t - lookback]  # (n, K, K)

@@ -5,6 +5,7 @@ trainer's per-bar code cache) names a bar by its flat row ``sym * T + t``, so on
 the gather and which rows of a split may be observed. Kept out of ``clstm_ppo.data``'s package exports so
 that loading and featurising data need not import torch.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,12 +27,16 @@ class MarketWindows:
         self.split_start, self.split_end = data.splits[split]
         # A window may reach back into earlier splits' bars (they are past), but not before the data's first bar.
         self.first_bar = max(self.split_start, self.window - 1)
-        self.feature_rows = torch.as_tensor(np.asarray(data.features), dtype=torch.float32, device=self.device) \
-            .reshape(self.n_symbols * self.n_bars, -1).contiguous()
+        self.feature_rows = (
+            torch.as_tensor(np.asarray(data.features), dtype=torch.float32, device=self.device)
+            .reshape(self.n_symbols * self.n_bars, -1)
+            .contiguous()
+        )
         n_rows, n_features = self.feature_rows.shape
         # One (overlapping) row per window start: a window is TW consecutive table rows, one contiguous block.
-        self._window_starts = self.feature_rows.as_strided((n_rows - self.window + 1, self.window * n_features),
-                                                           (n_features, 1))
+        self._window_starts = self.feature_rows.as_strided(
+            (n_rows - self.window + 1, self.window * n_features), (n_features, 1)
+        )
 
     def gather(self, rows: Tensor) -> Tensor:
         """Feature windows (..., TW, F) ending at flat rows ``rows`` (``Observation.row``, stored rollout rows).
@@ -40,9 +45,12 @@ class MarketWindows:
         and no table of windows is kept in memory.
         """
         return self._window_starts.index_select(0, (rows - (self.window - 1)).reshape(-1)).view(
-            *rows.shape, self.window, -1)
+            *rows.shape, self.window, -1
+        )
 
     def observable_rows(self) -> Tensor:
         """Flat rows of every bar of the split a copy can observe, all underlyings (underlying-major)."""
         bars = torch.arange(self.first_bar, self.split_end, device=self.device)
-        return (torch.arange(self.n_symbols, device=self.device).unsqueeze(-1) * self.n_bars + bars).reshape(-1)
+        return (
+            torch.arange(self.n_symbols, device=self.device).unsqueeze(-1) * self.n_bars + bars
+        ).reshape(-1)

@@ -5,6 +5,7 @@ Functions of the spec and a working copy of the state (``env/state.py``): they r
 change no tensor in place. docs/MARKET.md states the rules. Orders themselves are in ``env/orders.py``, the
 per-bar market tables in ``env/quotes.py``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,11 +44,15 @@ def accrue_carry(spec: EnvSpec, s: EnvState, row: Tensor, next_bar: Tensor) -> N
     held earn the underlying's dividends."""
     q = spec.quotes
     years = carry_years(spec, s.t, next_bar)
-    dividend = torch.expm1(q.dividend_yield.index_select(0, s.sym) * years) * at_rows(q.close_px, row)
+    dividend = torch.expm1(q.dividend_yield.index_select(0, s.sym) * years) * at_rows(
+        q.close_px, row
+    )
     s.cash = s.cash * torch.exp(at_rows(q.rate_close, row) * years) + s.shares * dividend
 
 
-def book_closes(spec: EnvSpec, s: EnvState, closing: Tensor, cash_in: Tensor, costs: Tensor | None) -> None:
+def book_closes(
+    spec: EnvSpec, s: EnvState, closing: Tensor, cash_in: Tensor, costs: Tensor | None
+) -> None:
     """Settle ``closing`` slots (``cash_in`` is zero elsewhere, negative for a short bought back or settled):
     cash in, P&L net of every cost, slot freed."""
     s.cash = s.cash + cash_in.sum(0)
@@ -56,7 +61,9 @@ def book_closes(spec: EnvSpec, s: EnvState, closing: Tensor, cash_in: Tensor, co
         s.slot_pnl = torch.stack([s.slot_pnl[0] + realised, s.slot_pnl[1]])
     s.stats["closed"] = s.stats["closed"] + closing.sum(0)
     s.stats["wins"] = s.stats["wins"] + (closing & (cash_in > s.entry_cost)).sum(0)
-    s.stats["option_pnl"] = s.stats["option_pnl"] + ((cash_in - s.entry_cost) * as_float(closing, spec.dtype)).sum(0)
+    s.stats["option_pnl"] = s.stats["option_pnl"] + (
+        (cash_in - s.entry_cost) * as_float(closing, spec.dtype)
+    ).sum(0)
     if costs is not None:
         s.costs_paid = s.costs_paid + costs
     s.active = s.active & ~closing
@@ -69,7 +76,11 @@ def settle_expiries(spec: EnvSpec, s: EnvState, spot_close: Tensor, bar: Tensor)
     (``spot_close``); no fees: an expiry is no order."""
     expired = s.active & (s.expiry_bar <= bar.to(spec.dtype))
     intrinsic = ((spot_close - s.strike) * call_sign(s.is_call, spec.dtype)).clamp_min(0)
-    settled = intrinsic * (s.contracts * as_float(expired, spec.dtype) * side(spec, s)) * spec.market.multiplier
+    settled = (
+        intrinsic
+        * (s.contracts * as_float(expired, spec.dtype) * side(spec, s))
+        * spec.market.multiplier
+    )
     book_closes(spec, s, expired, settled, None)
 
 
@@ -79,16 +90,35 @@ def mark_to_market(spec: EnvSpec, s: EnvState, spot: Tensor, row: Tensor) -> Non
     m, q = spec.market, spec.quotes
     log_k_s = torch.log(s.strike / spot)
     years = (s.expiry_time - q.close_time.index_select(0, s.t)).clamp_min(0) / DAYS_PER_YEAR
-    iv = surface_iv(at_rows(q.iv_close, row), q.long_run_iv.index_select(0, s.sym), log_k_s, years, m)
-    g = bs_greeks_before_expiry(spot, s.strike, years, at_rows(q.rate_close, row),
-                                q.dividend_yield.index_select(0, s.sym), iv, s.is_call, -log_k_s)
+    iv = surface_iv(
+        at_rows(q.iv_close, row), q.long_run_iv.index_select(0, s.sym), log_k_s, years, m
+    )
+    g = bs_greeks_before_expiry(
+        spot,
+        s.strike,
+        years,
+        at_rows(q.rate_close, row),
+        q.dividend_yield.index_select(0, s.sym),
+        iv,
+        s.is_call,
+        -log_k_s,
+    )
     size = s.contracts * m.multiplier * side(spec, s)  # zero in empty slots, negative for shorts
     s.mark = g.price * size
     stock = s.shares * spot
     s.equity = s.cash + s.mark.sum(0) + stock
     short_size = s.contracts * m.multiplier * as_float(s.short, spec.dtype)
-    requirement = short_margin(g.price, spot, s.strike, s.is_call, q.margin_a.index_select(0, s.sym),
-                               q.margin_b.index_select(0, s.sym)) * short_size
+    requirement = (
+        short_margin(
+            g.price,
+            spot,
+            s.strike,
+            s.is_call,
+            q.margin_a.index_select(0, s.sym),
+            q.margin_b.index_select(0, s.sym),
+        )
+        * short_size
+    )
     # Shares cover short calls share for share (a covered call needs no margin).
     calls = as_float(s.is_call, spec.dtype)
     call_size = (short_size * calls).sum(0)
@@ -97,12 +127,18 @@ def mark_to_market(spec: EnvSpec, s: EnvState, spot: Tensor, row: Tensor) -> Non
     covered = covered.masked_fill(covered >= 1.0 - COVER_ROUNDING, 1.0)
     call_margin = (requirement * calls).sum(0)
     s.margin = requirement.sum(0) - covered * call_margin
-    s.greeks = torch.stack([
-        (g.delta * size).sum(0) * spot + stock,  # $ change per 100% move (the underlying's delta is 1)
-        (g.gamma * size).sum(0) * spot * spot * 1e-4,  # $ change in delta-$ per 1% move, squared
-        (g.vega * size).sum(0) * 0.01,  # $ per vol point
-        (g.theta * size).sum(0) / DAYS_PER_YEAR,  # $ per calendar day
-    ])
+    s.greeks = torch.stack(
+        [
+            (g.delta * size).sum(0) * spot
+            + stock,  # $ change per 100% move (the underlying's delta is 1)
+            (g.gamma * size).sum(0)
+            * spot
+            * spot
+            * 1e-4,  # $ change in delta-$ per 1% move, squared
+            (g.vega * size).sum(0) * 0.01,  # $ per vol point
+            (g.theta * size).sum(0) / DAYS_PER_YEAR,  # $ per calendar day
+        ]
+    )
 
 
 def cash_room(spec: EnvSpec, s: EnvState) -> Tensor:

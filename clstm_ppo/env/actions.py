@@ -1,14 +1,15 @@
 """The discrete action space (G = moneyness x expiries grid points, moneyness fastest, then expiry):
 
-    0                        hold
-    1 .. G                   buy-to-open a call at grid point g
-    G+1 .. 2G                buy-to-open a put at grid point g
-    2G+1 .. 3G               sell-to-open a call at grid point g       (market.allow_short)
-    3G+1 .. 4G               sell-to-open a put at grid point g        (market.allow_short)
-    next len(targets)        hold the underlying at target k of equity (market.stock_targets, e.g. 0, 50, 100%)
-    then                     close all (options and the underlying), close the option position with the worst
-                             unrealised P&L, close the one with the best
+0                        hold
+1 .. G                   buy-to-open a call at grid point g
+G+1 .. 2G                buy-to-open a put at grid point g
+2G+1 .. 3G               sell-to-open a call at grid point g       (market.allow_short)
+3G+1 .. 4G               sell-to-open a put at grid point g        (market.allow_short)
+next len(targets)        hold the underlying at target k of equity (market.stock_targets, e.g. 0, 50, 100%)
+then                     close all (options and the underlying), close the option position with the worst
+                         unrealised P&L, close the one with the best
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +28,12 @@ class ActionSpace:
 
     @classmethod
     def from_config(cls, cfg: MarketConfig) -> "ActionSpace":
-        return cls(tuple(cfg.moneyness), tuple(cfg.expiries_days), cfg.allow_short, tuple(cfg.stock_targets))
+        return cls(
+            tuple(cfg.moneyness),
+            tuple(cfg.expiries_days),
+            cfg.allow_short,
+            tuple(cfg.stock_targets),
+        )
 
     @property
     def grid_size(self) -> int:
@@ -83,8 +89,15 @@ class ActionSpace:
             side = "buy" if order < 2 * self.grid_size else "sell"
             kind = "call" if order % (2 * self.grid_size) < self.grid_size else "put"
             g = order % self.grid_size
-            m, e = self.moneyness[g % len(self.moneyness)], self.expiries_days[g // len(self.moneyness)]
+            m, e = (
+                self.moneyness[g % len(self.moneyness)],
+                self.expiries_days[g // len(self.moneyness)],
+            )
             return f"{side} {kind} {m:g} x {e}d"
         if self.first_stock <= action < self.close_all:
             return f"underlying to {self.stock_targets[action - self.first_stock]:.0%}"
-        return {self.close_all: "close all", self.close_worst: "close worst", self.close_best: "close best"}[action]
+        return {
+            self.close_all: "close all",
+            self.close_worst: "close worst",
+            self.close_best: "close best",
+        }[action]

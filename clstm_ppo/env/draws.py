@@ -10,6 +10,7 @@ The mixer is a 32-bit xor-shift-multiply hash (the "lowbias32" family) kept with
 values stay below 2**32 and every multiplier below 2**31, so each product is below 2**63 and is masked back to
 32 bits (signed overflow would be undefined behaviour in the C++ inductor emits).
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,7 +33,9 @@ def mix32(x: Tensor) -> Tensor:
 
 def copy_keys(seed: int, num_envs: int, device: torch.device | str) -> Tensor:
     """(N,) int64 keys, one stream per copy, fixed by the seed."""
-    seed_key = mix32(torch.tensor(seed & MASK32, dtype=torch.long, device=device) ^ ((seed >> 32) & MASK32))
+    seed_key = mix32(
+        torch.tensor(seed & MASK32, dtype=torch.long, device=device) ^ ((seed >> 32) & MASK32)
+    )
     return mix32(seed_key ^ torch.arange(num_envs, device=device))
 
 
@@ -57,6 +60,8 @@ def uniform(key: Tensor, count: Tensor, stream: str) -> Tensor:
     return uniform_of(start_hash(key, count), stream)
 
 
-def integers(key: Tensor, count: Tensor, stream: str, low: int | Tensor, high: int | Tensor) -> Tensor:
+def integers(
+    key: Tensor, count: Tensor, stream: str, low: int | Tensor, high: int | Tensor
+) -> Tensor:
     """(N,) int64 uniform on [low, high] (inclusive): each copy's ``count``-th draw of ``stream``."""
     return integers_of(start_hash(key, count), stream, low, high)

@@ -5,6 +5,7 @@ running sums (``EnvState.finished``), which the trainer reads once per update (`
 for the tools that walk a few copies and want each episode whole (the backtest walk, gymnasium, the strategy
 studies): ``episode_records`` reads the ended copies' statistics and equity curves.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,11 +26,20 @@ def add_finished(spec: EnvSpec, s: EnvState, ended: Tensor) -> None:
     sums ``metrics.episode_sums`` takes of host records)."""
     initial = spec.cfg.initial_cash
     profit = s.equity - initial
-    rows = torch.stack([
-        torch.ones_like(s.equity), s.stats["reward"], profit, (s.equity / initial - 1.0) * 100.0,
-        s.stats["closed"], s.stats["wins"], s.active.sum(0).to(spec.dtype), (s.t - s.t_start).to(spec.dtype),
-        (profit > 0).to(spec.dtype), *s.costs_paid,
-    ]).to(torch.float64)
+    rows = torch.stack(
+        [
+            torch.ones_like(s.equity),
+            s.stats["reward"],
+            profit,
+            (s.equity / initial - 1.0) * 100.0,
+            s.stats["closed"],
+            s.stats["wins"],
+            s.active.sum(0).to(spec.dtype),
+            (s.t - s.t_start).to(spec.dtype),
+            (profit > 0).to(spec.dtype),
+            *s.costs_paid,
+        ]
+    ).to(torch.float64)
     counted = (ended & full_length(spec, s)).to(torch.float64)
     s.finished = s.finished + rows * counted
 
@@ -43,20 +53,29 @@ def take_finished(s: EnvState) -> tuple[np.ndarray, EnvState]:
     return sums, rest
 
 
-def episode_records(spec: EnvSpec, s: EnvState, idx: Tensor, curves: Tensor) -> dict[str, np.ndarray]:
+def episode_records(
+    spec: EnvSpec, s: EnvState, idx: Tensor, curves: Tensor
+) -> dict[str, np.ndarray]:
     """The statistics of the copies ``idx`` whose episodes end now, on the host; ``curves`` (N, max_len + 1) are
     the copies' equity at each bar of the episode."""
     steps = (s.t - s.t_start)[idx]
     initial = spec.cfg.initial_cash
     out = {
-        "env": idx, "symbol": s.sym[idx], "start": s.t_start[idx], "steps": steps,
+        "env": idx,
+        "symbol": s.sym[idx],
+        "start": s.t_start[idx],
+        "steps": steps,
         "reward": s.stats["reward"][idx],
         "return": s.equity[idx] - initial,
         "return_pct": (s.equity[idx] / initial - 1.0) * 100.0,
-        "closed": s.stats["closed"][idx], "wins": s.stats["wins"][idx],
-        "open": s.active[:, idx].sum(0), "invalid": s.stats["invalid"][idx],
-        "rejected": s.stats["rejected"][idx], "traded": s.stats["traded"][idx],
-        "margin_calls": s.stats["margin_calls"][idx], "shares": s.shares[idx],
+        "closed": s.stats["closed"][idx],
+        "wins": s.stats["wins"][idx],
+        "open": s.active[:, idx].sum(0),
+        "invalid": s.stats["invalid"][idx],
+        "rejected": s.stats["rejected"][idx],
+        "traded": s.stats["traded"][idx],
+        "margin_calls": s.stats["margin_calls"][idx],
+        "shares": s.shares[idx],
         "option_pnl": s.stats["option_pnl"][idx],
         "costs": s.costs_paid[:, idx].T,
         "full": full_length(spec, s)[idx],  # the training metrics count full-length episodes only
@@ -80,7 +99,11 @@ def to_host(tensors: dict[str, Tensor], packed: bool) -> dict[str, np.ndarray]:
     out, at = {}, 0
     for k, v in tensors.items():
         n = v.numel()
-        out[k] = flat[at:at + n].reshape(tuple(v.shape)).astype(torch.empty(0, dtype=v.dtype).numpy().dtype)
+        out[k] = (
+            flat[at : at + n]
+            .reshape(tuple(v.shape))
+            .astype(torch.empty(0, dtype=v.dtype).numpy().dtype)
+        )
         at += n
     return out
 

@@ -5,6 +5,7 @@ mask is in ``info["action_mask"]`` and from ``action_masks()`` (sb3-contrib's
 MaskablePPO convention). It steps the batched env with N = 1, so both give the
 same trajectory for the same seed and actions.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,30 +24,50 @@ from clstm_ppo.market.observed import observed_market_data
 class OptionsTradingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, data: MarketData | str = "sp500", split: str = "train", window: int | None = None,
-                 market: MarketConfig | None = None, **env_fields: Any):
+    def __init__(
+        self,
+        data: MarketData | str = "sp500",
+        split: str = "train",
+        window: int | None = None,
+        market: MarketConfig | None = None,
+        **env_fields: Any,
+    ):
         if isinstance(data, str):
             data_cfg = DataConfig(source=data)
             if window is not None:
                 data_cfg.window = window
             data = observed_market_data(Config(data=data_cfg, market=market or MarketConfig()))
         elif window is not None and window != data.window:
-            raise ValueError(f"window={window} differs from the data's window {data.window}; build the data with it")
+            raise ValueError(
+                f"window={window} differs from the data's window {data.window}; build the data with it"
+            )
         self.data, self.split = data, split
         self.market_cfg = market or MarketConfig()
         self.env_cfg = EnvConfig(**env_fields)
         self._batched: BatchedOptionsEnv | None = None
         self._make(seed=0)
         n_features = len(data.feature_names)
-        self.observation_space = gym.spaces.Dict({
-            "market": gym.spaces.Box(-np.inf, np.inf, (data.window, n_features), np.float32),
-            "portfolio": gym.spaces.Box(-np.inf, np.inf, (len(PORTFOLIO_FEATURES),), np.float32),
-        })
+        self.observation_space = gym.spaces.Dict(
+            {
+                "market": gym.spaces.Box(-np.inf, np.inf, (data.window, n_features), np.float32),
+                "portfolio": gym.spaces.Box(
+                    -np.inf, np.inf, (len(PORTFOLIO_FEATURES),), np.float32
+                ),
+            }
+        )
         self.action_space = gym.spaces.Discrete(self._batched.actions.n)
 
     def _make(self, seed: int) -> None:
-        self._batched = BatchedOptionsEnv(self.data, self.split, self.market_cfg, self.env_cfg, num_envs=1,
-                                          device="cpu", seed=seed, autoreset=False)
+        self._batched = BatchedOptionsEnv(
+            self.data,
+            self.split,
+            self.market_cfg,
+            self.env_cfg,
+            num_envs=1,
+            device="cpu",
+            seed=seed,
+            autoreset=False,
+        )
 
     @staticmethod
     def _convert(obs: Observation) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -64,7 +85,13 @@ class OptionsTradingEnv(gym.Env):
         obs, info = self._convert(result.obs)
         if result.episodes is not None:
             info["episode_stats"] = {k: v[0] for k, v in result.episodes.items()}
-        return obs, float(result.reward[0]), bool(result.terminated[0]), bool(result.truncated[0]), info
+        return (
+            obs,
+            float(result.reward[0]),
+            bool(result.terminated[0]),
+            bool(result.truncated[0]),
+            info,
+        )
 
     def action_masks(self) -> np.ndarray:
         return self._batched.action_mask()[0].numpy()

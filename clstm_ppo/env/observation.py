@@ -1,5 +1,6 @@
 """What the copies observe: the portfolio features, the action mask, and the types that carry them. Read-only:
 nothing here changes the env's state."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -17,8 +18,19 @@ from clstm_ppo.market.costs import share_price_with_fees
 from clstm_ppo.market.flags import as_float
 
 PORTFOLIO_FEATURES = (
-    "cash_share", "open_share", "net_delta", "net_gamma", "net_vega", "net_theta",
-    "unrealized_pnl", "days_to_expiry", "turbulent", "equity_change", "progress", "margin_share", "stock_share",
+    "cash_share",
+    "open_share",
+    "net_delta",
+    "net_gamma",
+    "net_vega",
+    "net_theta",
+    "unrealized_pnl",
+    "days_to_expiry",
+    "turbulent",
+    "equity_change",
+    "progress",
+    "margin_share",
+    "stock_share",
 )
 
 
@@ -32,7 +44,9 @@ class Observation:
 
     __slots__ = ("portfolio", "mask", "row", "start", "windows", "_market")
 
-    def __init__(self, portfolio: Tensor, mask: Tensor, row: Tensor, start: Tensor, windows: MarketWindows):
+    def __init__(
+        self, portfolio: Tensor, mask: Tensor, row: Tensor, start: Tensor, windows: MarketWindows
+    ):
         self.portfolio = portfolio  # (N, len(PORTFOLIO_FEATURES))
         self.mask = mask  # (N, A) bool: which actions are valid at t (read-only: the env keeps it)
         # (N,) flat index sym * T + t of bar t: storage keeps this instead of the window
@@ -49,14 +63,20 @@ class Observation:
 
     def copies(self, first: int, stop: int) -> Observation:
         """What copies ``first``..``stop - 1`` observe (views, not copies of the tensors)."""
-        part = Observation(self.portfolio[first:stop], self.mask[first:stop], self.row[first:stop],
-                           self.start[first:stop], self.windows)
+        part = Observation(
+            self.portfolio[first:stop],
+            self.mask[first:stop],
+            self.row[first:stop],
+            self.start[first:stop],
+            self.windows,
+        )
         part._market = None if self._market is None else self._market[first:stop]
         return part
 
 
 class BookedPosition(NamedTuple):
     """An option a user already holds (``BatchedOptionsEnv.book``)."""
+
     is_call: bool
     strike: float
     expiry: np.datetime64  # the calendar day it is listed to expire
@@ -82,18 +102,21 @@ def portfolio_features(spec: EnvSpec, s: EnvState) -> Tensor:
     dte = (days_left * as_float(s.active, spec.dtype)).sum(0) / open_count.clamp_min(1)
     span = (s.t_end - s.t_start).clamp_min(1).to(spec.dtype)
     spot = at_rows(spec.quotes.close_px, flat_row(spec, s))
-    return torch.stack([
-        s.cash / equity,
-        open_count / spec.cfg.max_positions,
-        *(s.greeks / equity),
-        (s.mark - s.entry_cost).sum(0) / equity,  # unrealised P&L (empty slots hold neither)
-        dte / max(spec.market.expiries_days),
-        spec.turbulent_bar.index_select(0, s.t).to(spec.dtype),
-        s.equity / spec.cfg.initial_cash - 1.0,
-        (s.t - s.t_start).to(spec.dtype) / span,
-        s.margin / equity,
-        s.shares * spot / equity,
-    ], dim=-1).to(torch.float32)
+    return torch.stack(
+        [
+            s.cash / equity,
+            open_count / spec.cfg.max_positions,
+            *(s.greeks / equity),
+            (s.mark - s.entry_cost).sum(0) / equity,  # unrealised P&L (empty slots hold neither)
+            dte / max(spec.market.expiries_days),
+            spec.turbulent_bar.index_select(0, s.t).to(spec.dtype),
+            s.equity / spec.cfg.initial_cash - 1.0,
+            (s.t - s.t_start).to(spec.dtype) / span,
+            s.margin / equity,
+            s.shares * spot / equity,
+        ],
+        dim=-1,
+    ).to(torch.float32)
 
 
 def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
@@ -106,28 +129,34 @@ def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
     mask[:, a.hold] = True
     holding = n_open > 0
     mask[:, a.close_all] = holding | (s.shares > 0)
-    mask[:, a.close_worst:] = holding.unsqueeze(-1)  # close worst and best: options only
+    mask[:, a.close_worst :] = holding.unsqueeze(-1)  # close worst and best: options only
     can_open = ((n_open < spec.cfg.max_positions) & ~turbulent).unsqueeze(-1)
     room = cash_room(spec, s)
     # The smallest order (one contract, or fractional dust) within position_frac of equity, the cash room and
     # env.max_order_notional; a covered call needs only free shares.
-    ask, bid, margin = (at_rows(table, row) for table in (q.close_ask, q.close_bid, q.close_short_margin))
+    ask, bid, margin = (
+        at_rows(table, row) for table in (q.close_ask, q.close_bid, q.close_short_margin)
+    )
     buys = order_fits(spec, s.equity, room, spot, ask, bid, margin, selling=False)
-    mask[:, 1:1 + 2 * g] = buys.budget & buys.room & buys.notional & can_open
+    mask[:, 1 : 1 + 2 * g] = buys.budget & buys.room & buys.notional & can_open
     if a.allow_short:
         sales = order_fits(spec, s.equity, room, spot, ask, bid, margin, selling=True)
         naked = sales.budget & sales.room & sales.notional
         called = (s.cash < s.margin) & (s.margin > 0)  # a margin call opens nothing, covered or not
         least_cover = smallest(spec, s.equity, spot * spec.market.multiplier)
         naked[:, :g] |= ((free_cover(spec, s) >= least_cover) & ~called).unsqueeze(-1)
-        mask[:, 1 + 2 * g:1 + 4 * g] = naked & can_open
+        mask[:, 1 + 2 * g : 1 + 4 * g] = naked & can_open
     if a.stock_targets:
         # a target that changes the holding: lower always, higher when calm and one share fits
-        wanted = units(spec, spec.stock_targets * s.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1))
+        wanted = units(
+            spec, spec.stock_targets * s.equity.clamp_min(0).unsqueeze(-1) / spot.unsqueeze(-1)
+        )
         held = s.shares.unsqueeze(-1)
         # a change smaller than dust is no change
         least = smallest(spec, s.equity, spot).unsqueeze(-1)
         one_share = share_price_with_fees(spot, spec.market.costs).unsqueeze(-1) * least
         can_buy = ~turbulent.unsqueeze(-1) & (room.unsqueeze(-1) >= one_share)
-        mask[:, a.first_stock:a.close_all] = (wanted <= held - least) | ((wanted >= held + least) & can_buy)
+        mask[:, a.first_stock : a.close_all] = (wanted <= held - least) | (
+            (wanted >= held + least) & can_buy
+        )
     return mask

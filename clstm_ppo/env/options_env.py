@@ -7,6 +7,7 @@ and (``records=True``) each ended episode's statistics and equity curve, read on
 The trainer runs with ``records=False``: no host sync per step, episode figures summed on the device and read
 once per update (``take_episode_sums``).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -27,14 +28,35 @@ from clstm_ppo.env.episodes import episode_records, take_finished
 from clstm_ppo.env.observation import BookedPosition, Observation, StepResult, portfolio_features
 from clstm_ppo.env.quotes import at_rows
 from clstm_ppo.env.scaled import ScaleChoices, ScaledRule
-from clstm_ppo.env.state import SPEC_FIELDS, STATE_FIELDS, EnvSpec, EnvState, empty_state, flat_row, make_spec
+from clstm_ppo.env.state import (
+    SPEC_FIELDS,
+    STATE_FIELDS,
+    EnvSpec,
+    EnvState,
+    empty_state,
+    flat_row,
+    make_spec,
+)
 
 
 class BatchedOptionsEnv:
-    def __init__(self, data: MarketData, split: str, market: MarketConfig, cfg: EnvConfig, num_envs: int,
-                 device: torch.device | str = "cpu", seed: int = 0, autoreset: bool = True, records: bool = True,
-                 compile: str = "off", cuda_graphs: bool = False, symbol_weights: list[float] | None = None,
-                 scaled: ScaledRule | None = None, slot_pnl: bool = False):
+    def __init__(
+        self,
+        data: MarketData,
+        split: str,
+        market: MarketConfig,
+        cfg: EnvConfig,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        autoreset: bool = True,
+        records: bool = True,
+        compile: str = "off",
+        cuda_graphs: bool = False,
+        symbol_weights: list[float] | None = None,
+        scaled: ScaledRule | None = None,
+        slot_pnl: bool = False,
+    ):
         """``scaled``: the copies take a ``scale`` agent's multiples of this rule's orders (``env/scaled.py``);
         ``actions`` is then what the agent chooses among, and ``spec.actions`` the chain the rule orders from.
         ``slot_pnl``: each step also books every slot's P&L (``EnvState.slot_pnl``: ppo.credit position)."""
@@ -43,21 +65,41 @@ class BatchedOptionsEnv:
         self.compiled = compile == "on" or (compile == "auto" and self.device.type == "cuda")
         # Eager on a CPU a host sync is free: closes then price only the copies that close (``orders``).
         gather = not self.compiled and self.device.type == "cpu"
-        self.spec = make_spec(data, self.market_windows, market, cfg, num_envs, self.device, autoreset, gather,
-                              symbol_weights, scaled, slot_pnl)
+        self.spec = make_spec(
+            data,
+            self.market_windows,
+            market,
+            cfg,
+            num_envs,
+            self.device,
+            autoreset,
+            gather,
+            symbol_weights,
+            scaled,
+            slot_pnl,
+        )
         self.dtype, self.market_cfg, self.cfg = self.spec.dtype, market, cfg
         self.actions = self.spec.actions if scaled is None else ScaleChoices(scaled)
         if cfg.max_order_notional > 0 and market.sizing == "whole":
             # a cap below one whole contract leaves a
             # stock-only agent: say so, not silently (fractional orders fit under any cap)
-            one = float(np.min(data.bars["close"][:, self.spec.first_bar:self.spec.split_end])) * market.multiplier
+            one = (
+                float(np.min(data.bars["close"][:, self.spec.first_bar : self.spec.split_end]))
+                * market.multiplier
+            )
             if cfg.max_order_notional * cfg.initial_cash < one:
-                warnings.warn(f"env.max_order_notional {cfg.max_order_notional:g} x env.initial_cash "
-                              f"{cfg.initial_cash:,.0f} is below one contract's notional ({one:,.0f} at the lowest "
-                              f"close of the {split} split): no option order fits until equity grows; raise either",
-                              stacklevel=2)
+                warnings.warn(
+                    f"env.max_order_notional {cfg.max_order_notional:g} x env.initial_cash "
+                    f"{cfg.initial_cash:,.0f} is below one contract's notional ({one:,.0f} at the lowest "
+                    f"close of the {split} split): no option order fits until equity grows; raise either",
+                    stacklevel=2,
+                )
         self.num_envs, self.autoreset, self.records = num_envs, autoreset, records
-        self.staggered, self.quotes, self.max_len = self.spec.staggered, self.spec.quotes, self.spec.max_len
+        self.staggered, self.quotes, self.max_len = (
+            self.spec.staggered,
+            self.spec.quotes,
+            self.spec.max_len,
+        )
         self.dates = data.dates.values
         # the split's bounds and the table's shape, as the env's clock reads them
         w = self.market_windows
@@ -67,11 +109,17 @@ class BatchedOptionsEnv:
         # Records need the state before the restart (``keep_ended``); the trainer's step never returns it.
         # graphs replay on CUDA only
         self.cuda_graphs = cuda_graphs and self.compiled and self.device.type == "cuda"
-        self._step = pure.compiled_step(self.spec, autoreset, records, self.cuda_graphs) if self.compiled \
+        self._step = (
+            pure.compiled_step(self.spec, autoreset, records, self.cuda_graphs)
+            if self.compiled
             else _eager_step(self.spec, autoreset, records)
+        )
         # Each copy's equity at every bar of its episode, for the records' curves (host tools only).
-        self.equity_curve = torch.zeros(num_envs, self.max_len + 1, dtype=self.dtype, device=self.device) \
-            if records else None
+        self.equity_curve = (
+            torch.zeros(num_envs, self.max_len + 1, dtype=self.dtype, device=self.device)
+            if records
+            else None
+        )
 
     def __getattr__(self, name: str):
         """The state's tensors and the spec's tables read as attributes (``env.cash``, ``env.stats["closed"]``,
@@ -103,8 +151,14 @@ class BatchedOptionsEnv:
         if starts is not None:
             starts = starts.to(self.device).long()
             first = self.first_bar
-            if starts.shape != (self.num_envs,) or (starts < first).any() or (starts > self.split_end - 1).any():
-                raise ValueError(f"starts must be {self.num_envs} bars in [{first}, {self.split_end - 1}]")
+            if (
+                starts.shape != (self.num_envs,)
+                or (starts < first).any()
+                or (starts > self.split_end - 1).any()
+            ):
+                raise ValueError(
+                    f"starts must be {self.num_envs} bars in [{first}, {self.split_end - 1}]"
+                )
             pure.restart_at(self.spec, s, starts)
         else:
             pure.restart(self.spec, s, torch.ones_like(s.t, dtype=torch.bool))
@@ -122,19 +176,42 @@ class BatchedOptionsEnv:
         portfolio a user already holds."""
         s = self.state.working_copy()
         if len(positions) > self.cfg.max_positions or s.active[:, 0].any():
-            raise ValueError(f"book at most env.max_positions ({self.cfg.max_positions}) positions, into an empty book")
+            raise ValueError(
+                f"book at most env.max_positions ({self.cfg.max_positions}) positions, into an empty book"
+            )
         t = int(s.t[0])
-        fields = {name: getattr(s, name).clone() for name in ("active", "is_call", "short", "strike", "contracts",
-                                                                "entry_cost", "expiry_bar", "expiry_time", "cash")}
+        fields = {
+            name: getattr(s, name).clone()
+            for name in (
+                "active",
+                "is_call",
+                "short",
+                "strike",
+                "contracts",
+                "entry_cost",
+                "expiry_bar",
+                "expiry_time",
+                "cash",
+            )
+        }
         for slot, p in enumerate(positions):
             bar, time = self.expiry_of(p.expiry, t)
             if bar <= t:
-                raise ValueError(f"a position expiring {p.expiry} has expired by the data's last bar")
+                raise ValueError(
+                    f"a position expiring {p.expiry} has expired by the data's last bar"
+                )
             # what the account paid for it (a sale: minus what it brought in)
             flow = -p.paid if p.short else p.paid
-            for name, value in (("active", True), ("is_call", p.is_call), ("short", p.short), ("strike", p.strike),
-                                ("contracts", p.contracts), ("entry_cost", flow), ("expiry_bar", float(bar)),
-                                ("expiry_time", time)):
+            for name, value in (
+                ("active", True),
+                ("is_call", p.is_call),
+                ("short", p.short),
+                ("strike", p.strike),
+                ("contracts", p.contracts),
+                ("entry_cost", flow),
+                ("expiry_bar", float(bar)),
+                ("expiry_time", time),
+            ):
                 fields[name][slot, 0] = value
             fields["cash"][0] -= flow
         for name, value in fields.items():
@@ -151,7 +228,9 @@ class BatchedOptionsEnv:
         dates, close_time = self.dates.astype("datetime64[D]"), self.quotes.close_time
         day = np.datetime64(expiry, "D")
         if day > dates[-1]:
-            return self.n_bars, float(close_time[t]) + float((day - dates[t]) / np.timedelta64(1, "D"))
+            return self.n_bars, float(close_time[t]) + float(
+                (day - dates[t]) / np.timedelta64(1, "D")
+            )
         bar = int(np.searchsorted(dates, day, side="right") - 1)
         return bar, float(close_time[bar])
 
@@ -159,28 +238,47 @@ class BatchedOptionsEnv:
 
     def state_dict(self) -> dict:
         """Every state tensor on the CPU: what an exact resume needs (the random streams are the state's own)."""
-        return {name: ({k: v.detach().cpu() for k, v in value.items()} if isinstance(value, dict)
-                       else value.detach().cpu()) for name, value in self.state.to_dict().items()}
+        return {
+            name: (
+                {k: v.detach().cpu() for k, v in value.items()}
+                if isinstance(value, dict)
+                else value.detach().cpu()
+            )
+            for name, value in self.state.to_dict().items()
+        }
 
     def fits(self, saved: dict) -> bool:
         """Whether ``saved`` (from ``state_dict``) has this env's fields, copies, slots and layout. A field that
         ``saved`` lacks fits where this env keeps nothing in it: a state saved before the field existed (the Sharpe
         ratio moments, empty under any reward but dsr) resumes as it ran."""
-        mine = {name: value for name, value in self.state.to_dict().items() if name in saved or kept(value)}
+        mine = {
+            name: value
+            for name, value in self.state.to_dict().items()
+            if name in saved or kept(value)
+        }
         if not all(name in saved for name in mine) or set(saved["stats"]) != set(mine["stats"]):
             return False
         flat = lambda d: {**{k: v for k, v in d.items() if k != "stats"}, **d["stats"]}  # noqa: E731
         theirs = flat(saved)
-        return all(tuple(theirs[k].shape) == tuple(v.shape) and theirs[k].dtype == v.dtype
-                   for k, v in flat(mine).items())
+        return all(
+            tuple(theirs[k].shape) == tuple(v.shape) and theirs[k].dtype == v.dtype
+            for k, v in flat(mine).items()
+        )
 
     def load_state_dict(self, saved: dict) -> None:
         if not self.fits(saved):
-            raise ValueError("saved env state does not fit this env (other --num-envs, max_positions, "
-                             "episode length, env.reward dsr on one side only, or an older layout)")
-        fields = {name: (saved[name] if name in saved else getattr(self.state, name)).to(self.device)
-                  for name in STATE_FIELDS if name != "stats"}  # one it lacks is empty here (``fits``)
-        self.state = EnvState(**fields, stats={k: v.to(self.device) for k, v in saved["stats"].items()})
+            raise ValueError(
+                "saved env state does not fit this env (other --num-envs, max_positions, "
+                "episode length, env.reward dsr on one side only, or an older layout)"
+            )
+        fields = {
+            name: (saved[name] if name in saved else getattr(self.state, name)).to(self.device)
+            for name in STATE_FIELDS
+            if name != "stats"
+        }  # one it lacks is empty here (``fits``)
+        self.state = EnvState(
+            **fields, stats={k: v.to(self.device) for k, v in saved["stats"].items()}
+        )
 
     def take_episode_sums(self) -> np.ndarray:
         """Sums over every copy of the full-length episodes finished since the last call (``state.EPISODE_SUMS``):
@@ -223,8 +321,13 @@ class BatchedOptionsEnv:
         the features that step returned, e.g. a checkpoint's; computed here otherwise. A trainer resuming a
         compiled env passes them, since this eager code sums in another order than the compiled step did."""
         s = self.state
-        return Observation(portfolio_features(self.spec, s) if portfolio is None else portfolio.to(self.device),
-                           s.mask, flat_row(self.spec, s), s.t == s.t_start, self.market_windows)
+        return Observation(
+            portfolio_features(self.spec, s) if portfolio is None else portfolio.to(self.device),
+            s.mask,
+            flat_row(self.spec, s),
+            s.t == s.t_start,
+            self.market_windows,
+        )
 
     def observe(self) -> Observation:
         """The copies' observation at their current bar (t's close), the mask judged afresh."""
@@ -248,8 +351,12 @@ def kept(value: Tensor | dict[str, Tensor]) -> bool:
     return isinstance(value, dict) or value.numel() > 0
 
 
-def _eager_step(spec: EnvSpec, autoreset: bool, keep_ended: bool) -> Callable[[EnvState, Tensor], pure.StepOutput]:
+def _eager_step(
+    spec: EnvSpec, autoreset: bool, keep_ended: bool
+) -> Callable[[EnvState, Tensor], pure.StepOutput]:
     """``step`` bound to ``spec``, run op by op (``compiled_step``'s eager twin). Under inference mode: no step
     output is ever differentiated, and skipping autograd's bookkeeping on each of its hundreds of operators makes
     an eager CPU step faster (docs/BENCHMARKS.md, "The eager step under inference mode")."""
-    return torch.inference_mode()(partial(pure.step, spec, autoreset=autoreset, keep_ended=keep_ended))
+    return torch.inference_mode()(
+        partial(pure.step, spec, autoreset=autoreset, keep_ended=keep_ended)
+    )

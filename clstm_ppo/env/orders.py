@@ -6,6 +6,7 @@ change no tensor in place, and nothing here has a data-dependent shape or syncs 
 fees come from ``clstm_ppo.market``; the per-bar chain from ``env/quotes.py``; the cash that orders may spend
 and the booking of closes from ``env/accounting.py``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -39,7 +40,9 @@ def first_slot(spec: EnvSpec, flags: Tensor) -> tuple[Tensor, Tensor]:
     return flags & (ranked == top), top > 0  # argmax over a short leading dim is slow on CPU
 
 
-def slots_to_close(spec: EnvSpec, s: EnvState, action: Tensor, margin_call: Tensor, fill_row: Tensor) -> Tensor:
+def slots_to_close(
+    spec: EnvSpec, s: EnvState, action: Tensor, margin_call: Tensor, fill_row: Tensor
+) -> Tensor:
     """(P, N) the slots that close at ``fill_row``'s fill: every one on turbulence at t or close-all, the worst
     or best by P&L when chosen, every short on a margin call (t's close left the shorts' margin uncovered)."""
     a = spec.actions
@@ -50,8 +53,11 @@ def slots_to_close(spec: EnvSpec, s: EnvState, action: Tensor, margin_call: Tens
     picked, _ = first_slot(spec, s.active & (key == key.amin(0)))
     close_all = spec.turbulent_bar.index_select(0, s.t) | (action == a.close_all)
     # A position that expires at this very fill (a close fill on its expiry bar) settles at intrinsic instead.
-    return s.active & (close_all | (picked & by_pnl) | (margin_call & s.short)) \
+    return (
+        s.active
+        & (close_all | (picked & by_pnl) | (margin_call & s.short))
         & (s.expiry_time > at_rows(spec.quotes.fill_time, fill_row))
+    )
 
 
 def close_options(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_row: Tensor) -> None:
@@ -72,14 +78,24 @@ def close_options(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_r
     closers = close.view(torch.uint8).amax(0).nonzero().squeeze(-1)
     if closers.numel() == 0:
         return
-    gross, cash_in, costs = _close_fills(spec, s, close, row, fill_row, lambda x: x.index_select(-1, closers))
+    gross, cash_in, costs = _close_fills(
+        spec, s, close, row, fill_row, lambda x: x.index_select(-1, closers)
+    )
     s.stats["traded"] = s.stats["traded"].index_add(0, closers, gross.sum(0))
     flows = torch.zeros_like(s.mark).index_copy_(1, closers, cash_in)
-    book_closes(spec, s, close, flows, torch.zeros_like(s.costs_paid).index_copy_(1, closers, costs))
+    book_closes(
+        spec, s, close, flows, torch.zeros_like(s.costs_paid).index_copy_(1, closers, costs)
+    )
 
 
-def _close_fills(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_row: Tensor,
-                 pick: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+def _close_fills(
+    spec: EnvSpec,
+    s: EnvState,
+    close: Tensor,
+    row: Tensor,
+    fill_row: Tensor,
+    pick: Callable[[Tensor], Tensor],
+) -> tuple[Tensor, Tensor, Tensor]:
     """(gross $ traded, cash in, costs by kind) of closing the ``close`` slots of the copies ``pick`` selects:
     (P, n), (P, n), (K, n)."""
     m, q = spec.market, spec.quotes
@@ -88,19 +104,38 @@ def _close_fills(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_ro
     spot = at_rows(q.fill_px, fill_at)
     log_k_s = torch.log(strike / spot)
     years = (pick(s.expiry_time) - at_rows(q.fill_time, fill_at)).clamp_min(0) / DAYS_PER_YEAR
-    iv = surface_iv(at_rows(q.fill_iv, fill_at), q.long_run_iv.index_select(0, sym), log_k_s, years, m)
-    mid = bs_price(spot, strike, years, at_rows(q.fill_rate, fill_at), q.dividend_yield.index_select(0, sym), iv,
-                   pick(s.is_call), -log_k_s)
+    iv = surface_iv(
+        at_rows(q.fill_iv, fill_at), q.long_run_iv.index_select(0, sym), log_k_s, years, m
+    )
+    mid = bs_price(
+        spot,
+        strike,
+        years,
+        at_rows(q.fill_rate, fill_at),
+        q.dividend_yield.index_select(0, sym),
+        iv,
+        pick(s.is_call),
+        -log_k_s,
+    )
     volume = strike_volume(at_rows(q.base_volume, pick(row)), log_k_s, years, m.costs, ATM_YEARS)
     selling = 1.0 - as_float(pick(s.short), spec.dtype)  # a long is sold, a short is bought back
-    fill = order_fill(mid, contracts, selling, iv, log_k_s, volume, m.costs, m.multiplier, ticks_of(q, sym))
+    fill = order_fill(
+        mid, contracts, selling, iv, log_k_s, volume, m.costs, m.multiplier, ticks_of(q, sym)
+    )
     gross = fill.price * contracts * m.multiplier
     cash_in = gross * (2.0 * selling - 1.0) - fees_only(fill)  # zero in slots that do not close
     return gross, cash_in, fill.costs.sum(1)
 
 
-def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, turbulent: Tensor,
-                 fill_row: Tensor, size: Tensor | None = None) -> None:
+def trade_shares(
+    spec: EnvSpec,
+    s: EnvState,
+    action: Tensor,
+    close_all: Tensor,
+    turbulent: Tensor,
+    fill_row: Tensor,
+    size: Tensor | None = None,
+) -> None:
     """Bring the underlying to the chosen share of equity (at t's close) at ``fill_row``'s fill price, in
     whole or fractional shares (``market.sizing``), buying only with the cash room; close-all sells every share.
     Never short: a negative equity targets none. A fractional change under the dust limit is no trade.
@@ -115,14 +150,20 @@ def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, 
         targets = targets * size
     choosing = (action >= a.first_stock) & (action < a.close_all)
     price = at_rows(spec.quotes.fill_px, fill_row)
-    wanted = (units(spec, targets * s.equity.clamp_min(0) / price) * as_float(choosing, dtype)  # others keep theirs
-              + s.shares * as_float(~choosing, dtype)) * as_float(~close_all, dtype)
+    wanted = (
+        units(spec, targets * s.equity.clamp_min(0) / price)
+        * as_float(choosing, dtype)  # others keep theirs
+        + s.shares * as_float(~choosing, dtype)
+    ) * as_float(~close_all, dtype)
     # The cash room caps a purchase; a turbulent bar allows none (a lower target can buy if the price fell).
-    most = s.shares + units(spec, (cash_room(spec, s) / share_price_with_fees(price, costs)).clamp_min(0)) \
-        * as_float(~turbulent, dtype)
+    most = s.shares + units(
+        spec, (cash_room(spec, s) / share_price_with_fees(price, costs)).clamp_min(0)
+    ) * as_float(~turbulent, dtype)
     change = torch.minimum(wanted, most) - s.shares
     if not whole(spec):  # dust is no trade, but close-all sells every share
-        change = change * as_float((change.abs() >= smallest(spec, s.equity, price)) | close_all, dtype)
+        change = change * as_float(
+            (change.abs() >= smallest(spec, s.equity, price)) | close_all, dtype
+        )
     notional = change.abs() * price
     fees = share_fees(notional, costs)
     s.cash = s.cash - change * price - fees
@@ -131,14 +172,25 @@ def trade_shares(spec: EnvSpec, s: EnvState, action: Tensor, close_all: Tensor, 
     s.shares = s.shares + change
 
 
-def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fill_bar: Tensor,
-                size: Tensor | None = None) -> None:
+def open_option(
+    spec: EnvSpec,
+    s: EnvState,
+    action: Tensor,
+    fill_row: Tensor,
+    fill_bar: Tensor,
+    size: Tensor | None = None,
+) -> None:
     """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free slot:
     bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin; with
     ``env.max_order_notional``, at most that multiple of equity in notional at the fill's spot. Whole contracts
     (floored, at least one) or fractional ones (``market.sizing``; at least the dust limit). ``size`` (N,): each
     order that multiple of its position_frac and of the covered calls it may sell (``agent.actions: scale``)."""
-    cfg, costs, mult, grid = spec.cfg, spec.market.costs, spec.market.multiplier, spec.actions.grid_size
+    cfg, costs, mult, grid = (
+        spec.cfg,
+        spec.market.costs,
+        spec.market.multiplier,
+        spec.actions.grid_size,
+    )
     ordering = (action >= 1) & (action <= spec.actions.option_orders)
     order = (action - 1).clamp(0, spec.actions.option_orders - 1)
     selling = order >= 2 * grid
@@ -146,7 +198,10 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     is_call = quote_index < grid
     g = quote_index - grid * (~is_call)
     q, sell = spec.quotes, as_float(selling, spec.dtype)
-    mid, half = at_rows(q.fill_mid, fill_row, quote_index), at_rows(q.fill_half_spread, fill_row, quote_index)
+    mid, half = (
+        at_rows(q.fill_mid, fill_row, quote_index),
+        at_rows(q.fill_half_spread, fill_row, quote_index),
+    )
     strike, opt_volume = at_rows(q.fill_strike, fill_row, g), at_rows(q.fill_volume, fill_row, g)
     margin = at_rows(q.fill_margin, fill_row, quote_index) * mult  # $ per contract sold
     fees = round_trip_fees_per_contract(costs)
@@ -157,7 +212,10 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     quote = side_quote(mid, sell, half, ticks)  # on the grid once, for the three pricings below
     # A buy is sized at the ask of one whole contract (its slippage in), or of none (fractional: one contract is no
     # fixed amount of money, so its slippage would make the size depend on the price level).
-    first = fill_price_at(mid, 1.0 if whole(spec) else 0.0, sell, half, opt_volume, costs, ticks, quote) * mult
+    first = (
+        fill_price_at(mid, 1.0 if whole(spec) else 0.0, sell, half, opt_volume, costs, ticks, quote)
+        * mult
+    )
     per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
     # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
     # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
@@ -169,8 +227,12 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     by_equity = units(spec, budget / per_unit)
     spot_notional = (at_rows(q.fill_px, fill_row) * mult).clamp_min(1e-12)  # one contract's
     if cfg.max_order_notional > 0:  # a setting, not a tensor: no branch in the compiled graph
-        by_equity = torch.minimum(by_equity, units(spec, cfg.max_order_notional * s.equity / spot_notional))
-    wanted = torch.minimum(torch.maximum(by_equity, covered), units(spec, costs.max_volume_share * opt_volume))
+        by_equity = torch.minimum(
+            by_equity, units(spec, cfg.max_order_notional * s.equity / spot_notional)
+        )
+    wanted = torch.minimum(
+        torch.maximum(by_equity, covered), units(spec, costs.max_volume_share * opt_volume)
+    )
     # more slippage
     price = fill_price_at(mid, wanted, sell, half, opt_volume, costs, ticks, quote) * mult
     need = torch.lerp(price, margin - price, sell) + fees  # cash room one (naked) contract takes
@@ -187,13 +249,32 @@ def open_option(spec: EnvSpec, s: EnvState, action: Tensor, fill_row: Tensor, fi
     s.stats["traded"] = s.stats["traded"] + premium
     s.cash = s.cash - paid
     s.costs_paid = s.costs_paid + fill.costs
-    _fill_slot(spec, s, slot & go, is_call, selling, contracts, paid, strike, fill_bar * q.expiry_bar.shape[1] + g)
+    _fill_slot(
+        spec,
+        s,
+        slot & go,
+        is_call,
+        selling,
+        contracts,
+        paid,
+        strike,
+        fill_bar * q.expiry_bar.shape[1] + g,
+    )
     if spec.slot_pnl:
         s.slot_opened = s.slot_opened | (slot & go)
 
 
-def _fill_slot(spec: EnvSpec, s: EnvState, here: Tensor, is_call: Tensor, selling: Tensor, contracts: Tensor,
-               paid: Tensor, strike: Tensor, expiry_at: Tensor) -> None:
+def _fill_slot(
+    spec: EnvSpec,
+    s: EnvState,
+    here: Tensor,
+    is_call: Tensor,
+    selling: Tensor,
+    contracts: Tensor,
+    paid: Tensor,
+    strike: Tensor,
+    expiry_at: Tensor,
+) -> None:
     """Write the new positions into the (P, N) one-hot slots ``here`` (no sync, no scatter); ``expiry_at`` is
     the fill bar's flat index into the (T, G) expiry tables."""
     q = spec.quotes
@@ -205,4 +286,6 @@ def _fill_slot(spec: EnvSpec, s: EnvState, here: Tensor, is_call: Tensor, sellin
     s.contracts, s.entry_cost = s.contracts + into * contracts, s.entry_cost + into * paid
     s.strike = torch.lerp(s.strike, strike.expand_as(s.strike), into)
     s.expiry_bar = torch.lerp(s.expiry_bar, q.expiry_bar.view(-1).index_select(0, expiry_at), into)
-    s.expiry_time = torch.lerp(s.expiry_time, q.expiry_time.view(-1).index_select(0, expiry_at), into)
+    s.expiry_time = torch.lerp(
+        s.expiry_time, q.expiry_time.view(-1).index_select(0, expiry_at), into
+    )

@@ -4,6 +4,7 @@ vols and rates at each fill and close, expiries on trading dates, and every bar'
 A chain depends on the bar, never on a copy's state, so quoting it here (not per step) keeps the step
 cheap. docs/MARKET.md section 1 states the rules these tables follow.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,7 +51,9 @@ def market_clock(dates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return close_time, close_time - np.minimum(OPEN_TO_CLOSE_DAYS, since_prev)
 
 
-def expiry_table(dates: np.ndarray, close_time: np.ndarray, expiries_days: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def expiry_table(
+    dates: np.ndarray, close_time: np.ndarray, expiries_days: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """(T, E) bar index and time (days) at which an option bought on bar t with each calendar expiry expires.
 
     It is listed for the calendar day t + E days and expires at the close of the last bar on or before that
@@ -64,7 +67,9 @@ def expiry_table(dates: np.ndarray, close_time: np.ndarray, expiries_days: list[
         index = np.searchsorted(days, listed, side="right") - 1
         beyond = listed > days[-1]
         bars[:, e] = np.where(beyond, len(dates), index)
-        times[:, e] = np.where(beyond, close_time + span, close_time[np.minimum(index, len(dates) - 1)])
+        times[:, e] = np.where(
+            beyond, close_time + span, close_time[np.minimum(index, len(dates) - 1)]
+        )
     return bars, times
 
 
@@ -102,11 +107,19 @@ class Quotes:
     ticks: Ticks | None
 
 
-def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expiry_index: Tensor,
-                 dtype: torch.dtype, device: torch.device) -> Quotes:
+def build_quotes(
+    data: MarketData,
+    market: MarketConfig,
+    moneyness: Tensor,
+    expiry_index: Tensor,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Quotes:
     """``moneyness``/``expiry_index``: (G,) per grid point, moneyness fastest."""
     inputs = market_inputs(data, market)
-    as_tensor = lambda x: torch.as_tensor(np.ascontiguousarray(x, dtype=np.float64), dtype=dtype, device=device)  # noqa: E731
+    as_tensor = lambda x: torch.as_tensor(  # noqa: E731
+        np.ascontiguousarray(x, dtype=np.float64), dtype=dtype, device=device
+    )
     dates = data.dates.values
     close_time, open_time = market_clock(dates)
     exp_bar, exp_time = expiry_table(dates, close_time, market.expiries_days)
@@ -116,18 +129,31 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
     costs = market.costs
     base = base_option_volume(data.bars.get("volume"), data.bars["close"].shape, costs)
     q = Quotes(
-        inputs=inputs, close_px=as_tensor(data.bars["close"]), iv_close=as_tensor(inputs.iv_close),
-        rate_close=as_tensor(inputs.rate), close_time=as_tensor(close_time), base_volume=as_tensor(base),
+        inputs=inputs,
+        close_px=as_tensor(data.bars["close"]),
+        iv_close=as_tensor(inputs.iv_close),
+        rate_close=as_tensor(inputs.rate),
+        close_time=as_tensor(close_time),
+        base_volume=as_tensor(base),
         fill_px=as_tensor(np.where(stale, data.bars["close"], data.bars["open"])),
         fill_iv=as_tensor(np.where(stale, inputs.iv_close, inputs.iv_open)),
         fill_rate=as_tensor(np.where(stale, inputs.rate, prev_rate)),
         fill_time=as_tensor(np.where(stale, close_time, open_time)),
-        long_run_iv=as_tensor(inputs.long_run_iv), dividend_yield=as_tensor(inputs.dividend_yield),
+        long_run_iv=as_tensor(inputs.long_run_iv),
+        dividend_yield=as_tensor(inputs.dividend_yield),
         expiry_bar=as_tensor(exp_bar[:, expiry_index.cpu().numpy()]),
         expiry_time=as_tensor(exp_time[:, expiry_index.cpu().numpy()]),
-        fill_strike=None, fill_mid=None, fill_half_spread=None, fill_volume=None, fill_margin=None, close_ask=None,
-        close_bid=None, close_short_margin=None,  # below
-        margin_a=None, margin_b=None, ticks=None,
+        fill_strike=None,
+        fill_mid=None,
+        fill_half_spread=None,
+        fill_volume=None,
+        fill_margin=None,
+        close_ask=None,
+        close_bid=None,
+        close_short_margin=None,  # below
+        margin_a=None,
+        margin_b=None,
+        ticks=None,
     )
     rates = as_tensor(margin_rates(data.broad_index, len(data.symbols), market))
     q.margin_a, q.margin_b = rates[:, 0].contiguous(), rates[:, 1].contiguous()
@@ -141,12 +167,25 @@ def build_quotes(data: MarketData, market: MarketConfig, moneyness: Tensor, expi
     # a fill at t knows t-1's volume
     prev_base = torch.cat([q.base_volume[:, :1], q.base_volume[:, :-1]], dim=1)
     q.fill_strike, q.fill_mid, q.fill_half_spread, q.fill_volume = _quote_chain(
-        q, market, moneyness, q.fill_px, q.fill_iv, q.fill_rate, q.fill_time, prev_base)
+        q, market, moneyness, q.fill_px, q.fill_iv, q.fill_rate, q.fill_time, prev_base
+    )
     q.fill_margin = _margin(q, q.fill_mid, q.fill_px, q.fill_strike, calls)
-    strike, mids, half, volume_at_close = _quote_chain(q, market, moneyness, q.close_px, q.iv_close, q.rate_close,
-                                                       q.close_time.expand_as(q.close_px), q.base_volume)
-    one_ask = fill_price_at(mids, 1.0, False, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks)
-    one_bid = fill_price_at(mids, 1.0, True, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks)
+    strike, mids, half, volume_at_close = _quote_chain(
+        q,
+        market,
+        moneyness,
+        q.close_px,
+        q.iv_close,
+        q.rate_close,
+        q.close_time.expand_as(q.close_px),
+        q.base_volume,
+    )
+    one_ask = fill_price_at(
+        mids, 1.0, False, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks
+    )
+    one_bid = fill_price_at(
+        mids, 1.0, True, half, volume_at_close.repeat(1, 1, 2), costs, chain_ticks
+    )
     q.close_ask, q.close_bid = one_ask * market.multiplier, one_bid * market.multiplier
     q.close_short_margin = _margin(q, mids, q.close_px, strike, calls) * market.multiplier
     return q
@@ -159,17 +198,29 @@ def ticks_of(q: Quotes, sym: Tensor | None) -> Ticks | None:
         return None
     if sym is None:
         return Ticks(q.ticks.small.view(-1, 1, 1), q.ticks.large.view(-1, 1, 1), q.ticks.boundary)
-    return Ticks(q.ticks.small.index_select(0, sym), q.ticks.large.index_select(0, sym), q.ticks.boundary)
+    return Ticks(
+        q.ticks.small.index_select(0, sym), q.ticks.large.index_select(0, sym), q.ticks.boundary
+    )
 
 
 def _margin(q: Quotes, mids: Tensor, spot: Tensor, strike: Tensor, calls: Tensor) -> Tensor:
     """(S, T, 2G) margin per share of each chain option sold short at ``spot`` (calls then puts)."""
     col = lambda x: x.view(-1, 1, 1)  # noqa: E731
-    return short_margin(mids, spot.unsqueeze(-1), strike.repeat(1, 1, 2), calls, col(q.margin_a), col(q.margin_b))
+    return short_margin(
+        mids, spot.unsqueeze(-1), strike.repeat(1, 1, 2), calls, col(q.margin_a), col(q.margin_b)
+    )
 
 
-def _quote_chain(q: Quotes, market: MarketConfig, moneyness: Tensor, spot: Tensor, atm: Tensor, rate: Tensor,
-                 time: Tensor, base_volume: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _quote_chain(
+    q: Quotes,
+    market: MarketConfig,
+    moneyness: Tensor,
+    spot: Tensor,
+    atm: Tensor,
+    rate: Tensor,
+    time: Tensor,
+    base_volume: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Strikes (S, T, G), call-then-put mids and half spreads (S, T, 2G), strike volumes (S, T, G) of the chain
     listed at ``time`` on each bar (expiries from the bar's own expiry table)."""
     g = moneyness.numel()
@@ -179,7 +230,9 @@ def _quote_chain(q: Quotes, market: MarketConfig, moneyness: Tensor, spot: Tenso
     years = ((q.expiry_time.unsqueeze(0) - col(time)) / DAYS_PER_YEAR).clamp_min(0)
     log_k_s = torch.log(strike / spot_g)
     iv = surface_iv(col(atm), q.long_run_iv.view(-1, 1, 1), log_k_s, years, market)
-    mids = torch.cat(bs_call_put(spot_g, strike, years, col(rate), q.dividend_yield.view(-1, 1, 1), iv), -1)
+    mids = torch.cat(
+        bs_call_put(spot_g, strike, years, col(rate), q.dividend_yield.view(-1, 1, 1), iv), -1
+    )
     half = half_spread(mids, iv.repeat(1, 1, 2), log_k_s.repeat(1, 1, 2), market.costs)
     volume = strike_volume(col(base_volume), log_k_s, years, market.costs, ATM_YEARS)
     return strike, mids, half, volume

@@ -11,6 +11,7 @@ offers 1x alone there: the decision has one outcome, and PPO's gradient through 
 The rule is plain numbers here (its actions in the chain's action space and a per-bar gate), so the env reads
 no backtest module; ``backtest/scaled_rules.py`` turns a rule's words into one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +57,14 @@ class ScaleChoices:
         return f"{self.rule.multiples[choice]:g}x {self.rule.name}"
 
 
-def rule_orders(rule: ScaledRule, actions: ActionSpace, max_positions: int, mask: Tensor, portfolio: Tensor,
-                row: Tensor) -> Tensor:
+def rule_orders(
+    rule: ScaledRule,
+    actions: ActionSpace,
+    max_positions: int,
+    mask: Tensor,
+    portfolio: Tensor,
+    row: Tensor,
+) -> Tensor:
     """(N,) the chain action the rule takes at each copy's bar (hold where it places nothing), from the chain's
     ``mask`` (N, A), the ``portfolio`` features (N, F) and the flat ``row`` (N,) of the bar: as
     ``backtest.rules.follow_rules`` decides for a rule walked alone."""
@@ -93,4 +100,8 @@ def multiples_of(rule: ScaledRule, choice: Tensor, dtype: torch.dtype) -> Tensor
 
 def agent_choices(agent: AgentConfig, market: MarketConfig) -> int:
     """How many actions an agent of these settings chooses among: the chain's, or ``agent.scale_multiples``."""
-    return len(agent.scale_multiples) if agent.actions == "scale" else ActionSpace.from_config(market).n
+    return (
+        len(agent.scale_multiples)
+        if agent.actions == "scale"
+        else ActionSpace.from_config(market).n
+    )

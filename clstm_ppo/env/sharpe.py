@@ -5,6 +5,7 @@ Each copy keeps the moving mean A and second moment B of its bar returns (``EnvS
 prior at each episode start; docs/ENVIRONMENT.md ("Differential Sharpe ratio") has the definition, the start and
 the scale. Tensor code only, batched over the copies: it runs inside the compiled step.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,7 +24,7 @@ MAX_RETURN = 1.0
 
 def prior_variance(cfg: EnvConfig) -> float:
     """B at an episode's start (A starts at 0): dsr_prior_vol^2."""
-    return cfg.dsr_prior_vol ** 2
+    return cfg.dsr_prior_vol**2
 
 
 def min_variance(cfg: EnvConfig) -> float:
@@ -31,7 +32,9 @@ def min_variance(cfg: EnvConfig) -> float:
     return (VOL_FLOOR * cfg.dsr_prior_vol) ** 2
 
 
-def differential_sharpe(moments: Tensor, r: Tensor, rate: float, floor: float) -> tuple[Tensor, Tensor]:
+def differential_sharpe(
+    moments: Tensor, r: Tensor, rate: float, floor: float
+) -> tuple[Tensor, Tensor]:
     """(D_t, moments after the bar) for returns ``r`` (N,) and ``moments`` (2, N) = (A, B) before it:
     D_t = (B dA - A dB / 2) / max(B - A^2, floor)^(3/2), with dA = r - A, dB = r^2 - B; A += rate dA, B += rate dB."""
     a, b = moments[0], moments[1]
@@ -42,7 +45,9 @@ def differential_sharpe(moments: Tensor, r: Tensor, rate: float, floor: float) -
     return d, torch.stack([a + rate * da, b + rate * db])
 
 
-def return_over_tbill(spec: EnvSpec, equity: Tensor, prev_equity: Tensor, cash_return: Tensor) -> Tensor:
+def return_over_tbill(
+    spec: EnvSpec, equity: Tensor, prev_equity: Tensor, cash_return: Tensor
+) -> Tensor:
     """(N,) R_t: the equity's return over the bar less the T-bill's (``cash_return``), clipped to +-MAX_RETURN.
     The start-of-bar equity is floored at a millionth of the initial cash, so a ruined account divides by no 0."""
     base = prev_equity.clamp_min(spec.cfg.initial_cash * 1e-6)

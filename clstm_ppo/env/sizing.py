@@ -5,6 +5,7 @@ account's check in ``env/tradability.py``).
 docs/MARKET.md, "Sizing", states the rules. Everything here is a function of the spec and tensors; the sizing is a
 setting, not a tensor, so a compiled step has no branch on it.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -45,14 +46,23 @@ def smallest(spec: EnvSpec, equity: Tensor, unit_notional: Tensor) -> Tensor:
 class OrderFits(NamedTuple):
     """(N, 2G) bool per option order of one side (calls then puts): which limits the smallest order fits at a
     close, a free slot and a calm bar aside."""
+
     budget: Tensor  # position_frac of equity carries it (premium for a buy, margin for a sale)
     room: Tensor  # the cash room pays for it (premium or margin less the bid, and the fees)
     # its notional is within env.max_order_notional of equity (all True without a cap)
     notional: Tensor
 
 
-def order_fits(spec: EnvSpec, equity: Tensor, room: Tensor, spot: Tensor, ask: Tensor, bid: Tensor,
-               margin: Tensor, selling: bool) -> OrderFits:
+def order_fits(
+    spec: EnvSpec,
+    equity: Tensor,
+    room: Tensor,
+    spot: Tensor,
+    ask: Tensor,
+    bid: Tensor,
+    margin: Tensor,
+    selling: bool,
+) -> OrderFits:
     """Which limits the smallest buy (``selling`` False) or naked sale of each chain option fits, for accounts of
     ``equity`` and cash ``room`` (N,) at a close ``spot`` (N,). ``ask``, ``bid``, ``margin``: (N, 2G) dollars per
     contract (``quotes.Quotes.close_ask`` etc.)."""
@@ -60,8 +70,11 @@ def order_fits(spec: EnvSpec, equity: Tensor, room: Tensor, spot: Tensor, ask: T
     least = smallest(spec, equity, spot * mult).unsqueeze(-1)
     # A lone whole contract pays the per-order commission minimum; a fractional order's minimum is kept back in the
     # cash room once per order (``accounting.cash_room``), so each contract pays only its own fees.
-    fees = round_trip_fees_one_contract(spec.market.costs) if whole(spec) \
+    fees = (
+        round_trip_fees_one_contract(spec.market.costs)
+        if whole(spec)
         else round_trip_fees_per_contract(spec.market.costs)
+    )
     budget = (cfg.position_frac * equity).unsqueeze(-1)
     room = room.unsqueeze(-1)
     if selling:
@@ -71,7 +84,9 @@ def order_fits(spec: EnvSpec, equity: Tensor, room: Tensor, spot: Tensor, ask: T
         fits_budget = (ask + fees if whole(spec) else ask) * least <= budget
         fits_room = (ask + fees) * least <= room
     if cfg.max_order_notional > 0:
-        fits_cap = (spot * mult).unsqueeze(-1) * least <= cfg.max_order_notional * equity.unsqueeze(-1)
+        fits_cap = (spot * mult).unsqueeze(-1) * least <= cfg.max_order_notional * equity.unsqueeze(
+            -1
+        )
     else:
         fits_cap = torch.ones_like(fits_budget)
     return OrderFits(fits_budget, fits_room, fits_cap.expand_as(fits_budget))

@@ -10,6 +10,7 @@ Layout, chosen for speed on CPU and GPU alike: per-copy values are (N,) vectors;
 so a copy's sum over its slots is P-1 contiguous vector adds; costs by kind are (K, N); bar series are read at a
 copy's flat row sym * T + t with one index_select (``quotes.at_rows``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,11 +35,30 @@ if TYPE_CHECKING:  # scaled.py reads the observation's features, which read this
 
 # Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered;
 # option_pnl is closed and settled options' own P&L, every cost included (the underlying's P&L is not in it).
-STAT_NAMES = ("reward", "closed", "wins", "invalid", "rejected", "traded", "margin_calls", "option_pnl")
+STAT_NAMES = (
+    "reward",
+    "closed",
+    "wins",
+    "invalid",
+    "rejected",
+    "traded",
+    "margin_calls",
+    "option_pnl",
+)
 # Sums over a copy's finished full-length episodes since they were last read (``EnvState.finished``): what the
 # trainer logs at each update boundary, read once there instead of once per ended episode.
-EPISODE_SUMS = ("episodes", "reward", "return", "return_pct", "closed", "wins", "open", "steps", "profitable",
-                *(f"cost_{kind}" for kind in COST_KINDS))
+EPISODE_SUMS = (
+    "episodes",
+    "reward",
+    "return",
+    "return_pct",
+    "closed",
+    "wins",
+    "open",
+    "steps",
+    "profitable",
+    *(f"cost_{kind}" for kind in COST_KINDS),
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,10 +115,19 @@ class EnvSpec:
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(EnvSpec))
 
 
-def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cfg: EnvConfig, num_envs: int,
-              device: torch.device, autoreset: bool, gather_closes: bool,
-              symbol_weights: list[float] | None = None, scaled: ScaledRule | None = None,
-              slot_pnl: bool = False) -> EnvSpec:
+def make_spec(
+    data: MarketData,
+    windows: MarketWindows,
+    market: MarketConfig,
+    cfg: EnvConfig,
+    num_envs: int,
+    device: torch.device,
+    autoreset: bool,
+    gather_closes: bool,
+    symbol_weights: list[float] | None = None,
+    scaled: ScaledRule | None = None,
+    slot_pnl: bool = False,
+) -> EnvSpec:
     """The spec of ``num_envs`` copies on ``windows``' split of ``data``; ``symbol_weights`` (one per underlying,
     any positive scale) weight the underlyings a random start draws, uniform without them; ``scaled``: the rule a
     ``scale`` agent multiplies (its gate read by ``data``'s flat rows); ``slot_pnl``: book each slot's P&L a step."""
@@ -106,26 +135,49 @@ def make_spec(data: MarketData, windows: MarketWindows, market: MarketConfig, cf
         raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
     dtype = getattr(torch, cfg.dtype)
     grid_m = torch.tensor(market.moneyness, dtype=dtype, device=device)
-    expiry_index = torch.arange(len(market.expiries_days), device=device).repeat_interleave(len(market.moneyness))
+    expiry_index = torch.arange(len(market.expiries_days), device=device).repeat_interleave(
+        len(market.moneyness)
+    )
     # (G,) per grid point, moneyness fastest; docs/MARKET.md has the rules the tables follow.
-    quotes = build_quotes(data, market, grid_m.repeat(len(market.expiries_days)), expiry_index, dtype, device)
+    quotes = build_quotes(
+        data, market, grid_m.repeat(len(market.expiries_days)), expiry_index, dtype, device
+    )
     first, end = windows.first_bar, windows.split_end
-    max_len = end - 1 - first if cfg.episode_length <= 0 else min(cfg.episode_length, end - 1 - first)
+    max_len = (
+        end - 1 - first if cfg.episode_length <= 0 else min(cfg.episode_length, end - 1 - first)
+    )
     p = cfg.max_positions
     return EnvSpec(
-        cfg=cfg, market=market, actions=ActionSpace.from_config(market), num_envs=num_envs, dtype=dtype,
-        device=device, quotes=quotes,
-        turbulent_bar=torch.as_tensor(np.asarray(data.turbulence > data.turbulence_threshold), device=device),
+        cfg=cfg,
+        market=market,
+        actions=ActionSpace.from_config(market),
+        num_envs=num_envs,
+        dtype=dtype,
+        device=device,
+        quotes=quotes,
+        turbulent_bar=torch.as_tensor(
+            np.asarray(data.turbulence > data.turbulence_threshold), device=device
+        ),
         stock_targets=torch.tensor(market.stock_targets, dtype=dtype, device=device),
-        share_cost_row=(torch.arange(len(COST_KINDS), device=device) == COST_KINDS.index("shares")).to(dtype)[:, None],
+        share_cost_row=(
+            torch.arange(len(COST_KINDS), device=device) == COST_KINDS.index("shares")
+        ).to(dtype)[:, None],
         slot_rank=torch.arange(p, 0, -1, dtype=dtype, device=device).unsqueeze(-1),
-        copy_ids=torch.arange(num_envs, device=device), n_symbols=windows.n_symbols, n_bars=windows.n_bars,
-        first_bar=first, split_end=end, max_len=max_len,
+        copy_ids=torch.arange(num_envs, device=device),
+        n_symbols=windows.n_symbols,
+        n_bars=windows.n_bars,
+        first_bar=first,
+        split_end=end,
+        max_len=max_len,
         # A single copy has nothing to spread against, and an env without autoreset (the walks, gymnasium,
         # predict) is stepped episode by episode.
-        staggered=cfg.stagger_starts and autoreset and num_envs > 1, gather_closes=gather_closes,
-        symbol_cdf=None if symbol_weights is None else symbol_cdf(symbol_weights, windows.n_symbols, device),
-        scaled=scaled, slot_pnl=slot_pnl,
+        staggered=cfg.stagger_starts and autoreset and num_envs > 1,
+        gather_closes=gather_closes,
+        symbol_cdf=None
+        if symbol_weights is None
+        else symbol_cdf(symbol_weights, windows.n_symbols, device),
+        scaled=scaled,
+        slot_pnl=slot_pnl,
     )
 
 
@@ -133,7 +185,9 @@ def symbol_cdf(weights: list[float], n_symbols: int, device: torch.device) -> Te
     """(S,) float64 cumulative shares of ``weights``, the last exactly 1."""
     w = np.asarray(weights, dtype=np.float64)
     if w.shape != (n_symbols,) or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(f"symbol_weights must be {n_symbols} non-negative numbers, not all 0; got {weights!r}")
+        raise ValueError(
+            f"symbol_weights must be {n_symbols} non-negative numbers, not all 0; got {weights!r}"
+        )
     cdf = np.cumsum(w / w.sum())
     cdf[-1] = 1.0
     return torch.as_tensor(cdf, device=device)
@@ -207,16 +261,34 @@ def empty_state(spec: EnvSpec, seed: int) -> EnvState:
 
     long, flag = torch.long, torch.bool
     return EnvState(
-        sym=zeros(n, kind=long), t=zeros(n, kind=long), t_start=zeros(n, kind=long), t_end=zeros(n, kind=long),
-        cash=zeros(n), equity=zeros(n), peak=zeros(n), shares=zeros(n), margin=zeros(n),
-        active=zeros(p, n, kind=flag), is_call=zeros(p, n, kind=flag), short=zeros(p, n, kind=flag),
-        strike=torch.ones(p, n, dtype=dtype, device=device), expiry_bar=zeros(p, n), expiry_time=zeros(p, n),
-        contracts=zeros(p, n), entry_cost=zeros(p, n), mark=zeros(p, n), greeks=zeros(4, n),
-        costs_paid=zeros(len(COST_KINDS), n), stats={k: zeros(n) for k in STAT_NAMES},
-        mask=zeros(n, spec.choices, kind=flag), key=copy_keys(seed, n, device), draws=zeros(n, kind=long),
+        sym=zeros(n, kind=long),
+        t=zeros(n, kind=long),
+        t_start=zeros(n, kind=long),
+        t_end=zeros(n, kind=long),
+        cash=zeros(n),
+        equity=zeros(n),
+        peak=zeros(n),
+        shares=zeros(n),
+        margin=zeros(n),
+        active=zeros(p, n, kind=flag),
+        is_call=zeros(p, n, kind=flag),
+        short=zeros(p, n, kind=flag),
+        strike=torch.ones(p, n, dtype=dtype, device=device),
+        expiry_bar=zeros(p, n),
+        expiry_time=zeros(p, n),
+        contracts=zeros(p, n),
+        entry_cost=zeros(p, n),
+        mark=zeros(p, n),
+        greeks=zeros(4, n),
+        costs_paid=zeros(len(COST_KINDS), n),
+        stats={k: zeros(n) for k in STAT_NAMES},
+        mask=zeros(n, spec.choices, kind=flag),
+        key=copy_keys(seed, n, device),
+        draws=zeros(n, kind=long),
         finished=zeros(len(EPISODE_SUMS), n, kind=torch.float64),
         sharpe_moments=zeros(2 if spec.cfg.reward == "dsr" else 0, n),
-        slot_pnl=zeros(2, p if spec.slot_pnl else 0, n), slot_opened=zeros(p if spec.slot_pnl else 0, n, kind=flag),
+        slot_pnl=zeros(2, p if spec.slot_pnl else 0, n),
+        slot_opened=zeros(p if spec.slot_pnl else 0, n, kind=flag),
     )
 
 

@@ -10,6 +10,7 @@ fresh values into every copy's fields, and their episode figures are summed on t
 eager on a CPU, compiled (``compiled_step``) as one graph, and captured in a CUDA graph. ``BatchedOptionsEnv``,
 the backtest walk and the gymnasium wrapper are shells over these functions.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,8 +46,9 @@ class StepOutput(NamedTuple):
     ended: EnvState | None
 
 
-def step(spec: EnvSpec, state: EnvState, action: Tensor, autoreset: bool = True,
-         keep_ended: bool = False) -> StepOutput:
+def step(
+    spec: EnvSpec, state: EnvState, action: Tensor, autoreset: bool = True, keep_ended: bool = False
+) -> StepOutput:
     """Fill ``action`` at t+1, settle and mark at t+1's close, sum the ended episodes, restart them (with
     ``autoreset``) and observe. ``state`` is not changed. ``keep_ended`` also returns the state before the
     restart (free: no tensor is changed in place, so it is only kept, never copied)."""
@@ -58,12 +60,21 @@ def step(spec: EnvSpec, state: EnvState, action: Tensor, autoreset: bool = True,
     if autoreset:
         restart(spec, s, done)
     observe(spec, s)
-    return StepOutput(s, portfolio_features(spec, s), flat_row(spec, s), s.t == s.t_start, reward, terminated,
-                      truncated, ended)
+    return StepOutput(
+        s,
+        portfolio_features(spec, s),
+        flat_row(spec, s),
+        s.t == s.t_start,
+        reward,
+        terminated,
+        truncated,
+        ended,
+    )
 
 
-def compiled_step(spec: EnvSpec, autoreset: bool = True, keep_ended: bool = False,
-                  cuda_graphs: bool = False) -> Callable[[EnvState, Tensor], StepOutput]:
+def compiled_step(
+    spec: EnvSpec, autoreset: bool = True, keep_ended: bool = False, cuda_graphs: bool = False
+) -> Callable[[EnvState, Tensor], StepOutput]:
     """``step`` for ``spec`` as one compiled graph: no graph break (``fullgraph``) and fixed shapes, so a rollout
     compiles once (the spec's tensors and settings are constants of the graph). ``cuda_graphs``: replayed as a
     CUDA graph too (inductor's "reduce-overhead"); each call's outputs live until the next call."""
@@ -71,6 +82,7 @@ def compiled_step(spec: EnvSpec, autoreset: bool = True, keep_ended: bool = Fals
 
     def bound(state: EnvState, action: Tensor) -> StepOutput:
         return step(dense, state, action, autoreset, keep_ended)
+
     return compile_graph(bound, "env step", cuda_graphs)
 
 
@@ -105,8 +117,15 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     close_options(spec, s, slots_to_close(spec, s, action, margin_call, nxt), now, nxt)
     # 2. The underlying to its target (all of it out on close-all; turbulence only stops it growing), then an
     # option order.
-    trade_shares(spec, s, action, action == spec.actions.close_all, spec.turbulent_bar.index_select(0, s.t), nxt,
-                 size)
+    trade_shares(
+        spec,
+        s,
+        action,
+        action == spec.actions.close_all,
+        spec.turbulent_bar.index_select(0, s.t),
+        nxt,
+        size,
+    )
     open_option(spec, s, action, nxt, t_next, size)
     # 3. At t+1's close: what expires on this trading date settles at intrinsic, the rest is marked at mid.
     spot_close = at_rows(q.close_px, nxt)
@@ -126,7 +145,9 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
         gain = s.equity - prev_equity
         if cfg.reward == "excess":
             # less what the same equity in the underlying made from t's close to t+1's
-            gain = gain - prev_equity * index_return(spec, s.sym, t_next - 1, prev_close, spot_close)
+            gain = gain - prev_equity * index_return(
+                spec, s.sym, t_next - 1, prev_close, spot_close
+            )
         reward = gain * (cfg.reward_scale / cfg.initial_cash)
     s.peak = torch.maximum(s.peak, s.equity)
     if cfg.drawdown_penalty:
@@ -142,11 +163,15 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     return reward, terminated, truncated
 
 
-def index_return(spec: EnvSpec, sym: Tensor, bar: Tensor, close: Tensor, next_close: Tensor) -> Tensor:
+def index_return(
+    spec: EnvSpec, sym: Tensor, bar: Tensor, close: Tensor, next_close: Tensor
+) -> Tensor:
     """(N,) the underlying's total return from ``bar``'s close (``close``) to the next bar's (``next_close``),
     its dividend yield paid over the bar as the account's shares are paid it (``accounting.accrue_carry``)."""
     q = spec.quotes
-    years = (q.close_time.index_select(0, bar + 1) - q.close_time.index_select(0, bar)) / DAYS_PER_YEAR
+    years = (
+        q.close_time.index_select(0, bar + 1) - q.close_time.index_select(0, bar)
+    ) / DAYS_PER_YEAR
     return (next_close - close) / close + torch.expm1(q.dividend_yield.index_select(0, sym) * years)
 
 
@@ -162,11 +187,18 @@ def observe(spec: EnvSpec, s: EnvState) -> EnvState:
 
 def scaled_orders(spec: EnvSpec, s: EnvState) -> Tensor:
     """(N,) the chain action ``spec.scaled``'s rule takes at each copy's bar, judged at its close."""
-    return rule_orders(spec.scaled, spec.actions, spec.cfg.max_positions, valid_actions(spec, s),
-                       portfolio_features(spec, s), flat_row(spec, s))
+    return rule_orders(
+        spec.scaled,
+        spec.actions,
+        spec.cfg.max_positions,
+        valid_actions(spec, s),
+        portfolio_features(spec, s),
+        flat_row(spec, s),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- episode starts
+
 
 def blend(fresh: Tensor, new: Tensor | float, old: Tensor) -> Tensor:
     """``old`` with ``new`` in the copies flagged ``fresh`` (N,) (over the last dim), without a data-dependent
@@ -184,7 +216,11 @@ def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
     """Empty the ``fresh`` copies' books: initial cash, no positions, shares, costs or statistics (and under reward
     dsr, the Sharpe ratio moments back at their prior)."""
     cash = spec.cfg.initial_cash
-    s.cash, s.equity, s.peak = blend(fresh, cash, s.cash), blend(fresh, cash, s.equity), blend(fresh, cash, s.peak)
+    s.cash, s.equity, s.peak = (
+        blend(fresh, cash, s.cash),
+        blend(fresh, cash, s.equity),
+        blend(fresh, cash, s.peak),
+    )
     keep = as_float(~fresh, spec.dtype)
     s.shares, s.margin = s.shares * keep, s.margin * keep
     s.active, s.is_call, s.short = s.active & ~fresh, s.is_call & ~fresh, s.short & ~fresh
@@ -196,14 +232,20 @@ def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
     if spec.cfg.reward == "dsr":
         # the moving moments start again from their prior: A = 0, B = the prior variance
         a, b = s.sharpe_moments[0], s.sharpe_moments[1]
-        s.sharpe_moments = torch.stack([blend(fresh, 0.0, a), blend(fresh, prior_variance(spec.cfg), b)])
+        s.sharpe_moments = torch.stack(
+            [blend(fresh, 0.0, a), blend(fresh, prior_variance(spec.cfg), b)]
+        )
 
 
 def restart(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
     """Start the ``fresh`` copies afresh at random bars of random underlyings, each from its own next draw."""
     clear_books(spec, s, fresh)
     symbol, start = draw_starts(spec, s.key, s.draws)
-    s.sym, s.t, s.t_start = blend(fresh, symbol, s.sym), blend(fresh, start, s.t), blend(fresh, start, s.t_start)
+    s.sym, s.t, s.t_start = (
+        blend(fresh, symbol, s.sym),
+        blend(fresh, start, s.t),
+        blend(fresh, start, s.t_start),
+    )
     s.t_end = blend(fresh, spec.episode_end(start), s.t_end)
     s.draws = s.draws + fresh.long()
 
@@ -214,8 +256,9 @@ def draw_starts(spec: EnvSpec, key: Tensor, draws: Tensor) -> tuple[Tensor, Tens
     if spec.symbol_cdf is None:
         symbol = integers_of(base, "symbol", 0, spec.n_symbols - 1)
     else:  # weighted: the first underlying whose cumulative share exceeds the draw
-        symbol = torch.searchsorted(spec.symbol_cdf, uniform_of(base, "symbol"), right=True) \
-            .clamp(max=spec.n_symbols - 1)
+        symbol = torch.searchsorted(spec.symbol_cdf, uniform_of(base, "symbol"), right=True).clamp(
+            max=spec.n_symbols - 1
+        )
     return symbol, integers_of(base, "start", spec.first_bar, spec.latest_start)
 
 

@@ -8,6 +8,7 @@ Puts come from the call terms by put-call parity (price, delta and theta each
 shift by a put flag times a closed form), so one evaluation serves a mixed
 batch of calls and puts without computing both.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,33 +40,54 @@ class _Terms(NamedTuple):
     disc_k: Tensor  # K exp(-r t)
 
 
-def _terms(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor,
-           log_s_over_k: Tensor | None) -> _Terms:
+def _terms(
+    spot: Tensor,
+    strike: Tensor,
+    t: Tensor,
+    r: float,
+    q: float,
+    sigma: Tensor,
+    log_s_over_k: Tensor | None,
+) -> _Terms:
     sqrt_t = torch.sqrt(t.clamp_min(MIN_T))
     vol_t = sigma * sqrt_t
     log_sk = torch.log(spot / strike) if log_s_over_k is None else log_s_over_k
     # the textbook d1 with sigma^2 t / 2 over sigma sqrt(t) split off
     d1 = (log_sk + (r - q) * t) / vol_t + 0.5 * vol_t
-    return _Terms(d1, d1 - vol_t, sqrt_t, vol_t, spot * torch.exp(-q * t), strike * torch.exp(-r * t))
+    return _Terms(
+        d1, d1 - vol_t, sqrt_t, vol_t, spot * torch.exp(-q * t), strike * torch.exp(-r * t)
+    )
 
 
 def _intrinsic(spot: Tensor, strike: Tensor, is_call: Tensor) -> Tensor:
     return ((spot - strike) * call_sign(is_call, spot.dtype)).clamp_min(0)
 
 
-def bs_call_put(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor) -> tuple[Tensor, Tensor]:
+def bs_call_put(
+    spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor
+) -> tuple[Tensor, Tensor]:
     """Call and put prices per share from one evaluation; ``t`` in years; at t <= 0 the intrinsic values."""
     x = _terms(spot, strike, t, r, q, sigma, None)
     call = x.disc_s * torch.special.ndtr(x.d1) - x.disc_k * torch.special.ndtr(x.d2)
     put = call - x.disc_s + x.disc_k  # put-call parity
     live = t > MIN_T
     # The clamps remove -1e-16 rounding on far out-of-the-money options.
-    return (torch.where(live, call.clamp_min(0), (spot - strike).clamp_min(0)),
-            torch.where(live, put.clamp_min(0), (strike - spot).clamp_min(0)))
+    return (
+        torch.where(live, call.clamp_min(0), (spot - strike).clamp_min(0)),
+        torch.where(live, put.clamp_min(0), (strike - spot).clamp_min(0)),
+    )
 
 
-def bs_price(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor, is_call: Tensor,
-             log_s_over_k: Tensor | None = None) -> Tensor:
+def bs_price(
+    spot: Tensor,
+    strike: Tensor,
+    t: Tensor,
+    r: float,
+    q: float,
+    sigma: Tensor,
+    is_call: Tensor,
+    log_s_over_k: Tensor | None = None,
+) -> Tensor:
     """Price per share of a call (``is_call``) or put; ``t`` in years; at t <= 0 the intrinsic value.
 
     ``log_s_over_k``: ln(spot / strike) when the caller already has it.
@@ -77,8 +99,16 @@ def bs_price(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma:
     return choose(t > MIN_T, price, _intrinsic(spot, strike, is_call))
 
 
-def bs_greeks_before_expiry(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor,
-                            is_call: Tensor, log_s_over_k: Tensor | None = None) -> Greeks:
+def bs_greeks_before_expiry(
+    spot: Tensor,
+    strike: Tensor,
+    t: Tensor,
+    r: float,
+    q: float,
+    sigma: Tensor,
+    is_call: Tensor,
+    log_s_over_k: Tensor | None = None,
+) -> Greeks:
     """Price and Greeks in one pass for options with ``t`` > 0 (the caller guarantees it).
 
     Entries with t <= 0 come out finite but are not the expiry values: use ``bs_greeks`` for those.
@@ -99,7 +129,9 @@ def bs_greeks_before_expiry(spot: Tensor, strike: Tensor, t: Tensor, r: float, q
     )
 
 
-def bs_greeks(spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor, is_call: Tensor) -> Greeks:
+def bs_greeks(
+    spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor, is_call: Tensor
+) -> Greeks:
     """Price and Greeks in one pass; at t <= 0 the intrinsic value, its step delta and zero gamma, vega, theta."""
     g = bs_greeks_before_expiry(spot, strike, t, r, q, sigma, is_call)
     live = t > MIN_T

@@ -5,6 +5,7 @@ is paid on each side, so a round trip pays the full quoted spread once. With a
 tick grid the ask rounds up and the bid down to it, so a quote is at least one
 tick wide and an option worth less than a tick bids nothing.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -17,13 +18,23 @@ from clstm_ppo.config import CostConfig, MarketConfig
 from clstm_ppo.market.margin import index_rules
 
 # The first seven are an option order's; "shares" is trading the underlying (share_cost_bps of the notional).
-COST_KINDS = ("spread", "slippage", "commission", "occ_clearing", "finra_taf", "sec_fee", "orf", "shares")
+COST_KINDS = (
+    "spread",
+    "slippage",
+    "commission",
+    "occ_clearing",
+    "finra_taf",
+    "sec_fee",
+    "orf",
+    "shares",
+)
 OPTION_COST_KINDS = len(COST_KINDS) - 1
 
 
 class Ticks(NamedTuple):
     """The quote grid: ``small`` below ``boundary`` dollars a share, ``large`` at and above it (tensors that
     broadcast against the mids they round, e.g. one per underlying; 0 leaves that quote off the grid)."""
+
     small: Tensor | float
     large: Tensor | float
     boundary: float
@@ -33,7 +44,9 @@ def tick_sizes(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig
     """(S, 2) quote increments (below, at and above ``costs.tick_break``) per underlying: an index's or a
     stock's, by the rule that also picks the margin rates (``margin.index_rules``)."""
     index = index_rules(broad_index, n_symbols, cfg)
-    return np.where(index[:, None], np.asarray(cfg.costs.index_ticks), np.asarray(cfg.costs.stock_ticks))
+    return np.where(
+        index[:, None], np.asarray(cfg.costs.index_ticks), np.asarray(cfg.costs.stock_ticks)
+    )
 
 
 class Fill(NamedTuple):
@@ -47,7 +60,9 @@ def quoted_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfi
     cheap = (1.0 - mid / cfg.spread_cheap_price).clamp(0.0, 1.0) * cfg.spread_cheap_coef
     far = log_moneyness.abs() * cfg.spread_moneyness_coef
     stormy = (iv - 0.20).clamp_min(0.0) * cfg.spread_vol_coef
-    return (cfg.spread_base * (1.0 + cheap) * (1.0 + far) * (1.0 + stormy)).clamp(cfg.spread_min, cfg.spread_max)
+    return (cfg.spread_base * (1.0 + cheap) * (1.0 + far) * (1.0 + stormy)).clamp(
+        cfg.spread_min, cfg.spread_max
+    )
 
 
 def half_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig) -> Tensor:
@@ -59,8 +74,16 @@ def half_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig)
 Side = bool | Tensor
 
 
-def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
-                  cfg: CostConfig, ticks: Ticks | None = None, quote: Tensor | None = None) -> Tensor:
+def fill_price_at(
+    mid: Tensor,
+    contracts: Tensor,
+    is_sell: Side,
+    half: Tensor,
+    option_volume: Tensor,
+    cfg: CostConfig,
+    ticks: Ticks | None = None,
+    quote: Tensor | None = None,
+) -> Tensor:
     """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env quotes
     each bar's chain once), rounded out to ``ticks`` (or at ``quote``, that rounding done once already by
     ``side_quote``), and the size-driven slippage."""
@@ -70,7 +93,11 @@ def fill_price_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, o
 def side_quote(mid: Tensor, is_sell: Side, half: Tensor, ticks: Ticks | None) -> Tensor | None:
     """The bid (a sale) or ask on the tick grid, for an order priced several times at several sizes; None
     without a grid."""
-    return None if ticks is None else on_ticks(mid * (1.0 + _direction(is_sell) * half), is_sell, ticks)
+    return (
+        None
+        if ticks is None
+        else on_ticks(mid * (1.0 + _direction(is_sell) * half), is_sell, ticks)
+    )
 
 
 def _direction(is_sell: Side) -> float | Tensor:
@@ -78,8 +105,14 @@ def _direction(is_sell: Side) -> float | Tensor:
     return (-1.0 if is_sell else 1.0) if isinstance(is_sell, bool) else 1.0 - 2.0 * is_sell
 
 
-def _priced(mid: Tensor, is_sell: Side, half: Tensor, impact: Tensor, ticks: Ticks | None,
-            quote: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def _priced(
+    mid: Tensor,
+    is_sell: Side,
+    half: Tensor,
+    impact: Tensor,
+    ticks: Ticks | None,
+    quote: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """(price, spread paid, slippage paid), per share: mid moved against the trader by ``half`` of mid to the
     quote, the quote rounded out to the tick grid (``quote``, where given), then by ``impact`` of mid; a sale
     never below 0."""
@@ -96,7 +129,9 @@ def on_ticks(raw: Tensor, is_sell: Side, ticks: Ticks) -> Tensor:
     """A quote rounded out to the tick grid: an ask up (one tick at least, however little the option is worth),
     a bid down (to 0 below one tick). The grid is the small tick below ``ticks.boundary``; a rounding error of
     1e-4 tick never moves a quote that sits on the grid."""
-    small, large = (torch.as_tensor(x, dtype=raw.dtype, device=raw.device) for x in (ticks.small, ticks.large))
+    small, large = (
+        torch.as_tensor(x, dtype=raw.dtype, device=raw.device) for x in (ticks.small, ticks.large)
+    )
     tick = torch.where(raw < ticks.boundary, small, large)
     on_grid = tick > 0
     steps = raw / torch.where(on_grid, tick, 1.0)
@@ -108,7 +143,9 @@ def on_ticks(raw: Tensor, is_sell: Side, ticks: Ticks) -> Tensor:
     return torch.where(on_grid, rounded, raw)
 
 
-def strike_volume(base: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: CostConfig, atm_years: float) -> Tensor:
+def strike_volume(
+    base: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: CostConfig, atm_years: float
+) -> Tensor:
     """Option-volume proxy of one strike: ``base`` (the at-the-money volume of a <= ``atm_years`` option)
     falls by e per ``volume_moneyness_width`` of |ln(K/S)| and as (atm_years / T) ^ power beyond atm_years."""
     far = torch.exp(log_k_over_s.abs() * (-1.0 / cfg.volume_moneyness_width))
@@ -121,35 +158,69 @@ def slippage(contracts: Tensor, option_volume: Tensor, cfg: CostConfig) -> Tenso
     return (cfg.slippage_coef * contracts / option_volume).clamp(max=cfg.max_slippage)
 
 
-def order_fill(mid: Tensor, contracts: Tensor, is_sell: Side, iv: Tensor, log_moneyness: Tensor,
-               option_volume: Tensor, cfg: CostConfig, multiplier: int, ticks: Ticks | None = None) -> Fill:
+def order_fill(
+    mid: Tensor,
+    contracts: Tensor,
+    is_sell: Side,
+    iv: Tensor,
+    log_moneyness: Tensor,
+    option_volume: Tensor,
+    cfg: CostConfig,
+    multiplier: int,
+    ticks: Ticks | None = None,
+) -> Fill:
     """Fill price and itemised costs of buying (``is_sell=False``) or selling ``contracts`` at ``mid``.
 
     ``contracts`` may be 0 (no order): every cost is then 0.
     """
-    return order_fill_at(mid, contracts, is_sell, half_spread(mid, iv, log_moneyness, cfg), option_volume, cfg,
-                         multiplier, ticks)
+    return order_fill_at(
+        mid,
+        contracts,
+        is_sell,
+        half_spread(mid, iv, log_moneyness, cfg),
+        option_volume,
+        cfg,
+        multiplier,
+        ticks,
+    )
 
 
-def order_fill_at(mid: Tensor, contracts: Tensor, is_sell: Side, half: Tensor, option_volume: Tensor,
-                  cfg: CostConfig, multiplier: int, ticks: Ticks | None = None, quote: Tensor | None = None) -> Fill:
+def order_fill_at(
+    mid: Tensor,
+    contracts: Tensor,
+    is_sell: Side,
+    half: Tensor,
+    option_volume: Tensor,
+    cfg: CostConfig,
+    multiplier: int,
+    ticks: Ticks | None = None,
+    quote: Tensor | None = None,
+) -> Fill:
     """``order_fill`` with the half spread (and, on a tick grid, perhaps the quote) already known. Costs by kind:
     every COST_KINDS row, "shares" 0."""
-    price, spread, slipped = _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks, quote)
+    price, spread, slipped = _priced(
+        mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks, quote
+    )
     shares = contracts * multiplier
     traded = _orders(contracts)
     zero = torch.zeros_like(mid)
-    sold = contracts * is_sell if not isinstance(is_sell, bool) else (contracts if is_sell else zero)
-    costs = torch.stack([
-        spread * shares,
-        slipped * shares,
-        torch.maximum(cfg.commission_per_contract * contracts, cfg.commission_min_per_order * traded),
-        cfg.occ_clearing_per_contract * contracts,
-        cfg.finra_taf_per_contract * sold,  # sales only
-        price * sold * (multiplier * cfg.sec_fee_per_million / 1e6),  # sales only
-        cfg.orf_per_contract * contracts,
-        zero,
-    ])
+    sold = (
+        contracts * is_sell if not isinstance(is_sell, bool) else (contracts if is_sell else zero)
+    )
+    costs = torch.stack(
+        [
+            spread * shares,
+            slipped * shares,
+            torch.maximum(
+                cfg.commission_per_contract * contracts, cfg.commission_min_per_order * traded
+            ),
+            cfg.occ_clearing_per_contract * contracts,
+            cfg.finra_taf_per_contract * sold,  # sales only
+            price * sold * (multiplier * cfg.sec_fee_per_million / 1e6),  # sales only
+            cfg.orf_per_contract * contracts,
+            zero,
+        ]
+    )
     return Fill(price, costs, costs.sum(0))
 
 
@@ -193,8 +264,9 @@ def closing_fee_reserve(contracts: Tensor, cfg: CostConfig) -> Tensor:
     (whose SEC fee is a fraction of its own proceeds) never drives cash negative.
     """
     per_contract = cfg.occ_clearing_per_contract + cfg.finra_taf_per_contract + cfg.orf_per_contract
-    commission = torch.maximum(cfg.commission_per_contract * contracts,
-                               cfg.commission_min_per_order * _orders(contracts))
+    commission = torch.maximum(
+        cfg.commission_per_contract * contracts, cfg.commission_min_per_order * _orders(contracts)
+    )
     return commission + per_contract * contracts
 
 
@@ -213,7 +285,9 @@ def share_price_with_fees(price: Tensor, cfg: CostConfig) -> Tensor:
     return price * (1.0 + share_cost_rate(cfg))
 
 
-def base_option_volume(volume: np.ndarray | None, shape: tuple[int, ...], cfg: CostConfig) -> np.ndarray:
+def base_option_volume(
+    volume: np.ndarray | None, shape: tuple[int, ...], cfg: CostConfig
+) -> np.ndarray:
     """At-the-money option-volume proxy of each bar: a share of the underlying's volume with a floor, or the
     floor where the data has no volume."""
     if volume is None:

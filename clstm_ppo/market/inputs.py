@@ -7,6 +7,7 @@ coefficients were fitted on the S&P 500 with the VIX over the training split onl
 ``scripts/studies/fit_iv_model.py``). Every series here is causal: bar t's values read bars up to t only, and the
 only statistics taken from a whole split (the model's floor, the long-run vol) come from the training split.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ class MarketInputs:
     iv_source: str  # "column" (a real series) or "model"
 
 
-def ewma_vol(log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods_per_year: float) -> np.ndarray:
+def ewma_vol(
+    log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods_per_year: float
+) -> np.ndarray:
     """Annualised EWMA volatility (RiskMetrics) of (S, T) log returns; bar t's value reads returns up to t.
 
     ``first_var``: (S,) per-bar variance before the first return (a causal start, e.g. the realised
@@ -94,8 +97,10 @@ def market_inputs(data: MarketData, cfg: MarketConfig) -> MarketInputs:
     """Every series the market reads, from ``data`` and the market settings."""
     use_column = "iv" in data.bars and cfg.iv_source in ("auto", "column")
     if cfg.iv_source == "column" and "iv" not in data.bars:
-        raise ValueError("market.iv_source is 'column' but the data has no iv/vix column; "
-                         "use market.iv_source=model or add the column")
+        raise ValueError(
+            "market.iv_source is 'column' but the data has no iv/vix column; "
+            "use market.iv_source=model or add the column"
+        )
     if use_column:
         iv_close = _as_decimal(data.bars["iv"])
         opens = data.bars.get("iv_open")
@@ -106,13 +111,26 @@ def market_inputs(data: MarketData, cfg: MarketConfig) -> MarketInputs:
         # the model is close to close
         iv_open = np.concatenate([iv_close[:, :1], iv_close[:, :-1]], axis=1)
     # A VIX-style series is a variance-swap rate, above at-the-money vol by about the skew's share: scale it.
-    iv_close, iv_open = (np.clip(x * cfg.atm_per_iv, cfg.min_iv, cfg.max_iv) for x in (iv_close, iv_open))
+    iv_close, iv_open = (
+        np.clip(x * cfg.atm_per_iv, cfg.min_iv, cfg.max_iv) for x in (iv_close, iv_open)
+    )
     rate = data.bars.get("rate")
-    rate = np.full_like(iv_close, cfg.risk_free_rate) if rate is None else np.asarray(rate, dtype=np.float64)
-    adjusted = np.zeros(len(data.symbols), dtype=bool) if data.dividend_adjusted is None else data.dividend_adjusted
+    rate = (
+        np.full_like(iv_close, cfg.risk_free_rate)
+        if rate is None
+        else np.asarray(rate, dtype=np.float64)
+    )
+    adjusted = (
+        np.zeros(len(data.symbols), dtype=bool)
+        if data.dividend_adjusted is None
+        else data.dividend_adjusted
+    )
     return MarketInputs(
-        iv_close=iv_close, iv_open=iv_open, rate=rate,
+        iv_close=iv_close,
+        iv_open=iv_open,
+        rate=rate,
         dividend_yield=np.where(adjusted, 0.0, cfg.dividend_yield),
         long_run_iv=np.median(iv_close[:, slice(*data.splits["train"])], axis=1),
-        stale_open=market_stale_opens(data), iv_source="column" if use_column else "model",
+        stale_open=market_stale_opens(data),
+        iv_source="column" if use_column else "model",
     )

@@ -5,6 +5,7 @@
 with (a, b) = (15%, 10%) for broad-based indices and (20%, 10%) for single stocks. The premium is the
 option's current value, so the requirement moves with the market; the sale's proceeds count toward it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,11 @@ def index_rules(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfi
     """(S,) bool: which underlyings trade under index rules (margin rates, quote ticks), by ``margin_style``."""
     if cfg.margin_style != "auto":
         return np.full(n_symbols, cfg.margin_style == "index")
-    return np.zeros(n_symbols, dtype=bool) if broad_index is None else np.asarray(broad_index, dtype=bool)
+    return (
+        np.zeros(n_symbols, dtype=bool)
+        if broad_index is None
+        else np.asarray(broad_index, dtype=bool)
+    )
 
 
 def margin_rates(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
@@ -28,8 +33,9 @@ def margin_rates(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConf
     return np.where(index[:, None], np.asarray(cfg.index_margin), np.asarray(cfg.stock_margin))
 
 
-def short_margin(premium: Tensor, spot: Tensor, strike: Tensor, is_call: Tensor, rate_a: Tensor,
-                 rate_b: Tensor) -> Tensor:
+def short_margin(
+    premium: Tensor, spot: Tensor, strike: Tensor, is_call: Tensor, rate_a: Tensor, rate_b: Tensor
+) -> Tensor:
     """Requirement per share of one short option (any shapes that broadcast)."""
     call = as_float(is_call, premium.dtype)
     # put: S > K

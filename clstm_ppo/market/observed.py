@@ -14,6 +14,7 @@ The option features of underlying s at bar t, each reading bars up to t only:
 
 They are normalised like the bar features, with statistics of the training split alone.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,14 +38,18 @@ def option_feature_values(data: MarketData, market: MarketConfig) -> np.ndarray:
     iv = pd.DataFrame(market_inputs(data, market).iv_close.T)  # (T, S): one column an underlying
     realized = data.raw_features[:, :, data.feature_names.index("realized_vol")].T
     before = lambda k: iv.shift(k).fillna(iv.iloc[0])  # noqa: E731 - before the first bar: its value, no change
-    rolling = iv.rolling(max(int(data.periods_per_year), ZSCORE_MIN_BARS), min_periods=ZSCORE_MIN_BARS)
+    rolling = iv.rolling(
+        max(int(data.periods_per_year), ZSCORE_MIN_BARS), min_periods=ZSCORE_MIN_BARS
+    )
     mean, std = rolling.mean(), rolling.std()
     zscore = ((iv - mean) / std).where(std > 0, 0.0).fillna(0.0)
     columns = [iv, iv - realized, iv - before(5), iv - before(20), zscore]
     return np.stack([c.to_numpy(dtype=np.float64).T for c in columns], axis=-1)
 
 
-def with_option_features(data: MarketData, market: MarketConfig, saved: Normalizer | None = None) -> MarketData:
+def with_option_features(
+    data: MarketData, market: MarketConfig, saved: Normalizer | None = None
+) -> MarketData:
     """``data`` with the option features after its bar features, normalised with the training split's statistics
     (or the option part of ``saved``, a checkpoint's normaliser)."""
     raw = option_feature_values(data, market)
@@ -53,10 +58,12 @@ def with_option_features(data: MarketData, market: MarketConfig, saved: Normaliz
     else:
         normalizer = saved.select(OPTION_FEATURE_NAMES)
     return dataclasses.replace(
-        data, feature_names=(*data.feature_names, *OPTION_FEATURE_NAMES),
+        data,
+        feature_names=(*data.feature_names, *OPTION_FEATURE_NAMES),
         features=np.concatenate([data.features, normalizer.apply(raw)], axis=-1),
         raw_features=np.concatenate([data.raw_features, raw], axis=-1),
-        normalizer=data.normalizer.join(normalizer))
+        normalizer=data.normalizer.join(normalizer),
+    )
 
 
 def observed_feature_names(option_features: bool) -> tuple[str, ...]:
@@ -64,8 +71,9 @@ def observed_feature_names(option_features: bool) -> tuple[str, ...]:
     return (*FEATURE_NAMES, *OPTION_FEATURE_NAMES) if option_features else FEATURE_NAMES
 
 
-def add_observed_features(data: MarketData, data_cfg: DataConfig, market: MarketConfig,
-                          saved: Normalizer | None = None) -> MarketData:
+def add_observed_features(
+    data: MarketData, data_cfg: DataConfig, market: MarketConfig, saved: Normalizer | None = None
+) -> MarketData:
     """``data`` (from ``build_market_data``) as an agent of these settings observes it: with the option features
     where ``data_cfg.option_features`` says so."""
     return with_option_features(data, market, saved) if data_cfg.option_features else data
@@ -77,6 +85,10 @@ def observed_market_data(cfg: Config, normalizer: Normalizer | None = None) -> M
     which must cover exactly these features."""
     names = observed_feature_names(cfg.data.option_features)
     if normalizer is not None and normalizer.names != names:
-        raise DataError(f"saved normalisation covers features {list(normalizer.names)}, this config observes "
-                        f"{list(names)}; retrain, or set data.option_features as the checkpoint was trained")
-    return add_observed_features(build_market_data(cfg.data, normalizer), cfg.data, cfg.market, normalizer)
+        raise DataError(
+            f"saved normalisation covers features {list(normalizer.names)}, this config observes "
+            f"{list(names)}; retrain, or set data.option_features as the checkpoint was trained"
+        )
+    return add_observed_features(
+        build_market_data(cfg.data, normalizer), cfg.data, cfg.market, normalizer
+    )

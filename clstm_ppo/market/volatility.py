@@ -2,6 +2,7 @@
 
 docs/MARKET.md section 1 gives the formulas; ``clstm_ppo.market.inputs`` gives the at-the-money series.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,13 +32,17 @@ def atm_term(atm30: Tensor, long_run: Tensor, years: Tensor, cfg: MarketConfig) 
     kappa = cfg.term_reversion
     weight = _reversion_share(kappa * years) / _reversion_share(kappa * ATM_YEARS)
     long_var = long_run * long_run
-    return (long_var + (atm30 * atm30 - long_var) * weight).clamp_min(cfg.min_iv ** 2).sqrt()
+    return (long_var + (atm30 * atm30 - long_var) * weight).clamp_min(cfg.min_iv**2).sqrt()
 
 
-def surface_iv(atm30: Tensor, long_run: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: MarketConfig) -> Tensor:
+def surface_iv(
+    atm30: Tensor, long_run: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: MarketConfig
+) -> Tensor:
     """Implied vol of strike K at maturity ``years``: the term's ATM vol, minus the skew, plus the smile, in
     the moneyness z = ln(K/S) / sqrt(T / 30 days), so the skew steepens as 1/sqrt(T); flat beyond +-iv_wing_z."""
-    z = (log_k_over_s * (ATM_YEARS / years.clamp_min(MIN_SKEW_YEARS)).sqrt()).clamp(-cfg.iv_wing_z, cfg.iv_wing_z)
+    z = (log_k_over_s * (ATM_YEARS / years.clamp_min(MIN_SKEW_YEARS)).sqrt()).clamp(
+        -cfg.iv_wing_z, cfg.iv_wing_z
+    )
     atm = atm_term(atm30, long_run, years, cfg)
     # Strikes above the money fall by iv_call_skew instead (0 or 1 times the difference: with equal skews the
     # sum is iv_skew exactly, so the surface is the one-skew surface bit for bit).

@@ -1,5 +1,6 @@
 """Per-episode accuracy, balanced accuracy and macro-F1; means with normal 95% CIs over episodes; the table and
 the plot of accuracy against adaptation steps."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,11 @@ def episode_metrics(y: np.ndarray, pred: np.ndarray, n_classes: int = 3) -> dict
         precision = tp / predicted if predicted else 0.0
         recalls.append(recall)
         f1s.append(2 * precision * recall / (precision + recall) if precision + recall else 0.0)
-    return {"accuracy": float((y == pred).mean()), "balanced_accuracy": float(np.mean(recalls)),
-            "macro_f1": float(np.mean(f1s))}
+    return {
+        "accuracy": float((y == pred).mean()),
+        "balanced_accuracy": float(np.mean(recalls)),
+        "macro_f1": float(np.mean(f1s)),
+    }
 
 
 def summarise(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
@@ -32,18 +36,25 @@ def summarise(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     for key in ("accuracy", "balanced_accuracy", "macro_f1"):
         values = np.array([r[key] for r in rows])
         half = Z95 * values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
-        out[key], out[f"{key}_ci"] = float(values.mean()), [float(values.mean() - half), float(values.mean() + half)]
+        out[key], out[f"{key}_ci"] = (
+            float(values.mean()),
+            [float(values.mean() - half), float(values.mean() + half)],
+        )
     return out
 
 
 def format_table(results: dict[str, dict]) -> str:
     """One row per method and number of adaptation steps."""
-    lines = [f"{'method':<12}{'steps':>6}{'accuracy':>10}{'balanced acc (95% CI)':>30}{'macro-F1':>10}"]
+    lines = [
+        f"{'method':<12}{'steps':>6}{'accuracy':>10}{'balanced acc (95% CI)':>30}{'macro-F1':>10}"
+    ]
     for name, res in results.items():
         for steps, row in res["by_steps"].items():
             lo, hi = row["balanced_accuracy_ci"]
-            lines.append(f"{name:<12}{steps:>6}{row['accuracy']:>10.3f}{row['balanced_accuracy']:>12.3f} "
-                         f"[{lo:.3f}, {hi:.3f}]{row['macro_f1']:>10.3f}")
+            lines.append(
+                f"{name:<12}{steps:>6}{row['accuracy']:>10.3f}{row['balanced_accuracy']:>12.3f} "
+                f"[{lo:.3f}, {hi:.3f}]{row['macro_f1']:>10.3f}"
+            )
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
 """The few-shot protocol: k-fold over underlyings; meta-train on the other underlyings' training years, meta-test on
 the held-out ones' later years (validation and test splits), every method on the same test episodes."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +45,14 @@ def _tensors(fs: FewShotData, ep: Episodes) -> tuple[torch.Tensor, ...]:
     return fs.gather(ep.support_rows), ep.support_y, fs.gather(ep.query_rows), ep.query_y
 
 
-def _train(step: Callable, model: torch.nn.Module, fs: FewShotData, symbols: list[int], p: Protocol,
-           seed: int) -> None:
+def _train(
+    step: Callable,
+    model: torch.nn.Module,
+    fs: FewShotData,
+    symbols: list[int],
+    p: Protocol,
+    seed: int,
+) -> None:
     """``p.iterations`` steps on fresh training tasks (the same task stream for every method of a fold)."""
     rng = np.random.default_rng(seed)
     for _ in range(p.iterations):
@@ -53,8 +60,13 @@ def _train(step: Callable, model: torch.nn.Module, fs: FewShotData, symbols: lis
         step(model, *_tensors(fs, ep))
 
 
-def run_protocol(data: MarketData, agent: AgentConfig, methods: tuple[str, ...], p: Protocol,
-                 log: Callable[[str], None] = print) -> dict[str, dict]:
+def run_protocol(
+    data: MarketData,
+    agent: AgentConfig,
+    methods: tuple[str, ...],
+    p: Protocol,
+    log: Callable[[str], None] = print,
+) -> dict[str, dict]:
     """Every method's query predictions over every fold, summarised per number of adaptation steps."""
     preds: dict[str, dict[int, list[np.ndarray]]] = {}
     ys: list[np.ndarray] = []
@@ -62,12 +74,21 @@ def run_protocol(data: MarketData, agent: AgentConfig, methods: tuple[str, ...],
     per_fold = math.ceil(p.test_episodes / p.folds)
     for fold, (train_syms, test_syms) in enumerate(folds(len(data.symbols), p.folds, p.seed)):
         fs = FewShotData(data, train_syms, p.horizon)
-        test = sample_episodes(fs, test_syms, fs.region("later"), per_fold, p.shots, p.n_query,
-                               np.random.default_rng([p.seed, fold, 1]))
+        test = sample_episodes(
+            fs,
+            test_syms,
+            fs.region("later"),
+            per_fold,
+            p.shots,
+            p.n_query,
+            np.random.default_rng([p.seed, fold, 1]),
+        )
         xs, ys_t, xq, yq = _tensors(fs, test)
         ys.append(yq.numpy())
-        log(f"fold {fold + 1}/{p.folds}: meta-train {[data.symbols[s] for s in train_syms]}, "
-            f"meta-test {[data.symbols[s] for s in test_syms]} on {len(test)} tasks")
+        log(
+            f"fold {fold + 1}/{p.folds}: meta-train {[data.symbols[s] for s in train_syms]}, "
+            f"meta-test {[data.symbols[s] for s in test_syms]} on {len(test)} tasks"
+        )
         stream = p.seed * 1000 + fold
 
         def fresh(seed: int = stream) -> FewShotNet:
@@ -80,20 +101,42 @@ def run_protocol(data: MarketData, agent: AgentConfig, methods: tuple[str, ...],
 
         # the training tasks' labels alone: the majority class's constant
         rng = np.random.default_rng(stream)
-        seen = [sample_episodes(fs, train_syms, fs.region("train"), p.meta_batch, p.shots, p.n_query, rng).query_y
-                .numpy() for _ in range(p.iterations)]
+        seen = [
+            sample_episodes(
+                fs, train_syms, fs.region("train"), p.meta_batch, p.shots, p.n_query, rng
+            ).query_y.numpy()
+            for _ in range(p.iterations)
+        ]
         record("majority", {s: torch.full_like(yq, majority_class(seen)) for s in p.steps})
         for method in methods:
             started = time.perf_counter()
             model = fresh()
             if method == "maml":
                 opt = torch.optim.Adam(model.parameters(), lr=p.maml.meta_lr)
-                _train(lambda m, *b, o=opt: meta_step(m, o, *b, p.maml), model, fs, train_syms, p, stream)
-                record("maml", adapt_predictions(model, params_of(model), xs, ys_t, xq, list(p.steps),
-                                                 p.maml.inner_lr))
+                _train(
+                    lambda m, *b, o=opt: meta_step(m, o, *b, p.maml),
+                    model,
+                    fs,
+                    train_syms,
+                    p,
+                    stream,
+                )
+                record(
+                    "maml",
+                    adapt_predictions(
+                        model, params_of(model), xs, ys_t, xq, list(p.steps), p.maml.inner_lr
+                    ),
+                )
             elif method == "protonet":
                 opt = torch.optim.Adam(model.encoder.parameters(), lr=p.train_lr)
-                _train(lambda m, *b, o=opt: proto_step(m.encoder, o, *b), model, fs, train_syms, p, stream)
+                _train(
+                    lambda m, *b, o=opt: proto_step(m.encoder, o, *b),
+                    model,
+                    fs,
+                    train_syms,
+                    p,
+                    stream,
+                )
                 with torch.no_grad():
                     guess = proto_logits(model.encoder, xs, ys_t, xq).argmax(-1)
                 # no gradient steps: the same at every count
@@ -101,11 +144,18 @@ def run_protocol(data: MarketData, agent: AgentConfig, methods: tuple[str, ...],
             elif method == "finetune":
                 opt = torch.optim.Adam(model.parameters(), lr=p.train_lr)
                 _train(lambda m, *b, o=opt: pooled_step(m, o, *b), model, fs, train_syms, p, stream)
-                out = adapt_predictions(model, params_of(model), xs, ys_t, xq, list(p.steps), p.ft_lr)
+                out = adapt_predictions(
+                    model, params_of(model), xs, ys_t, xq, list(p.steps), p.ft_lr
+                )
                 record("finetune", out)
                 record("no_adaptation", {s: out[0] for s in p.steps})
             elif method == "scratch":
-                record("scratch", adapt_predictions(model, params_of(model), xs, ys_t, xq, list(p.steps), p.ft_lr))
+                record(
+                    "scratch",
+                    adapt_predictions(
+                        model, params_of(model), xs, ys_t, xq, list(p.steps), p.ft_lr
+                    ),
+                )
             else:
                 raise ValueError(f"unknown method {method!r}")
             log(f"  {method}: {time.perf_counter() - started:.1f} s")
@@ -114,8 +164,13 @@ def run_protocol(data: MarketData, agent: AgentConfig, methods: tuple[str, ...],
     for name, by in preds.items():
         rows = {s: summarise(y_all, np.concatenate(parts)) for s, parts in sorted(by.items())}
         head = rows[HEADLINE_STEPS] if HEADLINE_STEPS in rows else rows[max(rows)]
-        results[name] = {**head, "headline_steps": HEADLINE_STEPS if HEADLINE_STEPS in rows else max(rows),
-                         "by_steps": rows}
-    results["_protocol"] = {"settings": dataclasses.asdict(p), "query_class_shares":
-                            (np.bincount(y_all.ravel(), minlength=3) / y_all.size).tolist()}
+        results[name] = {
+            **head,
+            "headline_steps": HEADLINE_STEPS if HEADLINE_STEPS in rows else max(rows),
+            "by_steps": rows,
+        }
+    results["_protocol"] = {
+        "settings": dataclasses.asdict(p),
+        "query_class_shares": (np.bincount(y_all.ravel(), minlength=3) / y_all.size).tolist(),
+    }
     return results

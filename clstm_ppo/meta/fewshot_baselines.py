@@ -1,5 +1,6 @@
 """Baselines: an encoder + head pretrained on every meta-training underlying pooled (then fine-tuned, or used as
 it is: no adaptation), training from scratch on the support set alone, and the majority class."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +8,14 @@ import torch
 from torch import Tensor, nn
 
 
-def pooled_step(model: nn.Module, optimizer: torch.optim.Optimizer, xs: Tensor, ys: Tensor, xq: Tensor,
-                yq: Tensor) -> float:
+def pooled_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    xs: Tensor,
+    ys: Tensor,
+    xq: Tensor,
+    yq: Tensor,
+) -> float:
     """Plain supervised learning on the training tasks' bars, support and query pooled (each labelled with its own
     task's band): what the encoder learns without any episodic structure."""
     x = torch.cat([xs.flatten(0, 1), xq.flatten(0, 1)])

@@ -1,4 +1,5 @@
 """The few-shot classifier: our MarketEncoder (LSTM 1 + MLP) and a linear 3-way head, and its functional form."""
+
 from __future__ import annotations
 
 import warnings

@@ -1,5 +1,6 @@
 """Prototypical networks (Snell et al. 2017) on the MarketEncoder's codes: a class's prototype is the mean code of
 its support bars, and a query bar goes to the nearest prototype in squared Euclidean distance."""
+
 from __future__ import annotations
 
 import torch
@@ -20,14 +21,20 @@ def proto_logits(encoder: nn.Module, xs: Tensor, ys: Tensor, xq: Tensor) -> Tens
     """Query logits (E, Nq, C): minus the squared distance of each query code to each prototype."""
     e, ns, nq = xs.shape[0], xs.shape[1], xq.shape[1]
     codes = encoder(torch.cat([xs.flatten(0, 1), xq.flatten(0, 1)]))  # one batched encoder call
-    support, query = codes[: e * ns].view(e, ns, -1), codes[e * ns:].view(e, nq, -1)
+    support, query = codes[: e * ns].view(e, ns, -1), codes[e * ns :].view(e, nq, -1)
     protos, present = prototypes(support, ys)
     dist = ((query.unsqueeze(2) - protos.unsqueeze(1)) ** 2).sum(-1)
     return (-dist).masked_fill(~present.unsqueeze(1), MISSING)
 
 
-def proto_step(encoder: nn.Module, optimizer: torch.optim.Optimizer, xs: Tensor, ys: Tensor, xq: Tensor,
-               yq: Tensor) -> float:
+def proto_step(
+    encoder: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    xs: Tensor,
+    ys: Tensor,
+    xq: Tensor,
+    yq: Tensor,
+) -> float:
     """One episodic training step: cross-entropy of the query bars against the support's prototypes."""
     out = proto_logits(encoder, xs, ys, xq)
     value = nn.functional.cross_entropy(out.flatten(0, 1), yq.flatten())

@@ -13,6 +13,7 @@ balanced by construction (5/5/5 for 15 distinct returns); the query set is label
 its classes follow whatever the market did next, and a constant guess earns chance, not more. Inputs are the
 normalised feature windows ending at each bar (TW bars back, which may reach before the task's window: past).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,10 @@ CLASSES = ("SELL", "HOLD", "BUY")
 
 def band(support_returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) per task from its support returns (..., Ns) alone: their 1/3 and 2/3 quantiles."""
-    return (np.quantile(support_returns, 1 / 3, axis=-1, keepdims=True),
-            np.quantile(support_returns, 2 / 3, axis=-1, keepdims=True))
+    return (
+        np.quantile(support_returns, 1 / 3, axis=-1, keepdims=True),
+        np.quantile(support_returns, 2 / 3, axis=-1, keepdims=True),
+    )
 
 
 def labels(returns: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -66,7 +69,9 @@ class FewShotData:
         self.data, self.horizon = data, horizon
         train_start, train_end = data.splits["train"]
         # Held-out underlyings must not shape the inputs: the statistics come from the meta-training ones alone.
-        normalizer = Normalizer.fit(data.raw_features[train_symbols, train_start:train_end], data.feature_names)
+        normalizer = Normalizer.fit(
+            data.raw_features[train_symbols, train_start:train_end], data.feature_names
+        )
         normalised = dataclasses.replace(data, features=normalizer.apply(data.raw_features))
         self.windows = MarketWindows(normalised, "train")
         close = data.bars["close"]
@@ -87,29 +92,53 @@ class FewShotData:
         return self.windows.gather(rows)
 
 
-def sample_episodes(fs: FewShotData, symbols: list[int], region: tuple[int, int], n: int, shots: int,
-                    n_query: int, rng: np.random.Generator) -> Episodes:
+def sample_episodes(
+    fs: FewShotData,
+    symbols: list[int],
+    region: tuple[int, int],
+    n: int,
+    shots: int,
+    n_query: int,
+    rng: np.random.Generator,
+) -> Episodes:
     """``n`` tasks on ``symbols``, windows inside ``region``; 3-way, ``shots`` support bars per class."""
     n_support, k = 3 * shots, fs.horizon
     span = n_support + n_query + 2 * k
     first, end = region
     if end - first < span:
-        raise DataError(f"a task needs {span} bars (3 x shots + query + 2 x horizon); the region of its windows "
-                        f"has {end - first}: lower --shots, --query or --horizon")
+        raise DataError(
+            f"a task needs {span} bars (3 x shots + query + 2 x horizon); the region of its windows "
+            f"has {end - first}: lower --shots, --query or --horizon"
+        )
     sym = rng.choice(np.asarray(symbols), size=n)
     start = rng.integers(first, end - span + 1, size=n)
     s_bars = start[:, None] + np.arange(n_support)
     q_bars = start[:, None] + n_support + k + np.arange(n_query)
-    s_ret, q_ret = fs.forward_returns[sym[:, None], s_bars], fs.forward_returns[sym[:, None], q_bars]
+    s_ret, q_ret = (
+        fs.forward_returns[sym[:, None], s_bars],
+        fs.forward_returns[sym[:, None], q_bars],
+    )
     lo, hi = band(s_ret)
     row = lambda bars: torch.as_tensor(sym[:, None] * fs.n_bars + bars)  # noqa: E731
-    return Episodes(row(s_bars), torch.as_tensor(labels(s_ret, lo, hi)), row(q_bars),
-                    torch.as_tensor(labels(q_ret, lo, hi)), sym, start, start + span)
+    return Episodes(
+        row(s_bars),
+        torch.as_tensor(labels(s_ret, lo, hi)),
+        row(q_bars),
+        torch.as_tensor(labels(q_ret, lo, hi)),
+        sym,
+        start,
+        start + span,
+    )
 
 
 def folds(n_symbols: int, k: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """k-fold over underlyings: (meta-train, held-out) index lists, each underlying held out once."""
     order = np.random.default_rng(seed).permutation(n_symbols)
     parts = np.array_split(order, k)
-    return [(sorted(int(s) for s in np.concatenate(parts[:i] + parts[i + 1:])), sorted(int(s) for s in part))
-            for i, part in enumerate(parts)]
+    return [
+        (
+            sorted(int(s) for s in np.concatenate(parts[:i] + parts[i + 1 :])),
+            sorted(int(s) for s in part),
+        )
+        for i, part in enumerate(parts)
+    ]

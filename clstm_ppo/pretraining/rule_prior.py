@@ -12,6 +12,7 @@ years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from
 3. Optionally, ``prior.kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling linearly to 0
    at ``prior.kl_until`` of the planned env steps (``prior_coef``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -47,24 +48,36 @@ def pick_prior(data: MarketData, cfg: Config, device: torch.device) -> RulePick:
     return pick_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
 
 
-def rule_actions(pick: RulePick, data: MarketData, cfg: Config, device: torch.device) -> RuleActions:
+def rule_actions(
+    pick: RulePick, data: MarketData, cfg: Config, device: torch.device
+) -> RuleActions:
     """The rule's action for observed portfolios, masks and bars (rows of ``data``, the env's) of any leading
     shape: a function of the observation alone, so the update reads it from the stored rollout, whichever path
     collected it. A gated rule follows its rule where its gate is open at the observed bar, and keeps only its
     shares where it is shut."""
     gated = pick.rule if isinstance(pick.rule, GatedRule) else GatedRule(pick.rule, ALWAYS)
     switch = [gated.rule, FixedRule(gated.rule.stock, None)]  # 0: the rule; 1: its shares alone
-    follow = follow_rules(switch, ActionSpace.from_config(cfg.market), cfg.env.max_positions, device)
+    follow = follow_rules(
+        switch, ActionSpace.from_config(cfg.market), cfg.env.max_positions, device
+    )
     always = gated.gate == ALWAYS  # no gate to read: the env's bars need not be the picking data's
-    shut = None if always else torch.as_tensor(~gate_series(data, cfg.market)[gated.gate].reshape(-1),
-                                               dtype=torch.long, device=device)
+    shut = (
+        None
+        if always
+        else torch.as_tensor(
+            ~gate_series(data, cfg.market)[gated.gate].reshape(-1), dtype=torch.long, device=device
+        )
+    )
 
     def act(portfolio: Tensor, mask: Tensor, row: Tensor) -> Tensor:
-        flat = SimpleNamespace(portfolio=portfolio.reshape(-1, portfolio.shape[-1]),
-                               mask=mask.reshape(-1, mask.shape[-1]))
+        flat = SimpleNamespace(
+            portfolio=portfolio.reshape(-1, portfolio.shape[-1]),
+            mask=mask.reshape(-1, mask.shape[-1]),
+        )
         which = torch.zeros_like(row.reshape(-1)) if shut is None else shut[row.reshape(-1)]
         chosen = follow(flat, which)
         return chosen.view(mask.shape[:-1])
+
     return act
 
 
@@ -78,18 +91,27 @@ def prior_coef(cfg: Config, env_steps: int, planned_steps: int) -> float:
     return cfg.prior.kl * max(0.0, 1.0 - env_steps / (cfg.prior.kl_until * planned_steps))
 
 
-def _sequence_forward(model: nn.Module, windows, s: RolloutStorage, idx: Tensor,
-                      precision: Precision) -> tuple[Tensor, Tensor]:
+def _sequence_forward(
+    model: nn.Module, windows, s: RolloutStorage, idx: Tensor, precision: Precision
+) -> tuple[Tensor, Tensor]:
     """The model's logits and values over the stored sequences of copies ``idx`` (as the eager PPO loss runs them)."""
     h0, c0 = s.initial_state
     bars, bar_index = torch.unique(s.rows[:, idx], return_inverse=True)
     with precision.autocast():
-        logits, values, _ = model(windows.gather(bars), s.portfolio[:, idx], s.mask[:, idx], s.starts[:, idx],
-                                  (h0[:, idx], c0[:, idx]), bar_index)
+        logits, values, _ = model(
+            windows.gather(bars),
+            s.portfolio[:, idx],
+            s.mask[:, idx],
+            s.starts[:, idx],
+            (h0[:, idx], c0[:, idx]),
+            bar_index,
+        )
     return logits.float(), values.float()
 
 
-def cloning_loss(logits: Tensor, actions: Tensor, mask: Tensor, weight: Tensor, smoothing: float) -> Tensor:
+def cloning_loss(
+    logits: Tensor, actions: Tensor, mask: Tensor, weight: Tensor, smoothing: float
+) -> Tensor:
     """Cross-entropy from cloning's target to the policy, each decision weighted by the rarity of the rule's action
     there (``weight[action]``). The target is the rule's action, or with ``smoothing`` > 0 that share of it spread
     evenly over the decision's valid actions (``mask``) and the rest on the rule's: a clone that keeps sampling the
@@ -106,26 +128,50 @@ def cloning_loss(logits: Tensor, actions: Tensor, mask: Tensor, weight: Tensor, 
     return -(weight[actions] * log_target).mean()
 
 
-def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_state: State, act: RuleActions,
-               cfg: Config, generator: torch.Generator) -> tuple[list[dict], Observation, State]:
+def clone_rule(
+    model: nn.Module,
+    env: BatchedOptionsEnv,
+    obs: Observation,
+    lstm_state: State,
+    act: RuleActions,
+    cfg: Config,
+    generator: torch.Generator,
+) -> tuple[list[dict], Observation, State]:
     """Fit ``model`` to the rule ``act`` on the training env's copies, from ``obs``, in float32; one record per
     rollout (the share of its decisions the model's greedy choice matched before fitting on it, the median
     probability it gave the rule's action, the cross-entropy after). Returns the records and where the env and
     LSTM 2 state stand."""
     p = cfg.ppo
     precision = Precision(obs.row.device, "fp32")
-    storage = RolloutStorage(p.num_steps, env.num_envs, obs.portfolio.shape[-1], env.actions.n, obs.row.device,
-                             **credit_settings(cfg))  # the critic learns the returns PPO will give it
+    storage = RolloutStorage(
+        p.num_steps,
+        env.num_envs,
+        obs.portfolio.shape[-1],
+        env.actions.n,
+        obs.row.device,
+        **credit_settings(cfg),
+    )  # the critic learns the returns PPO will give it
     params = [q for q in model.parameters() if q.requires_grad]
     optimizer = torch.optim.Adam(params, lr=cfg.prior.lr)
     per_batch = max(1, env.num_envs // p.num_minibatches)
     history = []
     for rollout in range(cfg.prior.rollouts):
-        obs, lstm_state = collect(model, env, storage, obs, lstm_state, precision, p, None,
-                                  act=lambda o: act(o.portfolio, o.mask, o.row))
+        obs, lstm_state = collect(
+            model,
+            env,
+            storage,
+            obs,
+            lstm_state,
+            precision,
+            p,
+            None,
+            act=lambda o: act(o.portfolio, o.mask, o.row),
+        )
         env.take_episode_sums()  # the rule's episodes are not the agent's: the training log starts after cloning
         with torch.no_grad():
-            logits, _ = _sequence_forward(model, env.market_windows, storage, torch.arange(env.num_envs), precision)
+            logits, _ = _sequence_forward(
+                model, env.market_windows, storage, torch.arange(env.num_envs), precision
+            )
             matched = float((logits.argmax(-1) == storage.actions).float().mean())
             p_rule = float(action_logprob(logits, storage.actions).exp().median())
         record = {"rollout": rollout, "matched": matched, "p_rule": p_rule}
@@ -135,13 +181,22 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
         # Each action the rule took weighs as much as any other: a rule that sells once a month and holds between
         # would otherwise be cloned as "always hold", right on 95% of the decisions and useless.
         taken = torch.bincount(storage.actions.flatten(), minlength=env.actions.n).float()
-        weight = torch.where(taken > 0, taken.sum() / (taken * (taken > 0).sum()), torch.zeros_like(taken))
+        weight = torch.where(
+            taken > 0, taken.sum() / (taken * (taken > 0).sum()), torch.zeros_like(taken)
+        )
         for _ in range(cfg.prior.epochs):
             order = torch.randperm(env.num_envs, generator=generator).to(obs.row.device)
             for idx in order.split(per_batch):
-                logits, values = _sequence_forward(model, env.market_windows, storage, idx, precision)
-                cross_entropy = cloning_loss(logits, storage.actions[:, idx], storage.mask[:, idx], weight,
-                                             cfg.prior.smoothing)
+                logits, values = _sequence_forward(
+                    model, env.market_windows, storage, idx, precision
+                )
+                cross_entropy = cloning_loss(
+                    logits,
+                    storage.actions[:, idx],
+                    storage.mask[:, idx],
+                    weight,
+                    cfg.prior.smoothing,
+                )
                 value_loss = 0.5 * ((values - storage.returns[:, idx]) ** 2).mean()
                 loss = cross_entropy + p.vf_coef * value_loss
                 optimizer.zero_grad(set_to_none=True)
@@ -155,8 +210,14 @@ def clone_rule(model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_
 class RulePrior:
     """The rule a run starts from, and its penalty in every update (``prior.kl``)."""
 
-    def __init__(self, data: MarketData, cfg: Config, device: torch.device, env_data: MarketData | None = None,
-                 scaled: ScaledRule | None = None):
+    def __init__(
+        self,
+        data: MarketData,
+        cfg: Config,
+        device: torch.device,
+        env_data: MarketData | None = None,
+        scaled: ScaledRule | None = None,
+    ):
         """``data``: where the rule is picked (the real training years); ``env_data``: the training env's bars, when
         they are more (``data.augment``), which a gate is read on. ``scaled``: a ``scale`` agent's rule, whose 1x
         is the prior (the rule as it is, at every decision), picked when the run started."""
@@ -172,17 +233,29 @@ class RulePrior:
     def describe(self) -> str:
         if self.scaled is not None:
             return f"prior: 1x {self.scaled.name} (agent.actions scale: the rule as it is)"
-        return (f"prior: {self.pick.name}, the best {self.pick.metric} ({self.pick.score:.3f}) of {self.pick.tried} "
-                f"fixed rules on {self.pick.split} {self.pick.walked}")
+        return (
+            f"prior: {self.pick.name}, the best {self.pick.metric} ({self.pick.score:.3f}) of {self.pick.tried} "
+            f"fixed rules on {self.pick.split} {self.pick.walked}"
+        )
 
-    def clone(self, model: nn.Module, env: BatchedOptionsEnv, obs: Observation, lstm_state: State,
-              generator: torch.Generator) -> tuple[str, Observation, State]:
+    def clone(
+        self,
+        model: nn.Module,
+        env: BatchedOptionsEnv,
+        obs: Observation,
+        lstm_state: State,
+        generator: torch.Generator,
+    ) -> tuple[str, Observation, State]:
         """Clone the rule into ``model``; a line saying how far it got, and where the env and LSTM 2 stand."""
-        history, obs, lstm_state = clone_rule(model, env, obs, lstm_state, self.act, self.cfg, generator)
+        history, obs, lstm_state = clone_rule(
+            model, env, obs, lstm_state, self.act, self.cfg, generator
+        )
         last = history[-1]
-        line = (f"{self.describe()}; behaviour cloning matched {last['matched']:.1%} of a fresh rollout's decisions "
-                f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.prior.accuracy:.0%}), the rule's "
-                f"action at median probability {last['p_rule']:.3f}")
+        line = (
+            f"{self.describe()}; behaviour cloning matched {last['matched']:.1%} of a fresh rollout's decisions "
+            f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.prior.accuracy:.0%}), the rule's "
+            f"action at median probability {last['p_rule']:.3f}"
+        )
         return line, obs, lstm_state
 
     def fill(self, storage: RolloutStorage, env_steps: int, planned_steps: int) -> float:

@@ -1,4 +1,5 @@
 """--pretraining: fit LSTM 1 + MLP with a head that predicts the next bar's return on the training split."""
+
 from __future__ import annotations
 
 import torch
@@ -10,8 +11,13 @@ from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.windows import MarketWindows
 
 
-def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: MarketData, cfg: PretrainConfig,
-                     generator: torch.Generator) -> list[dict[str, float]]:
+def pretrain_encoder(
+    encoder: MarketEncoder,
+    windows: MarketWindows,
+    data: MarketData,
+    cfg: PretrainConfig,
+    generator: torch.Generator,
+) -> list[dict[str, float]]:
     """Train ``encoder`` in place; returns one record per epoch: train MSE and the predict-zero MSE.
 
     Targets are the normalised log return of bar t+1; windows end at bar t, both inside the training split.
@@ -39,5 +45,7 @@ def pretrain_encoder(encoder: MarketEncoder, windows: MarketWindows, data: Marke
             nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             total += loss.detach() * len(batch)
-        history.append({"epoch": epoch + 1, "mse": float(total) / len(rows), "predict_zero_mse": baseline})
+        history.append(
+            {"epoch": epoch + 1, "mse": float(total) / len(rows), "predict_zero_mse": baseline}
+        )
     return history

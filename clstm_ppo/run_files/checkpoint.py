@@ -5,6 +5,7 @@ A checkpoint is one torch file holding everything a resume needs, as plain data
 Files are written to a temporary name in the same folder, fsynced, then renamed
 over the target, so a crash mid-write never leaves a damaged checkpoint.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,9 +46,15 @@ def atomic_save(obj: Any, path: Path) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)  # atomic on POSIX and Windows
     except OSError as err:
-        kept = f"the previous {path.name} is untouched" if path.exists() else f"no {path.name} was written"
-        raise CheckpointError(f"could not write checkpoint {path} ({err.strerror or err}); {kept}; free disk space "
-                              "or choose another --checkpoint-dir, then continue with --resume-from latest") from None
+        kept = (
+            f"the previous {path.name} is untouched"
+            if path.exists()
+            else f"no {path.name} was written"
+        )
+        raise CheckpointError(
+            f"could not write checkpoint {path} ({err.strerror or err}); {kept}; free disk space "
+            "or choose another --checkpoint-dir, then continue with --resume-from latest"
+        ) from None
     finally:
         with contextlib.suppress(OSError):  # nothing to remove, or the folder itself is unusable
             tmp.unlink()
@@ -68,9 +75,13 @@ def read_torch_file(path: Path, what: str, missing: str, corrupt: str) -> Any:
     except pickle.UnpicklingError as err:
         if "Weights only load failed" in str(err):  # refused before any object was built
             raise CheckpointError(refusal_line(path, what, str(err))) from None
-        raise CheckpointError(f"{what} {path} is truncated or corrupt ({first_line(err, 120)}); {corrupt}") from None
+        raise CheckpointError(
+            f"{what} {path} is truncated or corrupt ({first_line(err, 120)}); {corrupt}"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise CheckpointError(f"{what} {path} is truncated or corrupt ({first_line(err, 120)}); {corrupt}") from None
+        raise CheckpointError(
+            f"{what} {path} is truncated or corrupt ({first_line(err, 120)}); {corrupt}"
+        ) from None
 
 
 def resolve_resume(choice: str, run_dir: Path) -> Path:
@@ -81,8 +92,10 @@ def resolve_resume(choice: str, run_dir: Path) -> Path:
     path = Path(choice)
     if path.suffix == ".pt" or path.exists():
         return path
-    raise CheckpointError(f"--resume-from {choice!r} is neither a checkpoint file nor one of: "
-                          f"{', '.join(RESUME_CHOICES)}")
+    raise CheckpointError(
+        f"--resume-from {choice!r} is neither a checkpoint file nor one of: "
+        f"{', '.join(RESUME_CHOICES)}"
+    )
 
 
 def _write_failure(fh: Any, err: RuntimeError) -> str:
@@ -127,7 +140,9 @@ class CheckpointManager:
     def __init__(self, run_dir: Path, keep_last: int):
         self.run_dir, self.keep_last = run_dir, keep_last
 
-    def save(self, state: dict[str, Any], periodic: int | None = None, best: tuple[str, ...] = ()) -> Path:
+    def save(
+        self, state: dict[str, Any], periodic: int | None = None, best: tuple[str, ...] = ()
+    ) -> Path:
         """latest.pt, and as other names of that one file (one write at 65,536 copies' hundreds of MB, not one per
         name) update_<periodic>.pt and best_<metric>.pt of each metric in ``best``; returns latest.pt's path."""
         latest = self.run_dir / "latest.pt"
@@ -159,8 +174,10 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         except BlockingIOError:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
-            raise CheckpointError(f"{run_dir} is in use by a training process ({holder}); wait for it to finish "
-                                  "or stop it, or train into another folder with --run-name") from None
+            raise CheckpointError(
+                f"{run_dir} is in use by a training process ({holder}); wait for it to finish "
+                "or stop it, or train into another folder with --run-name"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")

@@ -5,6 +5,7 @@ A run folder holds only what training writes there (checkpoints, the lock, confi
 TensorBoard's files) and the reports the end of a run suggests writing beside them; --fresh-start moves such a
 folder aside and refuses any other, so a name can never move a folder of someone's own files.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,11 +18,24 @@ from clstm_ppo.config import ConfigError, with_defaults_at
 from clstm_ppo.run_files.checkpoint import BEST_METRICS
 
 # Every file name training (and the evaluate command its farewell suggests) writes into a run folder.
-RUN_FILES = re.compile("|".join([
-    r"\.lock", r"config\.yaml", r"metrics\.jsonl(\.tmp)?", r"metrics\.dropped-[0-9-]+\.jsonl",
-    r"pretrain_loss\.csv", r"wandb_run_id", r"latest\.pt", rf"best_({'|'.join(BEST_METRICS)})\.pt",
-    r"update_\d+\.pt", r"\..+\.tmp-\d+", r"test_equity\.png", r"test_report\.json",
-]))
+RUN_FILES = re.compile(
+    "|".join(
+        [
+            r"\.lock",
+            r"config\.yaml",
+            r"metrics\.jsonl(\.tmp)?",
+            r"metrics\.dropped-[0-9-]+\.jsonl",
+            r"pretrain_loss\.csv",
+            r"wandb_run_id",
+            r"latest\.pt",
+            rf"best_({'|'.join(BEST_METRICS)})\.pt",
+            r"update_\d+\.pt",
+            r"\..+\.tmp-\d+",
+            r"test_equity\.png",
+            r"test_report\.json",
+        ]
+    )
+)
 WANDB_FOLDER = "wandb"  # wandb.init(dir=run_folder) keeps its files here
 TENSORBOARD_FILE = re.compile(r"events\.out\.tfevents\..+")
 
@@ -43,21 +57,26 @@ def foreign_entry(run_dir: Path) -> str | None:
 
 def _is_tensorboard_folder(folder: Path) -> bool:
     files = list(folder.iterdir())
-    return bool(files) and all(f.is_file() and not f.is_symlink() and TENSORBOARD_FILE.fullmatch(f.name)
-                               for f in files)
+    return bool(files) and all(
+        f.is_file() and not f.is_symlink() and TENSORBOARD_FILE.fullmatch(f.name) for f in files
+    )
 
 
 def check_fresh_start(run_dir: Path) -> None:
     """Before anything is touched: ``run_dir`` is a run folder of this project (or absent), else one line."""
     if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
-        raise ConfigError(f"--fresh-start: {run_dir} is not a run folder (a file or a link); --fresh-start moves "
-                          "only a folder training wrote: pick another --run-name")
+        raise ConfigError(
+            f"--fresh-start: {run_dir} is not a run folder (a file or a link); --fresh-start moves "
+            "only a folder training wrote: pick another --run-name"
+        )
     if not run_dir.is_dir():
         return
     foreign = foreign_entry(run_dir)
     if foreign is not None:
-        raise ConfigError(f"--fresh-start: {run_dir} holds '{foreign}', which training never writes, so it is not "
-                          "a run folder and was left as it is; move that out of it or pick another --run-name")
+        raise ConfigError(
+            f"--fresh-start: {run_dir} holds '{foreign}', which training never writes, so it is not "
+            "a run folder and was left as it is; move that out of it or pick another --run-name"
+        )
 
 
 def move_aside(run_dir: Path) -> Path | None:
@@ -82,14 +101,18 @@ def check_writable_folder(folder: Path, flag: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ConfigError(f"{flag} {folder}: {existing} is a file, not a folder; pass a folder (it is made if "
-                          "missing)")
+        raise ConfigError(
+            f"{flag} {folder}: {existing} is a file, not a folder; pass a folder (it is made if "
+            "missing)"
+        )
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as err:
-        raise ConfigError(f"{flag} {folder}: cannot write in {existing} ({err.strerror or err}); choose a folder "
-                          "you can write to") from None
+        raise ConfigError(
+            f"{flag} {folder}: cannot write in {existing} ({err.strerror or err}); choose a folder "
+            "you can write to"
+        ) from None
 
 
 def remove_if_empty(run_dir: Path) -> None:

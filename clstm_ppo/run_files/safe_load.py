@@ -6,6 +6,7 @@ building it. Such a file is either one written before checkpoints were plain dat
 step converts it) or one that names some other object (a class, a function: a crafted file can make unpickling
 call anything). torch lists the objects a file names without building any of them, which tells the two apart.
 """
+
 from __future__ import annotations
 
 import pickletools
@@ -44,7 +45,9 @@ def named_objects(path: Path, refusal: str) -> list[str]:
             continue
         if found:
             return found
-    return re.findall(r"GLOBAL (\S+) was not an allowed global", refusal)[:1] or ["an unknown object"]
+    return re.findall(r"GLOBAL (\S+) was not an allowed global", refusal)[:1] or [
+        "an unknown object"
+    ]
 
 
 def refusal_line(path: Path, what: str, refusal: str) -> str:
@@ -52,12 +55,16 @@ def refusal_line(path: Path, what: str, refusal: str) -> str:
     objects = named_objects(path, refusal)
     foreign = [name for name in objects if not name.startswith("numpy.")]
     if not foreign:
-        return (f"{what} {path} holds numpy arrays, as clstm_ppo files written before checkpoints were plain data "
-                f"did; only an explicit step reads those (a full unpickle, which can run code): if you trust the "
-                f"file, convert it once with `{MIGRATE} {path} NEW.pt --trust` and use NEW.pt")
-    return (f"{what} {path} holds a Python object no clstm_ppo file holds ({foreign[0]}) and was refused unread, "
-            f"since loading it could run code; if you trust its source and it is an older clstm_ppo file, "
-            f"`{MIGRATE} {path} NEW.pt --trust` converts it")
+        return (
+            f"{what} {path} holds numpy arrays, as clstm_ppo files written before checkpoints were plain data "
+            f"did; only an explicit step reads those (a full unpickle, which can run code): if you trust the "
+            f"file, convert it once with `{MIGRATE} {path} NEW.pt --trust` and use NEW.pt"
+        )
+    return (
+        f"{what} {path} holds a Python object no clstm_ppo file holds ({foreign[0]}) and was refused unread, "
+        f"since loading it could run code; if you trust its source and it is an older clstm_ppo file, "
+        f"`{MIGRATE} {path} NEW.pt --trust` converts it"
+    )
 
 
 def as_plain_data(value: Any, where: str = "") -> Any:
@@ -70,10 +77,14 @@ def as_plain_data(value: Any, where: str = "") -> Any:
         return value if all(plain[k] is v for k, v in value.items()) else plain
     if isinstance(value, (list, tuple)):
         plain = [as_plain_data(v, f"{where}{i}.") for i, v in enumerate(value)]
-        return value if all(p is v for p, v in zip(plain, value, strict=True)) else type(value)(plain)
+        return (
+            value if all(p is v for p, v in zip(plain, value, strict=True)) else type(value)(plain)
+        )
     if isinstance(value, np.ndarray):
         if value.dtype == object:
-            raise TypeError(f"'{where.rstrip('.')}' is a numpy array of Python objects, which is not data")
+            raise TypeError(
+                f"'{where.rstrip('.')}' is a numpy array of Python objects, which is not data"
+            )
         return torch.from_numpy(np.ascontiguousarray(value).copy())
     if isinstance(value, np.generic):
         return value.item()

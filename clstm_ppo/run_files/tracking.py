@@ -1,5 +1,6 @@
 """Where a run reports: console (tqdm bar and the episode line), metrics.jsonl, and optionally wandb and
 TensorBoard."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,12 +34,21 @@ def start_wandb(run_dir: Path, project: str, run_name: str, config: dict[str, An
     id_file = run_dir / WANDB_ID_FILE
     run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
     try:
-        run = wandb.init(project=project, name=run_name, config=config, dir=str(run_dir), id=run_id, resume="allow")
+        run = wandb.init(
+            project=project,
+            name=run_name,
+            config=config,
+            dir=str(run_dir),
+            id=run_id,
+            resume="allow",
+        )
     except wandb.errors.Error as err:
         reason = first_line(err).rstrip(".")
-        raise ConfigError(f"--wandb could not start a W&B run ({reason}): log in with `wandb login` "
-                          "(or set WANDB_API_KEY), or set WANDB_MODE=offline to log locally and `wandb sync` "
-                          "the run folder later") from None
+        raise ConfigError(
+            f"--wandb could not start a W&B run ({reason}): log in with `wandb login` "
+            "(or set WANDB_API_KEY), or set WANDB_MODE=offline to log locally and `wandb sync` "
+            "the run folder later"
+        ) from None
     id_file.write_text(run_id)
     return run
 
@@ -48,13 +58,16 @@ def start_tensorboard(folder: str) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
     except ImportError as err:
-        raise ConfigError(f"--tensorboard needs the tensorboard package ({first_line(err)}): "
-                          "pip install tensorboard") from None
+        raise ConfigError(
+            f"--tensorboard needs the tensorboard package ({first_line(err)}): "
+            "pip install tensorboard"
+        ) from None
     try:
         return SummaryWriter(log_dir=folder)
     except OSError as err:
-        raise ConfigError(f"--tensorboard {folder}: cannot write there ({err.strerror}); "
-                          "choose another folder") from None
+        raise ConfigError(
+            f"--tensorboard {folder}: cannot write there ({err.strerror}); choose another folder"
+        ) from None
 
 
 def tidy_metrics(path: Path, up_to_step: int) -> str | None:
@@ -86,14 +99,18 @@ def tidy_metrics(path: Path, up_to_step: int) -> str | None:
         aside = path.with_name(f"metrics.dropped-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
         counter = 1
         while aside.exists():
-            aside = path.with_name(f"metrics.dropped-{time.strftime('%Y%m%d-%H%M%S')}-{counter}.jsonl")
+            aside = path.with_name(
+                f"metrics.dropped-{time.strftime('%Y%m%d-%H%M%S')}-{counter}.jsonl"
+            )
             counter += 1
         tmp = aside.with_name(aside.name + ".tmp")
         tmp.write_text("".join(dropped))
         tmp.replace(aside)  # kept before metrics.jsonl loses them
         last = json.loads(dropped[-1]).get("step", 0)
-        kept_aside = (f"moved {len(dropped)} record(s) past step {up_to_step:,} (to step {last:,}), logged after the "
-                      f"checkpoint this resume starts from and trained again now, to {aside.name}")
+        kept_aside = (
+            f"moved {len(dropped)} record(s) past step {up_to_step:,} (to step {last:,}), logged after the "
+            f"checkpoint this resume starts from and trained again now, to {aside.name}"
+        )
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(kept))
     tmp.replace(path)
@@ -104,32 +121,58 @@ def tidy_metrics(path: Path, up_to_step: int) -> str | None:
 class Tracker:
     """Rank 0's reporting; other ranks never build one."""
 
-    def __init__(self, run_dir: Path, total_steps: int | None, config: dict[str, Any], use_wandb: bool,
-                 wandb_project: str, run_name: str, initial_steps: int = 0, tensorboard: str = "",
-                 progress: bool = True):
+    def __init__(
+        self,
+        run_dir: Path,
+        total_steps: int | None,
+        config: dict[str, Any],
+        use_wandb: bool,
+        wandb_project: str,
+        run_name: str,
+        initial_steps: int = 0,
+        tensorboard: str = "",
+        progress: bool = True,
+    ):
         # W&B and TensorBoard first: when one cannot start, nothing else has been opened or drawn.
         self.wandb = start_wandb(run_dir, wandb_project, run_name, config) if use_wandb else None
         self.tensorboard = start_tensorboard(tensorboard) if tensorboard else None
         tidied = tidy_metrics(run_dir / "metrics.jsonl", initial_steps) if initial_steps else None
         self.jsonl = open(run_dir / "metrics.jsonl", "a", buffering=1)
         interactive = sys.stderr.isatty()  # in a log file, redraw the bar rarely
-        self.bar = tqdm(total=total_steps, initial=initial_steps, unit="step", dynamic_ncols=True,
-                        desc="train", smoothing=0.1, mininterval=0.5 if interactive else 30.0, disable=not progress)
+        self.bar = tqdm(
+            total=total_steps,
+            initial=initial_steps,
+            unit="step",
+            dynamic_ncols=True,
+            desc="train",
+            smoothing=0.1,
+            mininterval=0.5 if interactive else 30.0,
+            disable=not progress,
+        )
         self.started = time.time()
         if tidied:
             self.write(tidied)
 
     def log(self, kind: str, step: int, values: dict[str, Any]) -> None:
-        record = {"kind": kind, "step": step, "time": round(time.time() - self.started, 3),
-                  **{k: _clean(v) for k, v in values.items()}}
+        record = {
+            "kind": kind,
+            "step": step,
+            "time": round(time.time() - self.started, 3),
+            **{k: _clean(v) for k, v in values.items()},
+        }
         try:
             self.jsonl.write(strict_json(record) + "\n")
         except OSError as err:
             # a full disk or a file-size limit: one line, and the checkpoints stay whole
-            raise ConfigError(f"could not write {self.jsonl.name} ({err.strerror or err}); latest.pt holds the last "
-                              "finished update; free disk space, then continue with --resume-from latest") from None
-        numbers = {f"{kind}/{k}": v for k, v in values.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            raise ConfigError(
+                f"could not write {self.jsonl.name} ({err.strerror or err}); latest.pt holds the last "
+                "finished update; free disk space, then continue with --resume-from latest"
+            ) from None
+        numbers = {
+            f"{kind}/{k}": v
+            for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         if self.wandb is not None:
             self.wandb.log(numbers, step=step)
         if self.tensorboard is not None:

@@ -14,6 +14,7 @@ feature of its own) and normalised with the REAL training split's statistics. Sh
 turbulence the trading rule reads (one (T,) series per MarketData: the real market's) and its threshold, and,
 for generated paths and other underlyings, the risk-free rate of each date (a bootstrapped bar keeps its own).
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -75,29 +76,38 @@ def check_prices(close: np.ndarray, real_vol: float, what: str) -> None:
         i = int(np.argmax(bad.any(axis=1)))
         finite = moved[i][np.isfinite(moved[i])]
         far = finite[np.argmax(np.abs(finite))] if finite.size else np.nan
-        raise ConfigError(f"{what}: generated path {i}'s close reaches {np.exp(far):.3g} times its first over "
-                          f"{close.shape[1]:,} bars, past {np.exp(-limit):.3g}..{np.exp(limit):.3g} ({DRIFT_SIGMAS:g} "
-                          "standard deviations of a random walk at the real training volatility): the generator's "
-                          "returns drift; check its report (python -m clstm_ppo.scenarios report) and train it "
-                          "longer, or use data.augment_source=fhs")
+        raise ConfigError(
+            f"{what}: generated path {i}'s close reaches {np.exp(far):.3g} times its first over "
+            f"{close.shape[1]:,} bars, past {np.exp(-limit):.3g}..{np.exp(limit):.3g} ({DRIFT_SIGMAS:g} "
+            "standard deviations of a random walk at the real training volatility): the generator's "
+            "returns drift; check its report (python -m clstm_ppo.scenarios report) and train it "
+            "longer, or use data.augment_source=fhs"
+        )
 
 
-def _path_frames(gen: FittedGenerator, real: MarketData, paths: int, seed: int, warm: int,
-                 what: str) -> list[pd.DataFrame]:
+def _path_frames(
+    gen: FittedGenerator, real: MarketData, paths: int, seed: int, warm: int, what: str
+) -> list[pd.DataFrame]:
     """One loader table per path: ``warm`` business days of warm-up before the real first date, then the real
     dates, starting from the real first bar's close (and volume, iv)."""
     start = {k: float(real.bars[k][0, 0]) for k in ("close", "volume", "iv") if k in real.bars}
     length = warm + len(real.dates)
     # from random training bars' states: the pool's paths are as long as the whole real history
-    bars = gen.sample_features(paths, length, None, seed, labels=_labels(gen, real, paths, warm), start="random")
+    bars = gen.sample_features(
+        paths, length, None, seed, labels=_labels(gen, real, paths, warm), start="random"
+    )
     prices = reconstruct(bars, gen.feature_names, start)
     real_close = split_bars(real, "train")["close"]
-    check_prices(np.asarray(prices["close"]), float(np.std(np.diff(np.log(real_close), axis=1))), what)
+    check_prices(
+        np.asarray(prices["close"]), float(np.std(np.diff(np.log(real_close), axis=1))), what
+    )
     dates = path_dates(real, warm)
     rate = real_rates(real, warm)  # the real day's rate: the same days, the same money market
     frames = []
     for i in range(paths):
-        cols = {k: prices[k][i] for k in ("open", "high", "low", "close", "volume", "iv") if k in prices}
+        cols = {
+            k: prices[k][i] for k in ("open", "high", "low", "close", "volume", "iv") if k in prices
+        }
         frame = pd.DataFrame({"date": dates, **cols})
         if rate is not None:
             frame["rate"] = rate
@@ -117,8 +127,10 @@ def _bar(one: MarketData, key: str) -> np.ndarray:
 def _on_real_dates(built: MarketData, real: MarketData, symbol: str) -> np.ndarray:
     rows = built.dates.get_indexer(real.dates)
     if (rows < 0).any():
-        raise DataError(f"augmentation: generated path {symbol} lacks {int((rows < 0).sum())} of the real dates "
-                        "after its warm-up; raise the warm-up (scenarios/augment.py)")
+        raise DataError(
+            f"augmentation: generated path {symbol} lacks {int((rows < 0).sum())} of the real dates "
+            "after its warm-up; raise the warm-up (scenarios/augment.py)"
+        )
     return rows
 
 
@@ -127,13 +139,17 @@ def check_fitted_before(gen: FittedGenerator, real: MarketData, what: str) -> No
     the years the run is validated and tested on (a walk-forward fold needs a generator of its own training years)."""
     fitted_to, train_last = gen.data.get("train_last"), real.split_dates("train")[1]
     if fitted_to and pd.Timestamp(fitted_to) > train_last:
-        raise ConfigError(f"{what}: the generator was fitted on bars up to {fitted_to}, after this run's training "
-                          f"split ends ({train_last.date()}), so its paths would carry the years this run is "
-                          "validated and tested on; fit one on this run's training years (python -m "
-                          "clstm_ppo.scenarios train with this run's data settings)")
+        raise ConfigError(
+            f"{what}: the generator was fitted on bars up to {fitted_to}, after this run's training "
+            f"split ends ({train_last.date()}), so its paths would carry the years this run is "
+            "validated and tested on; fit one on this run's training years (python -m "
+            "clstm_ppo.scenarios train with this run's data settings)"
+        )
 
 
-def pool_tables(real: MarketData, cfg: Config, warm: int, generator: FittedGenerator | None = None) -> list[PathTable]:
+def pool_tables(
+    real: MarketData, cfg: Config, warm: int, generator: FittedGenerator | None = None
+) -> list[PathTable]:
     """The pool's loader tables from ``data.augment_source``, on the real dates after ``warm`` warm-up days."""
     d = cfg.data
     if d.augment_source == "bootstrap":
@@ -146,20 +162,31 @@ def pool_tables(real: MarketData, cfg: Config, warm: int, generator: FittedGener
     check_fits(gen, real, f"data.augment_checkpoint {d.augment_checkpoint}")
     check_fitted_before(gen, real, f"data.augment_checkpoint {d.augment_checkpoint}")
     flags = lambda x: bool(x[0]) if x is not None else False  # noqa: E731 - a generated path trades as the first
-    return [PathTable(frame, flags(real.broad_index), flags(real.dividend_adjusted))
-            for frame in _path_frames(gen, real, d.augment_paths, cfg.seed, warm,
-                                      f"data.augment_checkpoint {d.augment_checkpoint}")]
+    return [
+        PathTable(frame, flags(real.broad_index), flags(real.dividend_adjusted))
+        for frame in _path_frames(
+            gen,
+            real,
+            d.augment_paths,
+            cfg.seed,
+            warm,
+            f"data.augment_checkpoint {d.augment_checkpoint}",
+        )
+    ]
 
 
 def _with_model_iv(one: MarketData, cfg: Config) -> MarketData:
     """A path without an implied-vol column beside real data with one: the model's, as a column (in the column's
     variance-swap terms, which the market scales to at-the-money), so every underlying's is read one way."""
     iv = market_inputs(one, replace(cfg.market, iv_source="model")).iv_close / cfg.market.atm_per_iv
-    return replace(one, bars={**one.bars, "iv": iv, "iv_open": np.concatenate([iv[:, :1], iv[:, :-1]], axis=1)})
+    return replace(
+        one, bars={**one.bars, "iv": iv, "iv_open": np.concatenate([iv[:, :1], iv[:, :-1]], axis=1)}
+    )
 
 
-def augmented_data(real: MarketData, cfg: Config,
-                   generator: FittedGenerator | None = None) -> tuple[MarketData, list[float]]:
+def augmented_data(
+    real: MarketData, cfg: Config, generator: FittedGenerator | None = None
+) -> tuple[MarketData, list[float]]:
     """The training env's data (real underlyings, then the pool's paths on the same dates) and the symbol weights
     that give the pool total chance ``data.augment`` at a random start."""
     d = cfg.data
@@ -175,12 +202,24 @@ def augmented_data(real: MarketData, cfg: Config,
             file = Path(folder) / f"{symbol}.parquet"
             table.frame.to_parquet(file, index=False)
             # the path's bars annualise as the real ones do (its warm-up days would not move a daily clock)
-            one = build_market_data(replace(d, source=str(file), symbols=None, train_end=train_last,
-                                            val_end=val_last, augment=0.0, augment_checkpoint="",
-                                            periods_per_year=real.periods_per_year),
-                                    normalizer=real.normalizer)
-            one = replace(one, dividend_adjusted=np.array([table.dividend_adjusted]),
-                          broad_index=np.array([table.broad_index]))
+            one = build_market_data(
+                replace(
+                    d,
+                    source=str(file),
+                    symbols=None,
+                    train_end=train_last,
+                    val_end=val_last,
+                    augment=0.0,
+                    augment_checkpoint="",
+                    periods_per_year=real.periods_per_year,
+                ),
+                normalizer=real.normalizer,
+            )
+            one = replace(
+                one,
+                dividend_adjusted=np.array([table.dividend_adjusted]),
+                broad_index=np.array([table.broad_index]),
+            )
             if "iv" in real.bars and "iv" not in one.bars:
                 one = _with_model_iv(one, cfg)
             one = add_observed_features(one, d, cfg.market, real.normalizer)
@@ -190,14 +229,21 @@ def augmented_data(real: MarketData, cfg: Config,
         return np.concatenate([real_rows, *[pick(one)[:, rows] for one, rows in built]], axis=0)
 
     def flags(real_flags: np.ndarray | None, name: str) -> np.ndarray | None:
-        return None if real_flags is None else np.concatenate([real_flags, [getattr(t, name) for t in tables]])
+        return (
+            None
+            if real_flags is None
+            else np.concatenate([real_flags, [getattr(t, name) for t in tables]])
+        )
 
-    data = replace(real, symbols=[*real.symbols, *symbols],
-                   features=stack(real.features, lambda one: one.features),
-                   raw_features=stack(real.raw_features, lambda one: one.raw_features),
-                   bars={k: stack(v, lambda one, k=k: _bar(one, k)) for k, v in real.bars.items()},
-                   dividend_adjusted=flags(real.dividend_adjusted, "dividend_adjusted"),
-                   broad_index=flags(real.broad_index, "broad_index"))
+    data = replace(
+        real,
+        symbols=[*real.symbols, *symbols],
+        features=stack(real.features, lambda one: one.features),
+        raw_features=stack(real.raw_features, lambda one: one.raw_features),
+        bars={k: stack(v, lambda one, k=k: _bar(one, k)) for k, v in real.bars.items()},
+        dividend_adjusted=flags(real.dividend_adjusted, "dividend_adjusted"),
+        broad_index=flags(real.broad_index, "broad_index"),
+    )
     s, n = len(real.symbols), len(tables)
     weights = [(1.0 - d.augment) / s] * s + [d.augment / n] * n
     return data, weights

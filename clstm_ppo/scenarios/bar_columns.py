@@ -12,6 +12,7 @@ A bar becomes scale-free numbers that need nothing but the previous close to und
 Implied vol is kept as a level, not a change: the generator sees windows of a few dozen bars, and a level keeps a
 252-bar path's vol in the range it learned instead of a random walk that drifts away.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -85,20 +86,27 @@ class Scaler:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "Scaler":
-        return cls(np.asarray(state["mean"], dtype=np.float64), np.asarray(state["std"], dtype=np.float64))
+        return cls(
+            np.asarray(state["mean"], dtype=np.float64), np.asarray(state["std"], dtype=np.float64)
+        )
 
 
 def start_state(data: MarketData, split: str = "train") -> dict[str, float]:
     """Where generated paths start by default: the last bar of ``split`` of the first underlying."""
     _, end = data.splits[split]
-    state = {"close": float(data.bars["close"][0, end - 1]), "date": str(data.dates[end - 1].date())}
+    state = {
+        "close": float(data.bars["close"][0, end - 1]),
+        "date": str(data.dates[end - 1].date()),
+    }
     for key in ("volume", "iv", "rate"):
         if key in data.bars:
             state[key] = float(data.bars[key][0, end - 1])
     return state
 
 
-def reconstruct(features: np.ndarray, names: tuple[str, ...], start: dict[str, float]) -> dict[str, np.ndarray]:
+def reconstruct(
+    features: np.ndarray, names: tuple[str, ...], start: dict[str, float]
+) -> dict[str, np.ndarray]:
     """OHLCV(+iv) arrays (N, L) from raw (unscaled) columns (N, L, F), continuing from ``start``'s close.
 
     Wicks go through abs(): a generator may emit a slightly negative one, and a bar must keep
@@ -108,11 +116,18 @@ def reconstruct(features: np.ndarray, names: tuple[str, ...], start: dict[str, f
     col = {n: x[..., i] for i, n in enumerate(names)}
     log_close = np.log(start["close"]) + np.cumsum(col["ret"], axis=1)
     close = np.exp(log_close)
-    prev = np.exp(np.concatenate([np.full((x.shape[0], 1), np.log(start["close"])), log_close[:, :-1]], axis=1))
+    prev = np.exp(
+        np.concatenate(
+            [np.full((x.shape[0], 1), np.log(start["close"])), log_close[:, :-1]], axis=1
+        )
+    )
     open_ = prev * np.exp(col["gap"])
-    out = {"open": open_, "close": close,
-           "high": np.maximum(open_, close) * np.exp(np.abs(col["up"])),
-           "low": np.minimum(open_, close) * np.exp(-np.abs(col["down"]))}
+    out = {
+        "open": open_,
+        "close": close,
+        "high": np.maximum(open_, close) * np.exp(np.abs(col["up"])),
+        "low": np.minimum(open_, close) * np.exp(-np.abs(col["down"])),
+    }
     if "dvol" in col:
         base = np.log(max(start.get("volume", 1e6), VOLUME_FLOOR))
         out["volume"] = np.exp(base + np.cumsum(col["dvol"], axis=1))
@@ -121,22 +136,34 @@ def reconstruct(features: np.ndarray, names: tuple[str, ...], start: dict[str, f
     return out
 
 
-def paths_frame(prices: dict[str, np.ndarray], start: dict[str, float], first_date: str | None = None,
-                prefix: str = "P") -> pd.DataFrame:
+def paths_frame(
+    prices: dict[str, np.ndarray],
+    start: dict[str, float],
+    first_date: str | None = None,
+    prefix: str = "P",
+) -> pd.DataFrame:
     """One long table (date, symbol, open, high, low, close[, volume][, iv][, rate]) of N paths on business days.
 
     Every path shares the dates, so the loader aligns them as N underlyings. A constant ``rate`` (the start
     state's) is written where the source had one.
     """
     n, length = prices["close"].shape
-    begin = pd.Timestamp(first_date) if first_date else pd.Timestamp(start["date"]) + pd.offsets.BDay(1)
+    begin = (
+        pd.Timestamp(first_date) if first_date else pd.Timestamp(start["date"]) + pd.offsets.BDay(1)
+    )
     dates = pd.bdate_range(begin, periods=length)
     width = len(str(max(n - 1, 1)))
-    frame = pd.DataFrame({
-        "date": np.tile(dates.values, n),
-        "symbol": np.repeat([f"{prefix}{i:0{width}d}" for i in range(n)], length),
-        **{k: prices[k].reshape(-1) for k in ("open", "high", "low", "close", "volume", "iv") if k in prices},
-    })
+    frame = pd.DataFrame(
+        {
+            "date": np.tile(dates.values, n),
+            "symbol": np.repeat([f"{prefix}{i:0{width}d}" for i in range(n)], length),
+            **{
+                k: prices[k].reshape(-1)
+                for k in ("open", "high", "low", "close", "volume", "iv")
+                if k in prices
+            },
+        }
+    )
     if "rate" in start:
         frame["rate"] = start["rate"]
     return frame

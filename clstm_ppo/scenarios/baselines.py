@@ -15,6 +15,7 @@ Each answers ``sample_features(paths, length, regime, seed, start=...)`` like a 
 from the training split's last bar's volatility, as Barone-Adesi et al. start from today's; "random": from random
 training bars') matters only to ``fhs``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,12 +44,26 @@ class GarchT:
     def fit(cls, train_raw: np.ndarray, ret_col: int) -> "GarchT":
         """``train_raw`` (S, T, F): the series of every underlying, fitted as one (joined end to end)."""
         rows = train_raw.reshape(-1, train_raw.shape[-1])
-        res = arch_model(rows[:, ret_col] * PERCENT, mean="Constant", vol="GARCH", p=1, q=1, dist="t",
-                         rescale=False).fit(disp="off")
+        res = arch_model(
+            rows[:, ret_col] * PERCENT,
+            mean="Constant",
+            vol="GARCH",
+            p=1,
+            q=1,
+            dist="t",
+            rescale=False,
+        ).fit(disp="off")
         p = res.params
         order = np.argsort(rows[:, ret_col], kind="stable")
-        return cls(float(p["mu"]), float(p["omega"]), float(p["alpha[1]"]), float(p["beta[1]"]), float(p["nu"]),
-                   rows[order], ret_col)
+        return cls(
+            float(p["mu"]),
+            float(p["omega"]),
+            float(p["alpha[1]"]),
+            float(p["beta[1]"]),
+            float(p["nu"]),
+            rows[order],
+            ret_col,
+        )
 
     def simulate_returns(self, paths: int, length: int, seed: int) -> np.ndarray:
         rng = np.random.default_rng(seed)
@@ -65,8 +80,9 @@ class GarchT:
             out[:, t] = self.mu + shock
         return out[:, BURN:] / PERCENT
 
-    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
-                        start: str = "end") -> np.ndarray:
+    def sample_features(
+        self, paths: int, length: int, regime: str | None = None, seed: int = 0, start: str = "end"
+    ) -> np.ndarray:
         del regime, start  # paths start from the stationary distribution (BURN bars)
         ret = self.simulate_returns(paths, length, seed)
         sorted_ret = self.rows[:, self.ret_col]
@@ -85,11 +101,14 @@ class Bootstrap:
     @classmethod
     def fit(cls, train_raw: np.ndarray, ret_col: int) -> "Bootstrap":
         series = [np.asarray(s, dtype=np.float64) for s in train_raw]
-        blocks = [float(optimal_block_length(s[:, ret_col] ** 2)["stationary"].iloc[0]) for s in series]
+        blocks = [
+            float(optimal_block_length(s[:, ret_col] ** 2)["stationary"].iloc[0]) for s in series
+        ]
         return cls(series, max(float(np.mean(blocks)), 1.0))
 
-    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
-                        start: str = "end") -> np.ndarray:
+    def sample_features(
+        self, paths: int, length: int, regime: str | None = None, seed: int = 0, start: str = "end"
+    ) -> np.ndarray:
         del regime, start
         rng = np.random.default_rng(seed)
         # each path resamples one underlying's history
@@ -123,8 +142,9 @@ class Fhs:
         resid, var, prem = filt.residuals(train_raw)
         return cls(filt, resid, train_raw[..., names.index("ret")].astype(np.float64), var, prem)
 
-    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
-                        start: str = "end") -> np.ndarray:
+    def sample_features(
+        self, paths: int, length: int, regime: str | None = None, seed: int = 0, start: str = "end"
+    ) -> np.ndarray:
         """(N, L, F): each path an underlying (at random), its residual vectors drawn i.i.d. from that underlying's
         training bars (from bar ``window`` on, whose states are whole, as the generators'), the filter run forward."""
         del regime

@@ -7,6 +7,7 @@ generator's proposals (sampling.py): a ``crash`` path is one long crash, its vol
 recursion from the falls the generator draws (docs/SCENARIOS.md). Without one, each bar's regime follows the training
 split's regime-to-regime transition frequencies from the previous bar's own label (FittedGenerator.sample_features).
 """
+
 from __future__ import annotations
 
 import torch

@@ -14,6 +14,7 @@ and the state each bar is drawn in.
 Everything is fitted on the training split; the training rows (their coded residuals and states) are kept so a
 path can start where the training split ended (``start="end"``) or at a random training bar (``"random"``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,11 @@ from clstm_ppo.scenarios.residual_scale import Calibration
 HEAVY = ("gap", "ret", "dvol", "logiv")
 STD_FLOOR = 1e-8
 # where a generated path starts (Transform.start), and how the report says it
-STARTS = {"end": "after the last training bar", "random": "before random training bars",
-          "regime": "after training bars of the requested regime"}
+STARTS = {
+    "end": "after the last training bar",
+    "random": "before random training bars",
+    "regime": "after training bars of the requested regime",
+}
 Marginal = LambertW | QuantileMap
 
 
@@ -44,7 +48,11 @@ def fit_marginal(x: np.ndarray) -> Marginal:
 
 
 def marginal_from_state_dict(state: dict[str, Any]) -> Marginal:
-    return QuantileMap.from_state_dict(state) if state.get("kind") == "quantile" else LambertW.from_state_dict(state)
+    return (
+        QuantileMap.from_state_dict(state)
+        if state.get("kind") == "quantile"
+        else LambertW.from_state_dict(state)
+    )
 
 
 @dataclass
@@ -68,7 +76,9 @@ class ResidualCoder:
         wide = np.full(len(names), np.inf)
         coded = cls(marginals, np.zeros(len(names)), np.ones(len(names)), -wide, wide).encode(rows)
         mean, std = coded.mean(axis=0), np.maximum(coded.std(axis=0), STD_FLOOR)
-        return cls(marginals, mean, std, (coded.min(axis=0) - mean) / std, (coded.max(axis=0) - mean) / std)
+        return cls(
+            marginals, mean, std, (coded.min(axis=0) - mean) / std, (coded.max(axis=0) - mean) / std
+        )
 
     def encode(self, resid: np.ndarray) -> np.ndarray:
         x = np.array(resid, dtype=np.float64)
@@ -85,15 +95,19 @@ class ResidualCoder:
         return x
 
     def state_dict(self) -> dict[str, Any]:
-        return {"marginals": [None if m is None else m.state_dict() for m in self.marginals],
-                **{k: getattr(self, k).tolist() for k in ("mean", "std", "lo", "hi")}}
+        return {
+            "marginals": [None if m is None else m.state_dict() for m in self.marginals],
+            **{k: getattr(self, k).tolist() for k in ("mean", "std", "lo", "hi")},
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "ResidualCoder":
         # "lambert": checkpoints from before the quantile map
         saved = state.get("marginals", state.get("lambert"))
-        return cls([None if s is None else marginal_from_state_dict(s) for s in saved],
-                   *(np.asarray(state[k], dtype=np.float64) for k in ("mean", "std", "lo", "hi")))
+        return cls(
+            [None if s is None else marginal_from_state_dict(s) for s in saved],
+            *(np.asarray(state[k], dtype=np.float64) for k in ("mean", "std", "lo", "hi")),
+        )
 
 
 @dataclass
@@ -118,30 +132,51 @@ class Transform:
         resid, var, prem = filt.residuals(raw)
         # rows that have a full state, as the models see
         coder = ResidualCoder.fit(resid[:, window:], names)
-        out = cls(filt, coder, np.zeros(2), np.ones(2), raw[..., names.index("ret")].astype(np.float64), var, prem,
-                  coder.encode(resid).astype(np.float32))
+        out = cls(
+            filt,
+            coder,
+            np.zeros(2),
+            np.ones(2),
+            raw[..., names.index("ret")].astype(np.float64),
+            var,
+            prem,
+            coder.encode(resid).astype(np.float32),
+        )
         stats = out._state_columns()[:, window:].reshape(-1, 2)
         out.cond_mean, out.cond_std = stats.mean(axis=0), np.maximum(stats.std(axis=0), STD_FLOOR)
         return out
 
     def _state_columns(self) -> np.ndarray:
         """(S, T, 2): each training bar's log variance and the premium of the bar before it."""
-        return np.stack([np.log(self.var[:, :-1]), np.concatenate([self.prem[:, :1], self.prem[:, :-1]], axis=1)],
-                        axis=-1)
+        return np.stack(
+            [
+                np.log(self.var[:, :-1]),
+                np.concatenate([self.prem[:, :1], self.prem[:, :-1]], axis=1),
+            ],
+            axis=-1,
+        )
 
     def training_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Coded residuals (S, T, F) and states (S, T, C) of the training bars; rows before ``window`` are not
         whole and are never drawn."""
         prev = np.concatenate([np.zeros_like(self.coded[:, :1]), self.coded[:, :-1]], axis=1)
-        cond = np.concatenate([(self._state_columns() - self.cond_mean) / self.cond_std, prev], axis=-1)
+        cond = np.concatenate(
+            [(self._state_columns() - self.cond_mean) / self.cond_std, prev], axis=-1
+        )
         return self.coded, cond.astype(np.float32)
 
     @property
     def n_cond(self) -> int:
         return 2 + self.coded.shape[-1]
 
-    def start(self, paths: int, rng: np.random.Generator, how: str = "end",
-              labels: np.ndarray | None = None, regime: int | None = None) -> tuple[FilterState, np.ndarray]:
+    def start(
+        self,
+        paths: int,
+        rng: np.random.Generator,
+        how: str = "end",
+        labels: np.ndarray | None = None,
+        regime: int | None = None,
+    ) -> tuple[FilterState, np.ndarray]:
         """Each path's underlying and state, with the previous bar's coded residuals: after the training split's
         last bar (``end``), before a random training bar (``random``), or after a random training bar that
         ``labels`` (S, T), the training bars' regimes, put in ``regime`` (``regime``: where that regime's real bars
@@ -152,7 +187,7 @@ class Transform:
         if how == "regime":
             if labels is None or regime is None:
                 raise ValueError("start 'regime' needs the training bars' labels and a regime")
-            sym_bar = np.argwhere(np.asarray(labels)[:, self.window - 1:] == regime)
+            sym_bar = np.argwhere(np.asarray(labels)[:, self.window - 1 :] == regime)
             if not len(sym_bar):
                 raise ValueError(f"start 'regime': no training bar is in regime {regime}")
             pick = sym_bar[rng.integers(len(sym_bar), size=paths)]
@@ -160,13 +195,21 @@ class Transform:
             sym, bar = pick[:, 0], pick[:, 1] + self.window
         else:
             sym = rng.integers(n_sym, size=paths)
-            bar = np.full(paths, n_bars) if how == "end" else rng.integers(self.window, n_bars, size=paths)
-        return self.filt.state_at(self.ret, self.var, self.prem, sym, bar), self.coded[sym, bar - 1].copy()
+            bar = (
+                np.full(paths, n_bars)
+                if how == "end"
+                else rng.integers(self.window, n_bars, size=paths)
+            )
+        return self.filt.state_at(self.ret, self.var, self.prem, sym, bar), self.coded[
+            sym, bar - 1
+        ].copy()
 
     def cond(self, state: FilterState, prev: np.ndarray) -> np.ndarray:
         """(N, C) float32 state of each path's next bar, as ``training_rows`` gives for real bars."""
         cols = np.stack([np.log(state.var), state.prem], axis=1)
-        return np.concatenate([(cols - self.cond_mean) / self.cond_std, prev], axis=1).astype(np.float32)
+        return np.concatenate([(cols - self.cond_mean) / self.cond_std, prev], axis=1).astype(
+            np.float32
+        )
 
     def return_residual(self, coded: torch.Tensor) -> torch.Tensor:
         """The return's standardised residual z of coded rows (..., F), in torch (differentiable): what the variance
@@ -175,7 +218,9 @@ class Transform:
         u = coded[..., i] * float(self.coder.std[i]) + float(self.coder.mean[i])
         return self.coder.marginals[i].heavy_torch(u)
 
-    def residuals(self, coded: np.ndarray, state: FilterState, calibration: Calibration | None = None) -> np.ndarray:
+    def residuals(
+        self, coded: np.ndarray, state: FilterState, calibration: Calibration | None = None
+    ) -> np.ndarray:
         """Residual vectors (N, F) of coded rows, the return's scaled by ``calibration`` at the state's variance."""
         resid = self.coder.decode(coded)
         if calibration is not None:
@@ -183,17 +228,33 @@ class Transform:
             resid[:, i] *= calibration.factor(resid[:, i], np.log(state.var))
         return resid
 
-    def step(self, coded: np.ndarray, state: FilterState, calibration: Calibration | None = None) -> np.ndarray:
+    def step(
+        self, coded: np.ndarray, state: FilterState, calibration: Calibration | None = None
+    ) -> np.ndarray:
         """Bars (N, F) from coded residuals (N, F); advances ``state``."""
         return self.filt.step(self.residuals(coded, state, calibration), state)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"filter": self.filt.state_dict(), "coder": self.coder.state_dict(),
-                "cond_mean": self.cond_mean.tolist(), "cond_std": self.cond_std.tolist(),
-                "ret": self.ret, "var": self.var, "prem": self.prem, "coded": self.coded}
+        return {
+            "filter": self.filt.state_dict(),
+            "coder": self.coder.state_dict(),
+            "cond_mean": self.cond_mean.tolist(),
+            "cond_std": self.cond_std.tolist(),
+            "ret": self.ret,
+            "var": self.var,
+            "prem": self.prem,
+            "coded": self.coded,
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "Transform":
-        return cls(BarFilter.from_state_dict(state["filter"]), ResidualCoder.from_state_dict(state["coder"]),
-                   np.asarray(state["cond_mean"]), np.asarray(state["cond_std"]), np.asarray(state["ret"]),
-                   np.asarray(state["var"]), np.asarray(state["prem"]), np.asarray(state["coded"]))
+        return cls(
+            BarFilter.from_state_dict(state["filter"]),
+            ResidualCoder.from_state_dict(state["coder"]),
+            np.asarray(state["cond_mean"]),
+            np.asarray(state["cond_std"]),
+            np.asarray(state["ret"]),
+            np.asarray(state["var"]),
+            np.asarray(state["prem"]),
+            np.asarray(state["coded"]),
+        )

@@ -18,6 +18,7 @@ state and not only a drift, and any path length keeps the volatility inside its 
 variance is kept within the training split's filtered range, so no path's volatility runs away or dies out
 (docs/SCENARIOS.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -46,12 +47,28 @@ class Garch:
 
     @classmethod
     def fit(cls, ret: np.ndarray, asymmetric: bool = True) -> "Garch":
-        res = arch_model(np.asarray(ret, dtype=np.float64) * PERCENT, mean="Constant", vol="GARCH", p=1,
-                         o=int(asymmetric), q=1, dist="normal", rescale=False).fit(disp="off")
+        res = arch_model(
+            np.asarray(ret, dtype=np.float64) * PERCENT,
+            mean="Constant",
+            vol="GARCH",
+            p=1,
+            o=int(asymmetric),
+            q=1,
+            dist="normal",
+            rescale=False,
+        ).fit(disp="off")
         p = res.params
         var = np.asarray(res.conditional_volatility, dtype=np.float64) ** 2
-        return cls(float(p["mu"]), float(p["omega"]), float(p["alpha[1]"]), float(p.get("gamma[1]", 0.0)),
-                   float(p["beta[1]"]), float(var[0]), float(var.min()), float(var.max()))
+        return cls(
+            float(p["mu"]),
+            float(p["omega"]),
+            float(p["alpha[1]"]),
+            float(p.get("gamma[1]", 0.0)),
+            float(p["beta[1]"]),
+            float(var[0]),
+            float(var.min()),
+            float(var.max()),
+        )
 
     def next_var(self, var: np.ndarray, e: np.ndarray) -> np.ndarray:
         return self.omega + (self.alpha + self.gamma * (e < 0)) * e * e + self.beta * var
@@ -88,13 +105,17 @@ class BarFilter:
     window: int  # trailing returns a state keeps (the regime rule's window)
 
     @classmethod
-    def fit(cls, raw: np.ndarray, names: tuple[str, ...], window: int, asymmetric: bool = True) -> "BarFilter":
+    def fit(
+        cls, raw: np.ndarray, names: tuple[str, ...], window: int, asymmetric: bool = True
+    ) -> "BarFilter":
         """From training-split columns (S, T, F) alone."""
         ret = raw[..., names.index("ret")]
         garch = [Garch.fit(r, asymmetric) for r in ret]
         out = cls(tuple(names), garch, (0.0, 0.0), window)
         if "logiv" in names:
-            prem = out._premium(raw, np.stack([g.filter(r) for g, r in zip(garch, ret, strict=True)]))
+            prem = out._premium(
+                raw, np.stack([g.filter(r) for g, r in zip(garch, ret, strict=True)])
+            )
             x, y = prem[:, :-1].ravel(), prem[:, 1:].ravel()
             (a, phi), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], axis=1), y, rcond=None)
             out.iv_ar = (float(a), float(np.clip(phi, -MAX_PHI, MAX_PHI)))
@@ -132,12 +153,15 @@ class BarFilter:
                 out[..., i] = prem - a - phi * before
         return out, var, prem
 
-    def state_at(self, ret: np.ndarray, var: np.ndarray, prem: np.ndarray, sym: np.ndarray,
-                 bar: np.ndarray) -> FilterState:
+    def state_at(
+        self, ret: np.ndarray, var: np.ndarray, prem: np.ndarray, sym: np.ndarray, bar: np.ndarray
+    ) -> FilterState:
         """The state before bar ``bar`` (>= window) of underlying ``sym`` (arrays (N,)), from that underlying's
         training returns (S, T), variances (S, T + 1) and premiums (S, T); ``bar`` = T: after the last bar."""
         rows = bar[:, None] - self.window + np.arange(self.window)
-        return FilterState(sym.copy(), var[sym, bar].copy(), prem[sym, bar - 1].copy(), ret[sym[:, None], rows])
+        return FilterState(
+            sym.copy(), var[sym, bar].copy(), prem[sym, bar - 1].copy(), ret[sym[:, None], rows]
+        )
 
     def _pick(self, key: str, sym: np.ndarray) -> np.ndarray:
         return np.array([getattr(g, key) for g in self.garch])[sym]
@@ -153,7 +177,11 @@ class BarFilter:
         col = {n: resid[:, i] for i, n in enumerate(self.names)}
         ret = self.returns(col["ret"], state)
         e = ret * PERCENT - pick("mu")
-        var = pick("omega") + (pick("alpha") + pick("gamma") * (e < 0)) * e * e + pick("beta") * state.var
+        var = (
+            pick("omega")
+            + (pick("alpha") + pick("gamma") * (e < 0)) * e * e
+            + pick("beta") * state.var
+        )
         var = np.clip(var, pick("var_lo"), pick("var_hi"))
         out = np.empty((len(ret), len(self.names)))
         for i, name in enumerate(self.names):
@@ -174,10 +202,18 @@ class BarFilter:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "garch": [g.state_dict() for g in self.garch], "iv_ar": list(self.iv_ar),
-                "window": self.window}
+        return {
+            "names": list(self.names),
+            "garch": [g.state_dict() for g in self.garch],
+            "iv_ar": list(self.iv_ar),
+            "window": self.window,
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "BarFilter":
-        return cls(tuple(state["names"]), [Garch(**g) for g in state["garch"]], tuple(state["iv_ar"]),
-                   int(state["window"]))
+        return cls(
+            tuple(state["names"]),
+            [Garch(**g) for g in state["garch"]],
+            tuple(state["iv_ar"]),
+            int(state["window"]),
+        )

@@ -17,6 +17,7 @@ the real data's dates, which ``augment.augmented_data`` turns into extra underly
 The prices of a path are rebuilt from its bars' returns (``features.reconstruct``), so a path has no price jump
 where blocks meet or a history wraps.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,7 +42,9 @@ class PathTable:
     dividend_adjusted: bool  # dividends are in its prices (options priced with no yield)
 
 
-def _on_dates(prices: dict[str, np.ndarray], dates: pd.DatetimeIndex, rate: np.ndarray | None) -> pd.DataFrame:
+def _on_dates(
+    prices: dict[str, np.ndarray], dates: pd.DatetimeIndex, rate: np.ndarray | None
+) -> pd.DataFrame:
     frame = pd.DataFrame({"date": dates, **{k: v for k, v in prices.items()}})
     if rate is not None:
         frame["rate"] = rate
@@ -58,10 +61,15 @@ def block_length(train_returns: np.ndarray, asked: float) -> float:
     the underlyings), at least 1."""
     if asked > 0:
         return float(asked)
-    return max(1.0, float(np.mean([optimal_block_length(r ** 2)["stationary"].iloc[0] for r in train_returns])))
+    return max(
+        1.0,
+        float(np.mean([optimal_block_length(r**2)["stationary"].iloc[0] for r in train_returns])),
+    )
 
 
-def bootstrap_tables(real: MarketData, paths: int, seed: int, warm: int, block: float) -> list[PathTable]:
+def bootstrap_tables(
+    real: MarketData, paths: int, seed: int, warm: int, block: float
+) -> list[PathTable]:
     """``paths`` stationary-bootstrap paths of the real training bars, each resampling one underlying's (in turn)."""
     names = feature_names(real)
     train = split_bars(real, "train")
@@ -80,7 +88,9 @@ def bootstrap_tables(real: MarketData, paths: int, seed: int, warm: int, block: 
         if "volume" in train:
             start["volume"] = float(train["volume"][s, 0])
         prices = reconstruct(rows[s, index][None], names, start)
-        frame = _on_dates({k: v[0] for k, v in prices.items()}, dates, None if rates is None else rates[s, index])
+        frame = _on_dates(
+            {k: v[0] for k, v in prices.items()}, dates, None if rates is None else rates[s, index]
+        )
         adjusted = bool(real.dividend_adjusted[s]) if real.dividend_adjusted is not None else False
         broad = bool(real.broad_index[s]) if real.broad_index is not None else False
         tables.append(PathTable(frame, broad, adjusted))
@@ -100,13 +110,21 @@ def fhs_tables(real: MarketData, paths: int, seed: int, warm: int) -> list[PathT
     names = feature_names(real)
     train = split_bars(real, "train")
     dates = path_dates(real, warm)
-    bars = Fhs.fit(bar_features(train, names), names).sample_features(paths, len(dates), None, seed, start="random")
+    bars = Fhs.fit(bar_features(train, names), names).sample_features(
+        paths, len(dates), None, seed, start="random"
+    )
     start = {k: float(real.bars[k][0, 0]) for k in ("close", "volume", "iv") if k in real.bars}
     prices = reconstruct(bars, names, start)
     rate = real_rates(real, warm)
     flag = lambda x: bool(x[0]) if x is not None else False  # noqa: E731
-    return [PathTable(_on_dates({k: v[i] for k, v in prices.items()}, dates, rate), flag(real.broad_index),
-                      flag(real.dividend_adjusted)) for i in range(paths)]
+    return [
+        PathTable(
+            _on_dates({k: v[i] for k, v in prices.items()}, dates, rate),
+            flag(real.broad_index),
+            flag(real.dividend_adjusted),
+        )
+        for i in range(paths)
+    ]
 
 
 def underlying_tables(real: MarketData, source: str, warm: int) -> list[PathTable]:
@@ -122,20 +140,32 @@ def underlying_tables(real: MarketData, source: str, warm: int) -> list[PathTabl
     for symbol, whole in own.items():
         frame = whole[pd.DatetimeIndex(whole["date"]) <= last]
         if len(frame) < warm:
-            raise DataError(f"data.augment_underlyings '{source}': {symbol} has {len(frame)} bars up to the training "
-                            f"split's last date {last.date()}, fewer than the {warm} its indicators need; pick "
-                            "another source or later split dates")
+            raise DataError(
+                f"data.augment_underlyings '{source}': {symbol} has {len(frame)} bars up to the training "
+                f"split's last date {last.date()}, fewer than the {warm} its indicators need; pick "
+                "another source or later split dates"
+            )
         # Its implied vol only where the real data has one too: the env reads one kind for every underlying.
         kept = ("open", "high", "low", "close", "volume", *(("iv",) if "iv" in real.bars else ()))
         bars = {k: frame[k].to_numpy(dtype=np.float64)[None] for k in kept if k in frame}
-        names = tuple(n for n in ("gap", "ret", "up", "down", "dvol", "logiv")
-                      if n not in ("dvol", "logiv") or {"dvol": "volume", "logiv": "iv"}[n] in bars)
+        names = tuple(
+            n
+            for n in ("gap", "ret", "up", "down", "dvol", "logiv")
+            if n not in ("dvol", "logiv") or {"dvol": "volume", "logiv": "iv"}[n] in bars
+        )
         rows = bar_features(bars, names)[0]
         index = np.resize(np.arange(len(rows)), len(dates))
-        start = {"close": float(bars["close"][0, 0]), **({"volume": float(bars["volume"][0, 0])} if "volume" in bars
-                                                          else {})}
+        start = {
+            "close": float(bars["close"][0, 0]),
+            **({"volume": float(bars["volume"][0, 0])} if "volume" in bars else {}),
+        }
         prices = reconstruct(rows[index][None], names, start)
         table = _on_dates({k: v[0] for k, v in prices.items()}, dates, rate)
-        tables.append(PathTable(table, bool(spec.broad_index) if spec else False,
-                                bool(whole.attrs.get("dividend_adjusted", False))))
+        tables.append(
+            PathTable(
+                table,
+                bool(spec.broad_index) if spec else False,
+                bool(whole.attrs.get("dividend_adjusted", False)),
+            )
+        )
     return tables

@@ -7,6 +7,7 @@ from every other column up to now; the score is its mean absolute error on real 
 The strict variant passes fixed train and test sets (non-overlapping windows, real test windows from after the
 generator's training data) and a 2-layer judge.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,9 @@ def overlapping(x: np.ndarray, seq_len: int) -> np.ndarray:
     return x[:, idx].reshape(-1, seq_len, x.shape[2])
 
 
-def _fit_classifier(x: torch.Tensor, y: torch.Tensor, layers: int, iters: int, gen: torch.Generator) -> _Gru:
+def _fit_classifier(
+    x: torch.Tensor, y: torch.Tensor, layers: int, iters: int, gen: torch.Generator
+) -> _Gru:
     net = _Gru(x.shape[2], max(x.shape[2] // 2, 1), layers)
     opt = torch.optim.Adam(net.parameters())
     for _ in range(iters):
@@ -65,8 +68,14 @@ def _labelled(real: np.ndarray, fake: np.ndarray) -> tuple[torch.Tensor, torch.T
     return x, y
 
 
-def discriminative_score(real: np.ndarray, fake: np.ndarray, runs: int = 10, iters: int = 2000, seed: int = 0,
-                         layers: int = 1) -> float:
+def discriminative_score(
+    real: np.ndarray,
+    fake: np.ndarray,
+    runs: int = 10,
+    iters: int = 2000,
+    seed: int = 0,
+    layers: int = 1,
+) -> float:
     """Released-code protocol: windows (n, L, F) of each, a random 80/20 split of each per run."""
     scores = []
     for run in range(runs):
@@ -83,8 +92,15 @@ def discriminative_score(real: np.ndarray, fake: np.ndarray, runs: int = 10, ite
     return float(np.mean(scores))
 
 
-def strict_discriminative_score(train_real: np.ndarray, train_fake: np.ndarray, test_real: np.ndarray,
-                                test_fake: np.ndarray, runs: int = 10, iters: int = 2000, seed: int = 0) -> float:
+def strict_discriminative_score(
+    train_real: np.ndarray,
+    train_fake: np.ndarray,
+    test_real: np.ndarray,
+    test_fake: np.ndarray,
+    runs: int = 10,
+    iters: int = 2000,
+    seed: int = 0,
+) -> float:
     """Fixed sets: the judge learns on ``train_*`` and is scored on ``test_*`` (real windows after the date)."""
     scores = []
     for run in range(runs):
@@ -95,7 +111,9 @@ def strict_discriminative_score(train_real: np.ndarray, train_fake: np.ndarray, 
     return float(np.mean(scores))
 
 
-def predictive_score(train: np.ndarray, test: np.ndarray, target: int, iters: int = 2000, seed: int = 0) -> float:
+def predictive_score(
+    train: np.ndarray, test: np.ndarray, target: int, iters: int = 2000, seed: int = 0
+) -> float:
     """Fit on ``train`` windows (n, L, F), score the next-bar MAE of column ``target`` on ``test`` windows."""
     others = [i for i in range(train.shape[2]) if i != target]
 

@@ -8,6 +8,7 @@ generated values go back through the forward map, so the tails come back too (do
 ``fit`` estimates (mu, sigma, delta) by iterating Goerg's IGMM idea: given mu and sigma, delta is the value whose
 back-transformed sample has the excess kurtosis of a normal (0); mu and sigma are then re-read from that sample.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -7,6 +7,7 @@ else, in its ``test`` split, so a walk of split ``test`` walks exactly the path,
 into real history. One underlying per MarketData keeps turbulence what it is on a one-symbol source (the
 squared z-score of the return): N independent paths side by side would make it a statistic of unrelated series.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -34,16 +35,28 @@ def history_frame(real: MarketData, bars: int) -> pd.DataFrame:
     """The last ``bars`` real bars of the first underlying up to the training split's end, as a loader table."""
     end = real.splits["train"][1]
     if end < bars:
-        raise DataError(f"the training split has {end} bars after warm-up, fewer than the {bars} a generated "
-                        "path's history needs; lower data.turbulence_lookback or data.window")
-    cols = {k: real.bars[k][0, end - bars:end] for k in ("open", "high", "low", "close", "volume", "iv", "rate")
-            if k in real.bars}
-    return pd.DataFrame({"date": real.dates[end - bars:end], **cols})
+        raise DataError(
+            f"the training split has {end} bars after warm-up, fewer than the {bars} a generated "
+            "path's history needs; lower data.turbulence_lookback or data.window"
+        )
+    cols = {
+        k: real.bars[k][0, end - bars : end]
+        for k in ("open", "high", "low", "close", "volume", "iv", "rate")
+        if k in real.bars
+    }
+    return pd.DataFrame({"date": real.dates[end - bars : end], **cols})
 
 
-def sample_market_data(generator: Any, paths: int, length: int = 252,
-                       regime: str | None = None, seed: int = 0, data_config: DataConfig | None = None,
-                       normalizer: Normalizer | None = None, market: MarketConfig | None = None) -> list[MarketData]:
+def sample_market_data(
+    generator: Any,
+    paths: int,
+    length: int = 252,
+    regime: str | None = None,
+    seed: int = 0,
+    data_config: DataConfig | None = None,
+    normalizer: Normalizer | None = None,
+    market: MarketConfig | None = None,
+) -> list[MarketData]:
     """One MarketData per generated path, its ``test`` split the ``length`` generated bars.
 
     ``generator``: a FittedGenerator, its checkpoint's path, or a baseline source (sources.py).
@@ -61,7 +74,9 @@ def sample_market_data(generator: Any, paths: int, length: int = 252,
     history = history_frame(real, need)
     last = pd.Timestamp(history["date"].iloc[-1])
     train_end = pd.Timestamp(history["date"].iloc[-(cfg.window + 2)])
-    start = {k: float(history[k].iloc[-1]) for k in ("close", "volume", "iv", "rate") if k in history}
+    start = {
+        k: float(history[k].iloc[-1]) for k in ("close", "volume", "iv", "rate") if k in history
+    }
     start["date"] = str(last.date())
     frame = gen.sample_frame(paths, length, regime, seed, start=start)
     out = []
@@ -72,9 +87,17 @@ def sample_market_data(generator: Any, paths: int, length: int = 252,
                 table["rate"] = table["rate"].ffill()
             file = Path(folder) / f"{symbol}.parquet"
             table.to_parquet(file, index=False)
-            built = build_market_data(replace(cfg, source=str(file), symbols=None, train_end=str(train_end.date()),
-                                              val_end=str(last.date()), periods_per_year=real.periods_per_year),
-                                      normalizer=normalizer or real.normalizer)
+            built = build_market_data(
+                replace(
+                    cfg,
+                    source=str(file),
+                    symbols=None,
+                    train_end=str(train_end.date()),
+                    val_end=str(last.date()),
+                    periods_per_year=real.periods_per_year,
+                ),
+                normalizer=normalizer or real.normalizer,
+            )
             # the split is the path, no more
             assert built.splits["test"][1] - built.splits["test"][0] == length
             if market is not None:
@@ -85,7 +108,9 @@ def sample_market_data(generator: Any, paths: int, length: int = 252,
 
 def path_closes(markets: list[MarketData]) -> np.ndarray:
     """(N, L) closes of the generated bars of each MarketData from sample_market_data."""
-    return np.stack([m.bars["close"][0, m.splits["test"][0]:m.splits["test"][1]] for m in markets])
+    return np.stack(
+        [m.bars["close"][0, m.splits["test"][0] : m.splits["test"][1]] for m in markets]
+    )
 
 
 def check_fits(gen: Any, data: MarketData, what: str) -> None:
@@ -93,6 +118,8 @@ def check_fits(gen: Any, data: MarketData, what: str) -> None:
     set would give the agent a market it never saw (e.g. a model iv where it learned on the VIX)."""
     mine = feature_names(data)
     if gen.feature_names != mine:
-        raise ConfigError(f"{what}: the generator makes columns {', '.join(gen.feature_names)} "
-                          f"(fitted on {', '.join(gen.data.get('symbols', ['?']))}), the agent's data has "
-                          f"{', '.join(mine)}; train a generator on the agent's data source")
+        raise ConfigError(
+            f"{what}: the generator makes columns {', '.join(gen.feature_names)} "
+            f"(fitted on {', '.join(gen.data.get('symbols', ['?']))}), the agent's data has "
+            f"{', '.join(mine)}; train a generator on the agent's data source"
+        )

@@ -1,4 +1,5 @@
 """The report's figures: return histograms (log scale), ACF of r and |r|, leverage curves, paths beside real ones."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,9 +25,11 @@ def _save(fig: plt.Figure, path: Path) -> None:
 def _curves(real: np.ndarray, fakes: dict[str, np.ndarray], lag: int, out: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     lags = np.arange(1, lag + 1)
-    for ax, title, fn in ((axes[0], "ACF of r", lambda x: acf(x, lag)),
-                          (axes[1], "ACF of |r|", lambda x: acf(np.abs(x), lag)),
-                          (axes[2], "leverage corr(r_t, r_{t+k}^2)", lambda x: leverage(x, lag))):
+    for ax, title, fn in (
+        (axes[0], "ACF of r", lambda x: acf(x, lag)),
+        (axes[1], "ACF of |r|", lambda x: acf(np.abs(x), lag)),
+        (axes[2], "leverage corr(r_t, r_{t+k}^2)", lambda x: leverage(x, lag)),
+    ):
         ax.plot(lags, fn(real), color="black", lw=2, label="real (held out)")
         for name, fake in fakes.items():
             ax.plot(lags, fn(fake), lw=1, label=name)
@@ -41,9 +44,19 @@ def _histograms(real: np.ndarray, fakes: dict[str, np.ndarray], out: Path) -> No
     fig, ax = plt.subplots(figsize=(7, 4.5))
     lim = float(np.quantile(np.abs(real), 0.999)) * 1.5
     bins = np.linspace(-lim, lim, 81)
-    ax.hist(real.ravel(), bins=bins, density=True, histtype="step", color="black", lw=2, label="real (held out)")
+    ax.hist(
+        real.ravel(),
+        bins=bins,
+        density=True,
+        histtype="step",
+        color="black",
+        lw=2,
+        label="real (held out)",
+    )
     for name, fake in fakes.items():
-        ax.hist(np.clip(fake.ravel(), -lim, lim), bins=bins, density=True, histtype="step", label=name)
+        ax.hist(
+            np.clip(fake.ravel(), -lim, lim), bins=bins, density=True, histtype="step", label=name
+        )
     ax.set_yscale("log")
     ax.set_xlabel("daily log return")
     ax.legend()
@@ -56,7 +69,7 @@ def _paths(real_close: np.ndarray, fake_close: np.ndarray, title: str, out: Path
     n_real = max(real_close.shape[1] // length, 1)
     for i in range(min(SHOWN_PATHS, n_real * real_close.shape[0])):
         s, k = divmod(i, n_real)
-        piece = real_close[s % real_close.shape[0], k * length:(k + 1) * length]
+        piece = real_close[s % real_close.shape[0], k * length : (k + 1) * length]
         if len(piece) > 1:
             axes[0].plot(piece / piece[0], lw=0.8)
     axes[0].set_title("real (held out), consecutive stretches")
@@ -69,8 +82,15 @@ def _paths(real_close: np.ndarray, fake_close: np.ndarray, title: str, out: Path
     _save(fig, out)
 
 
-def write_plots(folder: Path, real: np.ndarray, fakes: dict[str, np.ndarray], real_close: np.ndarray,
-                gen: FittedGenerator, length: int, seed: int) -> list[Path]:
+def write_plots(
+    folder: Path,
+    real: np.ndarray,
+    fakes: dict[str, np.ndarray],
+    real_close: np.ndarray,
+    gen: FittedGenerator,
+    length: int,
+    seed: int,
+) -> list[Path]:
     """Write the figures into ``folder``; returns their paths."""
     folder.mkdir(parents=True, exist_ok=True)
     lag = min(MAX_LAG, length - 1, real.shape[-1] - 1)

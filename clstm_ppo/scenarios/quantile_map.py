@@ -9,6 +9,7 @@ the sorted values, so a run of ties is a flat stretch: generated values anywhere
 tied value, and the point mass is kept. Training values go forward and back exactly; a generated value outside the
 training range comes back as the training extreme (docs/SCENARIOS.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -19,6 +19,7 @@ has no budget to tune, and fits in a second on a CPU.
   recognised when the classifier names the requested regime. Their mean is weighted by the held-out real windows'
   regime shares, so both accuracies are taken over the same regime mix and the gap compares like with like.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,7 +48,9 @@ def window_stats(ret: np.ndarray, window: int) -> np.ndarray:
     return np.stack([r, v, r * r, v * v, r * v], axis=1)
 
 
-def labelled_windows(ret: np.ndarray, labels: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+def labelled_windows(
+    ret: np.ndarray, labels: np.ndarray, length: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(S, T) returns and their per-bar labels -> every window of ``length`` bars (n, length) and the label of its
     last bar (n,). Windows never cross from one underlying to another."""
     ret, labels = np.asarray(ret), np.asarray(labels)
@@ -82,8 +85,15 @@ class RegimeClassifier:
         y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
         weight = torch.zeros(x.shape[1], len(REGIMES), dtype=torch.float64, requires_grad=True)
         bias = torch.zeros(len(REGIMES), dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.LBFGS([weight, bias], lr=1.0, max_iter=500, tolerance_grad=1e-10,
-                                tolerance_change=1e-12, history_size=20, line_search_fn="strong_wolfe")
+        opt = torch.optim.LBFGS(
+            [weight, bias],
+            lr=1.0,
+            max_iter=500,
+            tolerance_grad=1e-10,
+            tolerance_change=1e-12,
+            history_size=20,
+            line_search_fn="strong_wolfe",
+        )
 
         def closure() -> torch.Tensor:
             opt.zero_grad()
@@ -115,13 +125,20 @@ def training_windows(ts: TrainingSet, length: int) -> tuple[np.ndarray, np.ndarr
     return labelled_windows(ts.raw[..., ts.names.index("ret")], ts.labels, length)
 
 
-def held_out_windows(held_ret: np.ndarray, rule: RegimeRule, length: int) -> tuple[np.ndarray, np.ndarray]:
+def held_out_windows(
+    held_ret: np.ndarray, rule: RegimeRule, length: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Windows of the bars after the training split, labelled with the training split's thresholds (``rule``)."""
     return labelled_windows(held_ret, rule.label(held_ret), length)
 
 
-def measure(clf: RegimeClassifier, real: np.ndarray, real_labels: np.ndarray,
-            generated: dict[int, np.ndarray], rule: RegimeRule | None = None) -> dict[str, Any]:
+def measure(
+    clf: RegimeClassifier,
+    real: np.ndarray,
+    real_labels: np.ndarray,
+    generated: dict[int, np.ndarray],
+    rule: RegimeRule | None = None,
+) -> dict[str, Any]:
     """The classifier on real held-out windows against generated windows keyed by the requested regime index.
 
     ``rule`` given, also the share of generated windows whose own rule label (what a real window of those bars
@@ -133,20 +150,31 @@ def measure(clf: RegimeClassifier, real: np.ndarray, real_labels: np.ndarray,
     agree = np.full(len(REGIMES), np.nan)
     for i, name in enumerate(REGIMES):
         mine = real_labels == i
-        row: dict[str, Any] = {"share_real_held_out": float(share[i]), "windows_real_held_out": int(mine.sum()),
-                               "recall_real": float(np.mean(pred_real[mine] == i)) if mine.any() else float("nan")}
+        row: dict[str, Any] = {
+            "share_real_held_out": float(share[i]),
+            "windows_real_held_out": int(mine.sum()),
+            "recall_real": float(np.mean(pred_real[mine] == i)) if mine.any() else float("nan"),
+        }
         if i in generated and len(generated[i]):
             pred = clf.predict(generated[i])
             agree[i] = float(np.mean(pred == i))
             counts = np.bincount(pred, minlength=len(REGIMES)) / len(pred)
             row["agreement_generated"] = agree[i]
-            row["labelled_as_generated"] = {n: float(c) for n, c in zip(REGIMES, counts, strict=True)}
+            row["labelled_as_generated"] = {
+                n: float(c) for n, c in zip(REGIMES, counts, strict=True)
+            }
             if rule is not None:
-                row["rule_agreement_generated"] = float(np.mean(rule.label(generated[i])[:, -1] == i))
+                row["rule_agreement_generated"] = float(
+                    np.mean(rule.label(generated[i])[:, -1] == i)
+                )
         per[name] = row
     present = share > 0
     # generated accuracy over the held-out regime mix; a regime absent from the held-out bars weighs nothing
-    acc_gen = float(np.sum(share[present] * agree[present])) if np.isfinite(agree[present]).all() else float("nan")
+    acc_gen = (
+        float(np.sum(share[present] * agree[present]))
+        if np.isfinite(agree[present]).all()
+        else float("nan")
+    )
     acc_real = float(np.mean(pred_real == real_labels)) if len(real_labels) else float("nan")
     recalls = [per[n]["recall_real"] for n, p in zip(REGIMES, present, strict=True) if p]
     gap = 100.0 * (acc_real - acc_gen)
@@ -156,27 +184,48 @@ def measure(clf: RegimeClassifier, real: np.ndarray, real_labels: np.ndarray,
         "gap_points": gap,
         "goal_met": bool(abs(gap) <= GOAL_POINTS),
         "balanced_accuracy_real": float(np.mean(recalls)) if recalls else float("nan"),
-        "balanced_accuracy_generated": float(np.mean(agree[present])) if present.any() else float("nan"),
+        "balanced_accuracy_generated": float(np.mean(agree[present]))
+        if present.any()
+        else float("nan"),
         "per_regime": per,
     }
 
 
 def _stats(r: np.ndarray, periods_per_year: float) -> dict[str, float]:
     if r.size < 3:
-        return {"vol": float("nan"), "skew": float("nan"), "kurtosis": float("nan"), "mean_return": float("nan")}
-    return {"vol": float(r.std() * np.sqrt(periods_per_year)), "skew": skew(r), "kurtosis": excess_kurtosis(r),
-            "mean_return": float(r.mean())}
+        return {
+            "vol": float("nan"),
+            "skew": float("nan"),
+            "kurtosis": float("nan"),
+            "mean_return": float("nan"),
+        }
+    return {
+        "vol": float(r.std() * np.sqrt(periods_per_year)),
+        "skew": skew(r),
+        "kurtosis": excess_kurtosis(r),
+        "mean_return": float(r.mean()),
+    }
 
 
 def _order(stats: dict[str, dict[str, float]]) -> bool:
     """Bear and crash both more volatile and more negatively skewed than bull (the issue's second condition)."""
     bull = stats["bull"]
-    return all(stats[n]["vol"] > bull["vol"] and stats[n]["skew"] < bull["skew"] for n in ("bear", "crash"))
+    return all(
+        stats[n]["vol"] > bull["vol"] and stats[n]["skew"] < bull["skew"] for n in ("bear", "crash")
+    )
 
 
-def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, length: int,
-                  seed: int, periods_per_year: float, proposals: int | None = None,
-                  start: str = "end") -> dict[str, Any]:
+def regime_report(
+    gen: Any,
+    ts: TrainingSet,
+    held_ret: np.ndarray,
+    paths: int,
+    length: int,
+    seed: int,
+    periods_per_year: float,
+    proposals: int | None = None,
+    start: str = "end",
+) -> dict[str, Any]:
     """The report's ``regimes`` block for a conditional generator (``gen.regimes`` set).
 
     ``held_ret`` (S, T): the returns after the training split; ``periods_per_year``: the data's bars a year, which
@@ -199,55 +248,77 @@ def regime_report(gen: Any, ts: TrainingSet, held_ret: np.ndarray, paths: int, l
         gen_stats[name] = _stats(r, periods_per_year)
     train_ret = ts.raw[..., ret_col]
     held_labels = rule.label(held_ret)
-    real_stats = {"real_train": {n: _stats(train_ret[ts.labels == i], periods_per_year) for i, n in enumerate(REGIMES)},
-                  "real_held_out": {n: _stats(held_ret[held_labels == i], periods_per_year)
-                                    for i, n in enumerate(REGIMES)}}
+    real_stats = {
+        "real_train": {
+            n: _stats(train_ret[ts.labels == i], periods_per_year) for i, n in enumerate(REGIMES)
+        },
+        "real_held_out": {
+            n: _stats(held_ret[held_labels == i], periods_per_year) for i, n in enumerate(REGIMES)
+        },
+    }
     out = {
         "classifier": f"softmax regression on the trailing {rule.window}-bar return and volatility of windows of "
-                      f"{n_bars} bars (and their squares and product), fitted on real training-split windows",
-        "window_bars": n_bars, "windows_train": int(len(train_y)), "windows_real_held_out": int(len(real_labels)),
-        "windows_generated_per_regime": int(len(generated[0])), "paths_start": start,
+        f"{n_bars} bars (and their squares and product), fitted on real training-split windows",
+        "window_bars": n_bars,
+        "windows_train": int(len(train_y)),
+        "windows_real_held_out": int(len(real_labels)),
+        "windows_generated_per_regime": int(len(generated[0])),
+        "paths_start": start,
         "classifier_accuracy_train": clf.accuracy(train_x, train_y),
         **measure(clf, real, real_labels, generated, rule),
     }
     sources = {"generated": gen_stats, **real_stats}
     for key in ("vol", "skew", "kurtosis", "mean_return"):
         out[key] = {n: {src: s[n][key] for src, s in sources.items()} for n in REGIMES}
-    out["share_of_bars"] = {n: {"real_train": float(np.mean(ts.labels == i)),
-                                "real_held_out": float(np.mean(held_labels == i))} for i, n in enumerate(REGIMES)}
+    out["share_of_bars"] = {
+        n: {
+            "real_train": float(np.mean(ts.labels == i)),
+            "real_held_out": float(np.mean(held_labels == i)),
+        }
+        for i, n in enumerate(REGIMES)
+    }
     out["order_met"] = {src: _order(s) for src, s in sources.items()}
     return out
 
 
 def format_regimes(block: dict[str, Any]) -> list[str]:
     """The ``regimes`` block as lines of the printed report."""
+
     def pct(x: float) -> str:
         return f"{x:>6.1%}" if np.isfinite(x) else f"{'-':>6}"
 
     acc_real, acc_gen = block["classifier_accuracy_real"], block["classifier_accuracy_generated"]
-    lines = [f"regime classifier ({block['classifier']}): accuracy on real held-out windows "
-             f"{acc_real:.1%}, on generated windows {acc_gen:.1%} (the held-out regime mix); "
-             f"gap {block['gap_points']:+.1f} points (goal within "
-             f"{GOAL_POINTS:g}: {'met' if block['goal_met'] else 'not met'}); balanced "
-             f"{block['balanced_accuracy_real']:.1%} vs {block['balanced_accuracy_generated']:.1%}",
-             f"{'regime':<9} {'held%':>6} {'recall':>6} {'gen':>6} {'rule':>6} | {'vol real':>8} {'gen':>6} | "
-             f"{'skew real':>9} {'gen':>6} | {'mean real':>9} {'gen':>8} | generated labelled as"]
+    lines = [
+        f"regime classifier ({block['classifier']}): accuracy on real held-out windows "
+        f"{acc_real:.1%}, on generated windows {acc_gen:.1%} (the held-out regime mix); "
+        f"gap {block['gap_points']:+.1f} points (goal within "
+        f"{GOAL_POINTS:g}: {'met' if block['goal_met'] else 'not met'}); balanced "
+        f"{block['balanced_accuracy_real']:.1%} vs {block['balanced_accuracy_generated']:.1%}",
+        f"{'regime':<9} {'held%':>6} {'recall':>6} {'gen':>6} {'rule':>6} | {'vol real':>8} {'gen':>6} | "
+        f"{'skew real':>9} {'gen':>6} | {'mean real':>9} {'gen':>8} | generated labelled as",
+    ]
     for name in REGIMES:
         row = block["per_regime"][name]
         vol, sk, mu = block["vol"][name], block["skew"][name], block["mean_return"][name]
-        seen = ", ".join(f"{k} {v:.0%}" for k, v in row.get("labelled_as_generated", {}).items() if v >= 0.005)
-        lines.append(f"{name:<9} {pct(row['share_real_held_out'])} {pct(row['recall_real'])} "
-                     f"{pct(row.get('agreement_generated', np.nan))} {pct(row.get('rule_agreement_generated', np.nan))}"
-                     f" | {vol['real_train']:>8.1%} {vol['generated']:>6.1%} | {sk['real_train']:>+9.2f} "
-                     f"{sk['generated']:>+6.2f} | {mu['real_train']:>+9.5f} {mu['generated']:>+8.5f} | {seen}")
+        seen = ", ".join(
+            f"{k} {v:.0%}" for k, v in row.get("labelled_as_generated", {}).items() if v >= 0.005
+        )
+        lines.append(
+            f"{name:<9} {pct(row['share_real_held_out'])} {pct(row['recall_real'])} "
+            f"{pct(row.get('agreement_generated', np.nan))} {pct(row.get('rule_agreement_generated', np.nan))}"
+            f" | {vol['real_train']:>8.1%} {vol['generated']:>6.1%} | {sk['real_train']:>+9.2f} "
+            f"{sk['generated']:>+6.2f} | {mu['real_train']:>+9.5f} {mu['generated']:>+8.5f} | {seen}"
+        )
     order = block["order_met"]
-    lines.append("held%: share of real held-out windows; recall: real held-out accuracy per regime; gen: generated "
-                 "windows labelled as requested; rule: generated windows the labelling rule itself puts in the "
-                 "requested regime; vol (annualised at the data's bars a year), skew, mean: bar log returns of the "
-                 "real training bars with that label and of the generated paths (started "
-                 f"{STARTS[block.get('paths_start', 'end')]}). Bear and crash more volatile and more negatively "
-                 "skewed than bull: "
-                 f"generated {'yes' if order['generated'] else 'no'}, real training bars "
-                 f"{'yes' if order['real_train'] else 'no'}, real held-out bars "
-                 f"{'yes' if order['real_held_out'] else 'no'}")
+    lines.append(
+        "held%: share of real held-out windows; recall: real held-out accuracy per regime; gen: generated "
+        "windows labelled as requested; rule: generated windows the labelling rule itself puts in the "
+        "requested regime; vol (annualised at the data's bars a year), skew, mean: bar log returns of the "
+        "real training bars with that label and of the generated paths (started "
+        f"{STARTS[block.get('paths_start', 'end')]}). Bear and crash more volatile and more negatively "
+        "skewed than bull: "
+        f"generated {'yes' if order['generated'] else 'no'}, real training bars "
+        f"{'yes' if order['real_train'] else 'no'}, real held-out bars "
+        f"{'yes' if order['real_held_out'] else 'no'}"
+    )
     return lines

@@ -8,6 +8,7 @@ At bar t, over the ``window`` bars ending at t (t included, so a generated path'
     bull      trailing return above the upper tercile
     sideways  the rest
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -27,10 +28,10 @@ def trailing(ret: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     total = np.full(r.shape, np.nan)
     vol = np.full(r.shape, np.nan)
     if r.shape[-1] >= window:
-        total[..., window - 1:] = s1[..., window:] - s1[..., :-window]
-        mean = total[..., window - 1:] / window
+        total[..., window - 1 :] = s1[..., window:] - s1[..., :-window]
+        mean = total[..., window - 1 :] / window
         var = (s2[..., window:] - s2[..., :-window]) / window - mean**2
-        vol[..., window - 1:] = np.sqrt(np.maximum(var, 0.0))
+        vol[..., window - 1 :] = np.sqrt(np.maximum(var, 0.0))
     return total, vol
 
 
@@ -43,15 +44,23 @@ class RegimeRule:
     bull_return: float
 
     @classmethod
-    def fit(cls, train_ret: np.ndarray, window: int = 20, crash_quantile: float = 0.05) -> "RegimeRule":
+    def fit(
+        cls, train_ret: np.ndarray, window: int = 20, crash_quantile: float = 0.05
+    ) -> "RegimeRule":
         """Thresholds from the training split's returns (S, T) only."""
         total, vol = trailing(train_ret, window)
         total, vol = total[np.isfinite(total)], vol[np.isfinite(vol)]
         if total.size == 0:
-            raise ValueError(f"the training split is shorter than the regime window ({window} bars)")
-        return cls(window=window, crash_return=float(np.quantile(total, crash_quantile)),
-                   crash_vol=float(np.quantile(vol, 1.0 - crash_quantile)),
-                   bear_return=float(np.quantile(total, 1 / 3)), bull_return=float(np.quantile(total, 2 / 3)))
+            raise ValueError(
+                f"the training split is shorter than the regime window ({window} bars)"
+            )
+        return cls(
+            window=window,
+            crash_return=float(np.quantile(total, crash_quantile)),
+            crash_vol=float(np.quantile(vol, 1.0 - crash_quantile)),
+            bear_return=float(np.quantile(total, 1 / 3)),
+            bull_return=float(np.quantile(total, 2 / 3)),
+        )
 
     def label(self, ret: np.ndarray) -> np.ndarray:
         """Regime index (into REGIMES) per bar of ``ret`` (..., T); the first window - 1 bars, which have no full
@@ -63,7 +72,7 @@ class RegimeRule:
         crash = (total <= self.crash_return) | ((total < 0) & (vol >= self.crash_vol))
         labels[crash] = REGIMES.index("crash")
         first = min(self.window - 1, total.shape[-1] - 1)
-        labels[..., :first] = labels[..., first:first + 1]
+        labels[..., :first] = labels[..., first : first + 1]
         return labels
 
     def state_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ of that regime, where the regime has enough of them: one pooled map pulls every 
 mixture's shape (the S&P 500 cGAN's paths had a median kurtosis of 5.04 and EMD above GARCH-t's at lags 20 and 100
 with one; 3.83 and below it at every lag with maps per regime: docs/SCENARIOS.md).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -61,8 +62,9 @@ class Calibration:
         return cls((), (1.0,), (1.0,))
 
     @staticmethod
-    def coded_quantiles(real: np.ndarray, generated: np.ndarray, levels: int = QUANTILE_LEVELS
-                        ) -> tuple[Quantiles, Quantiles]:
+    def coded_quantiles(
+        real: np.ndarray, generated: np.ndarray, levels: int = QUANTILE_LEVELS
+    ) -> tuple[Quantiles, Quantiles]:
         """(from, to): per column, the generated (m, F) and real (n, F) coded rows' quantiles at ``levels`` evenly
         spaced probabilities; the generator's are made strictly increasing so the map is a function."""
         p = np.linspace(0.0, 1.0, levels)
@@ -73,8 +75,14 @@ class Calibration:
         return tuple(tuple(map(float, r)) for r in src), tuple(tuple(map(float, r)) for r in dst)
 
     @classmethod
-    def regime_quantiles(cls, real: np.ndarray, real_labels: np.ndarray, generated: np.ndarray,
-                         generated_labels: np.ndarray, regimes: int) -> tuple[tuple[Quantiles, ...], ...]:
+    def regime_quantiles(
+        cls,
+        real: np.ndarray,
+        real_labels: np.ndarray,
+        generated: np.ndarray,
+        generated_labels: np.ndarray,
+        regimes: int,
+    ) -> tuple[tuple[Quantiles, ...], ...]:
         """(from, to) per regime: the map of the generated rows drawn with that label onto the real rows with it;
         () for a regime with fewer than MIN_REGIME_ROWS real rows or MIN_REGIME_ROWS draws."""
         src, dst = [], []
@@ -106,14 +114,21 @@ class Calibration:
         return out
 
     @classmethod
-    def fit(cls, real_z: np.ndarray, logvar: np.ndarray, draw: Callable[[np.ndarray], np.ndarray],
-            bands: tuple[float, ...] = BANDS) -> "Calibration":
+    def fit(
+        cls,
+        real_z: np.ndarray,
+        logvar: np.ndarray,
+        draw: Callable[[np.ndarray], np.ndarray],
+        bands: tuple[float, ...] = BANDS,
+    ) -> "Calibration":
         """``real_z`` (n,) training return residuals; ``logvar`` (n,) their states' log variance, or empty for a
         model whose residuals do not depend on the state (one band); ``draw(rows)`` the generator's residuals z
         (m,) at those training rows (indices into the n), as many draws as it likes."""
         neg, pos = _side_moments(real_z)
         edges = tuple(float(e) for e in np.quantile(logvar, bands)) if len(logvar) else ()
-        band = np.searchsorted(edges, logvar) if len(logvar) else np.zeros(len(real_z), dtype=np.int64)
+        band = (
+            np.searchsorted(edges, logvar) if len(logvar) else np.zeros(len(real_z), dtype=np.int64)
+        )
         k_neg, k_pos = [], []
         for b in range(len(edges) + 1):
             z = draw(np.flatnonzero(band == b))
@@ -127,7 +142,9 @@ class Calibration:
         return cls(edges, tuple(k_neg), tuple(k_pos))
 
     def factor(self, z: np.ndarray, logvar: np.ndarray) -> np.ndarray:
-        band = np.searchsorted(self.edges, logvar) if self.edges else np.zeros(len(z), dtype=np.int64)
+        band = (
+            np.searchsorted(self.edges, logvar) if self.edges else np.zeros(len(z), dtype=np.int64)
+        )
         return np.where(z < 0, np.asarray(self.k_neg)[band], np.asarray(self.k_pos)[band])
 
     def state_dict(self) -> dict[str, Any]:
@@ -139,7 +156,10 @@ class Calibration:
         # the maps per regime), which sample as they did
         flat = (tuple(state[k]) for k in ("edges", "k_neg", "k_pos"))
         nested = (tuple(tuple(r) for r in state.get(k, ())) for k in ("coded_from", "coded_to"))
-        per_regime = (tuple(tuple(tuple(r) for r in q) for q in state.get(k, ())) for k in ("regime_from", "regime_to"))
+        per_regime = (
+            tuple(tuple(tuple(r) for r in q) for q in state.get(k, ()))
+            for k in ("regime_from", "regime_to")
+        )
         return cls(*flat, *nested, *per_regime)
 
 

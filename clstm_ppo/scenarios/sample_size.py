@@ -1,5 +1,6 @@
 """How much memory a sample of generated paths takes, and refusing one that cannot fit (docs/RELIABILITY.md,
 "Bad input")."""
+
 from __future__ import annotations
 
 from clstm_ppo.config import ConfigError
@@ -11,7 +12,9 @@ from clstm_ppo.device import available_memory
 BYTES_PER_BAR = 9 * 8 * 4 + 100
 
 
-def check_sample_size(paths: int, length: int, force: bool = False, flag: str = "--no-memory-check") -> None:
+def check_sample_size(
+    paths: int, length: int, force: bool = False, flag: str = "--no-memory-check"
+) -> None:
     """``paths`` x ``length`` bars fit in the memory available now, else one line saying how large they are and
     how to ask for them anyway (``flag``) or for less."""
     need = paths * length * BYTES_PER_BAR
@@ -19,9 +22,11 @@ def check_sample_size(paths: int, length: int, force: bool = False, flag: str = 
     if force or free is None or need <= free:
         return
     fits = max(1, free // (length * BYTES_PER_BAR))
-    raise ConfigError(f"{paths:,} paths x {length:,} bars need about {_size(need)} of memory and {_size(free)} is "
-                      f"available: ask for at most {fits:,} paths of this length (or write several files with "
-                      f"other --seed values), or add {flag} if the estimate is wrong for this machine")
+    raise ConfigError(
+        f"{paths:,} paths x {length:,} bars need about {_size(need)} of memory and {_size(free)} is "
+        f"available: ask for at most {fits:,} paths of this length (or write several files with "
+        f"other --seed values), or add {flag} if the estimate is wrong for this machine"
+    )
 
 
 def _size(nbytes: float) -> str:

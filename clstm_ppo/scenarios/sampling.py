@@ -15,6 +15,7 @@ training years, as the held-out bars and the stress tests' paths do), before a r
 (``"random"``: windows like the training split's, for the judges) or after a random training bar of the requested
 regime (``"regime"``: where that regime's real bars are, for the report's per-regime vol and skew).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -50,19 +51,36 @@ def _window_means(gen: Any) -> np.ndarray:
     """The mean window return of the training bars of each regime."""
     total, _ = trailing(gen.transform.ret, gen.regimes.window)
     labels = gen.regimes.label(gen.transform.ret)
-    return np.array([np.nanmean(np.where(labels == k, total, np.nan)) if (labels == k).any() else 0.0
-                     for k in range(len(gen.extra["transitions"]))])
+    return np.array(
+        [
+            np.nanmean(np.where(labels == k, total, np.nan)) if (labels == k).any() else 0.0
+            for k in range(len(gen.extra["transitions"]))
+        ]
+    )
 
 
-def _held(gen: Any, state: FilterState, prev: np.ndarray, regime: int, proposals: int, means: np.ndarray,
-          tgen: torch.Generator) -> np.ndarray:
+def _held(
+    gen: Any,
+    state: FilterState,
+    prev: np.ndarray,
+    regime: int,
+    proposals: int,
+    means: np.ndarray,
+    tgen: torch.Generator,
+) -> np.ndarray:
     """(N, F) coded rows: per path, the first of ``proposals`` cGAN bars that keeps ``regime`` (else the nearest)."""
     tf, n, k = gen.transform, len(state.var), proposals
     cond = np.repeat(tf.cond(state, prev), k, axis=0)
-    coded = gen.model.draw(torch.from_numpy(cond), torch.full((n * k,), regime, dtype=torch.long), tgen)
+    coded = gen.model.draw(
+        torch.from_numpy(cond), torch.full((n * k,), regime, dtype=torch.long), tgen
+    )
     coded = gen.calibration.coded(coded.cpu().numpy().astype(np.float64), np.asarray(regime))
-    rep = FilterState(np.repeat(state.sym, k), np.repeat(state.var, k), np.repeat(state.prem, k),
-                      np.repeat(state.rets, k, axis=0))
+    rep = FilterState(
+        np.repeat(state.sym, k),
+        np.repeat(state.var, k),
+        np.repeat(state.prem, k),
+        np.repeat(state.rets, k, axis=0),
+    )
     z = tf.residuals(coded, rep, gen.calibration)[:, tf.filt.names.index("ret")]
     window = np.concatenate([rep.rets[:, 1:], tf.filt.returns(z, rep)[:, None]], axis=1)
     keeps = (gen.regimes.label(window)[:, -1] == regime).reshape(n, k)
@@ -71,8 +89,16 @@ def _held(gen: Any, state: FilterState, prev: np.ndarray, regime: int, proposals
     return coded.reshape(n, k, -1)[np.arange(n), choice]
 
 
-def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int, labels: np.ndarray | None,
-               start: str, proposals: int = PROPOSALS) -> np.ndarray:
+def draw_paths(
+    gen: Any,
+    paths: int,
+    length: int,
+    regime: int | None,
+    seed: int,
+    labels: np.ndarray | None,
+    start: str,
+    proposals: int = PROPOSALS,
+) -> np.ndarray:
     """(N, L, F) raw columns of ``gen`` (a FittedGenerator); ``labels`` (N, L) overrides ``regime`` per bar."""
     rng = np.random.default_rng(seed)
     tgen = torch.Generator().manual_seed(seed)
@@ -85,7 +111,9 @@ def draw_paths(gen: Any, paths: int, length: int, regime: int | None, seed: int,
     if gen.kind == "timegan":
         chunks = -(-length // gen.seq_len)
         coded = gen.model.sample(paths * chunks, gen.seq_len, None, tgen).cpu().numpy()
-        coded = gen.calibration.coded(coded.reshape(paths, chunks * gen.seq_len, -1)[:, :length].astype(np.float64))
+        coded = gen.calibration.coded(
+            coded.reshape(paths, chunks * gen.seq_len, -1)[:, :length].astype(np.float64)
+        )
         for t in range(length):
             out[:, t] = tf.step(coded[:, t], state, gen.calibration)
         return out
@@ -127,7 +155,9 @@ def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
     maps: dict[str, Any] = {}  # a conditional model's quantile maps per regime
     real_labels = None
     if gen.kind == "timegan":  # windows drawn whole, without a state: one band
-        windows = gen.model.sample(TIMEGAN_WINDOWS, gen.seq_len, None, tgen).cpu().numpy().reshape(-1, f)
+        windows = (
+            gen.model.sample(TIMEGAN_WINDOWS, gen.seq_len, None, tgen).cpu().numpy().reshape(-1, f)
+        )
         generated, logvar = windows.astype(np.float64), np.empty(0)
 
         def draw_coded(_pick: np.ndarray) -> np.ndarray:
@@ -139,12 +169,22 @@ def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
 
         def draw_coded(pick: np.ndarray) -> np.ndarray:
             idx = torch.as_tensor(np.repeat(pick, DRAWS_PER_ROW))
-            return gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen).cpu().numpy().astype(np.float64)
+            return (
+                gen.model.draw(rows[idx], None if lab is None else lab[idx], tgen)
+                .cpu()
+                .numpy()
+                .astype(np.float64)
+            )
 
         generated, logvar = draw_coded(np.arange(len(real))), np.log(tf.var[:, w:-1].reshape(-1))
         if real_labels is not None:  # the draws above are at every row in order, DRAWS_PER_ROW each
             regime_from, regime_to = Calibration.regime_quantiles(
-                real, real_labels, generated, np.repeat(real_labels, DRAWS_PER_ROW), len(gen.extra["transitions"]))
+                real,
+                real_labels,
+                generated,
+                np.repeat(real_labels, DRAWS_PER_ROW),
+                len(gen.extra["transitions"]),
+            )
             maps = {"regime_from": regime_from, "regime_to": regime_to}
     src, dst = Calibration.coded_quantiles(real, generated)
     mapped = replace(Calibration.identity(), coded_from=src, coded_to=dst, **maps)

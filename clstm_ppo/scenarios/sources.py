@@ -6,6 +6,7 @@ A baseline source answers what ``scenarios.market.sample_market_data`` and ``che
 ``kind``, ``feature_names``, ``data`` (with the data settings it was fitted on), ``check_regime`` (baselines have no
 regimes) and ``sample_frame``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,29 +50,51 @@ class BaselineSource:
 
     def check_regime(self, regime: str | None) -> None:
         if regime is not None:
-            raise ConfigError(f"--regime {regime!r}: the {self.kind} baseline has no regimes; drop --regime or pass "
-                              "a cgan checkpoint")
+            raise ConfigError(
+                f"--regime {regime!r}: the {self.kind} baseline has no regimes; drop --regime or pass "
+                "a cgan checkpoint"
+            )
 
-    def sample_features(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
-                        start: str = "end") -> np.ndarray:
+    def sample_features(
+        self, paths: int, length: int, regime: str | None = None, seed: int = 0, start: str = "end"
+    ) -> np.ndarray:
         self.check_regime(regime)
         return self.model.sample_features(paths, length, None, seed, start=start)
 
-    def sample_frame(self, paths: int, length: int, regime: str | None = None, seed: int = 0,
-                     start: dict[str, Any] | None = None, first_date: str | None = None) -> pd.DataFrame:
+    def sample_frame(
+        self,
+        paths: int,
+        length: int,
+        regime: str | None = None,
+        seed: int = 0,
+        start: dict[str, Any] | None = None,
+        first_date: str | None = None,
+    ) -> pd.DataFrame:
         start = start or self.start
-        prices = reconstruct(self.sample_features(paths, length, regime, seed), self.feature_names, start)
+        prices = reconstruct(
+            self.sample_features(paths, length, regime, seed), self.feature_names, start
+        )
         return paths_frame(prices, start, first_date)
 
 
-def fit_baseline(name: str, data: MarketData, data_config: DataConfig, window: int = 20) -> BaselineSource:
+def fit_baseline(
+    name: str, data: MarketData, data_config: DataConfig, window: int = 20
+) -> BaselineSource:
     """Baseline ``name`` fitted on ``data``'s training split (built from ``data_config``)."""
     ts = training_set(data, window)
     ret = ts.names.index("ret")
-    model = {"fhs": lambda: Fhs.fit(ts.raw, ts.names, window), "garch_t": lambda: GarchT.fit(ts.raw, ret),
-             "bootstrap": lambda: Bootstrap.fit(ts.raw, ret)}[name]()
-    return BaselineSource(name, model, ts.names, start_state(data), {**data_identity(data),
-                                                                     "config": to_dict(data_config)})
+    model = {
+        "fhs": lambda: Fhs.fit(ts.raw, ts.names, window),
+        "garch_t": lambda: GarchT.fit(ts.raw, ret),
+        "bootstrap": lambda: Bootstrap.fit(ts.raw, ret),
+    }[name]()
+    return BaselineSource(
+        name,
+        model,
+        ts.names,
+        start_state(data),
+        {**data_identity(data), "config": to_dict(data_config)},
+    )
 
 
 def scenario_source(spec: str | Path) -> FittedGenerator | str:
@@ -88,6 +111,20 @@ def goals_warning(source: FittedGenerator | BaselineSource, label: str) -> str |
     ret = ts.names.index("ret")
     held = held_out_features(data, ts.names)[..., ret]
     reference = None if source.kind == "garch_t" else GarchT.fit(ts.raw, ret)
-    regimes = (regime_report(source, ts, held, REPORT_REGIME_PATHS, REPORT_LENGTH, 0, data.periods_per_year,
-                             start="regime") if source.regimes is not None else None)
-    return stress_warning(source, label, ret, held, reference, regimes, REPORT_PATHS, REPORT_LENGTH, 0)
+    regimes = (
+        regime_report(
+            source,
+            ts,
+            held,
+            REPORT_REGIME_PATHS,
+            REPORT_LENGTH,
+            0,
+            data.periods_per_year,
+            start="regime",
+        )
+        if source.regimes is not None
+        else None
+    )
+    return stress_warning(
+        source, label, ret, held, reference, regimes, REPORT_PATHS, REPORT_LENGTH, 0
+    )

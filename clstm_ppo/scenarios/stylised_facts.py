@@ -3,6 +3,7 @@
 Real data come as one or more long series (S, T); generated data as paths (N, L). A curve of a set of series
 is the mean of each series' own curve, so a long real series and many short paths are compared like for like.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,7 +26,9 @@ def acf(x: np.ndarray, max_lag: int) -> np.ndarray:
     x = _rows(x)
     dev = x - x.mean(axis=1, keepdims=True)
     var = (dev * dev).sum(axis=1)
-    out = np.stack([(dev[:, :-k] * dev[:, k:]).sum(axis=1) / var for k in range(1, max_lag + 1)], axis=1)
+    out = np.stack(
+        [(dev[:, :-k] * dev[:, k:]).sum(axis=1) / var for k in range(1, max_lag + 1)], axis=1
+    )
     return out.mean(axis=0)
 
 
@@ -70,11 +73,16 @@ def horizon_returns(x: np.ndarray, lag: int) -> np.ndarray:
     return (c[:, lag:] - c[:, :-lag]).ravel()
 
 
-def emd_scores(real: np.ndarray, fake: np.ndarray, lags: tuple[int, ...] = EMD_LAGS) -> dict[str, float]:
+def emd_scores(
+    real: np.ndarray, fake: np.ndarray, lags: tuple[int, ...] = EMD_LAGS
+) -> dict[str, float]:
     """EMD(t) by lag t (as a string key, for JSON); a lag longer than a path is skipped."""
     real, fake = _rows(real), _rows(fake)
-    return {str(t): wasserstein1(horizon_returns(real, t), horizon_returns(fake, t))
-            for t in lags if t < min(real.shape[1], fake.shape[1])}
+    return {
+        str(t): wasserstein1(horizon_returns(real, t), horizon_returns(fake, t))
+        for t in lags
+        if t < min(real.shape[1], fake.shape[1])
+    }
 
 
 def skew(x: np.ndarray) -> float:
@@ -100,13 +108,18 @@ def stylised_facts(real: np.ndarray, fake: np.ndarray, max_lag: int = MAX_LAG) -
     """The JSON block of one model against the real returns: emd, acf_score, leverage_score, kurtosis, skew."""
     # a correlation needs at least two pairs per row: lags stop two bars short of the shortest row
     lag = min(max_lag, _rows(fake).shape[1] - 2, _rows(real).shape[1] - 2)
-    return {"emd": emd_scores(real, fake), "acf_score": acf_scores(real, fake, lag),
-            "leverage_score": leverage_score(real, fake, lag),
-            "kurtosis": excess_kurtosis(fake), "skew": skew(fake)}
+    return {
+        "emd": emd_scores(real, fake),
+        "acf_score": acf_scores(real, fake, lag),
+        "leverage_score": leverage_score(real, fake, lag),
+        "kurtosis": excess_kurtosis(fake),
+        "skew": skew(fake),
+    }
 
 
-def like_for_like(model: Any, real_ret: np.ndarray, ret_col: int, seed: int, paths: int = LIKE_FOR_LIKE_PATHS
-                  ) -> dict[str, Any]:
+def like_for_like(
+    model: Any, real_ret: np.ndarray, ret_col: int, seed: int, paths: int = LIKE_FOR_LIKE_PATHS
+) -> dict[str, Any]:
     """The stylised facts of generated paths as long as the held-out series, and the tail goal's measure: each path's
     own excess kurtosis. The held-out kurtosis is one history's; 1,000 short paths pooled mix every volatility path
     the model can take, which puts more weight in the tails than any one history has, and a short path's own
@@ -114,9 +127,13 @@ def like_for_like(model: Any, real_ret: np.ndarray, ret_col: int, seed: int, pat
     real_ret = np.asarray(real_ret, dtype=np.float64).reshape(-1, np.shape(real_ret)[-1])
     fake = model.sample_features(paths, real_ret.shape[-1], None, seed)[..., ret_col]
     per_path = per_row_kurtosis(fake)
-    return {**stylised_facts(real_ret, fake), "paths": paths, "length": int(real_ret.shape[-1]),
-            "kurtosis_per_path_median": float(np.median(per_path)),
-            "held_out_kurtosis_percentile": float(np.mean(per_path < held_out_kurtosis(real_ret)))}
+    return {
+        **stylised_facts(real_ret, fake),
+        "paths": paths,
+        "length": int(real_ret.shape[-1]),
+        "kurtosis_per_path_median": float(np.median(per_path)),
+        "held_out_kurtosis_percentile": float(np.mean(per_path < held_out_kurtosis(real_ret))),
+    }
 
 
 def held_out_kurtosis(real_ret: np.ndarray) -> float:

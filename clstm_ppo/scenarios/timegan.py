@@ -14,6 +14,7 @@ It learns windows of the volatility filter's coded residuals (coding.py), not of
 residuals laid end to end, each from fresh noise, and the filter's recursion turns them into bars, so run past its
 window a path keeps the filter's volatility dynamics instead of settling into the GRUs' fixed point.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ def moment_loss(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     the same 24-bar shape); over the batch alone, one that draws a different but nearly flat window for each noise
     matches them too (the residuals are close to i.i.d., so the supervisor's next-step prediction that every
     generated window goes through is close to a constant): docs/SCENARIOS.md."""
-    across = (x_hat.std(dim=0) - x.std(dim=0)).abs().mean() + (x_hat.mean(dim=0) - x.mean(dim=0)).abs().mean()
+    across = (x_hat.std(dim=0) - x.std(dim=0)).abs().mean() + (
+        x_hat.mean(dim=0) - x.mean(dim=0)
+    ).abs().mean()
     return across + (x_hat.std(dim=1).mean(dim=0) - x.std(dim=1).mean(dim=0)).abs().mean()
 
 
@@ -62,8 +65,14 @@ class TimeGanSettings:
 class TimeGan:
     kind = "timegan"
 
-    def __init__(self, n_features: int, n_cond: int, settings: TimeGanSettings, device: torch.device,
-                 n_labels: int = 0):
+    def __init__(
+        self,
+        n_features: int,
+        n_cond: int,
+        settings: TimeGanSettings,
+        device: torch.device,
+        n_labels: int = 0,
+    ):
         # unconditional, and it draws whole windows rather than one bar given its state
         del n_cond, n_labels
         s = settings
@@ -136,7 +145,9 @@ class TimeGan:
             e_hat = torch.sigmoid(self.generator(self.noise(b, length)))
             h_hat = self._supervise(e_hat)
             y_fake, y_fake_e = self.discriminator(h_hat), self.discriminator(e_hat)
-            adv = bce(y_fake, torch.ones_like(y_fake)) + self.settings.gamma * bce(y_fake_e, torch.ones_like(y_fake_e))
+            adv = bce(y_fake, torch.ones_like(y_fake)) + self.settings.gamma * bce(
+                y_fake_e, torch.ones_like(y_fake_e)
+            )
             sup = self._supervised_loss(h)
             x_hat = self.recovery(h_hat)
             moments = moment_loss(x_hat, x)
@@ -150,33 +161,58 @@ class TimeGan:
             e_hat = torch.sigmoid(self.generator(self.noise(*x.shape[:2])))
             h_hat = self._supervise(e_hat)
         y_real, y_fake, y_fake_e = (self.discriminator(t) for t in (h, h_hat, e_hat))
-        d_loss = (bce(y_real, torch.ones_like(y_real)) + bce(y_fake, torch.zeros_like(y_fake))
-                  + self.settings.gamma * bce(y_fake_e, torch.zeros_like(y_fake_e)))
+        d_loss = (
+            bce(y_real, torch.ones_like(y_real))
+            + bce(y_fake, torch.zeros_like(y_fake))
+            + self.settings.gamma * bce(y_fake_e, torch.zeros_like(y_fake_e))
+        )
         if d_loss.item() > self.settings.d_threshold:
             self._update(self.d_opt, d_loss)
-        return {"phase": 2.0, "generator_adv": adv.item(), "supervised_loss": sup.item(), "recon_loss": recon.item(),
-                "moment_loss": moments.item(), "discriminator_loss": d_loss.item()}
+        return {
+            "phase": 2.0,
+            "generator_adv": adv.item(),
+            "supervised_loss": sup.item(),
+            "recon_loss": recon.item(),
+            "moment_loss": moments.item(),
+            "discriminator_loss": d_loss.item(),
+        }
 
     @torch.no_grad()
-    def sample(self, n: int, length: int, labels: torch.Tensor | None, gen: torch.Generator) -> torch.Tensor:
+    def sample(
+        self, n: int, length: int, labels: torch.Tensor | None, gen: torch.Generator
+    ) -> torch.Tensor:
         del labels
         nets = self.nets().values()
         for net in nets:
             net.eval()
-        out = self.recovery(self._supervise(torch.sigmoid(self.generator(self.noise(n, length, gen)))))
+        out = self.recovery(
+            self._supervise(torch.sigmoid(self.generator(self.noise(n, length, gen))))
+        )
         for net in nets:
             net.train()
         return out
 
     def nets(self) -> dict[str, nn.Module]:
-        return {"embedder": self.embedder, "recovery": self.recovery, "generator": self.generator,
-                "supervisor": self.supervisor, "discriminator": self.discriminator}
+        return {
+            "embedder": self.embedder,
+            "recovery": self.recovery,
+            "generator": self.generator,
+            "supervisor": self.supervisor,
+            "discriminator": self.discriminator,
+        }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"er_opt": self.er_opt, "gs_opt": self.gs_opt, "s_opt": self.s_opt, "d_opt": self.d_opt}
+        return {
+            "er_opt": self.er_opt,
+            "gs_opt": self.gs_opt,
+            "s_opt": self.s_opt,
+            "d_opt": self.d_opt,
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: part.state_dict() for name, part in {**self.nets(), **self.optimizers()}.items()}
+        return {
+            name: part.state_dict() for name, part in {**self.nets(), **self.optimizers()}.items()
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, part in {**self.nets(), **self.optimizers()}.items():

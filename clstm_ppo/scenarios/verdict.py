@@ -20,6 +20,7 @@ The goals (docs/SCENARIOS.md, "The report and the goals"), read from the report'
 
 A goal that does not apply (GARCH-t against itself, regimes of an unconditional model) is ``None``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -52,23 +53,36 @@ def tails_goal(row: dict[str, Any], held_kurtosis: float) -> dict[str, Any]:
     lo, hi = kurtosis_range(held_kurtosis)
     like = row["at_held_out_length"]
     k = like["kurtosis_per_path_median"]
-    return _goal(lo <= k <= hi, f"kurtosis {k:.2f} (median of {like['paths']} paths of {like['length']} bars), "
-                                f"goal {lo:.2f}..{hi:.2f}")
+    return _goal(
+        lo <= k <= hi,
+        f"kurtosis {k:.2f} (median of {like['paths']} paths of {like['length']} bars), "
+        f"goal {lo:.2f}..{hi:.2f}",
+    )
 
 
 def emd_goal(row: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
     """The EMD goal of one model's row: below the reference's (GARCH-t's) row at every lag."""
     worse = [lag for lag, v in row["emd"].items() if not v < reference["emd"].get(lag, np.inf)]
-    return _goal(not worse, "below GARCH-t at every lag" if not worse else f"not below GARCH-t at lag "
-                                                                            f"{', '.join(worse)}")
+    return _goal(
+        not worse,
+        "below GARCH-t at every lag"
+        if not worse
+        else f"not below GARCH-t at lag {', '.join(worse)}",
+    )
 
 
-def tail_goals(row: dict[str, Any], held_kurtosis: float, reference: dict[str, Any] | None) -> dict[str, Any]:
+def tail_goals(
+    row: dict[str, Any], held_kurtosis: float, reference: dict[str, Any] | None
+) -> dict[str, Any]:
     """tails, emd, acf_abs and leverage of one model's row (its stylised facts) against GARCH-t's row."""
     out = {"tails": tails_goal(row, held_kurtosis)}
     if reference is None:
-        return {**out, "emd": _goal(None, "the reference"), "acf_abs": _goal(None, "the reference"),
-                "leverage": _goal(None, "the reference")}
+        return {
+            **out,
+            "emd": _goal(None, "the reference"),
+            "acf_abs": _goal(None, "the reference"),
+            "leverage": _goal(None, "the reference"),
+        }
     out["emd"] = emd_goal(row, reference)
     like, ref_like = row["at_held_out_length"], reference["at_held_out_length"]
     a, ra = like["acf_score"]["abs"], ref_like["acf_score"]["abs"]
@@ -85,19 +99,30 @@ def regime_goal(block: dict[str, Any]) -> dict[str, Any]:
     order = all(skew[n]["generated"] < skew["bull"]["generated"] for n in ("bear", "crash"))
     gap = block["gap_points"]
     ok = bool(ratio >= CRASH_VOL_RATIO and order and abs(gap) <= GOAL_POINTS)
-    return _goal(ok, f"crash/bull vol {ratio:.1f}x, goal >= {CRASH_VOL_RATIO:g}; bear and crash skew below bull: "
-                     f"{'yes' if order else 'no'}; classifier gap {gap:+.1f} points, goal within {GOAL_POINTS:g}")
+    return _goal(
+        ok,
+        f"crash/bull vol {ratio:.1f}x, goal >= {CRASH_VOL_RATIO:g}; bear and crash skew below bull: "
+        f"{'yes' if order else 'no'}; classifier gap {gap:+.1f} points, goal within {GOAL_POINTS:g}",
+    )
 
 
 def drift(paths: np.ndarray, train_std: np.ndarray, block: int = 100) -> dict[str, Any]:
     """Standard deviation of every column in each ``block``-bar block of long paths (N, L, F), over the training
     split's; ``ok`` when all of them are within DRIFT_RANGE."""
     blocks = paths.shape[1] // block
-    ratio = np.stack([paths[:, b * block:(b + 1) * block].std(axis=(0, 1)) for b in range(blocks)]) / train_std
+    ratio = (
+        np.stack([paths[:, b * block : (b + 1) * block].std(axis=(0, 1)) for b in range(blocks)])
+        / train_std
+    )
     lo, hi = DRIFT_RANGE
-    return {"bars": int(paths.shape[1]), "paths": int(paths.shape[0]), "block": block,
-            "ratio_min": ratio.min(axis=0).tolist(), "ratio_max": ratio.max(axis=0).tolist(),
-            "ok": bool((ratio >= lo).all() and (ratio <= hi).all())}
+    return {
+        "bars": int(paths.shape[1]),
+        "paths": int(paths.shape[0]),
+        "block": block,
+        "ratio_min": ratio.min(axis=0).tolist(),
+        "ratio_max": ratio.max(axis=0).tolist(),
+        "ok": bool((ratio >= lo).all() and (ratio <= hi).all()),
+    }
 
 
 def verdict(report: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -109,18 +134,33 @@ def verdict(report: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[st
         row = report[name]
         goals = tail_goals(row, held, None if name == REFERENCE else report[REFERENCE])
         disc = row["discriminative_score"]
-        goals["discriminative"] = _goal(disc <= DISCRIMINATIVE_MAX, f"{disc:.3f}, goal <= {DISCRIMINATIVE_MAX:g}")
-        goals["regimes"] = regime_goal(report["regimes"]) if name == "model" and "regimes" in report else _goal(
-            None, "no regimes")
+        goals["discriminative"] = _goal(
+            disc <= DISCRIMINATIVE_MAX, f"{disc:.3f}, goal <= {DISCRIMINATIVE_MAX:g}"
+        )
+        goals["regimes"] = (
+            regime_goal(report["regimes"])
+            if name == "model" and "regimes" in report
+            else _goal(None, "no regimes")
+        )
         d = row["drift"]
-        goals["drift"] = _goal(d["ok"], f"block std / training std {min(d['ratio_min']):.2f}..{max(d['ratio_max']):.2f}"
-                                        f" over {d['bars']} bars")
-        wall, cpu, sample = row["train_seconds"], row.get("train_cpu_seconds", np.inf), row["sample_seconds"]
+        goals["drift"] = _goal(
+            d["ok"],
+            f"block std / training std {min(d['ratio_min']):.2f}..{max(d['ratio_max']):.2f}"
+            f" over {d['bars']} bars",
+        )
+        wall, cpu, sample = (
+            row["train_seconds"],
+            row.get("train_cpu_seconds", np.inf),
+            row["sample_seconds"],
+        )
         train = min(wall, cpu)
         ok = train <= TRAIN_SECONDS_MAX and sample <= SAMPLE_SECONDS_MAX
         how = "CPU" if cpu < wall else "wall"
-        goals["budget"] = _goal(ok, f"fit {train:.1f} {how} s, goal <= {TRAIN_SECONDS_MAX}; 1,000 x 252 bars in "
-                                    f"{sample:.2f} s, goal <= {SAMPLE_SECONDS_MAX:g}")
+        goals["budget"] = _goal(
+            ok,
+            f"fit {train:.1f} {how} s, goal <= {TRAIN_SECONDS_MAX}; 1,000 x 252 bars in "
+            f"{sample:.2f} s, goal <= {SAMPLE_SECONDS_MAX:g}",
+        )
         out[name] = goals
     return out
 
@@ -130,23 +170,41 @@ def format_verdict(block: dict[str, dict[str, Any]], labels: dict[str, str]) -> 
     mark = {True: "PASS", False: "FAIL", None: "n/a"}
     lines = ["verdict (goals: docs/SCENARIOS.md):"]
     for name, goals in block.items():
-        parts = [f"{g} {mark[goals[g]['pass']]}" + (f" ({goals[g]['text']})" if goals[g]["pass"] is not None else "")
-                 for g in GOALS]
+        parts = [
+            f"{g} {mark[goals[g]['pass']]}"
+            + (f" ({goals[g]['text']})" if goals[g]["pass"] is not None else "")
+            for g in GOALS
+        ]
         lines.append(f"  {labels.get(name, name)}: " + "; ".join(parts))
     return lines
 
 
-def stress_warning(model: Any, name: str, ret_col: int, held_ret: np.ndarray, reference: Any,
-                   regimes: dict[str, Any] | None, paths: int = 1000, length: int = 252, seed: int = 0) -> str | None:
+def stress_warning(
+    model: Any,
+    name: str,
+    ret_col: int,
+    held_ret: np.ndarray,
+    reference: Any,
+    regimes: dict[str, Any] | None,
+    paths: int = 1000,
+    length: int = 252,
+    seed: int = 0,
+) -> str | None:
     """The line ``evaluate --scenarios`` prints above its table when ``model`` fails the tail goals (kurtosis and
     EMD against ``reference``, GARCH-t, measured as the report measures them with its default paths, length and
     seed) or, for a conditional model, the regime goal (``regimes``: recognise.regime_report's block)."""
-    row = {**stylised_facts(held_ret, model.sample_features(paths, length, None, seed)[..., ret_col]),
-           "at_held_out_length": like_for_like(model, held_ret, ret_col, seed)}
+    row = {
+        **stylised_facts(held_ret, model.sample_features(paths, length, None, seed)[..., ret_col]),
+        "at_held_out_length": like_for_like(model, held_ret, ret_col, seed),
+    }
     goals = {"tails": tails_goal(row, held_out_kurtosis(held_ret))}
     if reference is not None:
-        goals["emd"] = emd_goal(row, stylised_facts(
-            held_ret, reference.sample_features(paths, length, None, seed)[..., ret_col]))
+        goals["emd"] = emd_goal(
+            row,
+            stylised_facts(
+                held_ret, reference.sample_features(paths, length, None, seed)[..., ret_col]
+            ),
+        )
     failed = [f"{g}: {goal['text']}" for g, goal in goals.items() if goal["pass"] is False]
     if regimes is not None:
         goal = regime_goal(regimes)
@@ -154,5 +212,7 @@ def stress_warning(model: Any, name: str, ret_col: int, held_ret: np.ndarray, re
             failed.append(f"regimes: {goal['text']}")
     if not failed:
         return None
-    return (f"warning: {name} fails the scenario goals ({'; '.join(failed)}); its paths' tails or regimes are not "
-            "the market's, read this stress test with that in mind (docs/SCENARIOS.md)")
+    return (
+        f"warning: {name} fails the scenario goals ({'; '.join(failed)}); its paths' tails or regimes are not "
+        "the market's, read this stress test with that in mind (docs/SCENARIOS.md)"
+    )

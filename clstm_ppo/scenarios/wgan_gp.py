@@ -7,6 +7,7 @@ gradient norm between real and generated rows. Paths are drawn bar by bar, each 
 (FittedGenerator.sample_features), so a path has any length, and its volatility memory is the filter's, which a
 network trained on windows of a few dozen bars could not learn for lags of 100.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -56,11 +57,19 @@ class WganGp:
 
     kind = "wgan_gp"
 
-    def __init__(self, n_features: int, n_cond: int, settings: WganSettings, device: torch.device,
-                 n_labels: int = 0):
+    def __init__(
+        self,
+        n_features: int,
+        n_cond: int,
+        settings: WganSettings,
+        device: torch.device,
+        n_labels: int = 0,
+    ):
         self.settings, self.device, self.n_labels = settings, device, n_labels
         s = settings
-        self.generator = mlp(s.noise_dim + n_cond + n_labels, s.hidden, n_features, s.layers).to(device)
+        self.generator = mlp(s.noise_dim + n_cond + n_labels, s.hidden, n_features, s.layers).to(
+            device
+        )
         self.critic = mlp(n_features + n_cond + n_labels, s.hidden, 1, s.layers).to(device)
         self.g_opt = torch.optim.Adam(self.generator.parameters(), lr=s.lr, betas=s.betas)
         self.c_opt = torch.optim.Adam(self.critic.parameters(), lr=s.lr, betas=s.betas)
@@ -71,23 +80,37 @@ class WganGp:
         # drawn on the CPU, where a seeded generator lives, so a seed gives the same paths on every device
         return torch.randn(batch, self.settings.noise_dim, generator=gen).to(self.device)
 
-    def generate(self, z: torch.Tensor, cond: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+    def generate(
+        self, z: torch.Tensor, cond: torch.Tensor, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self.generator(torch.cat([z, cond, one_hot(labels, self.n_labels, z)], dim=-1))
 
-    def score(self, x: torch.Tensor, cond: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, x: torch.Tensor, cond: torch.Tensor, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self.critic(torch.cat([x, cond, one_hot(labels, self.n_labels, x)], dim=-1))[:, 0]
 
-    def _penalty(self, real: torch.Tensor, fake: torch.Tensor, cond: torch.Tensor,
-                 labels: torch.Tensor | None) -> torch.Tensor:
+    def _penalty(
+        self,
+        real: torch.Tensor,
+        fake: torch.Tensor,
+        cond: torch.Tensor,
+        labels: torch.Tensor | None,
+    ) -> torch.Tensor:
         eps = torch.rand(real.shape[0], 1, device=self.device)
         mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
-        grad, = torch.autograd.grad(self.score(mixed, cond, labels).sum(), mixed, create_graph=True)
+        (grad,) = torch.autograd.grad(
+            self.score(mixed, cond, labels).sum(), mixed, create_graph=True
+        )
         return ((grad.norm(dim=1) - 1.0) ** 2).mean()
 
     def _rows(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         x, cond, labels = batch
-        return (x.reshape(-1, x.shape[-1]), cond.reshape(-1, cond.shape[-1]),
-                labels.reshape(-1) if self.n_labels else None)
+        return (
+            x.reshape(-1, x.shape[-1]),
+            cond.reshape(-1, cond.shape[-1]),
+            labels.reshape(-1) if self.n_labels else None,
+        )
 
     def step(self, batches: list[Batch], _step: int) -> dict[str, float]:
         """One generator update after len(batches) == n_critic critic updates, each on its own real batch."""
@@ -95,7 +118,9 @@ class WganGp:
             real, cond, labels = self._rows(batch)
             with torch.no_grad():
                 fake = self.generate(self.noise(len(real)), cond, labels)
-            wasserstein = self.score(real, cond, labels).mean() - self.score(fake, cond, labels).mean()
+            wasserstein = (
+                self.score(real, cond, labels).mean() - self.score(fake, cond, labels).mean()
+            )
             loss = -wasserstein + self.settings.gp_weight * self._penalty(real, fake, cond, labels)
             self.c_opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -107,8 +132,12 @@ class WganGp:
         self.g_opt.zero_grad(set_to_none=True)
         (g_loss + self.settings.match_weight * match).backward()
         self.g_opt.step()
-        return {"critic_loss": loss.item(), "wasserstein": wasserstein.item(), "generator_loss": g_loss.item(),
-                "match_loss": match.item()}
+        return {
+            "critic_loss": loss.item(),
+            "wasserstein": wasserstein.item(),
+            "generator_loss": g_loss.item(),
+            "match_loss": match.item(),
+        }
 
     def _match(self, real: torch.Tensor, fake: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """Squared Wasserstein-2 distance between the generated and real return residuals z within bins of the
@@ -133,10 +162,15 @@ class WganGp:
         return self.settings.n_critic
 
     @torch.no_grad()
-    def draw(self, cond: torch.Tensor, labels: torch.Tensor | None, gen: torch.Generator) -> torch.Tensor:
+    def draw(
+        self, cond: torch.Tensor, labels: torch.Tensor | None, gen: torch.Generator
+    ) -> torch.Tensor:
         """One bar's coded residuals (N, F) for N paths in states ``cond`` (N, C)."""
-        return self.generate(self.noise(len(cond), gen), cond.to(self.device),
-                             None if labels is None else labels.to(self.device))
+        return self.generate(
+            self.noise(len(cond), gen),
+            cond.to(self.device),
+            None if labels is None else labels.to(self.device),
+        )
 
     def nets(self) -> dict[str, nn.Module]:
         return {"generator": self.generator, "critic": self.critic}
@@ -145,7 +179,9 @@ class WganGp:
         return {"g_opt": self.g_opt, "c_opt": self.c_opt}
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: part.state_dict() for name, part in {**self.nets(), **self.optimizers()}.items()}
+        return {
+            name: part.state_dict() for name, part in {**self.nets(), **self.optimizers()}.items()
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, part in {**self.nets(), **self.optimizers()}.items():

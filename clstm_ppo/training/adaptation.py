@@ -11,6 +11,7 @@ normalisation statistics and its optimizer state: K env steps, the learning rate
 and best_*.pt as in training. ``part="encoder"`` trains LSTM 1 + MLP alone. The zero-shot row is exactly
 ``evaluate`` of the checkpoint on the same data and split.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -45,30 +46,53 @@ ROWS = ("adapted", "zero_shot", "scratch", "buy_and_hold")
 
 def check_feature_set(state: RunState, path: str, source: str, cfg: Config) -> None:
     """The checkpoint's encoder reads the features it was normalised on; another set is refused in one line."""
-    saved, observed = tuple(state.normalizer["names"]), observed_feature_names(cfg.data.option_features)
+    saved, observed = (
+        tuple(state.normalizer["names"]),
+        observed_feature_names(cfg.data.option_features),
+    )
     if saved != observed:
-        raise DataError(f"{path} was trained on features {list(saved)}; '{source}' gives {list(observed)}: "
-                        "adapt a checkpoint of this version's feature set, or retrain")
+        raise DataError(
+            f"{path} was trained on features {list(saved)}; '{source}' gives {list(observed)}: "
+            "adapt a checkpoint of this version's feature set, or retrain"
+        )
 
 
-def start_state(state: RunState, model: dict[str, Any], optimizer: dict[str, Any], num_envs: int) -> RunState:
+def start_state(
+    state: RunState, model: dict[str, Any], optimizer: dict[str, Any], num_envs: int
+) -> RunState:
     """What the trainer's resume path reads to begin a new run from given weights: the checkpoint's normalisation,
     update 0, no env state (the copies start fresh on the new data) and fresh checkpoint selection."""
-    return RunState(model=model, optimizer=optimizer, scaler=None, update=0, global_step=0, episodes=0,
-                    config=state.config, normalizer=state.normalizer, world_size=1, num_envs=num_envs,
-                    **Selection().state_dict())
+    return RunState(
+        model=model,
+        optimizer=optimizer,
+        scaler=None,
+        update=0,
+        global_step=0,
+        episodes=0,
+        config=state.config,
+        normalizer=state.normalizer,
+        world_size=1,
+        num_envs=num_envs,
+        **Selection().state_dict(),
+    )
 
 
 def fresh_start(cfg: Config, state: RunState) -> RunState:
     """A new agent of the checkpoint's settings, initialised as the trainer would, and a fresh Adam."""
     torch.manual_seed(cfg.seed)
-    model = ActorCritic(len(observed_feature_names(cfg.data.option_features)), len(PORTFOLIO_FEATURES),
-                        agent_choices(cfg.agent, cfg.market), cfg.agent)
+    model = ActorCritic(
+        len(observed_feature_names(cfg.data.option_features)),
+        len(PORTFOLIO_FEATURES),
+        agent_choices(cfg.agent, cfg.market),
+        cfg.agent,
+    )
     optimizer = make_adam(model.parameters(), cfg.ppo.learning_rate, cfg.ppo)
     return start_state(state, model.state_dict(), optimizer.state_dict(), cfg.train.num_envs)
 
 
-def train_from_start(cfg: Config, run_dir: Path, device: torch.device, start: RunState, part: str) -> Path:
+def train_from_start(
+    cfg: Config, run_dir: Path, device: torch.device, start: RunState, part: str
+) -> Path:
     """K env steps of PPO from ``start`` into ``run_dir`` through the trainer; returns its latest.pt."""
     from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
@@ -82,13 +106,17 @@ def train_from_start(cfg: Config, run_dir: Path, device: torch.device, start: Ru
 
 def summary(result: WalkResult) -> dict[str, float]:
     rows = [underlying_metrics(result, s) for s in range(len(result.symbols))]
-    return {key: float(np.mean([r[key] for r in rows])) for key in ("sharpe", "total_return", "max_drawdown")}
+    return {
+        key: float(np.mean([r[key] for r in rows]))
+        for key in ("sharpe", "total_return", "max_drawdown")
+    }
 
 
 @dataclass
 class Adaptation:
     """One adaptation: each row's walk (adapted, zero_shot, scratch unless skipped, buy_and_hold), the checkpoint
     each agent row walked, and ``report``, what ``clstm-ppo-adapt --json`` writes."""
+
     results: dict[str, WalkResult]
     checkpoints: dict[str, Path]
     report: dict[str, Any]
@@ -100,9 +128,19 @@ def default_out(cfg: Config, checkpoint: str, data: str, steps: int) -> Path:
     return Path(cfg.output.checkpoint_dir) / f"adapt-{Path(checkpoint).parent.name}-{stem}-{steps}"
 
 
-def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str = "all", split: str = "test",
-                     overrides: Sequence[str] = (), seed: int | None = None, out: Path | None = None,
-                     scratch: bool = True, device: str = "auto") -> Adaptation:
+def adapt_checkpoint(
+    checkpoint: str | Path,
+    data: str,
+    steps: int,
+    *,
+    part: str = "all",
+    split: str = "test",
+    overrides: Sequence[str] = (),
+    seed: int | None = None,
+    out: Path | None = None,
+    scratch: bool = True,
+    device: str = "auto",
+) -> Adaptation:
     """Adapt ``checkpoint`` to ``data`` with ``steps`` env steps of PPO (``part``: all, or the encoder alone) into
     ``out`` (adapted/, scratch/), then walk every row over ``split``. Another feature set, bad data or an ``out``
     already holding a run is one ConfigError or DataError before any training."""
@@ -125,11 +163,19 @@ def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str
     cfg.launch.device, cfg.launch.compile_encoder = picked.type, False
     if seed is not None:
         cfg.seed = seed
-    runs = {"adapted": train_from_start(cfg, out / "adapted", picked,
-                                        start_state(state, state.model, state.optimizer, cfg.train.num_envs),
-                                        part)}
+    runs = {
+        "adapted": train_from_start(
+            cfg,
+            out / "adapted",
+            picked,
+            start_state(state, state.model, state.optimizer, cfg.train.num_envs),
+            part,
+        )
+    }
     if scratch:
-        runs["scratch"] = train_from_start(cfg, out / "scratch", picked, fresh_start(cfg, state), "all")
+        runs["scratch"] = train_from_start(
+            cfg, out / "scratch", picked, fresh_start(cfg, state), "all"
+        )
     runs["zero_shot"] = Path(checkpoint)
     results: dict[str, WalkResult] = {}
     walked = None
@@ -137,15 +183,33 @@ def adapt_checkpoint(checkpoint: str | Path, data: str, steps: int, *, part: str
         if name not in runs:
             continue
         # zero-shot reads the checkpoint exactly as evaluate does; the new runs carry data and overrides already
-        agent_cfg, agent_data, model = (load_agent(checkpoint, data, list(overrides), picked)
-                                        if name == "zero_shot" else load_agent(str(runs[name]), None, [], picked))
+        agent_cfg, agent_data, model = (
+            load_agent(checkpoint, data, list(overrides), picked)
+            if name == "zero_shot"
+            else load_agent(str(runs[name]), None, [], picked)
+        )
         policy, carried = agent_policy(model, len(agent_data.symbols), picked)
-        results[name] = walk(name, policy, carried, agent_data, split, agent_cfg, picked,
-                             scaled_rule(agent_cfg, agent_data, picked))
+        results[name] = walk(
+            name,
+            policy,
+            carried,
+            agent_data,
+            split,
+            agent_cfg,
+            picked,
+            scaled_rule(agent_cfg, agent_data, picked),
+        )
         walked = walked or (agent_data, agent_cfg)
     results["buy_and_hold"] = buy_and_hold(walked[0], split, walked[1])
-    report = {name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
-              for name, res in results.items()}
-    report |= {"summary": {name: summary(res) for name, res in results.items()}, "steps": steps, "part": part,
-               "split": split, "checkpoints": {k: str(v) for k, v in runs.items()}}
+    report = {
+        name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
+        for name, res in results.items()
+    }
+    report |= {
+        "summary": {name: summary(res) for name, res in results.items()},
+        "steps": steps,
+        "part": part,
+        "split": split,
+        "checkpoints": {k: str(v) for k, v in runs.items()},
+    }
     return Adaptation(results, runs, report)

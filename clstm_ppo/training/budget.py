@@ -1,5 +1,6 @@
 """How far a run has come (its counters) and how far it goes: env steps per update, the planned budget the learning
 rate decays over, and when it is spent (docs/TRAINING.md, "Learning rate")."""
+
 from __future__ import annotations
 
 import math
@@ -33,14 +34,27 @@ class Budget:
     def of(cls, cfg: Config, world_size: int, episode_length: int) -> Budget:
         t, p = cfg.train, cfg.ppo
         batch = t.num_envs * p.num_steps * world_size
-        planned = max(1, t.num_episodes * max(episode_length, 1) if t.num_episodes > 0 else t.total_steps)
-        return cls(batch, planned, max(1, math.ceil(planned / batch)),
-                   p.learning_rate * (world_size if p.scale_lr_with_workers else 1), cfg)
+        planned = max(
+            1, t.num_episodes * max(episode_length, 1) if t.num_episodes > 0 else t.total_steps
+        )
+        return cls(
+            batch,
+            planned,
+            max(1, math.ceil(planned / batch)),
+            p.learning_rate * (world_size if p.scale_lr_with_workers else 1),
+            cfg,
+        )
 
     def learning_rate(self, progress: Progress) -> float:
         """The rate of the update after ``progress``: the base rate by the warm-up and the env-step schedule."""
-        return self.base_lr * lr_factor(progress.update, progress.global_step, self.planned_steps, self.cfg.ppo)
+        return self.base_lr * lr_factor(
+            progress.update, progress.global_step, self.planned_steps, self.cfg.ppo
+        )
 
     def reached(self, progress: Progress) -> bool:
         t = self.cfg.train
-        return progress.episodes >= t.num_episodes if t.num_episodes > 0 else progress.global_step >= t.total_steps
+        return (
+            progress.episodes >= t.num_episodes
+            if t.num_episodes > 0
+            else progress.global_step >= t.total_steps
+        )

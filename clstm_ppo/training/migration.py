@@ -5,6 +5,7 @@ to load"). ``python -m clstm_ppo.migrate`` is its command line.
     from clstm_ppo.training.migration import migrate_checkpoint
     migrate_checkpoint("old/latest.pt", "new/latest.pt", trust=True)   # -> "agent checkpoint, version 1 -> 2: ..."
 """
+
 from __future__ import annotations
 
 import pickle
@@ -24,8 +25,11 @@ from clstm_ppo.scenarios import generator
 def read_old(path: Path, trust: bool) -> tuple[Any, bool]:
     """``path``'s contents and whether a full unpickle read them: as data when it is plain data; otherwise only
     with ``trust``, since unpickling a file can call any function it names."""
+
     def unreadable(err: BaseException) -> CheckpointError:
-        return CheckpointError(f"{path} is truncated or corrupt ({first_line(err, 120)}); nothing was converted")
+        return CheckpointError(
+            f"{path} is truncated or corrupt ({first_line(err, 120)}); nothing was converted"
+        )
 
     try:
         return torch.load(path, map_location="cpu", weights_only=True), False
@@ -34,9 +38,11 @@ def read_old(path: Path, trust: bool) -> tuple[Any, bool]:
             raise unreadable(err) from None
         objects = named_objects(path, str(err))
         if not trust:
-            raise CheckpointError(f"{path} holds Python objects ({', '.join(objects[:3])}) that only a full unpickle "
-                                  "reads, and a full unpickle runs whatever code the file names: add --trust only if "
-                                  "you trust where the file came from") from None
+            raise CheckpointError(
+                f"{path} holds Python objects ({', '.join(objects[:3])}) that only a full unpickle "
+                "reads, and a full unpickle runs whatever code the file names: add --trust only if "
+                "you trust where the file came from"
+            ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
         raise unreadable(err) from None
     try:
@@ -52,17 +58,25 @@ def converted(saved: Any, path: Path) -> tuple[str, dict[str, Any]]:
         if kind == run_state.OLD_FORMAT:
             return "agent checkpoint, version 1", run_state.RunState.from_version_1(saved).to_file()
         if kind == run_state.FORMAT:
-            return "agent checkpoint, already current", run_state.parse_run_state(saved, path).to_file()
+            return "agent checkpoint, already current", run_state.parse_run_state(
+                saved, path
+            ).to_file()
     except run_state.BadField as err:
-        raise CheckpointError(f"{path} is a damaged clstm_ppo checkpoint ({err}); nothing was converted") from None
+        raise CheckpointError(
+            f"{path} is a damaged clstm_ppo checkpoint ({err}); nothing was converted"
+        ) from None
     if kind in (generator.OLD_FORMAT, generator.FORMAT):
-        what = "scenario checkpoint, " + ("version 1" if kind == generator.OLD_FORMAT else "already current")
+        what = "scenario checkpoint, " + (
+            "version 1" if kind == generator.OLD_FORMAT else "already current"
+        )
         try:
             return what, {**as_plain_data(saved), "format": generator.FORMAT}
         except TypeError as err:
             raise CheckpointError(f"{path}: {err}; nothing was converted") from None
-    raise CheckpointError(f"{path} is not a clstm_ppo checkpoint (its format is {kind!r}, not "
-                          f"{run_state.OLD_FORMAT!r} or {generator.OLD_FORMAT!r}); nothing was converted")
+    raise CheckpointError(
+        f"{path} is not a clstm_ppo checkpoint (its format is {kind!r}, not "
+        f"{run_state.OLD_FORMAT!r} or {generator.OLD_FORMAT!r}); nothing was converted"
+    )
 
 
 def migrate_checkpoint(old: str | Path, new: str | Path, trust: bool = False) -> str:
@@ -73,7 +87,9 @@ def migrate_checkpoint(old: str | Path, new: str | Path, trust: bool = False) ->
     if not old.is_file():
         raise CheckpointError(f"{old} not found; give the checkpoint file to convert")
     if new.exists():
-        raise CheckpointError(f"{new} already exists; give a new file name for the converted checkpoint")
+        raise CheckpointError(
+            f"{new} already exists; give a new file name for the converted checkpoint"
+        )
     saved, unpickled = read_old(old, trust)
     what, contents = converted(saved, old)
     atomic_save(contents, new)

@@ -1,4 +1,5 @@
 """Resource statistics logged beside the training metrics: the host process, and each rank's GPU through NVML."""
+
 from __future__ import annotations
 
 import resource
@@ -37,12 +38,18 @@ class ResourceMonitor:
 
     def _turn_off(self, err: BaseException) -> None:
         self.handle = None
-        self.off_reason = f"GPU monitoring off: NVML said {type(err).__name__}: {first_line(err, 100)}"
+        self.off_reason = (
+            f"GPU monitoring off: NVML said {type(err).__name__}: {first_line(err, 100)}"
+        )
 
     def host(self) -> dict[str, float]:
         wall, cpu = time.perf_counter(), time.process_time()
-        out = {"cpu_util_pct": 100.0 * (cpu - self.last_cpu) / max(wall - self.last_wall, 1e-9),  # 200 = 2 cores
-               "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}  # Linux reports KiB
+        out = {
+            "cpu_util_pct": 100.0
+            * (cpu - self.last_cpu)
+            / max(wall - self.last_wall, 1e-9),  # 200 = 2 cores
+            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        }  # Linux reports KiB
         self.last_wall, self.last_cpu = wall, cpu
         return out
 
@@ -68,5 +75,8 @@ class ResourceMonitor:
 
 def per_rank_gpu(stats: list[dict[str, float]]) -> dict[str, float]:
     """Every rank's GPU statistics as one record: gpu0_util_pct, gpu1_util_pct, ..."""
-    return {key.replace("gpu_", f"gpu{rank}_", 1): value
-            for rank, one in enumerate(stats) for key, value in one.items()}
+    return {
+        key.replace("gpu_", f"gpu{rank}_", 1): value
+        for rank, one in enumerate(stats)
+        for key, value in one.items()
+    }

@@ -5,6 +5,7 @@ or static (fixed shapes, compiled; optionally replayed as CUDA graphs); the opti
 CUDA graph; and how several ranks share gradients. The trainer builds its parts from the plan and reads nothing
 else to decide; its "ran as" line then says what ran, where a capture fell back.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,26 +33,52 @@ class ExecutionPlan:
         graphs = compiled and cuda and launch.cuda_graphs != "off"
         # fp16's GradScaler reads the gradients on the host, which a captured step cannot.
         captured = graphs and launch.precision != "fp16"
-        why = [f"launch.compile_loop {launch.compile_loop} on {device.type}: the env step, the rollout's decisions "
-               f"and the update's loss are {'compiled' if compiled else 'eager'}"]
+        why = [
+            f"launch.compile_loop {launch.compile_loop} on {device.type}: the env step, the rollout's decisions "
+            f"and the update's loss are {'compiled' if compiled else 'eager'}"
+        ]
         if compiled:
-            why.append(f"launch.cuda_graphs {launch.cuda_graphs}: " + (
-                "decisions replay as CUDA graphs" if graphs else "no CUDA graphs (a CPU has none to replay)"))
+            why.append(
+                f"launch.cuda_graphs {launch.cuda_graphs}: "
+                + (
+                    "decisions replay as CUDA graphs"
+                    if graphs
+                    else "no CUDA graphs (a CPU has none to replay)"
+                )
+            )
         if graphs and not captured:
-            why.append("fp16's loss scaler reads the gradients on the host: the optimizer step stays eager")
+            why.append(
+                "fp16's loss scaler reads the gradients on the host: the optimizer step stays eager"
+            )
         if world_size > 1:
-            why.append("several ranks: " + ("one all-reduce of the gradients before each optimizer step (the static "
-                                            "loss does not run through DDP's forward)" if compiled else
-                                            "DDP averages the gradients in its backward"))
-        return cls(env_step="compiled" if compiled else "eager", rollout="fused" if compiled else "eager",
-                   rollout_graphs=graphs, update="static" if compiled else "eager",
-                   update_graphs=captured and launch.update_graphs, optimizer_step="captured" if captured else "eager",
-                   gradients="local" if world_size == 1 else "all_reduce" if compiled else "ddp", why=tuple(why))
+            why.append(
+                "several ranks: "
+                + (
+                    "one all-reduce of the gradients before each optimizer step (the static "
+                    "loss does not run through DDP's forward)"
+                    if compiled
+                    else "DDP averages the gradients in its backward"
+                )
+            )
+        return cls(
+            env_step="compiled" if compiled else "eager",
+            rollout="fused" if compiled else "eager",
+            rollout_graphs=graphs,
+            update="static" if compiled else "eager",
+            update_graphs=captured and launch.update_graphs,
+            optimizer_step="captured" if captured else "eager",
+            gradients="local" if world_size == 1 else "all_reduce" if compiled else "ddp",
+            why=tuple(why),
+        )
 
     def describe(self) -> str:
         """One line for the run's log: what was planned and why (what ran is the "ran as" line's)."""
+
         def graphs(on: bool) -> str:
             return " as CUDA graphs" if on else ""
-        return (f"plan: env step {self.env_step}, rollout {self.rollout}{graphs(self.rollout_graphs)}, update "
-                f"{self.update}{graphs(self.update_graphs)}, optimizer step {self.optimizer_step}, gradients "
-                f"{self.gradients} ({'; '.join(self.why)})")
+
+        return (
+            f"plan: env step {self.env_step}, rollout {self.rollout}{graphs(self.rollout_graphs)}, update "
+            f"{self.update}{graphs(self.update_graphs)}, optimizer step {self.optimizer_step}, gradients "
+            f"{self.gradients} ({'; '.join(self.why)})"
+        )

@@ -4,6 +4,7 @@ Every rank runs this same loop on its own env copies; rank 0 alone evaluates,
 logs and writes files. All collectives sit at fixed points of the loop, so
 every rank makes the same number of them.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,15 @@ class Trainer:
     ``launch.compile_loop``, averages its gradients itself and needs no wrapper); rollouts and checkpoints use the
     raw module, so DDP never enters a state_dict."""
 
-    def __init__(self, cfg: Config, run_dir: Path, device: torch.device, ctx: DistContext = DistContext(),
-                 resume: RunState | None = None, wrap: Callable[[nn.Module], nn.Module] | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        device: torch.device,
+        ctx: DistContext = DistContext(),
+        resume: RunState | None = None,
+        wrap: Callable[[nn.Module], nn.Module] | None = None,
+    ):
         check_values(cfg)  # a config changed in code after it was built obeys the same rules
         self.cfg, self.run_dir, self.device, self.ctx = cfg, run_dir, device, ctx
         t, p = cfg.train, cfg.ppo
@@ -78,14 +86,25 @@ class Trainer:
         # validation walks read it on the real ones.
         scaled = scaled_rule(cfg, env_data, device)
         self.walk_scaled = scaled_rule(cfg, self.data, device)
-        self.env = BatchedOptionsEnv(env_data, "train", cfg.market, cfg.env, t.num_envs, device=device,
-                                     seed=seeds.env, records=False,
-                                     compile="on" if plan.env_step == "compiled" else "off",
-                                     cuda_graphs=plan.rollout_graphs, symbol_weights=weights, scaled=scaled,
-                                     slot_pnl=p.credit == "position")
+        self.env = BatchedOptionsEnv(
+            env_data,
+            "train",
+            cfg.market,
+            cfg.env,
+            t.num_envs,
+            device=device,
+            seed=seeds.env,
+            records=False,
+            compile="on" if plan.env_step == "compiled" else "off",
+            cuda_graphs=plan.rollout_graphs,
+            symbol_weights=weights,
+            scaled=scaled,
+            slot_pnl=p.credit == "position",
+        )
         torch.manual_seed(cfg.seed)  # the same on every rank: identical initial weights
-        self.model = ActorCritic(len(self.data.feature_names), len(PORTFOLIO_FEATURES),
-                                 self.env.actions.n, cfg.agent).to(device)
+        self.model = ActorCritic(
+            len(self.data.feature_names), len(PORTFOLIO_FEATURES), self.env.actions.n, cfg.agent
+        ).to(device)
         if cfg.launch.compile_encoder:
             # only the encoder (checkpoint keys unchanged): LSTM 2 runs in chunks cut at episode starts,
             # a shape that changes every rollout and would recompile
@@ -93,23 +112,39 @@ class Trainer:
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
         # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
         self.budget = Budget.of(cfg, ctx.world_size, self.env.max_len)
-        optimizer = make_adam(self.model.parameters(), self.budget.base_lr, p,
-                              capture_on=device if plan.optimizer_step == "captured" else None)
+        optimizer = make_adam(
+            self.model.parameters(),
+            self.budget.base_lr,
+            p,
+            capture_on=device if plan.optimizer_step == "captured" else None,
+        )
         precision = Precision(device, cfg.launch.precision)
         self.model.run_lstms_in_float32(precision.lstms_in_float32)
-        storage = RolloutStorage(p.num_steps, t.num_envs, len(PORTFOLIO_FEATURES), self.env.actions.n, device,
-                                 **credit_settings(cfg))
+        storage = RolloutStorage(
+            p.num_steps,
+            t.num_envs,
+            len(PORTFOLIO_FEATURES),
+            self.env.actions.n,
+            device,
+            **credit_settings(cfg),
+        )
         if scaled is not None:
             # the logged prior_nll reads -log pi(1x), the rule as it is, with or without a prior
             storage.prior_actions.fill_(scaled.one)
-        train_model = wrap(self.model) if wrap is not None and plan.gradients == "ddp" else self.model
+        train_model = (
+            wrap(self.model) if wrap is not None and plan.gradients == "ddp" else self.model
+        )
         if plan.gradients == "all_reduce":
             # as DDP's wrapping would: every rank starts from rank 0's weights
             ctx.broadcast_parameters(self.model)
         minibatches = torch.Generator().manual_seed(seeds.minibatches)
         # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
         starts_from_rule = cfg.pretrain.enabled and cfg.pretrain.method == "rule" and not resume
-        prior = RulePrior(self.data, cfg, device, env_data, scaled) if starts_from_rule or cfg.prior.kl > 0 else None
+        prior = (
+            RulePrior(self.data, cfg, device, env_data, scaled)
+            if starts_from_rule or cfg.prior.kl > 0
+            else None
+        )
         random.seed(seeds.numpy)
         np.random.seed(seeds.numpy)
         self.progress = Progress()
@@ -118,13 +153,31 @@ class Trainer:
         if resume:
             carried = self._restore(resume, optimizer, precision, minibatches)
             saved, now = (resume.world_size, resume.num_envs), (ctx.world_size, t.num_envs)
-            why = ("the checkpoint was written between output.rank_state_every's saves" if not resume.ranks
-                   else f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}" if saved != now
-                   else "the saved env state has another layout")
-            self.resume_note = ("env copies continue their episodes" if carried
-                                else f"env copies start fresh episodes ({why})")
-        self.ppo_update = Update(self.model, train_model, optimizer, storage, self.env, precision, plan, cfg, ctx,
-                                 minibatches, prior)
+            why = (
+                "the checkpoint was written between output.rank_state_every's saves"
+                if not resume.ranks
+                else f"saved: {saved[0]} worker(s) x {saved[1]} copies; now {now[0]} x {now[1]}"
+                if saved != now
+                else "the saved env state has another layout"
+            )
+            self.resume_note = (
+                "env copies continue their episodes"
+                if carried
+                else f"env copies start fresh episodes ({why})"
+            )
+        self.ppo_update = Update(
+            self.model,
+            train_model,
+            optimizer,
+            storage,
+            self.env,
+            precision,
+            plan,
+            cfg,
+            ctx,
+            minibatches,
+            prior,
+        )
         if carried is None:
             obs, lstm_state = self.env.reset(), self.model.initial_state(t.num_envs, device)
         elif carried.portfolio is not None:
@@ -137,14 +190,27 @@ class Trainer:
 
     def describe(self) -> str:
         params = sum(p.numel() for p in self.model.parameters())
-        return describe(self.cfg, self.run_dir, self.data, self.ctx.world_size, self.device, self.budget.batch_size,
-                        self.budget.planned_updates, params)
+        return describe(
+            self.cfg,
+            self.run_dir,
+            self.data,
+            self.ctx.world_size,
+            self.device,
+            self.budget.batch_size,
+            self.budget.planned_updates,
+            params,
+        )
 
     # ------------------------------------------------------------------ state
 
     def rank_state(self) -> RankState:
-        return ranks.capture(self.env, self.rollout.lstm_state, self.rollout.obs.portfolio,
-                             self.ppo_update.minibatches, self.device)
+        return ranks.capture(
+            self.env,
+            self.rollout.lstm_state,
+            self.rollout.obs.portfolio,
+            self.ppo_update.minibatches,
+            self.device,
+        )
 
     def gather_rank_states(self, force: bool = False) -> None:
         """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes,
@@ -154,34 +220,62 @@ class Trainer:
         # Rank 0 takes its own state when it saves.
         others_send = self.ctx.enabled and not self.ctx.is_main and b.with_rank_states
         # As the file holds it (tensors and plain values): its tensors travel as one buffer, not pickled.
-        sent = self.ctx.gather_to_main({"state": self.rank_state().to_file() if others_send else None,
-                                        "gpu": b.resources.gpu(), "gpu_off": b.resources.off_reason}, self.device)
-        b.other_ranks = [RankState.from_file(one["state"], f"rank {r}.") for r, one in enumerate(sent[1:], 1)] \
-            if b.with_rank_states else []
+        sent = self.ctx.gather_to_main(
+            {
+                "state": self.rank_state().to_file() if others_send else None,
+                "gpu": b.resources.gpu(),
+                "gpu_off": b.resources.off_reason,
+            },
+            self.device,
+        )
+        b.other_ranks = (
+            [RankState.from_file(one["state"], f"rank {r}.") for r, one in enumerate(sent[1:], 1)]
+            if b.with_rank_states
+            else []
+        )
         b.rank_gpus = [one["gpu"] for one in sent]
-        b.gpu_notes = [f"rank {r}: {one['gpu_off']}" for r, one in enumerate(sent) if one["gpu_off"]]
+        b.gpu_notes = [
+            f"rank {r}: {one['gpu_off']}" for r, one in enumerate(sent) if one["gpu_off"]
+        ]
 
     def run_state(self) -> RunState:
         """What a checkpoint of this update boundary holds (run_files/run_state.py)."""
         n, u = self.progress, self.ppo_update
         return RunState(
-            model=self.model.state_dict(), optimizer=u.optimizer.state_dict(), scaler=u.precision.state_dict(),
-            update=n.update, global_step=n.global_step, episodes=n.episodes, config=to_dict(self.cfg),
-            normalizer=self.data.normalizer.state_dict(), world_size=self.ctx.world_size,
-            num_envs=self.cfg.train.num_envs, **self.selection.state_dict(),
+            model=self.model.state_dict(),
+            optimizer=u.optimizer.state_dict(),
+            scaler=u.precision.state_dict(),
+            update=n.update,
+            global_step=n.global_step,
+            episodes=n.episodes,
+            config=to_dict(self.cfg),
+            normalizer=self.data.normalizer.state_dict(),
+            world_size=self.ctx.world_size,
+            num_envs=self.cfg.train.num_envs,
+            **self.selection.state_dict(),
             # rank 0's own, then ranks 1, 2, ...
-            ranks=[self.rank_state(), *self.boundary.other_ranks] if self.boundary.with_rank_states else [])
+            ranks=[self.rank_state(), *self.boundary.other_ranks]
+            if self.boundary.with_rank_states
+            else [],
+        )
 
-    def _restore(self, state: RunState, optimizer: torch.optim.Optimizer, precision: Precision,
-                 minibatches: torch.Generator) -> RankState | None:
+    def _restore(
+        self,
+        state: RunState,
+        optimizer: torch.optim.Optimizer,
+        precision: Precision,
+        minibatches: torch.Generator,
+    ) -> RankState | None:
         """Put a checkpoint's weights, optimizer, counters and selection back; this rank's saved state (its carried
         LSTM state on the device) when its env copies and random streams continue, else None."""
         try:
             self.model.load_state_dict(state.model)
         except RuntimeError as err:
-            raise CheckpointError("checkpoint model does not fit these agent sizes "
-                                  f"({first_line(err, 100)}); resume with the run's own config, or retrain if an "
-                                  "older version wrote it (its actions or observed portfolio differ)") from None
+            raise CheckpointError(
+                "checkpoint model does not fit these agent sizes "
+                f"({first_line(err, 100)}); resume with the run's own config, or retrain if an "
+                "older version wrote it (its actions or observed portfolio differ)"
+            ) from None
         # This run's device settings, whichever device wrote it (a captured run's Adam cannot step on a CPU); its
         # saved rate is replaced at every update.
         optimizer.load_state_dict(fit_saved_state(state.optimizer, optimizer))
@@ -202,15 +296,20 @@ class Trainer:
 
     def optimise(self) -> dict[str, float]:
         """One PPO update on the stored rollout at this update's learning rate; the update's statistics."""
-        return self.ppo_update(self.budget.learning_rate(self.progress), self.progress.global_step,
-                               self.budget.planned_steps)
+        return self.ppo_update(
+            self.budget.learning_rate(self.progress),
+            self.progress.global_step,
+            self.budget.planned_steps,
+        )
 
     def paths(self) -> str:
         """How the last update ran, in one line: what compiled, what replayed as CUDA graphs."""
         u = self.ppo_update
         step = u.optimizer_step_path if u.optimizer_step is not None else "eager (fp16 scaler)"
-        return (f"ran as: rollout {self.rollout.path}, env step {'compiled' if self.env.compiled else 'eager'}, "
-                f"update {u.path}, optimizer step {step}, precision {u.precision.describe()}")
+        return (
+            f"ran as: rollout {self.rollout.path}, env step {'compiled' if self.env.compiled else 'eager'}, "
+            f"update {u.path}, optimizer step {step}, precision {u.precision.describe()}"
+        )
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
         """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
@@ -240,8 +339,18 @@ class Trainer:
         update's next checkpoint (``Boundary.improved``)."""
         self.model.eval()
         policy, state = agent_policy(self.model, len(self.data.symbols), self.device)
-        metrics = selection_metrics(walk("agent", policy, state, self.data, "validation", self.cfg, self.device,
-                                         self.walk_scaled))
+        metrics = selection_metrics(
+            walk(
+                "agent",
+                policy,
+                state,
+                self.data,
+                "validation",
+                self.cfg,
+                self.device,
+                self.walk_scaled,
+            )
+        )
         self.model.train()
         b = self.boundary
         b.improved = tuple(dict.fromkeys((*b.improved, *self.selection.record(metrics))))
@@ -252,7 +361,9 @@ class Trainer:
         last save: one write, the other files its other names (``CheckpointManager.save``)."""
         b = self.boundary
         best, b.improved = b.improved, ()
-        return b.checkpoints.save(self.run_state().to_file(), self.progress.update if periodic else None, best)
+        return b.checkpoints.save(
+            self.run_state().to_file(), self.progress.update if periodic else None, best
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -264,9 +375,19 @@ class Trainer:
             save_config(cfg, self.run_dir / "config.yaml")
             total = t.total_steps if t.num_episodes <= 0 else None
             out = cfg.output
-            tracker = Tracker(self.run_dir, total, to_dict(cfg), out.wandb, out.wandb_project, self.run_dir.name,
-                              initial_steps=self.progress.global_step, tensorboard=out.tensorboard)
-            reporter = Reporter(tracker, cfg, self.budget.batch_size, self.ctx.world_size, self.device)
+            tracker = Tracker(
+                self.run_dir,
+                total,
+                to_dict(cfg),
+                out.wandb,
+                out.wandb_project,
+                self.run_dir.name,
+                initial_steps=self.progress.global_step,
+                tensorboard=out.tensorboard,
+            )
+            reporter = Reporter(
+                tracker, cfg, self.budget.batch_size, self.ctx.world_size, self.device
+            )
             tracker.write(self.describe())
             tracker.write(self.plan.describe())
             if self.resume_note:
@@ -292,8 +413,13 @@ class Trainer:
         prior = self.ppo_update.prior
         if prior is not None:
             r = self.rollout
-            line, r.obs, r.lstm_state = prior.clone(self.model, self.env, r.obs, r.lstm_state,
-                                                    torch.Generator().manual_seed(self.cfg.seed))
+            line, r.obs, r.lstm_state = prior.clone(
+                self.model,
+                self.env,
+                r.obs,
+                r.lstm_state,
+                torch.Generator().manual_seed(self.cfg.seed),
+            )
             self.ctx.broadcast_parameters(self.model)  # every rank starts PPO from rank 0's clone
             if reporter is not None:
                 reporter.tracker.write(line)
@@ -327,10 +453,23 @@ class Trainer:
             collectives = self.ctx.record.take()
             if main and not failed:
                 b = self.boundary
-                reporter.update(n.update, n.episodes, n.global_step,
-                                {**stats, **({f"collectives_{k}": v for k, v in collectives.items()}
-                                             if self.ctx.enabled else {})},
-                                sums, b.resources.host(), b.rank_gpus, b.gpu_notes)
+                reporter.update(
+                    n.update,
+                    n.episodes,
+                    n.global_step,
+                    {
+                        **stats,
+                        **(
+                            {f"collectives_{k}": v for k, v in collectives.items()}
+                            if self.ctx.enabled
+                            else {}
+                        ),
+                    },
+                    sums,
+                    b.resources.host(),
+                    b.rank_gpus,
+                    b.gpu_notes,
+                )
                 if n.update % t.eval_every == 0:
                     self._evaluate_and_report(reporter)
                     patience = t.early_stopping_patience
@@ -339,18 +478,36 @@ class Trainer:
                 latest = self.save_checkpoints(periodic=n.update % cfg.output.checkpoint_every == 0)
                 # What saving every update costs (the ranks' states gathered, then written): at 65,536 copies a
                 # GPU it must stay small beside the update (output.rank_state_every lowers it).
-                reporter.checkpoint(n.update, n.global_step, gathered_s, time.perf_counter() - saving, latest,
-                                    b.with_rank_states, stats["rollout_s"] + stats["update_s"])
+                reporter.checkpoint(
+                    n.update,
+                    n.global_step,
+                    gathered_s,
+                    time.perf_counter() - saving,
+                    latest,
+                    b.with_rank_states,
+                    stats["rollout_s"] + stats["update_s"],
+                )
             agreed = agree(self.ctx, self.device, stop.requested, failed, early)
             if agreed.failed:
-                saved = f"latest.pt holds update {n.update}" if n.update else "no checkpoint was written"
-                raise TrainingFailure(f"the loss became NaN or infinite in update {n.update + 1}; {saved}; "
-                                      "lower ppo.learning_rate or check the data for extreme values")
+                saved = (
+                    f"latest.pt holds update {n.update}"
+                    if n.update
+                    else "no checkpoint was written"
+                )
+                raise TrainingFailure(
+                    f"the loss became NaN or infinite in update {n.update + 1}; {saved}; "
+                    "lower ppo.learning_rate or check the data for extreme values"
+                )
             if agreed.stop_requested or agreed.early_stop:
                 self._save_rank_states()
                 if main:
-                    why = "stop requested" if agreed.stop_requested else (
-                        f"early stop: {t.early_stopping_patience} evaluations without a new best composite")
+                    why = (
+                        "stop requested"
+                        if agreed.stop_requested
+                        else (
+                            f"early stop: {t.early_stopping_patience} evaluations without a new best composite"
+                        )
+                    )
                     tracker.write(f"{why}: latest.pt written at update {n.update}")
                 return True
         return False
@@ -366,5 +523,9 @@ class Trainer:
 
     def _evaluate_and_report(self, reporter: Reporter) -> None:
         metrics = self.evaluate()
-        reporter.evaluation(self.progress.update, self.progress.global_step, metrics,
-                            self.selection.best.get("composite", math.nan))
+        reporter.evaluation(
+            self.progress.update,
+            self.progress.global_step,
+            metrics,
+            self.selection.best.get("composite", math.nan),
+        )

@@ -4,6 +4,7 @@ One validation walk's composite is noisy (its profit rate is 0 or 1 with one und
 noisy evaluations is optimistic. ``composite_smoothed``, the mean composite of the last ``window`` evaluations,
 picks the end of a good stretch instead of a lucky walk: best_composite_smoothed.pt beside best_composite.pt.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,20 +26,28 @@ class Selection:
     def record(self, metrics: dict[str, float]) -> list[str]:
         """Take one evaluation's ``metrics`` (adding ``composite_smoothed`` to them); return the metrics it is a new
         best of (their checkpoints to write)."""
-        self.recent = [*self.recent, metrics["composite"]][-self.window:]
+        self.recent = [*self.recent, metrics["composite"]][-self.window :]
         full = len(self.recent) == self.window  # before that, one lucky walk would be its own mean
         metrics["composite_smoothed"] = sum(self.recent) / self.window if full else math.nan
         self.last_eval = dict(metrics)
         improved_composite = metrics["composite"] > self.best.get("composite", float("-inf"))
         self.evals_without_best = 0 if improved_composite else self.evals_without_best + 1
-        improved = [name for name in BEST_METRICS if math.isfinite(metrics[name])
-                    and (name not in self.best or metrics[name] > self.best[name])]
+        improved = [
+            name
+            for name in BEST_METRICS
+            if math.isfinite(metrics[name])
+            and (name not in self.best or metrics[name] > self.best[name])
+        ]
         self.best.update({name: metrics[name] for name in improved})
         return improved
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": dict(self.best), "last_eval": dict(self.last_eval),
-                "evals_without_best": self.evals_without_best, "recent_composites": list(self.recent)}
+        return {
+            "best": dict(self.best),
+            "last_eval": dict(self.last_eval),
+            "evals_without_best": self.evals_without_best,
+            "recent_composites": list(self.recent),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.last_eval = dict(state["best"]), dict(state.get("last_eval", {}))

@@ -1,5 +1,6 @@
 """Stopping together: a Ctrl-C or SIGTERM asks for a stop at the next update boundary, and every rank learns
 of any rank's stop request, failure or early stop at the same boundary, so no rank waits for one that left."""
+
 from __future__ import annotations
 
 import signal
@@ -24,14 +25,19 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: object) -> None:  # noqa: ARG002 (signal handler signature)
         if self.announce and not self.requested:
-            print(f"\n{signal.Signals(signum).name}: stopping after update {self.next_update} is finished and "
-                  "saved to latest.pt (the checkpoints are never left half-written, so kill -9 is safe too)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\n{signal.Signals(signum).name}: stopping after update {self.next_update} is finished and "
+                "saved to latest.pt (the checkpoints are never left half-written, so kill -9 is safe too)",
+                file=sys.stderr,
+                flush=True,
+            )
         self.requested = True
 
     @contextmanager
     def installed(self) -> Iterator[StopRequest]:
-        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             yield self
         finally:
@@ -48,8 +54,11 @@ class Agreed:
     early_stop: bool
 
 
-def agree(ctx: DistContext, device: torch.device, stop_requested: bool, failed: bool, early_stop: bool) -> Agreed:
+def agree(
+    ctx: DistContext, device: torch.device, stop_requested: bool, failed: bool, early_stop: bool
+) -> Agreed:
     """One collective: each flag is true on every rank when it is true on any."""
-    flags = ctx.all_reduce_sum(torch.tensor([float(stop_requested), float(failed), float(early_stop)],
-                                            device=device)).tolist()
+    flags = ctx.all_reduce_sum(
+        torch.tensor([float(stop_requested), float(failed), float(early_stop)], device=device)
+    ).tolist()
     return Agreed(flags[0] > 0, flags[1] > 0, flags[2] > 0)

@@ -5,6 +5,7 @@ The process that creates the study queues one trial per cell; every process then
 at a time (the storage's WAITING -> RUNNING change is atomic, so a cell runs once), runs them, and records
 each result in its trial. A worker that dies stops sending heartbeats: its cell is failed and queued again.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ def cell_key(cell: Cell) -> str:
     return json.dumps(cell, sort_keys=True)
 
 
-def open_grid(storage: optuna.storages.BaseStorage, name: str, cells: list[Cell], wait_s: float = 120.0
-              ) -> optuna.Study:
+def open_grid(
+    storage: optuna.storages.BaseStorage, name: str, cells: list[Cell], wait_s: float = 120.0
+) -> optuna.Study:
     """The grid's study: created and filled by the first process, joined (once filled) by the others."""
     try:
         study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
@@ -37,11 +39,15 @@ def open_grid(storage: optuna.storages.BaseStorage, name: str, cells: list[Cell]
         deadline = time.monotonic() + wait_s
         while "grid" not in study.user_attrs:
             if time.monotonic() > deadline:
-                raise ConfigError(f"study {name!r} exists but holds no grid; name another --study") from None
+                raise ConfigError(
+                    f"study {name!r} exists but holds no grid; name another --study"
+                ) from None
             time.sleep(1.0)
         if study.user_attrs["grid"] != [cell_key(c) for c in cells]:
-            raise ConfigError(f"study {name!r} holds another grid (other kinds, windows, seeds or data); "
-                              "run with the same arguments or name another --study") from None
+            raise ConfigError(
+                f"study {name!r} holds another grid (other kinds, windows, seeds or data); "
+                "run with the same arguments or name another --study"
+            ) from None
         return study
     for cell in cells:
         study.enqueue_trial(cell, user_attrs={"cell": cell_key(cell)})
@@ -57,7 +63,10 @@ def requeue_failed(study: optuna.Study, errors_too: bool) -> None:
     for t in study.get_trials(deepcopy=False):
         by_cell.setdefault(t.user_attrs.get("cell", ""), []).append(t)
     for key, trials in by_cell.items():
-        if key and all(t.state == TrialState.FAIL and (errors_too or "error" not in t.user_attrs) for t in trials):
+        if key and all(
+            t.state == TrialState.FAIL and (errors_too or "error" not in t.user_attrs)
+            for t in trials
+        ):
             study.enqueue_trial(json.loads(key), user_attrs={"cell": key})
 
 
@@ -74,8 +83,12 @@ def claim(study: optuna.Study, storage: optuna.storages.BaseStorage) -> tuple[in
     return None
 
 
-def run_claimed(storage: optuna.storages.BaseStorage, trial_id: int, cell: Cell,
-                run_cell: Callable[[Cell], tuple[float, Any]]) -> None:
+def run_claimed(
+    storage: optuna.storages.BaseStorage,
+    trial_id: int,
+    cell: Cell,
+    run_cell: Callable[[Cell], tuple[float, Any]],
+) -> None:
     """Run one claimed cell with heartbeats; its value and result (JSON) go into its trial."""
     stop = threading.Event()
 
@@ -100,8 +113,14 @@ def run_claimed(storage: optuna.storages.BaseStorage, trial_id: int, cell: Cell,
     storage.set_trial_state_values(trial_id, TrialState.COMPLETE, values=[value])
 
 
-def run_grid(url: str, name: str, cells: list[Cell], run_cell: Callable[[Cell], tuple[float, Any]],
-             poll_s: float = 5.0, say: Callable[[str], None] = print) -> list[Any]:
+def run_grid(
+    url: str,
+    name: str,
+    cells: list[Cell],
+    run_cell: Callable[[Cell], tuple[float, Any]],
+    poll_s: float = 5.0,
+    say: Callable[[str], None] = print,
+) -> list[Any]:
     """Run this process's share of the grid, wait for the other workers', and return every cell's result
     in the order of ``cells``."""
     storage = open_storage(url)
@@ -122,10 +141,15 @@ def run_grid(url: str, name: str, cells: list[Cell], run_cell: Callable[[Cell], 
         # or a dead worker's, queued again soon
         say(f"waiting for {len(running)} cell(s) running elsewhere")
         time.sleep(poll_s)
-    done = {t.user_attrs["cell"]: t.user_attrs["result"] for t in trials
-            if t.state == TrialState.COMPLETE and "result" in t.user_attrs}
+    done = {
+        t.user_attrs["cell"]: t.user_attrs["result"]
+        for t in trials
+        if t.state == TrialState.COMPLETE and "result" in t.user_attrs
+    }
     missing = [cell_key(c) for c in cells if cell_key(c) not in done]
     if missing:
-        raise ConfigError(f"grid {name!r}: {len(missing)} cell(s) failed, e.g. {missing[0]}; see their "
-                          "trials' error attribute, then run again to retry them")
+        raise ConfigError(
+            f"grid {name!r}: {len(missing)} cell(s) failed, e.g. {missing[0]}; see their "
+            "trials' error attribute, then run again to retry them"
+        )
     return [done[cell_key(c)] for c in cells]

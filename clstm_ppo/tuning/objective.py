@@ -3,6 +3,7 @@ the pruner as the runs go, and stop them all with SIGTERM when the pruner says s
 
 The trainer's own validation walks are the only scores read: no trial ever evaluates on the test split.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,15 @@ def run_dir_for(out: Path, trial_number: int, seed: int) -> Path:
 class Objective:
     """Callable Optuna objective; one instance serves every thread of a worker (it keeps no per-trial state)."""
 
-    def __init__(self, space: list[Param], spec: TrainSpec, out: Path, seeds: int, poll_s: float = 1.0,
-                 say: Any = print):
+    def __init__(
+        self,
+        space: list[Param],
+        spec: TrainSpec,
+        out: Path,
+        seeds: int,
+        poll_s: float = 1.0,
+        say: Any = print,
+    ):
         self.space, self.spec, self.out, self.seeds = space, spec, out, seeds
         self.poll_s, self.say = poll_s, say
 
@@ -50,8 +58,10 @@ class Objective:
     def run(self, trial: Any, values: dict[str, Any]) -> float:
         """Train every seed with ``values``; the mean over seeds of each run's best validation composite."""
         sets = as_overrides(values)
-        runs = [TrainRun(self.spec, run_dir_for(self.out, trial.number, seed), seed, sets)
-                for seed in range(self.seeds)]
+        runs = [
+            TrainRun(self.spec, run_dir_for(self.out, trial.number, seed), seed, sets)
+            for seed in range(self.seeds)
+        ]
         trial.set_user_attr("run_dirs", [str(r.run_dir) for r in runs])
         trial.set_user_attr("overrides", sets)
         marks = report_steps(self.spec.steps)
@@ -61,13 +71,20 @@ class Objective:
                 done = [r.finished() for r in runs]
                 for r in runs:
                     r.read()
-                failed = [r for r, d in zip(runs, done, strict=True) if d and r.process.returncode != 0]
+                failed = [
+                    r for r, d in zip(runs, done, strict=True) if d and r.process.returncode != 0
+                ]
                 if failed:
-                    self._fail(trial, f"seed {failed[0].seed} exited {failed[0].process.returncode}: "
-                                      f"{failed[0].last_error()} (log: {failed[0].log_path})")
+                    self._fail(
+                        trial,
+                        f"seed {failed[0].seed} exited {failed[0].process.returncode}: "
+                        f"{failed[0].last_error()} (log: {failed[0].log_path})",
+                    )
                 # Past a mark means a later update seen (or the run done): the validation walk of the mark's own
                 # update is logged after its update record, and reading between the two would miss it.
-                while marks and all(d or r.last_step > marks[0] for r, d in zip(runs, done, strict=True)):
+                while marks and all(
+                    d or r.last_step > marks[0] for r, d in zip(runs, done, strict=True)
+                ):
                     self._report(trial, runs, marks.pop(0))
                 if all(done):
                     break
@@ -100,5 +117,7 @@ class Objective:
             codes = [r.stop() for r in runs]
             trial.set_user_attr("pruned_at_step", mark)
             trial.set_user_attr("stop_exit_codes", codes)
-            raise optuna.TrialPruned(f"trial {trial.number} pruned at {mark:,} env steps "
-                                     f"(mean best composite {value:.4f})")
+            raise optuna.TrialPruned(
+                f"trial {trial.number} pruned at {mark:,} env steps "
+                f"(mean best composite {value:.4f})"
+            )

@@ -1,6 +1,7 @@
 """One training run of a trial: the train command in a subprocess, followed through the metrics.jsonl it
 appends to, and stopped with SIGTERM (the trainer then finishes its update, writes latest.pt and releases
 its run-folder lock). No callback into the trainer: its command line is the whole interface."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,22 @@ class TrainSpec:
     overrides: list[str] = field(default_factory=list)
 
     def command(self, run_dir: Path, seed: int, sets: list[str]) -> list[str]:
-        args = [sys.executable, "-m", "clstm_ppo.train", "--config", self.config, "--total-steps", str(self.steps),
-                "--seed", str(seed), "--checkpoint-dir", str(run_dir.parent), "--run-name", run_dir.name,
-                "--fresh-start"]
+        args = [
+            sys.executable,
+            "-m",
+            "clstm_ppo.train",
+            "--config",
+            self.config,
+            "--total-steps",
+            str(self.steps),
+            "--seed",
+            str(seed),
+            "--checkpoint-dir",
+            str(run_dir.parent),
+            "--run-name",
+            run_dir.name,
+            "--fresh-start",
+        ]
         if self.data:
             args += ["--data", self.data]
         # --set after the base --set, so a trial's values win over the study's fixed ones
@@ -47,8 +61,12 @@ class TrainRun:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = run_dir.parent / f"{run_dir.name}.log"
         self._log: IO[str] = open(self.log_path, "w")
-        self.process = subprocess.Popen(spec.command(run_dir, seed, sets), stdout=self._log,
-                                        stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.process = subprocess.Popen(
+            spec.command(run_dir, seed, sets),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self._offset = 0
         self._partial = ""
         self.evals: list[tuple[int, float]] = []  # (env steps, validation composite), in order
@@ -72,7 +90,9 @@ class TrainRun:
             self.last_step = max(self.last_step, int(record.get("step", 0)))
             if record.get("kind") == "eval":
                 value = record.get("composite")
-                self.evals.append((int(record["step"]), math.nan if value is None else float(value)))
+                self.evals.append(
+                    (int(record["step"]), math.nan if value is None else float(value))
+                )
 
     def best_until(self, step: float) -> float:
         """The best validation composite among the walks at or before ``step`` env steps (nan: none yet)."""
@@ -104,7 +124,11 @@ class TrainRun:
     def last_error(self) -> str:
         """The log's last error line (the trainer's one-line errors start with 'error:')."""
         try:
-            lines = [line.strip() for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
+            lines = [
+                line.strip()
+                for line in self.log_path.read_text(errors="replace").splitlines()
+                if line.strip()
+            ]
         except OSError:
             return "no log"
         errors = [line for line in lines if line.startswith("error") or "Error" in line]
