@@ -1,14 +1,17 @@
-"""``python -m clstm_ppo.adapt``: fine-tune a trained agent on a new underlying with K env steps of PPO, then
-backtest it on the new underlying's test split beside zero-shot, from-scratch-with-K and buy-and-hold.
+"""``python -m clstm_ppo.adapt``: fine-tune a trained agent on a new underlying with K env steps
+of PPO, then backtest it on the new underlying's test split beside zero-shot,
+from-scratch-with-K and buy-and-hold.
 
-    clstm-ppo-adapt --checkpoint checkpoints/<run>/best_composite.pt --data new_stock.csv --steps 50000 \\
+    clstm-ppo-adapt --checkpoint checkpoints/<run>/best_composite.pt
+        --data new_stock.csv --steps 50000 \\
         [--part encoder|all] [--set data.symbols=[UNH]] [--out DIR] [--json F]
 
-Adaptation continues the checkpoint through the trainer with the checkpoint's settings, its normalisation
-statistics and its optimizer state, on the new data's training split: K env steps, the learning rate decaying over
-them, validation walks and best_*.pt as in training. ``--part encoder`` trains LSTM 1 + MLP alone. Scratch trains a
-fresh agent of the same settings for the same K. The zero-shot row is exactly ``evaluate`` of the checkpoint on the
-same data and split. From Python: ``clstm_ppo.training.adaptation.adapt_checkpoint`` (docs/ADAPTATION.md).
+Adaptation continues the checkpoint through the trainer with the checkpoint's settings, its
+normalisation statistics and its optimizer state, on the new data's training split: K env steps, the
+learning rate decaying over them, validation walks and best_*.pt as in training. ``--part encoder``
+trains LSTM 1 + MLP alone. Scratch trains a fresh agent of the same settings for the same K. The
+zero-shot row is exactly ``evaluate`` of the checkpoint on the same data and split. From Python:
+``clstm_ppo.training.adaptation.adapt_checkpoint`` (docs/ADAPTATION.md).
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_report(done.results))
     for name, row in done.report["summary"].items():
         print(
-            f"  {name:<13} mean Sharpe {row['sharpe']:>7.3f}  mean total return {row['total_return']:>8.4f}"
+            f"  {name:<13} mean Sharpe {row['sharpe']:>7.3f}  mean total return "
+            f"{row['total_return']:>8.4f}"
         )
     if args.json:
         args.json.write_text(strict_json(done.report, indent=2, default=str))

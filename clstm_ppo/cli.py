@@ -1,4 +1,5 @@
-"""What every command-line entry shares: --config/--set, and one-line errors instead of tracebacks."""
+"""What every command-line entry shares: --config/--set, and one-line errors
+instead of tracebacks."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from clstm_ppo.distributed import StrayRankVariables, TrainingFailure
 from clstm_ppo.run_files.checkpoint import CheckpointError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingFailure, StrayRankVariables)
-CLOSED_PIPE_STATUS = 141  # what a shell reports for a tool a closed pipe stopped (128 + SIGPIPE), as for `yes | head`
+# what a shell reports for a tool a closed pipe stopped (128 + SIGPIPE), as for `yes | head`
+CLOSED_PIPE_STATUS = 141
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +44,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def check_output_path(
     flag: str, path: Path | None, suffixes: tuple[str, ...] | None = None
 ) -> None:
-    """Before minutes of work: ``path`` can be written as a file of its format (a file of ``suffixes``, not a
-    folder, in a folder this process can write in, made if missing), else one line naming ``flag``'s fix."""
+    """Before minutes of work: ``path`` can be written as a file of its format (a file of
+    ``suffixes``, not a folder, in a folder this process can write in, made if missing), else one
+    line naming ``flag``'s fix."""
     if path is None:
         return
     if suffixes is not None and path.suffix.lower() not in suffixes:
@@ -74,16 +77,17 @@ def check_output_path(
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run ``main``; a user error prints one line on stderr and exits 2, never a traceback. Output piped into a
-    reader that stops early (``| head``) ends the command quietly."""
+    """Run ``main``; a user error prints one line on stderr and exits 2, never a traceback. Output
+    piped into a reader that stops early (``| head``) ends the command quietly."""
     try:
         return main(argv)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # The reader is gone: whatever is still buffered for stdout would fail again at exit, so stdout becomes
-        # /dev/null for the rest of the process (the recipe of Python's signal module documentation).
+        # The reader is gone: whatever is still buffered for stdout would fail again at
+        # exit, so stdout becomes /dev/null for the rest of the process (the recipe of
+        # Python's signal module documentation).
         with open(os.devnull, "w") as devnull, contextlib.suppress(OSError, ValueError):
             # a captured stdout
             os.dup2(devnull.fileno(), sys.stdout.fileno())

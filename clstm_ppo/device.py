@@ -22,7 +22,8 @@ def cuda_device_count() -> int:
 
 
 def pick_device(choice: str, local_rank: int = 0) -> torch.device:
-    """``auto``: this worker's GPU when CUDA is there, else the CPU; ``cuda`` without CUDA is an error."""
+    """``auto``: this worker's GPU when CUDA is there, else the CPU; ``cuda`` without
+    CUDA is an error."""
     if choice not in DEVICE_CHOICES:
         raise ConfigError(f"--device {choice!r} is not one of {', '.join(DEVICE_CHOICES)}")
     if choice == "cpu" or (choice == "auto" and cuda_device_count() == 0):
@@ -38,7 +39,8 @@ def pick_device(choice: str, local_rank: int = 0) -> torch.device:
 
 
 def configure_backends(device: torch.device) -> None:
-    """Fast defaults: freed host memory kept for reuse (every device), TF32 matmuls and cuDNN autotuning (GPUs)."""
+    """Fast defaults: freed host memory kept for reuse (every device), TF32 matmuls and cuDNN
+    autotuning (GPUs)."""
     keep_freed_host_memory()
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -47,13 +49,15 @@ def configure_backends(device: torch.device) -> None:
 
 
 def wait_for(device: torch.device) -> None:
-    """Block until the device has finished its queued work, so host timers measure it (a no-op on the CPU)."""
+    """Block until the device has finished its queued work, so host timers measure it (a
+    no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def start_peak_memory(device: torch.device) -> float | None:
-    """On a GPU: the memory allocated now (GB), with the peak counter reset to it; None on the CPU."""
+    """On a GPU: the memory allocated now (GB), with the peak counter reset to
+    it; None on the CPU."""
     if device.type != "cuda":
         return None
     torch.cuda.reset_peak_memory_stats(device)
@@ -61,8 +65,8 @@ def start_peak_memory(device: torch.device) -> float | None:
 
 
 def peak_memory_gb(device: torch.device) -> float | None:
-    """On a GPU: the most memory allocated since ``start_peak_memory`` (GB), tensors only (the caching allocator's
-    reserve aside); None on the CPU."""
+    """On a GPU: the most memory allocated since ``start_peak_memory`` (GB), tensors only (the
+    caching allocator's reserve aside); None on the CPU."""
     return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
 
 
@@ -73,16 +77,17 @@ HEAP_UP_TO_BYTES = 32 << 20  # blocks up to this size come from the heap (glibc'
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (taskset, a container's cpuset, a pinned test worker), not every core of
-    the machine: threads beyond them only wait for each other, spinning at OpenMP's barriers."""
+    """The cores this process may run on (taskset, a container's cpuset, a pinned test worker),
+    not every core of the machine: threads beyond them only wait for each other, spinning at
+    OpenMP's barriers."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
 
 
 def available_memory() -> int | None:
-    """Bytes of host memory this process could still take: the kernel's MemAvailable, or less where a cgroup
-    (a container's memory limit) allows less; None where neither can be read."""
+    """Bytes of host memory this process could still take: the kernel's MemAvailable, or less where
+    a cgroup (a container's memory limit) allows less; None where neither can be read."""
     limits = []
     try:
         with open("/proc/meminfo") as fh:
@@ -134,18 +139,19 @@ def check_compile_toolchain(device_kind: str) -> None:
         )
 
 
-# Graphs one compiled function may hold in a process. A study trains runs of several agent kinds, rewards and folds
-# in one process (lab/clstm_lab/studies/seeded_runs.py), each a new graph; at dynamo's default of 8 the rest would run
-# eagerly.
+# Graphs one compiled function may hold in a process. A study trains runs of several agent kinds,
+# rewards and folds in one process (lab/clstm_lab/studies/seeded_runs.py), each a new graph; at
+# dynamo's default of 8 the rest would run eagerly.
 RECOMPILE_LIMIT = 64
 
 
 def key_cpu_code_by_vector_isa() -> None:
-    """Pin inductor's CPU vector width to the instruction set it picks here (AVX-512, or AVX2 where the CPU or
-    ``ATEN_CPU_CAPABILITY=avx2`` says so), which puts it in the key of inductor's on-disk graph cache. Left unset,
-    the key omits it: a graph cached under AVX-512 and reloaded under AVX2 (the same cache dir, another
-    ``ATEN_CPU_CAPABILITY``, or a cache shared by unlike machines) runs wrapper code of one width over kernels of the
-    other, and gives wrong numbers or a segmentation fault (docs/TRAINING.md, "Compiled and captured paths")."""
+    """Pin inductor's CPU vector width to the instruction set it picks here (AVX-512, or AVX2 where
+    the CPU or ``ATEN_CPU_CAPABILITY=avx2`` says so), which puts it in the key of inductor's on-disk
+    graph cache. Left unset, the key omits it: a graph cached under AVX-512 and reloaded under AVX2
+    (the same cache dir, another ``ATEN_CPU_CAPABILITY``, or a cache shared by unlike machines) runs
+    wrapper code of one width over kernels of the other, and gives wrong numbers or a segmentation
+    fault (docs/TRAINING.md, "Compiled and captured paths")."""
     from torch._inductor import config as inductor_config
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
@@ -158,11 +164,12 @@ def key_cpu_code_by_vector_isa() -> None:
 def compile_graph(
     fn: Callable[..., Any], name: str, cuda_graphs: bool = False, allow_rnn: bool = False
 ) -> Callable[..., Any]:
-    """``fn`` compiled as one graph per input shape (``fullgraph=True, dynamic=False``), in inductor's
-    "reduce-overhead" mode with ``cuda_graphs`` (each call replayed as a CUDA graph on CUDA). Each call runs under
-    dynamo settings for this function alone: room for ``RECOMPILE_LIMIT`` graphs, and beyond them an error naming
-    ``name`` instead of dynamo's silent fall-back to eager code. ``allow_rnn`` lets dynamo read an ``nn.LSTM``'s
-    weights (it refuses by default)."""
+    """``fn`` compiled as one graph per input shape (``fullgraph=True, dynamic=False``), in
+    inductor's "reduce-overhead" mode with ``cuda_graphs`` (each call replayed as a CUDA graph on
+    CUDA). Each call runs under dynamo settings for this function alone: room for
+    ``RECOMPILE_LIMIT`` graphs, and beyond them an error naming ``name`` instead of dynamo's
+    silent fall-back to eager code. ``allow_rnn`` lets dynamo read an ``nn.LSTM``'s weights (it
+    refuses by default)."""
     key_cpu_code_by_vector_isa()
     compiled = torch.compile(
         fn, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None
@@ -179,15 +186,16 @@ def compile_graph(
                 return compiled(*args)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
             raise RuntimeError(
-                f"the compiled {name} met its limit of {RECOMPILE_LIMIT} graphs in this process (one "
-                "per shape: agent kind, env copies, data); run fewer kinds of run per process or set "
-                "launch.compile_loop off"
+                f"the compiled {name} met its limit of {RECOMPILE_LIMIT} graphs in this process "
+                "(one per shape: agent kind, env copies, data); run fewer kinds of run per process "
+                "or set launch.compile_loop off"
             ) from None
         except torch._dynamo.exc.BackendCompilerFailed as err:
             reason = _write_failure(getattr(err, "inner_exception", None) or err.__cause__)
             if reason is None:
                 raise
-            # A full disk or a file-size limit meets the compiler first, writing its code: one line, as checkpoints do.
+            # A full disk or a file-size limit meets the compiler first, writing its
+            # code: one line, as checkpoints do.
             raise ConfigError(
                 f"could not write the compiled {name}'s code ({reason}); free disk space where "
                 "inductor caches (TORCHINDUCTOR_CACHE_DIR) or set launch.compile_loop off"
@@ -197,19 +205,20 @@ def compile_graph(
 
 
 def cudagraph_skips() -> int:
-    """How many graphs inductor compiled in this process without the CUDA graphs "reduce-overhead" asked for (a CPU
-    tensor, an input it cannot keep at one address, ...): it falls back silently but for this counter."""
+    """How many graphs inductor compiled in this process without the CUDA graphs "reduce-overhead"
+    asked for (a CPU tensor, an input it cannot keep at one address, ...): it falls back silently
+    but for this counter."""
     return int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
 
 
 @contextlib.contextmanager
 def cuda_graph_capture(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
-    """``torch.cuda.graph(graph)`` on a stream of its own, inside a stream context of its own: when CUDA refuses a
-    capture, ``torch.cuda.graph``'s exit fails in ``capture_end`` before it restores the caller's stream, and this
-    outer context restores it. The error raised then names the first failure (a refused operation inside the
-    capture), not ``capture_end``'s "previous error" that followed it. Only this thread's CUDA calls are held to the
-    capture's rules ("thread_local", as inductor's CUDA graphs are): under DDP, NCCL's watchdog thread polls its
-    events throughout."""
+    """``torch.cuda.graph(graph)`` on a stream of its own, inside a stream context of its own: when
+    CUDA refuses a capture, ``torch.cuda.graph``'s exit fails in ``capture_end`` before it restores
+    the caller's stream, and this outer context restores it. The error raised then names the first
+    failure (a refused operation inside the capture), not ``capture_end``'s "previous error" that
+    followed it. Only this thread's CUDA calls are held to the capture's rules ("thread_local", as
+    inductor's CUDA graphs are): under DDP, NCCL's watchdog thread polls its events throughout."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     try:
@@ -229,7 +238,8 @@ WRITE_FAILURES = ("No space left on device", "File size limit exceeded", "Disk q
 
 
 def _write_failure(cause: BaseException | None) -> str | None:
-    """Why a compile could not write its code (inductor's own write, or the C++ compiler's), else None."""
+    """Why a compile could not write its code (inductor's own write, or the C++
+    compiler's), else None."""
     if isinstance(cause, OSError):
         return cause.strerror or str(cause)
     return next((words for words in WRITE_FAILURES if words in str(cause)), None)

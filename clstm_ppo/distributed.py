@@ -24,13 +24,14 @@ class TrainingFailure(RuntimeError):
 
 
 class StrayRankVariables(ValueError):
-    """torchrun's RANK / WORLD_SIZE / LOCAL_RANK in the environment, but not as torchrun sets them."""
+    """torchrun's RANK / WORLD_SIZE / LOCAL_RANK in the environment, but not as
+    torchrun sets them."""
 
 
 @dataclass
 class CollectiveRecord:
-    """How many times each collective ran, and how many of those inside a CUDA graph capture (always 0: such a
-    call raises first). The trainer logs and clears it at each update boundary."""
+    """How many times each collective ran, and how many of those inside a CUDA graph capture (always
+    0: such a call raises first). The trainer logs and clears it at each update boundary."""
 
     calls: Counter = field(default_factory=Counter)
     in_capture: int = 0
@@ -86,8 +87,9 @@ class DistContext:
         return self.all_reduce_sum(tensor) / self.world_size if self.enabled else tensor
 
     def average_gradients(self, module: torch.nn.Module) -> None:
-        """Every rank's gradients replaced by their mean over the ranks, in one all-reduce: what DDP does during the
-        backward, for an update that does not run through DDP's forward (``agent/static_update.py``)."""
+        """Every rank's gradients replaced by their mean over the ranks, in one all-reduce: what DDP
+        does during the backward, for an update that does not run through DDP's forward
+        (``agent/static_update.py``)."""
         if not self.enabled:
             return
         grads = [p.grad for p in module.parameters() if p.grad is not None]
@@ -101,11 +103,11 @@ class DistContext:
         )
 
     def gather_to_main(self, obj: Any, device: torch.device = torch.device("cpu")) -> list[Any]:
-        """Every rank's ``obj`` (dicts, lists and tuples of CPU tensors and picklable values) in rank order on rank 0;
-        an empty list elsewhere. The tensors travel as one byte buffer through a tensor gather, on ``device`` under
-        NCCL (the rank's GPU), not pickled: at 65,536 copies a rank's state is hundreds of MB, which pickled objects
-        move slowly over gloo (docs/BENCHMARKS.md). Only the rest, with each tensor's dtype and shape, is
-        pickled."""
+        """Every rank's ``obj`` (dicts, lists and tuples of CPU tensors and picklable values) in
+        rank order on rank 0; an empty list elsewhere. The tensors travel as one byte buffer through
+        a tensor gather, on ``device`` under NCCL (the rank's GPU), not pickled: at 65,536 copies a
+        rank's state is hundreds of MB, which pickled objects move slowly over gloo
+        (docs/BENCHMARKS.md). Only the rest, with each tensor's dtype and shape, is pickled."""
         if not self.enabled:
             return [obj]
         self.record.note("gather")
@@ -140,7 +142,8 @@ class DistContext:
                 dist.broadcast(param.data, src=0)
 
 
-# Each tensor's bytes start at a multiple of this in the gathered buffer, so that any dtype can view them in place.
+# Each tensor's bytes start at a multiple of this in the gathered buffer, so that
+# any dtype can view them in place.
 _ALIGN = 16
 
 
@@ -180,8 +183,8 @@ def _padded(nbytes: int) -> int:
 
 
 def _pack(tensors: list[torch.Tensor], flat: torch.Tensor) -> torch.Tensor:
-    """``flat`` (uint8, at least the padded size) holding the tensors' bytes one after another, each from a multiple
-    of ``_ALIGN`` on; the padding's bytes are left as they were."""
+    """``flat`` (uint8, at least the padded size) holding the tensors' bytes one after another, each
+    from a multiple of ``_ALIGN`` on; the padding's bytes are left as they were."""
     at = 0
     for t in tensors:
         raw = t.contiguous().reshape(-1).view(torch.uint8)
@@ -193,8 +196,8 @@ def _pack(tensors: list[torch.Tensor], flat: torch.Tensor) -> torch.Tensor:
 def _unpack(
     flat: torch.Tensor, layout: list[tuple[torch.dtype, tuple[int, ...]]]
 ) -> list[torch.Tensor]:
-    """``_pack``'s tensors back from its bytes, by their dtypes and shapes in order: copies, since torch.save refuses
-    views of one buffer as different dtypes (a checkpoint holds them)."""
+    """``_pack``'s tensors back from its bytes, by their dtypes and shapes in order: copies, since
+    torch.save refuses views of one buffer as different dtypes (a checkpoint holds them)."""
     tensors, at = [], 0
     for dtype, shape in layout:
         nbytes = math.prod(shape) * dtype.itemsize
@@ -211,9 +214,10 @@ class RankSeeds(NamedTuple):
 
 
 def rank_seeds(seed: int, rank: int, world_size: int, restart: int = 0) -> RankSeeds:
-    """Independent streams for every rank, from ``numpy.random.SeedSequence``: rank r of seed s never shares a
-    stream with rank 0 of seed s + r (as ``seed + rank`` did), and a resume whose copies restart (``restart``:
-    the update it resumes at) draws new ones instead of replaying the first run's."""
+    """Independent streams for every rank, from ``numpy.random.SeedSequence``: rank r of seed s
+    never shares a stream with rank 0 of seed s + r (as ``seed + rank`` did), and a resume
+    whose copies restart (``restart``: the update it resumes at) draws new ones instead of
+    replaying the first run's."""
     child = np.random.SeedSequence([seed, restart]).spawn(world_size)[rank]
     return RankSeeds(*(int(x) for x in child.generate_state(4, dtype=np.uint32)))
 
@@ -233,9 +237,9 @@ RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
 
 
 def torchrun_context() -> DistContext | None:
-    """The group torchrun describes in RANK / WORLD_SIZE / LOCAL_RANK, or None outside torchrun. A partial or
-    inconsistent set (left over in a shell, or from another launcher) is a ``StrayRankVariables`` line, not a
-    rendezvous that waits for ranks that never come."""
+    """The group torchrun describes in RANK / WORLD_SIZE / LOCAL_RANK, or None outside torchrun. A
+    partial or inconsistent set (left over in a shell, or from another launcher) is a
+    ``StrayRankVariables`` line, not a rendezvous that waits for ranks that never come."""
     import os
 
     present = [k for k in TORCHRUN_VARIABLES if k in os.environ]
@@ -268,8 +272,8 @@ def torchrun_context() -> DistContext | None:
 
 
 def init_group(ctx: DistContext, device: torch.device, timeout_s: float) -> None:
-    """Join the group: NCCL between GPUs, gloo between CPU workers and between ranks that share a GPU (NCCL refuses
-    two ranks on one device); MASTER_ADDR/PORT come from the env."""
+    """Join the group: NCCL between GPUs, gloo between CPU workers and between ranks that share a
+    GPU (NCCL refuses two ranks on one device); MASTER_ADDR/PORT come from the env."""
     import datetime
 
     if not ctx.enabled:
@@ -284,7 +288,8 @@ def init_group(ctx: DistContext, device: torch.device, timeout_s: float) -> None
 
 
 def leave_group(barrier: bool) -> None:
-    """Leave the group; after a clean finish, together (a barrier first), so no rank tears down early."""
+    """Leave the group; after a clean finish, together (a barrier first), so no rank
+    tears down early."""
     if dist.is_available() and dist.is_initialized():
         if barrier:
             dist.barrier()

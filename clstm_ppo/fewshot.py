@@ -1,13 +1,15 @@
-"""``python -m clstm_ppo.fewshot``: 3-way BUY/HOLD/SELL few-shot learning on held-out underlyings (docs/ADAPTATION.md).
+"""``python -m clstm_ppo.fewshot``: 3-way BUY/HOLD/SELL few-shot learning on held-out underlyings
+(docs/ADAPTATION.md).
 
     clstm-ppo-fewshot --data dow --method all --json fewshot.json --plot fewshot.png
 
-A task is (underlying, date window): 3 x K support bars and 15 query bars, labelled by the 5-bar forward return
-against the 1/3 and 2/3 quantiles of the support returns (clstm_ppo/meta/tasks.py). k-fold over underlyings:
-meta-train on the others' training years, meta-test on the held-out ones' later years (validation + test).
-Methods: maml (second order; --first-order for FOMAML), protonet, finetune (pooled pretraining, then SGD on the
-support set; 0 steps is no adaptation), scratch; the majority class always. Accuracy, balanced accuracy and
-macro-F1 with 95% CIs over test episodes, against the number of adaptation steps.
+A task is (underlying, date window): 3 x K support bars and 15 query bars, labelled by the 5-bar
+forward return against the 1/3 and 2/3 quantiles of the support returns (clstm_ppo/meta/tasks.py).
+k-fold over underlyings: meta-train on the others' training years, meta-test on the held-out ones'
+later years (validation + test). Methods: maml (second order; --first-order for FOMAML), protonet,
+finetune (pooled pretraining, then SGD on the support set; 0 steps is no adaptation), scratch; the
+majority class always. Accuracy, balanced accuracy and macro-F1 with 95% CIs over test episodes,
+against the number of adaptation steps.
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(shown))
     shares = results["_protocol"]["query_class_shares"]
     print(
-        f"query classes SELL/HOLD/BUY: {shares[0]:.3f}/{shares[1]:.3f}/{shares[2]:.3f}; chance balanced "
-        f"accuracy 1/3; {time.perf_counter() - started:.0f} s"
+        f"query classes SELL/HOLD/BUY: {shares[0]:.3f}/{shares[1]:.3f}/{shares[2]:.3f}; chance "
+        f"balanced accuracy 1/3; {time.perf_counter() - started:.0f} s"
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

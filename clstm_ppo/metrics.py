@@ -8,13 +8,14 @@ from clstm_ppo.env.episodes import ragged
 from clstm_ppo.env.state import EPISODE_SUMS
 from clstm_ppo.market import COST_KINDS
 
-# Each gets its own best_<metric>.pt; composite_smoothed is the mean composite of the last few (selection.py).
+# Each gets its own best_<metric>.pt; composite_smoothed is the mean composite
+# of the last few (selection.py).
 COST_FIELDS = tuple(f"cost_{kind}" for kind in COST_KINDS)  # $ per episode, one metric per kind
 
 
 def sharpe(returns: np.ndarray, periods_per_year: float) -> float:
-    """Annualised Sharpe of per-bar equity returns (rf = 0) at ``periods_per_year`` bars a year (the data's clock,
-    ``MarketData.periods_per_year``); 0 for a flat curve."""
+    """Annualised Sharpe of per-bar equity returns (rf = 0) at ``periods_per_year`` bars a year (the
+    data's clock, ``MarketData.periods_per_year``); 0 for a flat curve."""
     std = returns.std(ddof=1) if len(returns) > 1 else 0.0
     return float(np.sqrt(periods_per_year) * returns.mean() / std) if std > 0 else 0.0
 
@@ -34,19 +35,21 @@ def max_drawdown(equity: np.ndarray) -> float:
 def is_ruined(
     lowest_equity: np.ndarray | float, initial_cash: float, ruin_fraction: float
 ) -> np.ndarray | bool:
-    """Whether an account whose lowest close was ``lowest_equity`` was ruined by the env's rule: below
-    ``ruin_fraction`` of the initial cash (where a training episode ends), or at or below 0 for a fraction 0."""
+    """Whether an account whose lowest close was ``lowest_equity`` was ruined by the env's rule:
+    below ``ruin_fraction`` of the initial cash (where a training episode ends), or at or below 0
+    for a fraction 0."""
     return lowest_equity < ruin_fraction * initial_cash if ruin_fraction > 0 else lowest_equity <= 0
 
 
 def composite_score(win_rate: float, profit_rate: float, return_pct: float) -> float:
-    """The seed system's score: mean of win rate, profit rate and clip((return% + 20) / 40, 0, 1)."""
+    """The seed system's score: mean of win rate, profit rate and clip((return%
+    + 20) / 40, 0, 1)."""
     return (win_rate + profit_rate + float(np.clip((return_pct + 20.0) / 40.0, 0.0, 1.0))) / 3.0
 
 
 def episode_metrics(episodes: dict[str, np.ndarray], periods_per_year: float) -> dict[str, float]:
-    """Pooled metrics over finished episodes (the dict the env returns, possibly concatenated), their Sharpe and
-    Sortino ratios annualised at the data's ``periods_per_year``."""
+    """Pooled metrics over finished episodes (the dict the env returns, possibly concatenated),
+    their Sharpe and Sortino ratios annualised at the data's ``periods_per_year``."""
     curves = [np.asarray(c, dtype=np.float64) for c in episodes["equity_curve"]]
     per_episode_sharpe = [
         sharpe(np.diff(c) / c[:-1], periods_per_year) for c in curves if len(c) > 1
@@ -96,8 +99,8 @@ def concat_episodes(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray
 
 
 def episode_line(episode: int, total: int | None, m: dict[str, float], suffix: str = "") -> str:
-    """The seed documents' console line, e.g.
-    ``Episode 100/1000 - Reward: 45.23, Return: $234.56, Win Rate: 65.0% (20 closed, 3 open), Steps: 234``"""
+    """The seed documents' console line, e.g. ``Episode 100/1000 - Reward: 45.23, Return: $234.56,
+    Win Rate: 65.0% (20 closed, 3 open), Steps: 234``"""
     of = f"/{total}" if total else ""
     line = (
         f"Episode {episode}{of} - Reward: {m['reward']:.2f}, Return: ${m['return']:,.2f}, "
@@ -112,7 +115,8 @@ SUMMARY_FIELDS = EPISODE_SUMS
 
 
 def full_length(episodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The records of ``episodes`` that ran their full length (all of them where the records carry no ``full``)."""
+    """The records of ``episodes`` that ran their full length (all of them where the records
+    carry no ``full``)."""
     if not episodes or "full" not in episodes:
         return episodes
     keep = np.asarray(episodes["full"], dtype=bool)
@@ -122,9 +126,10 @@ def full_length(episodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def episode_sums(episodes: dict[str, np.ndarray]) -> np.ndarray:
     """Sums over finished full-length episodes, in a fixed-size vector that ranks can all-reduce.
 
-    The first episodes a staggered env cuts short (``env.stagger_starts``) are left out, count included: their
-    returns cover fewer bars, and averaging them in would drag the first updates' returns, trades and steps
-    towards zero. So the training log's episode count (and ``train.num_episodes``) counts full-length episodes.
+    The first episodes a staggered env cuts short (``env.stagger_starts``) are left out, count
+    included: their returns cover fewer bars, and averaging them in would drag the first updates'
+    returns, trades and steps towards zero. So the training log's episode count (and
+    ``train.num_episodes``) counts full-length episodes.
     """
     episodes = full_length(episodes)
     if not episodes:
@@ -148,7 +153,8 @@ def episode_sums(episodes: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def sums_to_metrics(sums: np.ndarray) -> dict[str, float]:
-    """Per-episode means (costs by kind included), win rate and profit rate from (all ranks') summed statistics."""
+    """Per-episode means (costs by kind included), win rate and profit rate from (all ranks')
+    summed statistics."""
     s = dict(zip(SUMMARY_FIELDS, map(float, sums), strict=True))
     n = max(s["episodes"], 1.0)
     win_rate = s["wins"] / s["closed"] if s["closed"] > 0 else 0.0

@@ -1,10 +1,12 @@
-"""python -m clstm_ppo.migrate OLD.pt NEW.pt [--trust]: convert a checkpoint written before checkpoints were plain data.
+"""python -m clstm_ppo.migrate OLD.pt NEW.pt [--trust]: convert a checkpoint written before
+checkpoints were plain data.
 
-Every command reads a .pt with torch.load(weights_only=True), which never runs code from the file; checkpoints of
-the older formats (clstm_ppo-checkpoint-v1, clstm_ppo-scenarios-v1) hold numpy arrays, which only a full unpickle
-reads, and a full unpickle runs whatever code a file names. This command is that one explicit step: it reads OLD
-(with --trust, by a full unpickle), writes NEW in today's format and checks NEW loads as data (docs/RELIABILITY.md,
-"What is safe to load"). Use --trust only for files you trust: your own runs, or a source you would run code from.
+Every command reads a .pt with torch.load(weights_only=True), which never runs code from the file;
+checkpoints of the older formats (clstm_ppo-checkpoint-v1, clstm_ppo-scenarios-v1) hold numpy
+arrays, which only a full unpickle reads, and a full unpickle runs whatever code a file names. This
+command is that one explicit step: it reads OLD (with --trust, by a full unpickle), writes NEW in
+today's format and checks NEW loads as data (docs/RELIABILITY.md, "What is safe to load"). Use
+--trust only for files you trust: your own runs, or a source you would run code from.
 """
 
 from __future__ import annotations

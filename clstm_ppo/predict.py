@@ -3,12 +3,12 @@
     python -m clstm_ppo.predict --checkpoint checkpoints/<run>/best_composite.pt --data my_bars.csv
         [--positions book.json] [--json]
 
-It observes the file's last bar (features normalised with the checkpoint's statistics) with a flat book
-of the run's initial cash, or the options in --positions (a JSON list of {"right": "call"|"put", "strike",
-"expiry": "YYYY-MM-DD", "contracts", "paid"[, "side": "long"|"short"]}; a short's "paid" is what its sale
-brought in), and prints the action that would fill at the next bar's open.
-LSTM 2 starts afresh at that bar, as at an episode's first decision. The checkpoint's agent.kind (clstm,
-lstm or mlp) decides the model that is rebuilt.
+It observes the file's last bar (features normalised with the checkpoint's statistics) with a flat
+book of the run's initial cash, or the options in --positions (a JSON list of {"right":
+"call"|"put", "strike", "expiry": "YYYY-MM-DD", "contracts", "paid"[, "side": "long"|"short"]}; a
+short's "paid" is what its sale brought in), and prints the action that would fill at the next bar's
+open. LSTM 2 starts afresh at that bar, as at an episode's first decision. The checkpoint's
+agent.kind (clstm, lstm or mlp) decides the model that is rebuilt.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'action':<22} {'valid':>5} {'probability':>11}")
         for a, name in enumerate(done.action_names):
             print(
-                f"  {name:<22} {'yes' if decision['valid'][a] else 'no':>5} {decision['probabilities'][a]:>11.4f}"
+                f"  {name:<22} {'yes' if decision['valid'][a] else 'no':>5} "
+                f"{decision['probabilities'][a]:>11.4f}"
             )
     if args.json:
         print(strict_json({"checkpoint": args.checkpoint, "decisions": done.decisions}))

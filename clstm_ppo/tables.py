@@ -1,4 +1,5 @@
-"""Plain-text tables for the console: the evaluation report, the scripts' results and the benchmarks."""
+"""Plain-text tables for the console: the evaluation report, the scripts' results
+and the benchmarks."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 
 
 def strict_json(obj: Any, indent: int | None = None, default: Any = None) -> str:
-    """``obj`` as strict JSON: a number that does not exist (NaN, an infinity) is ``null``, never ``NaN``, which
-    JSON does not have and which strict parsers refuse. ``default`` turns other objects into JSON (e.g. str)."""
+    """``obj`` as strict JSON: a number that does not exist (NaN, an infinity) is ``null``, never
+    ``NaN``, which JSON does not have and which strict parsers refuse. ``default`` turns other
+    objects into JSON (e.g. str)."""
 
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):
@@ -28,7 +30,8 @@ def strict_json(obj: Any, indent: int | None = None, default: Any = None) -> str
 
 
 def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
-    """Columns as wide as their widest cell; the first ``left`` (names) flush left, numbers flush right."""
+    """Columns as wide as their widest cell; the first ``left`` (names) flush left,
+    numbers flush right."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(row: list[str]) -> str:
@@ -41,8 +44,8 @@ def format_table(header: list[str], rows: list[list[str]], left: int = 1) -> str
 
 
 def format_records(rows: list[dict[str, Any]], digits: int = 1, thousands: bool = False) -> str:
-    """Dict rows (one key per column) as a right-aligned table, floats to ``digits`` places; None and NaN (a number
-    that does not exist, e.g. profit per trade without trades) as blank."""
+    """Dict rows (one key per column) as a right-aligned table, floats to ``digits`` places; None
+    and NaN (a number that does not exist, e.g. profit per trade without trades) as blank."""
     spec = f"{',' if thousands else ''}.{digits}f"
     cells = [
         [
@@ -61,7 +64,8 @@ def format_records(rows: list[dict[str, Any]], digits: int = 1, thousands: bool 
 def print_table(
     rows: list[dict[str, Any]], as_json: bool, extra: dict[str, Any] | None = None
 ) -> None:
-    """A benchmark's result: the table and ``key: value`` lines, and with ``as_json`` one JSON object last."""
+    """A benchmark's result: the table and ``key: value`` lines, and with ``as_json`` one
+    JSON object last."""
     print(format_records(rows, digits=3, thousands=True))
     for key, value in (extra or {}).items():
         print(f"{key}: {value}")
@@ -70,8 +74,8 @@ def print_table(
 
 
 def provenance() -> dict[str, str]:
-    """Where a row was measured: the commit (short hash, ``-dirty`` with uncommitted changes), the machine and the
-    date, for every row a study or benchmark keeps under docs/data/."""
+    """Where a row was measured: the commit (short hash, ``-dirty`` with uncommitted changes), the
+    machine and the date, for every row a study or benchmark keeps under docs/data/."""
     import datetime
     import os
     import platform
@@ -120,9 +124,10 @@ def provenance() -> dict[str, str]:
 
 
 def append_rows(path: Any, rows: list[dict[str, Any]]) -> None:
-    """Append ``rows`` to the CSV at ``path``, each value under its own column: the header is written when the file
-    is new, and a row with a column the file lacks rewrites the file once with that column added (older rows empty
-    there) instead of shifting the values under the wrong names; a column a row lacks stays empty in it."""
+    """Append ``rows`` to the CSV at ``path``, each value under its own column: the header is
+    written when the file is new, and a row with a column the file lacks rewrites the file once with
+    that column added (older rows empty there) instead of shifting the values under the wrong names;
+    a column a row lacks stays empty in it."""
     import csv
     import os
     from pathlib import Path

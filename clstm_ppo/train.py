@@ -1,7 +1,8 @@
 """``python -m clstm_ppo.train``: train the cascaded-LSTM PPO agent (the command line of
 ``clstm_ppo.training.launch.train_run``).
 
-    clstm-ppo-train                          # embedded S&P 500, the default settings (= --config default)
+    clstm-ppo-train                          # embedded S&P 500, the default settings
+                                               (= --config default)
     clstm-ppo-train --config smoke           # seconds on a CPU; a named config or a YAML file
     clstm-ppo-train --resume-from composite  # continue from the best composite checkpoint
 """
@@ -19,8 +20,8 @@ from clstm_ppo.training.launch import WorkersFailed, settings_of, train_run
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per setting whose field names one (config/sections.py): its help, type and choices come from
-    there, and the parsed value lands under the setting's dotted key."""
+    """One flag per setting whose field names one (config/sections.py): its help, type and choices
+    come from there, and the parsed value lands under the setting's dotted key."""
     # a step budget and an episode budget exclude each other
     budget = parser.add_mutually_exclusive_group()
     for key, tp, rule in walk_rules(Config):
@@ -31,7 +32,8 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
         )
         target = budget if key in ("train.total_steps", "train.num_episodes") else parser
         if tp is bool:
-            # --no-<flag> too: a setting on by default (pretrain.enabled) can be turned off the same way
+            # --no-<flag> too: a setting on by default (pretrain.enabled)
+            # can be turned off the same way
             target.add_argument(
                 *names,
                 dest=key,
@@ -76,20 +78,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--num_gpus",
         type=int,
         default=1,
-        help="DDP workers, one per GPU (-1: every visible GPU); without CUDA, that many CPU workers",
+        help="DDP workers, one per GPU (-1: every visible GPU); without CUDA, "
+        "that many CPU workers",
     )
     p.add_argument(
         "--num-workers",
         "--num_workers",
         type=int,
         default=None,
-        help="CPU workers over gloo, with --device cpu (one thread each on a small machine); at most "
-        "the cores this process may use, unless --oversubscribe",
+        help="CPU workers over gloo, with --device cpu (one thread each on a small machine); at "
+        "most the cores this process may use, unless --oversubscribe",
     )
     p.add_argument(
         "--oversubscribe",
         action="store_true",
-        help="allow more CPU workers than usable cores (each waits for a core: slower, never faster)",
+        help="allow more CPU workers than usable cores (each waits for a core: "
+        "slower, never faster)",
     )
     p.add_argument(
         "--master-port",

@@ -1,14 +1,16 @@
 """``python -m clstm_ppo.tune``: hyperparameter search and seed sweeps on Optuna.
 
-    clstm-ppo-tune --trials 40                                   # SQLite in checkpoints/tune/<study>/study.db
-    clstm-ppo-tune --config smoke --trials 4 --steps 2048         # a minute on a CPU
-    clstm-ppo-tune --trials 100 --storage postgresql://tune:secret@db-host/tune --study sp500-a   # on each machine
+    clstm-ppo-tune --trials 40  # SQLite in checkpoints/tune/<study>/study.db
+    clstm-ppo-tune --config smoke --trials 4 --steps 2048  # a minute on a CPU
+    clstm-ppo-tune --trials 100 --storage postgresql://tune:secret@db-host/tune
+        --study sp500-a  # on each machine
 
-TPE draws each trial's settings from the search space (--space FILE.yaml; the default ships in the package);
-each trial trains --seeds runs with them (the train command, in subprocesses) and scores the mean over seeds
-of each run's best validation composite. The pruner reads the runs' validation walks as they happen and
-stops a poor trial with SIGTERM, at an update boundary. The test split is never read. At the end: best.yaml
-(a config for --config), importances.json, history.png and summary.json in --out.
+TPE draws each trial's settings from the search space (--space FILE.yaml; the default ships in the
+package); each trial trains --seeds runs with them (the train command, in subprocesses) and scores
+the mean over seeds of each run's best validation composite. The pruner reads the runs' validation
+walks as they happen and stops a poor trial with SIGTERM, at an update boundary. The test split is
+never read. At the end: best.yaml (a config for --config), importances.json, history.png and
+summary.json in --out.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="seeds TPE (one worker: reproducible draws; "
-        "workers sharing a study need a seed each, or none: one seed draws the same first points twice)",
+        "workers sharing a study need a seed each, or none: one seed draws the "
+        "same first points twice)",
     )
     p.add_argument(
         "--out",
@@ -92,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def trial_line(study, trial) -> None:
-    """One line per finished trial: its composite (and each seed's), its pruning step or its error."""
+    """One line per finished trial: its composite (and each seed's), its pruning
+    step or its error."""
     best = (
         f"best {study.best_value:.4f}"
         if any(t.state.name == "COMPLETE" for t in study.trials)
@@ -133,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     print(summary_text(done.summary, done.study))
     if not done.summary["states"].get("complete") and not done.summary["states"].get("pruned"):
         print(
-            "error: no trial of the study finished; each failed trial's log is in its trials/ folder "
-            "(summary.json's failed entry gives each one's error)",
+            "error: no trial of the study finished; each failed trial's log is in its trials/ "
+            "folder (summary.json's failed entry gives each one's error)",
             file=sys.stderr,
         )
         return 1

@@ -1,4 +1,5 @@
-"""Agent: the cascaded-LSTM actor-critic, rollout storage with GAE, the recurrent PPO update, pretraining."""
+"""Agent: the cascaded-LSTM actor-critic, rollout storage with GAE, the recurrent PPO
+update, pretraining."""
 
 from clstm_ppo.agent.model import ActorCritic, MarketEncoder
 from clstm_ppo.agent.ppo import UpdatePaths, normalise_advantages, ppo_update

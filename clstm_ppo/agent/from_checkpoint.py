@@ -1,6 +1,6 @@
-"""A trained agent from its checkpoint: its settings, the market data it observes and its model, for backtests,
-predictions and adaptation (docs/BACKTEST.md). Settings given on top of a checkpoint's are refused where the model
-could not read what they make.
+"""A trained agent from its checkpoint: its settings, the market data it observes and its model, for
+backtests, predictions and adaptation (docs/BACKTEST.md). Settings given on top of a checkpoint's
+are refused where the model could not read what they make.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from clstm_ppo.run_files.run_state import RunState, load_checkpoint
 def model_from_checkpoint(
     state: RunState, data: MarketData, cfg: Config, device: torch.device
 ) -> ActorCritic:
-    """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an older one's as clstm)."""
+    """The checkpoint's agent, of its ``cfg.agent.kind`` (``checkpoint_config`` reads an
+    older one's as clstm)."""
     model = ActorCritic(
         len(data.feature_names),
         len(PORTFOLIO_FEATURES),
@@ -44,8 +45,9 @@ def model_from_checkpoint(
 def checkpoint_config(
     state: RunState, path: str, data_source: str | None, overrides: list[str]
 ) -> Config:
-    """The checkpoint's own settings, then ``--data`` and ``--set``; refused where the model could not read
-    what they make (another window or action space) or would be another model (agent kind or sizes)."""
+    """The checkpoint's own settings, then ``--data`` and ``--set``; refused where the model
+    could not read what they make (another window or action space) or would be another model
+    (agent kind or sizes)."""
     # a deep copy; outputs: this command's
     base = without_saved_outputs(json.loads(json.dumps(state.config)))
     # Written before agent.kind existed: the cascaded LSTM, whatever the default kind becomes.
@@ -64,8 +66,9 @@ def checkpoint_config(
         )
     if ActionSpace.from_config(cfg.market) != ActionSpace.from_config(saved.market):
         raise ConfigError(
-            f"{path} was trained on the chain {saved.market.moneyness} x {saved.market.expiries_days} "
-            "days; keep market.moneyness and market.expiries_days as they were"
+            f"{path} was trained on the chain {saved.market.moneyness} x "
+            f"{saved.market.expiries_days} days; keep market.moneyness and "
+            "market.expiries_days as they were"
         )
     if cfg.agent != saved.agent:
         raise ConfigError(
@@ -78,9 +81,10 @@ def checkpoint_config(
 def load_agent(
     path: str, data_source: str | None, overrides: list[str], device: torch.device
 ) -> tuple[Config, MarketData, ActorCritic]:
-    """A checkpoint's settings (then ``data_source`` and ``overrides``), the market data it observes (normalised
-    with its own training statistics) and its model in eval mode on ``device``: what evaluate, predict, adapt and
-    the studies walk. ``data_source`` None keeps the checkpoint's data."""
+    """A checkpoint's settings (then ``data_source`` and ``overrides``), the market data it
+    observes (normalised with its own training statistics) and its model in eval mode on
+    ``device``: what evaluate, predict, adapt and the studies walk. ``data_source`` None keeps the
+    checkpoint's data."""
     state = load_checkpoint(path)
     cfg = checkpoint_config(state, path, data_source, overrides)
     data = observed_market_data(cfg, Normalizer.from_state_dict(state.normalizer))

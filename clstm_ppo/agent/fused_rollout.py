@@ -1,13 +1,16 @@
-"""The rollout as one function per decision: the policy's forward (LSTM 2 as a cell on its own weights), the draw,
-the env step and the storage write, with no host sync and no data-dependent shape (docs/ENVIRONMENT.md).
+"""The rollout as one function per decision: the policy's forward (LSTM 2 as a cell on its own
+weights), the draw, the env step and the storage write, with no host sync and no data-dependent
+shape (docs/ENVIRONMENT.md).
 
-Compiled (``torch.compile(fullgraph=True, dynamic=False)``) a decision is one graph on any device; on CUDA with
-``launch.cuda_graphs`` that graph is also captured once in a CUDA graph and replayed ``num_steps`` times a rollout,
-so a decision is one launch. ``rollout.collect`` is the eager twin the tests compare this path to: the same draws
-(``rollout.sample_actions`` from one call's uniforms) and the same env step, so both fill the storage alike.
+Compiled (``torch.compile(fullgraph=True, dynamic=False)``) a decision is one graph on any device;
+on CUDA with ``launch.cuda_graphs`` that graph is also captured once in a CUDA graph and replayed
+``num_steps`` times a rollout, so a decision is one launch. ``rollout.collect`` is the eager twin
+the tests compare this path to: the same draws (``rollout.sample_actions`` from one call's uniforms)
+and the same env step, so both fill the storage alike.
 
-The per-bar codes of LSTM 1 are what the decision reads (``rollout.bar_codes``); a rollout without them (a split with
-more bars than the rollout has decisions, so never at GPU sizes) takes the eager path.
+The per-bar codes of LSTM 1 are what the decision reads (``rollout.bar_codes``); a rollout
+without them (a split with more bars than the rollout has decisions, so never at GPU sizes)
+takes the eager path.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from clstm_ppo.env.state import EnvSpec, EnvState
 
 @dataclass(eq=False)
 class Carry:
-    """What one decision hands the next: the env's state, LSTM 2's state, the observation and the storage row."""
+    """What one decision hands the next: the env's state, LSTM 2's state, the observation
+    and the storage row."""
 
     env: EnvState
     h: Tensor  # (1, N, H) LSTM 2's carried state, float32
@@ -58,9 +62,10 @@ def decision(
     codes: Tensor,
     uniforms: Tensor,
 ) -> Carry:
-    """One decision of every copy from ``carry``: act on the observation, step the env, write storage row
-    ``carry.step``. ``codes`` (rows, code) are LSTM 1's per-bar codes; ``uniforms`` (num_steps, N) the rollout's
-    draws. Changes nothing but the storage row; returns the next carry."""
+    """One decision of every copy from ``carry``: act on the observation, step the env, write
+    storage row ``carry.step``. ``codes`` (rows, code) are LSTM 1's per-bar codes;
+    ``uniforms`` (num_steps, N) the rollout's draws. Changes nothing but the storage row;
+    returns the next carry."""
     with precision.autocast():
         logits, value, (h, c) = model.decide_one(
             codes.index_select(0, carry.row),
@@ -89,9 +94,10 @@ def decision(
 
 
 class CapturedDecision:
-    """``step`` captured in one CUDA graph over static buffers: each ``__call__`` copies the rollout's carry, codes
-    and draws in, replays the graph ``n`` times (each replay writes its next carry over its input) and returns a
-    copy of the last carry. Only CUDA captures; ``FusedRollout`` builds this on CUDA alone."""
+    """``step`` captured in one CUDA graph over static buffers: each ``__call__`` copies the
+    rollout's carry, codes and draws in, replays the graph ``n`` times (each replay writes its next
+    carry over its input) and returns a copy of the last carry. Only CUDA captures; ``FusedRollout``
+    builds this on CUDA alone."""
 
     def __init__(self, step: Decision, carry: Carry, codes: Tensor, uniforms: Tensor):
         self.carry = _clone(carry)
@@ -120,8 +126,9 @@ class CapturedDecision:
 
 
 class FusedRollout:
-    """The trainer's rollout when the env step is compiled (``launch.compile_loop``): one compiled decision per step,
-    and on CUDA with ``launch.cuda_graphs`` one captured graph replayed per step."""
+    """The trainer's rollout when the env step is compiled (``launch.compile_loop``): one
+    compiled decision per step, and on CUDA with ``launch.cuda_graphs`` one captured graph
+    replayed per step."""
 
     def __init__(
         self,
@@ -133,7 +140,8 @@ class FusedRollout:
         compile: bool = True,
     ):
         self.bound = partial(decision, model, env.spec, precision, storage)
-        # dynamo refuses to look at an nn.LSTM unless allow_rnn is set; the decision only reads LSTM 2's weights.
+        # dynamo refuses to look at an nn.LSTM unless allow_rnn is set; the
+        # decision only reads LSTM 2's weights.
         self.step = (
             compile_graph(self.bound, "rollout decision", allow_rnn=True) if compile else self.bound
         )  # eager: the tests' op-by-op twin
@@ -156,8 +164,8 @@ class FusedRollout:
     def collect(
         self, obs: Observation, lstm_state: State, codes: Tensor, gamma: float, lam: float
     ) -> tuple[Observation, State]:
-        """``rollout.collect`` from the same draws: fill the storage, leave the env at the rollout's end; returns the
-        next observation and the carried LSTM state."""
+        """``rollout.collect`` from the same draws: fill the storage, leave the env at the rollout's
+        end; returns the next observation and the carried LSTM state."""
         storage, env, n = self.storage, self.env, self.storage.num_steps
         storage.initial_state = tuple(x.clone() for x in lstm_state)
         # the rollout's draws, as collect takes them
@@ -178,8 +186,9 @@ class FusedRollout:
                 # a capture CUDA refuses: train on, compiled, and say why once
                 self.capture, self.captured = False, None
                 warnings.warn(
-                    f"CUDA graph capture of the rollout decision failed ({first_line(err)}); the rollout "
-                    "runs compiled without it (set launch.cuda_graphs off to skip the attempt)",
+                    f"CUDA graph capture of the rollout decision failed ({first_line(err)}); the "
+                    "rollout runs compiled without it (set launch.cuda_graphs off "
+                    "to skip the attempt)",
                     stacklevel=2,
                 )
         if self.captured is not None:

@@ -25,9 +25,10 @@ from clstm_ppo.data.windows import MarketWindows
 
 
 def lr_factor(update: int, env_steps: int, planned_steps: int, cfg: PPOConfig) -> float:
-    """Multiplier of the base learning rate for update ``update`` (0-based), taken after ``env_steps`` of the
-    ``planned_steps`` budget: a warm-up over the first updates, then the schedule by env steps, so a resume on
-    another number of workers (another batch) continues the same decay instead of restarting or ending it."""
+    """Multiplier of the base learning rate for update ``update`` (0-based), taken after
+    ``env_steps`` of the ``planned_steps`` budget: a warm-up over the first updates, then the
+    schedule by env steps, so a resume on another number of workers (another batch) continues the
+    same decay instead of restarting or ending it."""
     warm = min(1.0, (update + 1) / cfg.warmup_updates) if cfg.warmup_updates > 0 else 1.0
     decay = max(0.0, 1.0 - env_steps / planned_steps) if cfg.lr_schedule == "linear" else 1.0
     return warm * decay
@@ -38,11 +39,14 @@ def normalise_advantages(
     all_reduce_mean: Callable[[Tensor], Tensor] | None = None,
     choices: Tensor | None = None,
 ) -> Tensor:
-    """Normalise with statistics over the whole rollout (of every worker, given ``all_reduce_mean``); with
-    ``choices`` (1 where a decision had more than one valid action), over those decisions alone."""
+    """Normalise with statistics over the whole rollout (of every worker, given
+    ``all_reduce_mean``); with ``choices`` (1 where a decision had more than one valid action), over
+    those decisions alone."""
     if choices is None:
         moments = torch.stack([advantages.mean(), (advantages * advantages).mean()])
-    else:  # the weighted sums' means and the weights' mean, divided only once every rank's are averaged in
+    else:
+        # the weighted sums' means and the weights' mean, divided only once every
+        # rank's are averaged in
         moments = torch.stack(
             [
                 (choices * advantages).mean(),
@@ -63,13 +67,14 @@ STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fractio
 
 
 def choice_weights(mask: Tensor, cfg: PPOConfig) -> Tensor | None:
-    """1 where a decision had more than one valid action, 0 where it had one, under ``ppo.forced_decisions: skip``;
-    None (every decision counts) under ``count``."""
+    """1 where a decision had more than one valid action, 0 where it had one, under
+    ``ppo.forced_decisions: skip``; None (every decision counts) under ``count``."""
     return (mask.sum(-1) > 1).float() if cfg.forced_decisions == "skip" else None
 
 
 def policy_mean(x: Tensor, choices: Tensor | None) -> Tensor:
-    """The mean of a policy term over the decisions that had a choice (all of them without ``choices``)."""
+    """The mean of a policy term over the decisions that had a choice (all of them
+    without ``choices``)."""
     return x.mean() if choices is None else (choices * x).sum() / choices.sum().clamp_min(1.0)
 
 
@@ -86,11 +91,12 @@ def ppo_losses(
     cfg: PPOConfig,
     choices: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """One minibatch's PPO loss and its statistics (``STAT_NAMES``), in float32 under any precision. A pure function
-    of tensors: the static update compiles it as it stands. ``prior_coef`` x the mean -log pi(``prior_actions``) is
-    the penalty that keeps a policy near the rule it was cloned from (the KL from that deterministic rule to the
-    policy; docs/TRAINING.md, "A prior from the rules"). ``choices`` (``choice_weights``): the policy's terms
-    average over the decisions that had a choice only; the value loss always over every step."""
+    """One minibatch's PPO loss and its statistics (``STAT_NAMES``), in float32 under any precision.
+    A pure function of tensors: the static update compiles it as it stands. ``prior_coef`` x the
+    mean -log pi(``prior_actions``) is the penalty that keeps a policy near the rule it was cloned
+    from (the KL from that deterministic rule to the policy; docs/TRAINING.md, "A prior from the
+    rules"). ``choices`` (``choice_weights``): the policy's terms average over the decisions that
+    had a choice only; the value loss always over every step."""
     logits, values = logits.float(), values.float()
     normalised = logits - logits.logsumexp(dim=-1, keepdim=True)  # Categorical's normalised logits
     log_ratio = action_logprob(logits, actions) - old_logprobs
@@ -123,8 +129,9 @@ def ppo_losses(
 
 
 class MinibatchLoss(Protocol):
-    """What ``ppo_update`` asks of a minibatch: its loss and statistics (``ppo_losses``) for the env copies ``idx``
-    of the stored rollout, with the rollout's normalised ``advantages``; ``encoded`` counts its LSTM 1 windows."""
+    """What ``ppo_update`` asks of a minibatch: its loss and statistics (``ppo_losses``) for the env
+    copies ``idx`` of the stored rollout, with the rollout's normalised ``advantages``; ``encoded``
+    counts its LSTM 1 windows."""
 
     encoded: int
 
@@ -132,9 +139,10 @@ class MinibatchLoss(Protocol):
 
 
 class DistinctBarsLoss:
-    """The eager minibatch loss: LSTM 1 once per distinct bar of the minibatch (copies on one underlying share
-    bars, so at many copies a minibatch repeats each bar many times), LSTM 2 in fused runs cut at episode starts.
-    Both shapes depend on the data: fast eager, but neither compiles nor captures (``static_update`` does)."""
+    """The eager minibatch loss: LSTM 1 once per distinct bar of the minibatch (copies on one
+    underlying share bars, so at many copies a minibatch repeats each bar many times), LSTM 2 in
+    fused runs cut at episode starts. Both shapes depend on the data: fast eager, but neither
+    compiles nor captures (``static_update`` does)."""
 
     def __init__(
         self,
@@ -184,12 +192,13 @@ class DistinctBarsLoss:
 
 @dataclass
 class UpdatePaths:
-    """How an update computes and applies its gradients, each part optional (the trainer builds them from its
-    ``training.plan.ExecutionPlan``): ``precision`` (fp32 without), ``minibatch_loss`` (the eager
-    ``DistinctBarsLoss`` without; the static, compiled one of ``static_update``), ``all_reduce_mean`` (several
-    ranks: the advantages' moments and the KL averaged), ``average_gradients`` (a loss that does not run through
-    DDP's forward: its gradients averaged before each optimizer step), ``optimizer_step`` (the clip and Adam step
-    over the optimizer as one object, e.g. replayed as a CUDA graph; precision's clip and step without)."""
+    """How an update computes and applies its gradients, each part optional (the trainer builds them
+    from its ``training.plan.ExecutionPlan``): ``precision`` (fp32 without), ``minibatch_loss`` (the
+    eager ``DistinctBarsLoss`` without; the static, compiled one of ``static_update``),
+    ``all_reduce_mean`` (several ranks: the advantages' moments and the KL averaged),
+    ``average_gradients`` (a loss that does not run through DDP's forward: its gradients averaged
+    before each optimizer step), ``optimizer_step`` (the clip and Adam step over the optimizer as
+    one object, e.g. replayed as a CUDA graph; precision's clip and step without)."""
 
     precision: Precision | None = None
     minibatch_loss: MinibatchLoss | None = None
@@ -209,11 +218,11 @@ def ppo_update(
 ) -> dict[str, float]:
     """One PPO update over ``storage``; ``model`` may be DDP-wrapped (its forward syncs gradients).
 
-    ``windows`` (the env's ``market_windows``) turns the stored flat rows back into market windows. With
-    ``cfg.grad_accumulation = k``, gradients of k minibatches are summed before one optimizer
-    step (under DDP only the k-th backward all-reduces). ``paths`` says how (``UpdatePaths``). The statistics'
-    ``nonfinite`` is 1 when some step's gradients or the weights it left were not finite: the weights are then
-    unsound, not to be saved.
+    ``windows`` (the env's ``market_windows``) turns the stored flat rows back into market windows.
+    With ``cfg.grad_accumulation = k``, gradients of k minibatches are summed before one optimizer
+    step (under DDP only the k-th backward all-reduces). ``paths`` says how (``UpdatePaths``). The
+    statistics' ``nonfinite`` is 1 when some step's gradients or the weights it left were not
+    finite: the weights are then unsound, not to be saved.
     """
     paths = paths or UpdatePaths()
     precision, minibatch_loss, optimizer_step = (
@@ -227,7 +236,8 @@ def ppo_update(
     minibatch_loss = minibatch_loss or DistinctBarsLoss(model, windows, s, cfg, precision)
     if optimizer_step is not None and precision.scaler is not None:
         raise ValueError(
-            "an optimizer_step does not unscale fp16 gradients: use fp32 or bf16, or no optimizer_step"
+            "an optimizer_step does not unscale fp16 gradients: use fp32 or bf16, "
+            "or no optimizer_step"
         )
     zero_grad = (
         optimizer_step.zero_grad
@@ -264,9 +274,9 @@ def ppo_update(
             if stepping:
                 if average_gradients is not None:
                     average_gradients()
-                # A device flag, not a host check: a minibatch makes no sync of its own (a non-finite gradient
-                # poisons the weights, and the caller stops without saving them). Gradients are all-reduced, so
-                # every rank sees the same flag.
+                # A device flag, not a host check: a minibatch makes no sync of its own (a
+                # non-finite gradient poisons the weights, and the caller stops without saving
+                # them). Gradients are all-reduced, so every rank sees the same flag.
                 finite &= (
                     optimizer_step()
                     if optimizer_step
@@ -284,7 +294,8 @@ def ppo_update(
                 break
     variance = s.returns.var()
     explained = torch.where(variance > 0, 1 - (s.returns - s.values).var() / variance, float("nan"))
-    # A step can also overflow the weights themselves; either way this update is unsound and the caller stops.
+    # A step can also overflow the weights themselves; either way this update
+    # is unsound and the caller stops.
     finite &= torch.stack([p.isfinite().all() for p in model.parameters()]).all()
     names = (*STAT_NAMES, "explained_variance", "nonfinite")
     values = torch.cat(

@@ -1,5 +1,5 @@
-"""Mixed precision: autocast for the forward, GradScaler for fp16, the same calls in fp32 (docs/TRAINING.md,
-"Precision")."""
+"""Mixed precision: autocast for the forward, GradScaler for fp16, the same calls in fp32
+(docs/TRAINING.md, "Precision")."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 @functools.cache
 def cpu_runs_bf16_lstm() -> bool:
-    """Whether this CPU runs a bfloat16 LSTM forward and backward under autocast: oneDNN builds its bf16 LSTM only
-    on AVX-512 CPUs (natively with AVX512-BF16 or AMX), and refuses on an AVX2-only one ("could not create a
-    primitive descriptor"), as it does when ``ONEDNN_MAX_CPU_ISA=AVX2`` holds it to AVX2. A tiny LSTM, once a
-    process."""
+    """Whether this CPU runs a bfloat16 LSTM forward and backward under autocast: oneDNN builds its
+    bf16 LSTM only on AVX-512 CPUs (natively with AVX512-BF16 or AMX), and refuses on an AVX2-only
+    one ("could not create a primitive descriptor"), as it does when ``ONEDNN_MAX_CPU_ISA=AVX2``
+    holds it to AVX2. A tiny LSTM, once a process."""
     lstm = nn.LSTM(4, 4, batch_first=True)
     x = torch.randn(2, 3, 4, requires_grad=True)
     try:
@@ -33,7 +33,8 @@ def cpu_runs_bf16_lstm() -> bool:
 
 
 class Precision:
-    """``fp32`` (default), ``bf16`` (autocast, no scaling needed) or ``fp16`` (autocast + loss scaling)."""
+    """``fp32`` (default), ``bf16`` (autocast, no scaling needed) or ``fp16``
+    (autocast + loss scaling)."""
 
     def __init__(self, device: torch.device, name: str):
         if name not in PRECISIONS:
@@ -49,10 +50,10 @@ class Precision:
 
     @property
     def lstms_in_float32(self) -> bool:
-        """Whether bf16 runs the LSTMs in float32 (the MLP and heads still in bf16). On CUDA always: autocast would
-        run cuDNN's LSTMs in fp16 without loss scaling. On a CPU where oneDNN has no bf16 LSTM (AVX2-only): the
-        alternative is a crash. Elsewhere the CPU's bf16 LSTM really is bf16. fp16 keeps cuDNN's fp16 LSTMs under
-        its GradScaler."""
+        """Whether bf16 runs the LSTMs in float32 (the MLP and heads still in bf16). On CUDA always:
+        autocast would run cuDNN's LSTMs in fp16 without loss scaling. On a CPU where oneDNN has no
+        bf16 LSTM (AVX2-only): the alternative is a crash. Elsewhere the CPU's bf16 LSTM really is
+        bf16. fp16 keeps cuDNN's fp16 LSTMs under its GradScaler."""
         if self.name != "bf16":
             return False
         return self.device.type == "cuda" or (
@@ -60,8 +61,8 @@ class Precision:
         )
 
     def describe(self) -> str:
-        """The precision as the run's "ran as" line names it, e.g. "bf16 (LSTMs in fp32: no bf16 LSTM on this
-        CPU)"."""
+        """The precision as the run's "ran as" line names it, e.g. "bf16 (LSTMs in fp32: no bf16
+        LSTM on this CPU)"."""
         if not self.lstms_in_float32:
             return self.name
         why = (
@@ -82,8 +83,9 @@ class Precision:
     def step(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float
     ) -> torch.Tensor:
-        """Clip and step; a device bool, False when the gradients were not finite (without a scaler, a failure the
-        caller reads once the update is over: the step is taken anyway, so nothing here waits for the device)."""
+        """Clip and step; a device bool, False when the gradients were not finite (without a scaler,
+        a failure the caller reads once the update is over: the step is taken anyway, so nothing
+        here waits for the device)."""
         if self.scaler is None:
             return clipped_step(list(model.parameters()), optimizer, max_grad_norm)
         self.scaler.unscale_(optimizer)

@@ -35,16 +35,17 @@ def compute_gae(
 def position_credit(
     rewards: Tensor, slot_pnl: Tensor, opened: Tensor, dones: Tensor, gamma: float, scale: float
 ) -> Tensor:
-    """Rewards (L, N) with each step's option P&L moved to the step that opened the option (``ppo.credit:
-    position``; docs/TRAINING.md, "Credit").
+    """Rewards (L, N) with each step's option P&L moved to the step that opened the option
+    (``ppo.credit: position``; docs/TRAINING.md, "Credit").
 
-    ``slot_pnl`` (L, 2, P, N) is each step's P&L per slot in dollars, [0] of the position the slot held before the
-    step's fill and [1] of the one opened at it (``opened`` (L, P, N)); ``scale`` turns dollars into reward. A step
-    keeps its reward less its options' P&L (carry, shares, penalties) and gains, for each option it opened, that
-    option's P&L over the rest of its life within the rollout, discounted by ``gamma`` to the step. An episode's end
-    (``dones``) ends its positions; P&L of options opened before the rollout is nobody's here, and an option still
-    open at its end is credited what it made so far. With every option opened and closed inside the rollout and
-    gamma 1, the rewards' sum is unchanged.
+    ``slot_pnl`` (L, 2, P, N) is each step's P&L per slot in dollars, [0] of the position the slot
+    held before the step's fill and [1] of the one opened at it (``opened`` (L, P, N)); ``scale``
+    turns dollars into reward. A step keeps its reward less its options' P&L (carry, shares,
+    penalties) and gains, for each option it opened, that option's P&L over the rest of its life
+    within the rollout, discounted by ``gamma`` to the step. An episode's end (``dones``) ends its
+    positions; P&L of options opened before the rollout is nobody's here, and an option still open
+    at its end is credited what it made so far. With every option opened and closed inside the
+    rollout and gamma 1, the rewards' sum is unchanged.
     """
     credit = torch.zeros_like(rewards)
     # (P, N) P&L after step t of the position each slot holds then
@@ -62,18 +63,20 @@ def position_credit(
 def mean_variance(
     rewards: Tensor, slot_pnl: Tensor, risk_aversion: float, reward_unit: float
 ) -> tuple[Tensor, Tensor]:
-    """Rewards (L, N) as the utility x - risk_aversion / 2 * x^2 of each bar's return x = reward / ``reward_unit``
-    (env.reward_scale: x is a share of initial cash), in reward units (``ppo.risk_aversion``; docs/TRAINING.md,
-    "Risk"); and ``slot_pnl`` (L, 2, P, N) times the same factor 1 - risk_aversion / 2 * x, so each position bears
-    the part of the bar's charge its P&L made (sum_i p_i * x = x^2, the charge split by each part's covariance with
-    the bar) and position credit moves that part with the P&L."""
+    """Rewards (L, N) as the utility x - risk_aversion / 2 * x^2 of each bar's return x = reward /
+    ``reward_unit`` (env.reward_scale: x is a share of initial cash), in reward units
+    (``ppo.risk_aversion``; docs/TRAINING.md, "Risk"); and ``slot_pnl`` (L, 2, P, N) times the same
+    factor 1 - risk_aversion / 2 * x, so each position bears the part of the bar's charge its P&L
+    made (sum_i p_i * x = x^2, the charge split by each part's covariance with the bar) and position
+    credit moves that part with the P&L."""
     keep = 1.0 - 0.5 * risk_aversion * rewards / reward_unit
     return rewards * keep, slot_pnl * keep[:, None, None, :]
 
 
 def credit_settings(cfg: Config) -> dict[str, float]:
-    """``RolloutStorage``'s credit arguments for a run's settings: slots and reward per dollar under ``ppo.credit:
-    position``, and the learner's risk aversion with the reward of a gain of the whole initial cash."""
+    """``RolloutStorage``'s credit arguments for a run's settings: slots and reward per dollar
+    under ``ppo.credit: position``, and the learner's risk aversion with the reward of a gain of
+    the whole initial cash."""
     risk = {"risk_aversion": cfg.ppo.risk_aversion, "reward_unit": cfg.env.reward_scale}
     if cfg.ppo.credit != "position":
         return risk
@@ -97,10 +100,10 @@ class RolloutStorage:
         risk_aversion: float = 0.0,
         reward_unit: float = 1.0,
     ):
-        """``slots`` > 0 (env.max_positions), with ``credit_scale`` (reward per dollar): rewards credited by position
-        (``position_credit``), from each step's slot P&L; 0: the env's rewards as they are. ``risk_aversion`` > 0,
-        with ``reward_unit`` (the reward of a gain of the whole initial cash): rewards as their mean-variance utility
-        (``mean_variance``) first."""
+        """``slots`` > 0 (env.max_positions), with ``credit_scale`` (reward per dollar): rewards
+        credited by position (``position_credit``), from each step's slot P&L; 0: the env's rewards
+        as they are. ``risk_aversion`` > 0, with ``reward_unit`` (the reward of a gain of the whole
+        initial cash): rewards as their mean-variance utility (``mean_variance``) first."""
 
         def buf(*shape, dtype=torch.float32):
             return torch.zeros(num_steps, num_envs, *shape, dtype=dtype, device=device)
@@ -115,14 +118,15 @@ class RolloutStorage:
         self.advantages, self.returns = buf(), buf()
         # LSTM 2's state before step 0: minibatches replay from it
         self.initial_state: State | None = None
-        # A prior rule's action at each decision and the weight of its penalty this update (prior.kl): read by
-        # the update's loss; hold and 0 without a prior.
+        # A prior rule's action at each decision and the weight of its penalty this update
+        # (prior.kl): read by the update's loss; hold and 0 without a prior.
         self.prior_actions = buf(dtype=torch.long)
         self.prior_coef = torch.zeros((), device=device)
         self.num_steps, self.num_envs = num_steps, num_envs
         self.credit_scale = credit_scale
         self.risk_aversion, self.reward_unit = risk_aversion, reward_unit
-        # ppo.credit position: each step's P&L per slot (L, 2, P, N) and where it opened an option (L, P, N)
+        # ppo.credit position: each step's P&L per slot (L, 2, P, N) and
+        # where it opened an option (L, P, N)
         self.slot_pnl = torch.zeros(num_steps, 2, slots, num_envs, device=device)
         self.slot_opened = torch.zeros(num_steps, slots, num_envs, dtype=torch.bool, device=device)
 
@@ -146,8 +150,9 @@ class RolloutStorage:
         slot_pnl: Tensor | None = None,
         slot_opened: Tensor | None = None,
     ) -> None:
-        """Write one decision of every copy at row ``step``: an int, or a (1,) long tensor on the device (a compiled
-        or captured rollout's index, read without a host sync); with position credit, the env state's slot P&L."""
+        """Write one decision of every copy at row ``step``: an int, or a (1,) long tensor on the
+        device (a compiled or captured rollout's index, read without a host sync); with position
+        credit, the env state's slot P&L."""
         values = (row, portfolio, mask, start, action, logprob, value, reward, done)
         buffers = (
             self.rows,

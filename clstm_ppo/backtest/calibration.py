@@ -1,15 +1,16 @@
 """The market's two fitted settings, refitted from a fold's training years only (docs/BACKTEST.md).
 
-- ``market.iv_model_coefs``: least squares of log VIX on the EWMA vol and leverage of the S&P 500
-  (``clstm_ppo.market.inputs.fit_iv_model``), over the bars up to the fold's ``data.train_end``. Used by every
-  source without an implied-vol column (single stocks); a source with one fits on itself.
-- ``market.atm_per_iv``: the grid value whose simulated CBOE PutWrite and BuyWrite come closest (mean absolute
-  difference of annual returns) to the real PUT and BXM indices over the full real years inside the training
-  years (2000..2012 at most: the real series shipped here ends in 2012). Fewer than ``MIN_YEARS`` such years:
-  the config's value stays.
+- ``market.iv_model_coefs``: least squares of log VIX on the EWMA vol and leverage of the S&P
+  500 (``clstm_ppo.market.inputs.fit_iv_model``), over the bars up to the fold's
+  ``data.train_end``. Used by every source without an implied-vol column (single stocks); a
+  source with one fits on itself.
+- ``market.atm_per_iv``: the grid value whose simulated CBOE PutWrite and BuyWrite come closest
+  (mean absolute difference of annual returns) to the real PUT and BXM indices over the full real
+  years inside the training years (2000..2012 at most: the real series shipped here ends in 2012).
+  Fewer than ``MIN_YEARS`` such years: the config's value stays.
 
-The shipped defaults are what this gives for training years to 2012 (scripts/studies/cboe_benchmarks.py --calibrate,
-scripts/studies/fit_iv_model.py).
+The shipped defaults are what this gives for training years to 2012
+(scripts/studies/cboe_benchmarks.py --calibrate, scripts/studies/fit_iv_model.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ IV_REFERENCE = "sp500"  # the built-in with a real implied-vol series (the VIX)
 
 
 def cboe_data(train_end: str | None = None, val_end: str | None = None) -> MarketData:
-    """The embedded S&P 500 with the shortest warm-up (its walks start 1999-02-22), split at the given dates."""
+    """The embedded S&P 500 with the shortest warm-up (its walks start 1999-02-22), split
+    at the given dates."""
     return build_market_data(
         DataConfig(
             source=IV_REFERENCE,
@@ -54,8 +56,8 @@ WALKS = {"putwrite": putwrite, "buywrite": buywrite, "buy_and_hold": buy_and_hol
 def annual_returns(
     data: MarketData, split: str, atm_per_iv: float | None, policies: tuple[str, ...] = tuple(WALKS)
 ) -> dict[str, dict[int, float]]:
-    """Policy -> calendar year -> return (%) of one continuous walk over ``split`` ("all": the whole data), for
-    each of ``policies``."""
+    """Policy -> calendar year -> return (%) of one continuous walk over ``split`` ("all": the whole
+    data), for each of ``policies``."""
     cfg = Config()
     if atm_per_iv is not None:
         cfg = dataclasses.replace(
@@ -83,8 +85,8 @@ def agreement(sim: dict[int, float], real: str, years: list[int]) -> dict[str, f
 
 
 def calibrate(data: MarketData, years: list[int], grid: list[float] = GRID) -> list[dict[str, Any]]:
-    """MADs of PutWrite vs PUT and BuyWrite vs BXM at each grid value over ``years``, from walks of the training
-    split (the market sees no later bar)."""
+    """MADs of PutWrite vs PUT and BuyWrite vs BXM at each grid value over ``years``, from walks of
+    the training split (the market sees no later bar)."""
     indices = PAIRS[:2]  # the two option indices only: buy-and-hold does not depend on atm_per_iv
     rows = []
     for x in grid:
@@ -101,14 +103,15 @@ def calibrate(data: MarketData, years: list[int], grid: list[float] = GRID) -> l
 
 
 def calibration_years(train_end: str) -> list[int]:
-    """The real index's whole years inside training years ending ``train_end`` (1999 is partial here)."""
+    """The real index's whole years inside training years ending ``train_end`` (1999
+    is partial here)."""
     last = int(train_end[:4]) if train_end[5:] >= "12-15" else int(train_end[:4]) - 1
     return [y for y in REAL_YEARS[1:] if y <= last]
 
 
 def fold_market_settings(fold: Fold, data_cfg: DataConfig, market: MarketConfig) -> dict[str, Any]:
-    """``market.iv_model_coefs`` and ``market.atm_per_iv`` refitted on ``fold``'s training years, with where they
-    came from."""
+    """``market.iv_model_coefs`` and ``market.atm_per_iv`` refitted on ``fold``'s training years,
+    with where they came from."""
     own = build_market_data(dataclasses.replace(data_cfg, **_dates(fold)))
     reference = (
         own
@@ -133,7 +136,8 @@ def fold_market_settings(fold: Fold, data_cfg: DataConfig, market: MarketConfig)
 
 
 def fold_overrides(fold: Fold, fit: dict[str, Any]) -> list[str]:
-    """``fold``'s dates and its ``fold_market_settings`` as ``--set`` values for train, evaluate and the studies."""
+    """``fold``'s dates and its ``fold_market_settings`` as ``--set`` values for train,
+    evaluate and the studies."""
     return [
         *fold.settings(),
         f"market.iv_model_coefs={json.dumps(fit['iv_model_coefs'])}",

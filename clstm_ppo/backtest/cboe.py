@@ -1,20 +1,23 @@
-"""CBOE's PutWrite (PUT) and BuyWrite (BXM) indices replayed in the simulated market: practitioners' benchmarks
-the market can be checked against year by year (docs/MARKET.md section 5 has the comparison).
+"""CBOE's PutWrite (PUT) and BuyWrite (BXM) indices replayed in the simulated market:
+practitioners' benchmarks the market can be checked against year by year (docs/MARKET.md section 5
+has the comparison).
 
-Both are direct simulations, not policies of the env: they sell options in fractional contracts, sized as an
-index is, which the env's action space does not offer. They walk exactly the continuous walk's bars
-(``walk_env``: its first bar to its split's last) and are priced by the env's own rules (docs/MARKET.md
-section 1): Black-Scholes on the vol surface; a sale fills at the bid at a bar's fill point (its open, or its
-close after a stale open) with the strike's volume proxy and every fee; marks at mid at each close;
-settlement at intrinsic value at the expiry bar's close, without fees; cash earns the rate every bar.
+Both are direct simulations, not policies of the env: they sell options in fractional contracts,
+sized as an index is, which the env's action space does not offer. They walk exactly the continuous
+walk's bars (``walk_env``: its first bar to its split's last) and are priced by the env's own rules
+(docs/MARKET.md section 1): Black-Scholes on the vol surface; a sale fills at the bid at a bar's
+fill point (its open, or its close after a stale open) with the strike's volume proxy and every fee;
+marks at mid at each close; settlement at intrinsic value at the expiry bar's close, without fees;
+cash earns the rate every bar.
 
-Schedule, as the CBOE indices roll: the first option is sold at the walk's first fill (the bar after its
-first bar); each next one at the first fill point on or after the previous option's expiry, which is the
-expiry bar's own close where its open is stale (sold as the old one settles, as CBOE sells on expiry day) and
-the next bar's open otherwise. One option at a time at the chain's at-the-money strike (moneyness 1.0).
-Expiries: ``"monthly"`` (default) lists the third Friday at least three weeks away, the CBOE's monthly
-cycle (28 or 35 days on a roll); ``"30d"`` the chain's 30 calendar days (``expiry_table``), which drifts off
-the real cycle by a day or more each month, so its year-by-year path is another index's.
+Schedule, as the CBOE indices roll: the first option is sold at the walk's first fill (the bar after
+its first bar); each next one at the first fill point on or after the previous option's expiry,
+which is the expiry bar's own close where its open is stale (sold as the old one settles, as CBOE
+sells on expiry day) and the next bar's open otherwise. One option at a time at the chain's
+at-the-money strike (moneyness 1.0). Expiries: ``"monthly"`` (default) lists the third Friday at
+least three weeks away, the CBOE's monthly cycle (28 or 35 days on a roll); ``"30d"`` the chain's 30
+calendar days (``expiry_table``), which drifts off the real cycle by a day or more each month, so
+its year-by-year path is another index's.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ EXPIRIES = ("monthly", "30d")
 MONTHLY_MIN_DAYS = 21
 ATM_MONEYNESS = 1.0  # CBOE takes a listed strike next to the index; the chain's 1.0 is the nearest
 SHARE_COST = COST_KINDS.index("shares")  # trading the index itself (market.costs.share_cost_bps)
-# What the simulation is checked against: annual returns (%) 1999-2012 as the issue that asked for these
-# benchmarks quotes them: Cboe's S&P 500 PutWrite (PUT) and BuyWrite (BXM) indices and the S&P 500's total
-# return (dividends reinvested). scripts/studies/cboe_benchmarks.py and tests/test_cboe.py compare with them.
+# What the simulation is checked against: annual returns (%) 1999-2012 as the issue that asked for
+# these benchmarks quotes them: Cboe's S&P 500 PutWrite (PUT) and BuyWrite (BXM) indices and the S&P
+# 500's total return (dividends reinvested). scripts/studies/cboe_benchmarks.py and
+# tests/test_cboe.py compare with them.
 REAL_YEARS = tuple(range(1999, 2013))
 REAL_ANNUAL_RETURNS = {
     "PUT": (21.0, 13.1, -10.6, -8.6, 21.8, 9.5, 6.7, 15.2, 9.5, -26.8, 31.5, 9.0, 6.2, 8.1),
@@ -53,26 +57,28 @@ REAL_ANNUAL_RETURNS = {
 
 
 def putwrite(data: MarketData, split: str, cfg: Config, expiry: str = "monthly") -> WalkResult:
-    """CBOE PUT: one-month at-the-money puts sold monthly, fully collateralised: the account stays in cash
-    (earning the rate) and sells puts whose notional (strike x 100 a contract) equals it, so the cash covers
-    every strike."""
+    """CBOE PUT: one-month at-the-money puts sold monthly, fully collateralised: the account stays
+    in cash (earning the rate) and sells puts whose notional (strike x 100 a contract) equals it, so
+    the cash covers every strike."""
     return _simulate("putwrite", data, split, cfg, covered=False, expiry=expiry)
 
 
 def buywrite(data: MarketData, split: str, cfg: Config, expiry: str = "monthly") -> WalkResult:
-    """CBOE BXM: the underlying with one-month at-the-money calls sold on every share. As the index's units are
-    reset at each roll, the whole account (the settled call, premium, dividends, interest) is put back into
-    shares less calls then: shares = account / (spot - call bid), paying ``market.costs.share_cost_bps`` on
-    the shares traded. Dividends (the data's yield q: options are priced with it) are paid into cash."""
+    """CBOE BXM: the underlying with one-month at-the-money calls sold on every share. As the
+    index's units are reset at each roll, the whole account (the settled call, premium, dividends,
+    interest) is put back into shares less calls then: shares = account / (spot - call bid), paying
+    ``market.costs.share_cost_bps`` on the shares traded. Dividends (the data's yield q: options are
+    priced with it) are paid into cash."""
     return _simulate("buywrite", data, split, cfg, covered=True, expiry=expiry)
 
 
 def monthly_expiry_table(
     dates: np.ndarray, close_time: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(T,) bar and time at which a monthly option sold on bar t expires: listed for the first third Friday at
-    least MONTHLY_MIN_DAYS after t's day, it expires at the close of the last bar on or before that day (a
-    Good Friday holiday: the Thursday); past the data, bar T and close_time[t] + the days to it."""
+    """(T,) bar and time at which a monthly option sold on bar t expires: listed for the first
+    third Friday at least MONTHLY_MIN_DAYS after t's day, it expires at the close of the last bar
+    on or before that day (a Good Friday holiday: the Thursday); past the data, bar T and
+    close_time[t] + the days to it."""
     days = dates.astype("datetime64[D]")
     firsts = np.arange(
         days[0].astype("datetime64[M]"), days[-1].astype("datetime64[M]") + 4
@@ -94,7 +100,8 @@ def monthly_expiry_table(
 
 @dataclasses.dataclass
 class _Rolls:
-    """One underlying's options, one per roll: fill bar, expiry bar and time, and the quote at the fill."""
+    """One underlying's options, one per roll: fill bar, expiry bar and time, and the
+    quote at the fill."""
 
     fill_bar: np.ndarray  # (R,) int
     expiry_bar: np.ndarray  # (R,) int; past the walk's last bar where the option outlives it
@@ -103,7 +110,8 @@ class _Rolls:
     mid: Tensor
     iv: Tensor
     log_k_s: Tensor
-    volume: Tensor  # the strike's option-volume proxy from the decision bar's volume, as the env's fills
+    # the strike's option-volume proxy from the decision bar's volume, as the env's fills
+    volume: Tensor
     # (R,) intrinsic value per contract at the expiry bar's close (0 past the walk)
     settle: np.ndarray
     ticks: Ticks | None  # the underlying's quote grid, as the env's
@@ -112,14 +120,15 @@ class _Rolls:
 def _schedule(
     first: int, last: int, expiry_bar: np.ndarray, expiry_time: np.ndarray, fill_time: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Fill bars and expiry bars of one underlying's rolls (the module docstring's schedule); the roll whose
-    expiry lies past ``last`` is the walk's last and is open at its end."""
+    """Fill bars and expiry bars of one underlying's rolls (the module docstring's schedule); the
+    roll whose expiry lies past ``last`` is the walk's last and is open at its end."""
     fills, expiries, fill = [], [], first + 1
     while fill <= last:
         e = int(expiry_bar[fill])
         fills.append(fill)
         expiries.append(e)
-        # its expiry bar's fill point is on or after the expiry only where it is that bar's close (a stale open)
+        # its expiry bar's fill point is on or after the expiry only where it is
+        # that bar's close (a stale open)
         fill = e if fill < e <= last and fill_time[e] >= expiry_time[fill] else max(e, fill) + 1
     return np.array(fills, dtype=np.int64), np.array(expiries, dtype=np.int64)
 
@@ -133,7 +142,8 @@ def _price_rolls(
     is_call: bool,
     cfg: Config,
 ) -> _Rolls:
-    """Quote each roll's option at its fill point exactly as the env quotes its chain (``quotes._quote_chain``)."""
+    """Quote each roll's option at its fill point exactly as the env quotes its chain
+    (``quotes._quote_chain``)."""
     m, q = cfg.market, env.quotes
     u = torch.as_tensor(fills)
     spot = q.fill_px[s, u]
@@ -168,8 +178,8 @@ def _price_rolls(
 
 
 def _marks(env: BatchedOptionsEnv, s: int, rolls: _Rolls, is_call: bool, cfg: Config) -> np.ndarray:
-    """(n,) mid of one contract of the option held at each close of the walk (0 where none is): the env's
-    close marks (spot, vol and rate at the close; tau to the expiry bar's close)."""
+    """(n,) mid of one contract of the option held at each close of the walk (0 where none is): the
+    env's close marks (spot, vol and rate at the close; tau to the expiry bar's close)."""
     q, first, last = env.quotes, env.first_bar, env.split_end - 1
     held = np.full(last - first + 1, -1)
     for r, (u, e) in enumerate(zip(rolls.fill_bar, rolls.expiry_bar, strict=True)):
@@ -220,7 +230,8 @@ def _simulate(
 ) -> WalkResult:
     if expiry not in EXPIRIES:
         raise ValueError(f"expiry must be one of {', '.join(EXPIRIES)}, got {expiry!r}")
-    # float64: an index compounds thousands of bars; the env's float32 default would blur its pennies
+    # float64: an index compounds thousands of bars; the env's float32
+    # default would blur its pennies
     env = walk_env(
         data,
         split,
@@ -260,7 +271,9 @@ def _simulate(
                 held, contracts = -1, 0.0
             if nxt < len(fills) and fills[nxt] == t:
                 spot = float(q.fill_px[s, t])
-                if covered:  # N (spot - bid) = account: the bid at about that size (slippage hardly moves it)
+                if covered:
+                    # N (spot - bid) = account: the bid at about that size
+                    # (slippage hardly moves it)
                     account = cash + shares * spot
                     bid = float(_sell(rolls, nxt, account / (spot * m.multiplier), cfg)[0].price)
                     target = account / (spot - bid)
@@ -268,8 +281,9 @@ def _simulate(
                     cash -= (target - shares) * spot + share_cost
                     shares = target
                     costs[s, SHARE_COST] += share_cost
-                # Fractional contracts, as an index is computed: BXM one call per share, PUT a notional
-                # (strike x multiplier per contract) equal to the account, all in cash between puts.
+                # Fractional contracts, as an index is computed: BXM one call per share,
+                # PUT a notional (strike x multiplier per contract) equal to the
+                # account, all in cash between puts.
                 contracts = (
                     shares / m.multiplier
                     if covered

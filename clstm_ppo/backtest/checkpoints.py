@@ -1,6 +1,6 @@
-"""Backtest checkpoints from Python: each checkpoint's greedy walk over a split (or its walk-forward folds laid end
-to end) beside every benchmark on the same bars, returned as results and as the report that ``python -m
-clstm_ppo.evaluate --json`` writes (docs/BACKTEST.md).
+"""Backtest checkpoints from Python: each checkpoint's greedy walk over a split (or its walk-forward
+folds laid end to end) beside every benchmark on the same bars, returned as results and as the
+report that ``python -m clstm_ppo.evaluate --json`` writes (docs/BACKTEST.md).
 
     from clstm_ppo.backtest.checkpoints import backtest_checkpoints
     done = backtest_checkpoints(["runs/fold0/best_composite.pt"], split="test")
@@ -42,9 +42,9 @@ from clstm_ppo.env.tradability import untradable_line
 
 @dataclass
 class Backtest:
-    """One backtest: every policy's walk by name, the checkpoints' (first) config, the rule picked on the validation
-    years (one split's walk; each fold's is in ``report["folds"]``), the conditional rule picked beside it, and
-    ``report``, what --json writes."""
+    """One backtest: every policy's walk by name, the checkpoints' (first) config, the rule picked
+    on the validation years (one split's walk; each fold's is in ``report["folds"]``), the
+    conditional rule picked beside it, and ``report``, what --json writes."""
 
     results: dict[str, WalkResult]
     config: Config
@@ -64,9 +64,10 @@ def benchmarks(
     best_rule: RulePick,
     best_conditional: RulePick | None = None,
 ) -> dict[str, WalkResult]:
-    """Every benchmark on the same walk: the underlying, CBOE's PutWrite and BuyWrite (simulated directly, not
-    through the action space), cash, random valid actions, two option rules, ``best_rule`` (``pick_rule``) and
-    ``best_conditional_rule`` (``pick_conditional_rule``) where given."""
+    """Every benchmark on the same walk: the underlying, CBOE's PutWrite and BuyWrite
+    (simulated directly, not through the action space), cash, random valid actions, two option
+    rules, ``best_rule`` (``pick_rule``) and ``best_conditional_rule``
+    (``pick_conditional_rule``) where given."""
     actions, slots = ActionSpace.from_config(cfg.market), cfg.env.max_positions
     rules = {
         "cash": cash_policy(),
@@ -97,8 +98,8 @@ def walk_agents(
     device: torch.device,
     ensemble: bool,
 ) -> dict[str, WalkResult]:
-    """Each agent's greedy walk over ``split`` of ``data`` (each agent's own where ``data`` is None), then with
-    ``ensemble`` their ensemble's."""
+    """Each agent's greedy walk over ``split`` of ``data`` (each agent's own where ``data`` is
+    None), then with ``ensemble`` their ensemble's."""
     results = {}
     for name, (agent_cfg, agent_data, model) in zip(names, agents, strict=True):
         market = agent_data if data is None else data
@@ -153,15 +154,16 @@ def given_or_loaded(
     overrides: Sequence[str],
     device: str,
 ) -> tuple[list[Agent], torch.device]:
-    """``agents`` as given (already loaded by the caller) with the device they sit on, else ``load_agents``."""
+    """``agents`` as given (already loaded by the caller) with the device they sit on,
+    else ``load_agents``."""
     if agents is None:
         return load_agents(checkpoints, data, overrides, device)
     return agents, next(agents[0][2].parameters()).device
 
 
 def check_one_setup(checkpoints: Sequence[str], agents: Sequence[Agent], ensemble: bool) -> None:
-    """Checkpoints walked side by side share their data and market settings; an ensemble's also the rest of the
-    walk and the normaliser."""
+    """Checkpoints walked side by side share their data and market settings; an ensemble's also the
+    rest of the walk and the normaliser."""
     if ensemble:
         check_members(list(checkpoints), list(agents))
     cfg = agents[0][0]
@@ -187,9 +189,10 @@ def backtest_checkpoints(
     agents: list[Agent] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Backtest:
-    """Walk ``checkpoints`` (seeds of one setup; with ``folds`` one setup's walk-forward folds) over ``split`` beside
-    every benchmark; ``seed`` is the random policy's (default: the run's). ``agents`` are the checkpoints already
-    loaded (``load_agents``); ``progress`` is told each fold's dates and rule as it is walked."""
+    """Walk ``checkpoints`` (seeds of one setup; with ``folds`` one setup's walk-forward folds) over
+    ``split`` beside every benchmark; ``seed`` is the random policy's (default: the run's).
+    ``agents`` are the checkpoints already loaded (``load_agents``); ``progress`` is told each
+    fold's dates and rule as it is walked."""
     checkpoints = [str(path) for path in checkpoints]
     agents, picked = given_or_loaded(agents, checkpoints, data, overrides, device)
     if folds:
@@ -250,8 +253,8 @@ def _walk_forward(
     device: torch.device,
     progress: Callable[[str], None] | None,
 ) -> Backtest:
-    """Each fold's agents (and their ensemble) and benchmarks over its own split, then every policy's folds laid
-    end to end; seed i's walk is the i-th checkpoint of every fold."""
+    """Each fold's agents (and their ensemble) and benchmarks over its own split, then every
+    policy's folds laid end to end; seed i's walk is the i-th checkpoint of every fold."""
     cfg = agents[0][0]
     for path, (other, _, _) in zip(checkpoints[1:], agents[1:], strict=True):
         if (

@@ -1,11 +1,13 @@
-"""Conditional rules: the fixed rules of ``backtest/rules.py`` gated on the option market's state, and the best of
-them picked on the validation split, ``best_conditional_rule`` (docs/BACKTEST.md, "Conditional rules").
+"""Conditional rules: the fixed rules of ``backtest/rules.py`` gated on the option market's state,
+and the best of them picked on the validation split, ``best_conditional_rule`` (docs/BACKTEST.md,
+"Conditional rules").
 
-The family is every unconditional rule (gate ``always``: ``best_rule``'s family, so the pick is never worse on
-validation than best_rule) and every rule that places an option order under each of the other gates of
-``backtest/gates.py``. A gated rule is a switch between two fixed rules: the rule itself while its gate is open,
-and the rule's shares alone while it is shut. ``switching_policy`` walks any such switch by a per-bar label; the
-regime study (``studies/regime_policies.py``) walks its per-regime rules with it too: one rule family.
+The family is every unconditional rule (gate ``always``: ``best_rule``'s family, so the pick is
+never worse on validation than best_rule) and every rule that places an option order under each of
+the other gates of ``backtest/gates.py``. A gated rule is a switch between two fixed rules: the rule
+itself while its gate is open, and the rule's shares alone while it is shut. ``switching_policy``
+walks any such switch by a per-bar label; the regime study (``studies/regime_policies.py``) walks
+its per-regime rules with it too: one rule family.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ LABEL = "best_conditional_rule"
 
 
 def conditional_family(actions: ActionSpace) -> list[GatedRule]:
-    """Every rule of ``rule_family`` ungated (``always``, in its order), then each rule with an option order under
-    each other gate, gate by gate: a rule without options is the same rule under any gate."""
+    """Every rule of ``rule_family`` ungated (``always``, in its order), then each rule with
+    an option order under each other gate, gate by gate: a rule without options is the same
+    rule under any gate."""
     rules = rule_family(actions)
     gated = [
         GatedRule(rule, gate)
@@ -57,9 +60,10 @@ def switching_policy(
     max_positions: int,
     device: torch.device | str,
 ) -> tuple[Policy, None]:
-    """One policy for ``len(choices)`` walks at once (``walk_batched``'s layout: copies p*S..p*S+S-1 are walk p):
-    walk p's copy follows ``rules[choices[p][g]]`` at a bar labelled g by ``labels[label_of_walk[p]]`` ((S, T)
-    ints, each bar's label known at its close). Positions opened under one rule live on under the other."""
+    """One policy for ``len(choices)`` walks at once (``walk_batched``'s layout: copies p*S..p*S+S-1
+    are walk p): walk p's copy follows ``rules[choices[p][g]]`` at a bar labelled g by
+    ``labels[label_of_walk[p]]`` ((S, T) ints, each bar's label known at its close). Positions
+    opened under one rule live on under the other."""
     follow = follow_rules(rules, actions, max_positions, device)
     walk_of_copy = torch.arange(len(choices), device=device).repeat_interleave(n_symbols)
     table = torch.tensor(choices, dtype=torch.long, device=device)  # (walks, labels)
@@ -85,8 +89,8 @@ def gated_policy(
     max_positions: int,
     device: torch.device | str,
 ) -> tuple[Policy, None]:
-    """One policy walking every rule of ``gated`` at once, gate ``g`` open at bar t of underlying s where
-    ``gates[g][s, t]``: label 1 follows the rule, label 0 the rule's shares alone."""
+    """One policy walking every rule of ``gated`` at once, gate ``g`` open at bar t of underlying s
+    where ``gates[g][s, t]``: label 1 follows the rule, label 0 the rule's shares alone."""
     names = list(gates)
     fixed = list(
         dict.fromkeys([*(g.rule for g in gated), *(FixedRule(g.rule.stock, None) for g in gated)])
@@ -114,7 +118,8 @@ def walk_gated(
     cfg: Config,
     device: torch.device | str,
 ) -> dict[str, WalkResult]:
-    """Every rule of ``gated`` walked over ``split`` at once, keyed by its ``describe`` (in the list's order)."""
+    """Every rule of ``gated`` walked over ``split`` at once, keyed by its ``describe`` (in
+    the list's order)."""
     actions = ActionSpace.from_config(cfg.market)
     policy = gated_policy(gated, gates, actions, len(data.symbols), cfg.env.max_positions, device)
     return walk_batched([g.describe(actions) for g in gated], *policy, data, split, cfg, device)
@@ -127,8 +132,9 @@ def pick_conditional_rule(
     metric: str = "sharpe_excess",
     split: str = PICK_SPLIT,
 ) -> RulePick:
-    """Walk every rule of ``conditional_family`` over ``split`` (validation: nothing after it is read, and every
-    gate reads bars up to its own) and keep the best by ``metric``, the first of equal ones."""
+    """Walk every rule of ``conditional_family`` over ``split`` (validation: nothing after it
+    is read, and every gate reads bars up to its own) and keep the best by ``metric``, the
+    first of equal ones."""
     if metric not in PICK_METRICS:
         raise ValueError(f"a rule is picked by one of {', '.join(PICK_METRICS)}, not {metric!r}")
     family = conditional_family(ActionSpace.from_config(cfg.market))

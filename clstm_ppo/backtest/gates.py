@@ -1,12 +1,13 @@
-"""Gates on the option market's state: when a conditional rule follows its rule and when it stands aside
-(docs/BACKTEST.md, "Conditional rules").
+"""Gates on the option market's state: when a conditional rule follows its rule and when it stands
+aside (docs/BACKTEST.md, "Conditional rules").
 
 Each gate is an (S, T) bool series read from the implied-vol features the agent observes
-(``market.observed.option_feature_values``): at bar t it reads bars up to t only, so a rule gated by it decides as
-an agent at t could. Three states and their opposites (the complement, bar for bar), and ``always``:
+(``market.observed.option_feature_values``): at bar t it reads bars up to t only, so a rule gated
+by it decides as an agent at t could. Three states and their opposites (the complement, bar for
+bar), and ``always``:
 
-- ``iv_above_median``: the implied vol above its own median over the trailing year (``data.periods_per_year`` bars,
-  from ZSCORE_MIN_BARS on; before that, never above);
+- ``iv_above_median``: the implied vol above its own median over the trailing year
+  (``data.periods_per_year`` bars, from ZSCORE_MIN_BARS on; before that, never above);
 - ``vrp_positive``: the implied vol above the realized vol of the last ``data.vol_window`` bars;
 - ``zscore_positive``: the implied vol's trailing-year z-score above 0.
 """
@@ -39,8 +40,8 @@ WORDS = {
 
 
 def trailing_median_above(values: np.ndarray, window: int) -> np.ndarray:
-    """(S, T) bool: each value above the median of the last ``window`` values up to and including it (from
-    ZSCORE_MIN_BARS values on; False before)."""
+    """(S, T) bool: each value above the median of the last ``window`` values up to and including it
+    (from ZSCORE_MIN_BARS values on; False before)."""
     frame = pd.DataFrame(values.T)
     median = frame.rolling(window, min_periods=ZSCORE_MIN_BARS).median()
     return (frame > median).to_numpy().T  # NaN medians compare False

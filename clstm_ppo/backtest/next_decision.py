@@ -1,14 +1,14 @@
-"""The agent's decision for the next bar of a file, from Python: its action and probabilities for each underlying,
-for paper trading (``python -m clstm_ppo.predict`` prints it; docs/BACKTEST.md).
+"""The agent's decision for the next bar of a file, from Python: its action and probabilities for
+each underlying, for paper trading (``python -m clstm_ppo.predict`` prints it; docs/BACKTEST.md).
 
     from clstm_ppo.backtest.next_decision import next_decisions
     done = next_decisions("runs/a/best_composite.pt", "my_bars.csv")
     done.decisions[0]["action_name"]
 
-It observes the data's last bar (features normalised with the checkpoint's statistics) with a flat book of the
-run's initial cash, or the options held (``read_book``), and gives the action that would fill at the next bar's
-open. LSTM 2 starts afresh at that bar, as at an episode's first decision. The checkpoint's agent.kind (clstm, lstm
-or mlp) decides the model that is rebuilt.
+It observes the data's last bar (features normalised with the checkpoint's statistics) with a flat
+book of the run's initial cash, or the options held (``read_book``), and gives the action that would
+fill at the next bar's open. LSTM 2 starts afresh at that bar, as at an episode's first decision.
+The checkpoint's agent.kind (clstm, lstm or mlp) decides the model that is rebuilt.
 """
 
 from __future__ import annotations
@@ -69,17 +69,17 @@ def read_book(path: Path) -> list[BookedPosition]:
             )
         except (TypeError, ValueError):
             raise ConfigError(
-                f"--positions {path}: position {i + 1} has a non-numeric strike, contracts or paid, "
-                "or an expiry that is not YYYY-MM-DD"
+                f"--positions {path}: position {i + 1} has a non-numeric strike, contracts or "
+                "paid, or an expiry that is not YYYY-MM-DD"
             ) from None
     return book
 
 
 @dataclass
 class NextDecisions:
-    """Each underlying's decision as ``--json`` writes it (date, symbol, action, action_name, valid, probabilities,
-    portfolio), and beside it what the command prints: the last close, the book's positions, equity and cash, the
-    critic's value, and every action's name."""
+    """Each underlying's decision as ``--json`` writes it (date, symbol, action, action_name, valid,
+    probabilities, portfolio), and beside it what the command prints: the last close, the book's
+    positions, equity and cash, the critic's value, and every action's name."""
 
     decisions: list[dict]
     closes: list[float]
@@ -97,8 +97,9 @@ def next_decisions(
     book: Sequence[BookedPosition] = (),
     book_name: str = "the book",
 ) -> NextDecisions:
-    """The greedy decision of ``checkpoint``'s agent after the last bar of ``data`` for each underlying, holding
-    ``book`` (one account: the data must hold one underlying); ``book_name`` names the book in errors."""
+    """The greedy decision of ``checkpoint``'s agent after the last bar of ``data`` for each
+    underlying, holding ``book`` (one account: the data must hold one underlying); ``book_name``
+    names the book in errors."""
     checkpoint = str(checkpoint)
     state = load_checkpoint(checkpoint)
     cfg = checkpoint_config(state, checkpoint, data, list(overrides))
@@ -107,7 +108,7 @@ def next_decisions(
     n = len(market.symbols)
     if book and n > 1:
         raise ConfigError(
-            f"--positions describes one account: pick its underlying with --set data.symbols=[NAME] "
+            "--positions describes one account: pick its underlying with --set data.symbols=[NAME] "
             f"(the data holds {', '.join(market.symbols)})"
         )
     env = BatchedOptionsEnv(

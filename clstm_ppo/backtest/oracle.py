@@ -1,8 +1,8 @@
-"""The planted market's oracle: the policy that knows the hidden premium (docs/PLANTED.md). It sells the 0.95 x
-30-day put into every free slot while the true premium is rich (above ``RICH``) and otherwise holds cash, its open
-puts running to expiry. It reads the premium the generator keeps beside
-the bars (``data.planted.planted_state``), which no observation holds: a bound on what timing the implied-vol
-features can earn, walked through the same env as every other policy.
+"""The planted market's oracle: the policy that knows the hidden premium (docs/PLANTED.md). It sells
+the 0.95 x 30-day put into every free slot while the true premium is rich (above ``RICH``) and
+otherwise holds cash, its open puts running to expiry. It reads the premium the generator keeps
+beside the bars (``data.planted.planted_state``), which no observation holds: a bound on what timing
+the implied-vol features can earn, walked through the same env as every other policy.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def oracle_rule(actions: ActionSpace) -> FixedRule:
 
 
 def true_premium(data: MarketData, cfg: Config) -> np.ndarray:
-    """(S, T) the hidden premium_t at each bar of ``data``, a dataset of the planted market of ``cfg.data``."""
+    """(S, T) the hidden premium_t at each bar of ``data``, a dataset of the planted
+    market of ``cfg.data``."""
     if cfg.data.source != "planted":
         raise ValueError(
             f"the oracle needs the planted market (data.source planted), not {cfg.data.source!r}"

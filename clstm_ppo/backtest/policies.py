@@ -1,8 +1,8 @@
-"""The policies a walk can run: the agent (greedy), an ensemble of agents, and the benchmarks that trade options
-through the same env.
+"""The policies a walk can run: the agent (greedy), an ensemble of agents, and the benchmarks that
+trade options through the same env.
 
-A policy maps an observation and its carried state to one action per copy and the next state. Rules read
-only what is known at the observation's bar (the raw features of its row), like the agent.
+A policy maps an observation and its carried state to one action per copy and the next state. Rules
+read only what is known at the observation's bar (the raw features of its row), like the agent.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def agent_logits(model: ActorCritic, obs: Observation, state: State) -> tuple[to
 
 
 def agent_policy(model: ActorCritic, num_envs: int, device: torch.device) -> tuple:
-    """Greedy (argmax) actions of ``model``, carrying LSTM 2's state (an empty one for agent.kind mlp)."""
+    """Greedy (argmax) actions of ``model``, carrying LSTM 2's state (an empty one
+    for agent.kind mlp)."""
 
     def act(obs: Observation, state: State) -> tuple[torch.Tensor, State]:
         logits, state = agent_logits(model, obs, state)
@@ -39,17 +40,17 @@ def agent_policy(model: ActorCritic, num_envs: int, device: torch.device) -> tup
 
 
 def ensemble_policy(models: list[ActorCritic], num_envs: int, device: torch.device) -> tuple:
-    """Greedy actions of the mean of ``models``' action probabilities (the softmax of each one's masked logits),
-    each model carrying its own LSTM 2 state; ties go to the first action, as argmax breaks them. The members
-    read the same observation: evaluate --ensemble admits only checkpoints of one normaliser and walk
-    (docs/BACKTEST.md, "Ensembles")."""
+    """Greedy actions of the mean of ``models``' action probabilities (the softmax of each one's
+    masked logits), each model carrying its own LSTM 2 state; ties go to the first action, as argmax
+    breaks them. The members read the same observation: evaluate --ensemble admits only checkpoints
+    of one normaliser and walk (docs/BACKTEST.md, "Ensembles")."""
 
     def act(obs: Observation, states: list[State]) -> tuple[torch.Tensor, list[State]]:
         total, next_states = None, []
         for model, state in zip(models, states, strict=True):
             logits, state = agent_logits(model, obs, state)
-            # In float64: float32 rounding can make two near-equal probabilities equal where the logits still
-            # order them, and an ensemble of one must act as its model does.
+            # In float64: float32 rounding can make two near-equal probabilities equal where the
+            # logits still order them, and an ensemble of one must act as its model does.
             probs = torch.softmax(logits.double(), dim=-1)
             total = probs if total is None else total + probs
             next_states.append(state)
@@ -91,9 +92,9 @@ def _open_count(obs: Observation, max_positions: int) -> torch.Tensor:
 
 
 def macd_rule(data: MarketData, actions: ActionSpace, max_positions: int) -> tuple:
-    """Buy a 30-day at-the-money call when MACD crosses above its signal line (the histogram turns positive),
-    a put when it crosses below, and close on the opposite cross. One action a bar: a reversal closes at the
-    cross and buys the new side at the next bar."""
+    """Buy a 30-day at-the-money call when MACD crosses above its signal line (the histogram turns
+    positive), a put when it crosses below, and close on the opposite cross. One action a bar: a
+    reversal closes at the cross and buys the new side at the next bar."""
     macd = torch.as_tensor(data.raw_features[:, :, data.feature_names.index("macd")].reshape(-1))
     m, e = _atm_30_day(actions)
     call, put = actions.buy(True, m, e), actions.buy(False, m, e)
@@ -123,8 +124,8 @@ def macd_rule(data: MarketData, actions: ActionSpace, max_positions: int) -> tup
 
 
 def long_straddle(actions: ActionSpace, max_positions: int) -> tuple:
-    """Long volatility, rolled monthly: when flat, buy a 30-day at-the-money call, and the 30-day at-the-money
-    put on the next bar (one order a bar), hold both to expiry, repeat."""
+    """Long volatility, rolled monthly: when flat, buy a 30-day at-the-money call, and the 30-day
+    at-the-money put on the next bar (one order a bar), hold both to expiry, repeat."""
     m, e = _atm_30_day(actions)
     call, put = actions.buy(True, m, e), actions.buy(False, m, e)
 

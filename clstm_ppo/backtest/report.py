@@ -1,8 +1,9 @@
-"""What a quant reads after a backtest: metrics per underlying and per calendar year, tables, CSV, plot, tearsheet.
+"""What a quant reads after a backtest: metrics per underlying and per calendar year, tables,
+CSV, plot, tearsheet.
 
-Every function takes the ``WalkResult`` of each policy, keyed by policy name; all of them walked the same dates.
-Returns are per bar, whatever the bars' interval, and every annualised figure uses the walk's ``clock`` (its bars
-a year: docs/BACKTEST.md, "Report").
+Every function takes the ``WalkResult`` of each policy, keyed by policy name; all of them walked the
+same dates. Returns are per bar, whatever the bars' interval, and every annualised figure uses the
+walk's ``clock`` (its bars a year: docs/BACKTEST.md, "Report").
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from clstm_ppo.market import COST_KINDS
 from clstm_ppo.metrics import is_ruined
 from clstm_ppo.tables import format_table
 
-FLAT = 1e-12  # a std below this is rounding noise of a flat curve, not risk: its ratios are 0, not 1e16
+# a std below this is rounding noise of a flat curve, not risk: its ratios are 0, not 1e16
+FLAT = 1e-12
 MAIN_KEYS = (
     "total_return",
     "annual_return",
@@ -60,7 +62,8 @@ def _ratio(num: float, den: float) -> float:
 
 
 def excess_returns(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray) -> np.ndarray:
-    """(n,) each bar's simple return over the T-bill's: the rate known at the last close, over the calendar gap."""
+    """(n,) each bar's simple return over the T-bill's: the rate known at the last close, over
+    the calendar gap."""
     days = np.diff(dates.values).astype("timedelta64[s]").astype(float) / 86_400.0
     return equity[1:] / equity[:-1] - 1.0 - np.expm1(rate[:-1] * days / 365.0)
 
@@ -68,8 +71,8 @@ def excess_returns(equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray
 def curve_metrics(
     equity: np.ndarray, dates: pd.DatetimeIndex, rate: np.ndarray, clock: BarClock
 ) -> dict[str, float | str]:
-    """Return and risk of one equity path of n + 1 closes (n bar returns), rate being each close's annual rate,
-    annualised at ``clock.periods_per_year`` bars a year."""
+    """Return and risk of one equity path of n + 1 closes (n bar returns), rate being each close's
+    annual rate, annualised at ``clock.periods_per_year`` bars a year."""
     per_year = clock.periods_per_year
     r = equity[1:] / equity[:-1] - 1.0
     n = len(r)
@@ -113,7 +116,8 @@ def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
     out |= {
         "win_rate": float(result.wins[s] / closed) if closed else 0.0,
         "trades": closed,
-        # The options' own P&L per closed trade (the underlying's P&L is not a trade's); None without trades.
+        # The options' own P&L per closed trade (the underlying's P&L is not a
+        # trade's); None without trades.
         "profit_per_trade": float(result.option_pnl[s] / closed)
         if closed and result.option_pnl is not None
         else None,
@@ -128,10 +132,11 @@ def underlying_metrics(result: WalkResult, s: int) -> dict[str, float | str]:
 
 
 def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
-    """Calendar year -> symbol -> return and risk of that year's bar returns (its first from last year's close).
+    """Calendar year -> symbol -> return and risk of that year's bar returns (its first
+    from last year's close).
 
-    Trades, wins, turnover and costs are left out: the walk records them only as totals over the split.
-    A year with no return (the walk's first bar alone in its year) is left out too.
+    Trades, wins, turnover and costs are left out: the walk records them only as totals over the
+    split. A year with no return (the walk's first bar alone in its year) is left out too.
     """
     years = result.dates[1:].year  # return i ends at bar i + 1, so it belongs to that bar's year
     out: dict[int, dict[str, dict]] = {}
@@ -149,12 +154,14 @@ def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
 
 
 def _dates(results: dict[str, WalkResult]) -> pd.DatetimeIndex:
-    """The walk's dates, after checking every policy walked the same ones (else nothing lines up)."""
+    """The walk's dates, after checking every policy walked the same ones (else
+    nothing lines up)."""
     first = next(iter(results.values())).dates
     for name, res in results.items():
         if not first.equals(res.dates):
             raise ValueError(
-                f"policy {name} walked other dates than {next(iter(results))}; reports need one walk"
+                f"policy {name} walked other dates than {next(iter(results))}; "
+                "reports need one walk"
             )
     return first
 
@@ -165,7 +172,8 @@ def _clock(results: dict[str, WalkResult]) -> BarClock:
 
 
 def report_dict(results: dict[str, WalkResult]) -> dict:
-    """Every metric of every policy, underlying and year, JSON-ready (years as strings, JSON's only key type)."""
+    """Every metric of every policy, underlying and year, JSON-ready (years as strings,
+    JSON's only key type)."""
     dates, clock = _dates(results), _clock(results)
     return {
         "policies": {
@@ -195,7 +203,8 @@ def _cell(key: str, value: float | str) -> str:
 def _rows(
     metrics: dict[str, dict[str, dict]], keys: tuple[str, ...], several: bool
 ) -> list[list[str]]:
-    """policy -> symbol -> metrics as table rows, with an underlying column only when there are several."""
+    """policy -> symbol -> metrics as table rows, with an underlying column only when
+    there are several."""
     return [
         [name, *([sym] if several else []), *(_cell(k, m[k]) for k in keys)]
         for name, by_sym in metrics.items()
@@ -225,8 +234,8 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
                 )
     clock = _clock(results)
     lines = [
-        f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns of "
-        f"{clock.describe()}"
+        f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns "
+        f"of {clock.describe()}"
         + (f"; excess_annual against {benchmark}" if benchmark in whole else ""),
         *masked_notes(results),
         format_table([*names, *keys], _rows(whole, keys, several), len(names)),
@@ -247,8 +256,8 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
 
 
 def masked_notes(results: dict[str, WalkResult]) -> list[str]:
-    """One line for each walk that never traded although it chose orders: the mask turned every one into hold
-    (the account could not hold them: docs/MARKET.md, "Sizing")."""
+    """One line for each walk that never traded although it chose orders: the mask turned every one
+    into hold (the account could not hold them: docs/MARKET.md, "Sizing")."""
     notes = []
     for name, res in results.items():
         if res.masked is None or res.traded.sum() > 0 or res.masked.sum() == 0:
@@ -256,8 +265,8 @@ def masked_notes(results: dict[str, WalkResult]) -> list[str]:
         bars = len(res.dates) - 1
         notes.append(
             f"note: {name} never traded: the mask turned the order it chose into hold on "
-            f"{int(res.masked.max())} of {bars} bars (no offered order fitted the account; docs/MARKET.md, "
-            f"'Sizing')"
+            f"{int(res.masked.max())} of {bars} bars (no offered order fitted the account; "
+            "docs/MARKET.md, 'Sizing')"
         )
     return notes
 
@@ -267,9 +276,10 @@ def _column(policy: str, symbol: str, several: bool) -> str:
 
 
 def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
-    """Bar returns, one row per bar after the first, one column per policy (and underlying when several), and last
-    ``tbill`` (``tbill:<symbol>`` when several): the T-bill's return over each bar (the rate known at its first
-    close), so a Sharpe ratio over the T-bill can be computed from the file alone (scripts/studies/sharpe_test.py)."""
+    """Bar returns, one row per bar after the first, one column per policy (and underlying when
+    several), and last ``tbill`` (``tbill:<symbol>`` when several): the T-bill's return over each
+    bar (the rate known at its first close), so a Sharpe ratio over the T-bill can be computed from
+    the file alone (scripts/studies/sharpe_test.py)."""
     dates = _dates(results)
     cols = {
         _column(name, sym, len(res.symbols) > 1): res.daily_returns[s]
@@ -286,8 +296,8 @@ def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
 
 
 def write_returns_csv(results: dict[str, WalkResult], path: str | Path) -> None:
-    """The bar returns as CSV (index column ``date``: ISO days, or timestamps for intraday bars), for any tool a
-    reader prefers."""
+    """The bar returns as CSV (index column ``date``: ISO days, or timestamps for intraday bars),
+    for any tool a reader prefers."""
     daily = _clock(results).daily
     returns_frame(results).to_csv(path, date_format="%Y-%m-%d" if daily else "%Y-%m-%d %H:%M:%S")
 
@@ -300,7 +310,8 @@ def _account(res: WalkResult) -> np.ndarray:
 def plot_equity(
     results: dict[str, WalkResult], path: str | Path, benchmark: str = "buy_and_hold"
 ) -> None:
-    """Equity (above) and drawdown (below) of every policy on a date axis; the benchmark in thick black."""
+    """Equity (above) and drawdown (below) of every policy on a date axis; the
+    benchmark in thick black."""
     # no pyplot: no display, no global backend, the Agg canvas on save
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
@@ -335,7 +346,8 @@ def plot_equity(
 
 
 def check_tearsheet() -> None:
-    """Fail in one line before a long walk, not after it, when quantstats (an optional extra) is missing."""
+    """Fail in one line before a long walk, not after it, when quantstats (an optional
+    extra) is missing."""
     if importlib.util.find_spec("quantstats") is None:
         raise ConfigError(NO_QUANTSTATS)
 
@@ -346,7 +358,8 @@ def write_tearsheet(
     policy: str = "agent",
     benchmark: str = "buy_and_hold",
 ) -> None:
-    """quantstats' HTML tearsheet of ``policy`` against ``benchmark`` (both as the summed account of every copy)."""
+    """quantstats' HTML tearsheet of ``policy`` against ``benchmark`` (both as the summed
+    account of every copy)."""
     for name in (policy, benchmark):
         if name not in results:
             raise ConfigError(
@@ -362,8 +375,9 @@ def write_tearsheet(
 
     font_log = logging.getLogger("matplotlib.font_manager")
     level = font_log.level
-    # quantstats restyles matplotlib globally on import (seaborn theme, Arial): keep that inside this call, and
-    # mute its hundreds of "Arial not found" lines and tick warnings, which say nothing about the backtest
+    # quantstats restyles matplotlib globally on import (seaborn theme, Arial): keep that
+    # inside this call, and mute its hundreds of "Arial not found" lines and tick warnings,
+    # which say nothing about the backtest
     with matplotlib.rc_context(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         font_log.setLevel(logging.ERROR)
@@ -374,7 +388,8 @@ def write_tearsheet(
                 missing = getattr(err, "name", None) == "quantstats" or "quantstats" in str(err)
                 why = NO_QUANTSTATS if missing else f"quantstats does not import: {first_line(err)}"
                 raise ConfigError(why) from None
-            # the benchmark goes in as a Series, never a ticker: a ticker makes quantstats download it from Yahoo
+            # the benchmark goes in as a Series, never a ticker: a ticker makes
+            # quantstats download it from Yahoo
             quantstats.reports.html(
                 returns(policy),
                 benchmark=returns(benchmark),
@@ -393,7 +408,8 @@ def write_tearsheet(
 def across_checkpoints(
     reports: list[dict[str, float]],
 ) -> dict[str, dict[str, float | list[float]]]:
-    """Mean, std (ddof 1 from two values on) and each value of every numeric metric all checkpoints report."""
+    """Mean, std (ddof 1 from two values on) and each value of every numeric metric all
+    checkpoints report."""
     if not reports:
         return {}
     numeric = [

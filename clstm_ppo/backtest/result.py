@@ -12,10 +12,12 @@ from clstm_ppo.data.calendar import BarClock
 
 @dataclass
 class WalkResult:
-    """One policy walked once over a split, one copy per underlying, from the split's first bar to its last.
+    """One policy walked once over a split, one copy per underlying, from the split's
+    first bar to its last.
 
-    ``equity[s, i]`` is underlying s's account value at the close of ``dates[i]``; ``equity[:, 0]`` is the
-    initial cash (nothing has traded at the first bar's close: its decision fills at the next bar).
+    ``equity[s, i]`` is underlying s's account value at the close of ``dates[i]``;
+    ``equity[:, 0]`` is the initial cash (nothing has traded at the first bar's close: its
+    decision fills at the next bar).
     """
 
     policy: str
@@ -28,8 +30,10 @@ class WalkResult:
     open_at_end: np.ndarray  # (S,) positions still open at the last bar (marked to market)
     traded: np.ndarray  # (S,) dollars of premium bought and sold (notional of every fill)
     costs: np.ndarray  # (S, K) dollars paid per cost kind (clstm_ppo.market.COST_KINDS)
-    ruin_fraction: float  # the walk's env.ruin_fraction: the level reports call ruin (the walk itself never stops)
-    clock: BarClock  # the data's bars: their interval, and the bars a year that annualise every figure of the walk
+    # the walk's env.ruin_fraction: the level reports call ruin (the walk itself never stops)
+    ruin_fraction: float
+    # the data's bars: their interval, and the bars a year that annualise every figure of the walk
+    clock: BarClock
     # (S,) closed options' own P&L, every cost in; None: not recorded
     option_pnl: np.ndarray | None = None
     # (S,) bars whose chosen action the mask turned into hold; None: not recorded

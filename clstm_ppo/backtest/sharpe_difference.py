@@ -1,14 +1,15 @@
-"""Is one strategy's Sharpe ratio higher than another's? The test of Ledoit and Wolf (2008, "Robust performance
-hypothesis testing with the Sharpe ratio", Journal of Empirical Finance 15:850) on two strategies' paired daily
-returns over the T-bill (docs/BACKTEST.md, "Is the difference real?").
+"""Is one strategy's Sharpe ratio higher than another's? The test of Ledoit and Wolf (2008, "Robust
+performance hypothesis testing with the Sharpe ratio", Journal of Empirical Finance 15:850) on two
+strategies' paired daily returns over the T-bill (docs/BACKTEST.md, "Is the difference real?").
 
-The difference of the two Sharpe ratios is a smooth function of four means (each strategy's mean and mean square);
-its standard error comes from the delta method with a heteroskedasticity- and autocorrelation-consistent (HAC)
-covariance of those four series, so fat tails, volatility clustering and the two strategies' correlation all count.
-The interval and p-value come from a studentized circular block bootstrap (arch's resampling, its block length
-chosen from the data by Politis and White's rule): each resample's difference is divided by its own standard error,
-computed from the resample's blocks, which is what keeps the coverage right where a plain percentile interval of
-few, dependent observations is not.
+The difference of the two Sharpe ratios is a smooth function of four means (each strategy's mean and
+mean square); its standard error comes from the delta method with a heteroskedasticity- and
+autocorrelation-consistent (HAC) covariance of those four series, so fat tails, volatility
+clustering and the two strategies' correlation all count. The interval and p-value come from a
+studentized circular block bootstrap (arch's resampling, its block length chosen from the data by
+Politis and White's rule): each resample's difference is divided by its own standard error, computed
+from the resample's blocks, which is what keeps the coverage right where a plain percentile interval
+of few, dependent observations is not.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SharpeDifference:
-    """Annualised Sharpe ratios over the T-bill of strategies a and b, their difference a - b, and what the data say
-    about it: the HAC standard error, the two-sided bootstrap interval and p-value (H0: no difference), and
-    ``edge_ruled_out``, the one-sided upper bound: the data rule out (at ``level``) that a beats b by more."""
+    """Annualised Sharpe ratios over the T-bill of strategies a and b, their difference a - b, and
+    what the data say about it: the HAC standard error, the two-sided bootstrap interval and p-value
+    (H0: no difference), and ``edge_ruled_out``, the one-sided upper bound: the data rule out (at
+    ``level``) that a beats b by more."""
 
     sharpe_a: float
     sharpe_b: float
@@ -49,8 +51,8 @@ def _moments(x: np.ndarray) -> np.ndarray:
 
 
 def _difference_and_gradient(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bar Sharpe difference f(m) = mu_a / sd_a - mu_b / sd_b from the moments ``m`` (..., 4), and its
-    gradient in m (..., 4)."""
+    """Per-bar Sharpe difference f(m) = mu_a / sd_a - mu_b / sd_b from the moments ``m`` (..., 4),
+    and its gradient in m (..., 4)."""
     mu_a, mu_b, sq_a, sq_b = np.moveaxis(m, -1, 0)
     var_a, var_b = sq_a - mu_a**2, sq_b - mu_b**2
     diff = mu_a / np.sqrt(var_a) - mu_b / np.sqrt(var_b)
@@ -62,7 +64,8 @@ def _difference_and_gradient(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _newey_west(y: np.ndarray, lags: int) -> np.ndarray:
-    """The long-run covariance of the rows of ``y`` (T, k) (demeaned here), Bartlett weights up to ``lags``."""
+    """The long-run covariance of the rows of ``y`` (T, k) (demeaned here), Bartlett
+    weights up to ``lags``."""
     y = y - y.mean(axis=0)
     t = len(y)
     cov = y.T @ y / t
@@ -80,7 +83,8 @@ def newey_west_lags(days: int) -> int:
 def hac_standard_error(
     a: np.ndarray, b: np.ndarray, lags: int | None = None
 ) -> tuple[float, float]:
-    """(difference, its standard error), both per bar, of a's and b's Sharpe ratios (returns over the T-bill)."""
+    """(difference, its standard error), both per bar, of a's and b's Sharpe ratios (returns
+    over the T-bill)."""
     x = np.stack([a, b], axis=-1)
     diff, grad = _difference_and_gradient(_moments(x))
     y = np.concatenate([x, x * x], axis=-1)
@@ -89,8 +93,8 @@ def hac_standard_error(
 
 
 def _block_length(y: np.ndarray) -> int:
-    """Politis and White's (2004, with Patton et al.'s 2009 correction) circular block length, the largest over the
-    four moment series, at least 1."""
+    """Politis and White's (2004, with Patton et al.'s 2009 correction) circular block length, the
+    largest over the four moment series, at least 1."""
     from arch.bootstrap import optimal_block_length
 
     return max(1, math.ceil(float(optimal_block_length(y)["circular"].max())))
@@ -104,9 +108,9 @@ def _chunks(total: int, size: int) -> list[int]:
 
 
 def _studentized(x: np.ndarray, index: np.ndarray, block: int, diff: float) -> np.ndarray:
-    """(Delta* - Delta) / se* of each resample ``index`` (R, T) of the paired series ``x`` (T, 2), se* from the
-    resample's own blocks (its first T // block blocks of ``block`` bars), as Ledoit and Wolf's studentized
-    bootstrap takes it; resamples with no spread are dropped."""
+    """(Delta* - Delta) / se* of each resample ``index`` (R, T) of the paired series ``x`` (T, 2),
+    se* from the resample's own blocks (its first T // block blocks of ``block`` bars), as Ledoit
+    and Wolf's studentized bootstrap takes it; resamples with no spread are dropped."""
     star = x[index]  # (R, T, 2)
     star_diff, star_grad = _difference_and_gradient(_moments(star))
     blocks = len(x) // block
@@ -123,8 +127,8 @@ def _studentized(x: np.ndarray, index: np.ndarray, block: int, diff: float) -> n
 
 
 def check_paired(a: np.ndarray, b: np.ndarray, periods_per_year: float) -> None:
-    """ValueError (one line) unless ``a`` and ``b`` are equally long finite series of at least a year of bars, neither
-    constant."""
+    """ValueError (one line) unless ``a`` and ``b`` are equally long finite series of at least a
+    year of bars, neither constant."""
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"the two return series must be paired: {a.shape} against {b.shape} bars")
     bad = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
@@ -134,8 +138,8 @@ def check_paired(a: np.ndarray, b: np.ndarray, periods_per_year: float) -> None:
         )
     if len(a) < periods_per_year:
         raise ValueError(
-            f"only {len(a)} common bars, less than a year ({periods_per_year:g}): a Sharpe difference "
-            "needs at least a year of paired returns"
+            f"only {len(a)} common bars, less than a year ({periods_per_year:g}): a Sharpe "
+            "difference needs at least a year of paired returns"
         )
     for name, x in (("first", a), ("second", b)):
         if float(np.std(x)) <= 1e-12 * max(1.0, float(np.abs(x).max())):
@@ -151,9 +155,9 @@ def sharpe_difference(
     seed: int = 0,
     block_length: int | None = None,
 ) -> SharpeDifference:
-    """Ledoit and Wolf's test of Sharpe(a) - Sharpe(b) on paired per-bar returns over the T-bill ``a`` and ``b``
-    (one value per test day, each day once), annualised at ``periods_per_year``. ``block_length``: the bootstrap's
-    blocks (default: chosen from the data)."""
+    """Ledoit and Wolf's test of Sharpe(a) - Sharpe(b) on paired per-bar returns over the T-bill
+    ``a`` and ``b`` (one value per test day, each day once), annualised at ``periods_per_year``.
+    ``block_length``: the bootstrap's blocks (default: chosen from the data)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     check_paired(a, b, periods_per_year)
     from arch.bootstrap import CircularBlockBootstrap
@@ -173,7 +177,8 @@ def sharpe_difference(
     upper = diff - float(np.quantile(t_star, 1.0 - level)) * se
     p = (int(np.sum(np.abs(t_star) >= abs(diff) / se)) + 1) / (len(t_star) + 1) if se > 0 else 1.0
     root = math.sqrt(periods_per_year)
-    sharpe = lambda r: float(r.mean() / r.std()) * root  # noqa: E731 (the per-bar Sharpe the moments give)
+    # the per-bar Sharpe the moments give
+    sharpe = lambda r: float(r.mean() / r.std()) * root  # noqa: E731
     return SharpeDifference(
         sharpe_a=sharpe(a),
         sharpe_b=sharpe(b),

@@ -1,6 +1,7 @@
-"""Statistics that separate skill from luck across runs (docs/BACKTEST.md): bootstrap confidence intervals over
-seeds x folds, paired differences, and the deflated Sharpe ratio of the best of many configurations (Bailey and
-Lopez de Prado, "The Deflated Sharpe Ratio", Journal of Portfolio Management, 2014).
+"""Statistics that separate skill from luck across runs (docs/BACKTEST.md): bootstrap confidence
+intervals over seeds x folds, paired differences, and the deflated Sharpe ratio of the best of
+many configurations (Bailey and Lopez de Prado, "The Deflated Sharpe Ratio", Journal of
+Portfolio Management, 2014).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ EULER_GAMMA = 0.5772156649015329
 def bootstrap_ci(
     sample: np.ndarray, level: float = 0.95, resamples: int = 10_000, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``sample`` (runs, e.g. seeds x folds); (nan, nan) for fewer
-    than two finite values."""
+    """Percentile bootstrap interval of the mean of ``sample`` (runs, e.g. seeds x folds); (nan,
+    nan) for fewer than two finite values."""
     x = np.asarray(sample, dtype=np.float64)
     x = x[np.isfinite(x)]
     if len(x) < 2:
@@ -35,13 +36,14 @@ def clustered_bootstrap_ci(
     resamples: int = 10_000,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile interval of the mean of ``sample`` by a two-stage bootstrap: draw the groups (folds) with
-    replacement, then each drawn group's runs (seeds) with replacement, and take the mean of every drawn run.
+    """Percentile interval of the mean of ``sample`` by a two-stage bootstrap: draw the groups
+    (folds) with replacement, then each drawn group's runs (seeds) with replacement, and take the
+    mean of every drawn run.
 
-    Seeds of one fold share its test years, and runs that walk one identical rule are one observation, not ten:
-    resampling runs as if independent then gives an interval as narrow as the seed count allows. With few groups
-    (3 folds) this interval is wide, which is what three test periods can show. (nan, nan) for fewer than two
-    groups with finite values."""
+    Seeds of one fold share its test years, and runs that walk one identical rule are one
+    observation, not ten: resampling runs as if independent then gives an interval as narrow as the
+    seed count allows. With few groups (3 folds) this interval is wide, which is what three test
+    periods can show. (nan, nan) for fewer than two groups with finite values."""
     x, g = np.asarray(sample, dtype=np.float64), np.asarray(groups)
     if x.shape != g.shape:
         raise ValueError(f"a group per run: {x.shape} runs vs {g.shape} groups")
@@ -68,9 +70,10 @@ def paired_difference(
     seed: int = 0,
     groups: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Mean of a - b over runs paired by (seed, fold), with its bootstrap interval and the share of runs where a
-    beats b; pairs where either is missing are left out. With ``groups`` (each run's fold) also the two-stage
-    interval of ``clustered_bootstrap_ci`` (``fold_ci_low``, ``fold_ci_high``) and the number of groups."""
+    """Mean of a - b over runs paired by (seed, fold), with its bootstrap interval and the share of
+    runs where a beats b; pairs where either is missing are left out. With ``groups`` (each run's
+    fold) also the two-stage interval of ``clustered_bootstrap_ci`` (``fold_ci_low``,
+    ``fold_ci_high``) and the number of groups."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired samples need the same runs: {a.shape} vs {b.shape}")
@@ -98,8 +101,9 @@ def paired_difference(
 
 
 def expected_max_sharpe(sharpe_variance: float, trials: int) -> float:
-    """The expected largest of ``trials`` Sharpe ratios whose true value is 0 and whose estimates vary with
-    ``sharpe_variance`` across trials (the paper's SR_0; in the units of that variance's Sharpe ratios)."""
+    """The expected largest of ``trials`` Sharpe ratios whose true value is 0 and whose estimates
+    vary with ``sharpe_variance`` across trials (the paper's SR_0; in the units of that
+    variance's Sharpe ratios)."""
     if trials < 2:
         return 0.0
     z = stats.norm.ppf
@@ -111,8 +115,8 @@ def expected_max_sharpe(sharpe_variance: float, trials: int) -> float:
 def probabilistic_sharpe(
     sharpe: float, benchmark: float, observations: int, skew: float, kurtosis: float
 ) -> float:
-    """P(true Sharpe > ``benchmark``) given an estimate ``sharpe`` from ``observations`` returns of this ``skew``
-    and (non-excess) ``kurtosis``; Sharpe ratios per observation, not annualised."""
+    """P(true Sharpe > ``benchmark``) given an estimate ``sharpe`` from ``observations`` returns of
+    this ``skew`` and (non-excess) ``kurtosis``; Sharpe ratios per observation, not annualised."""
     spread = 1.0 - skew * sharpe + (kurtosis - 1.0) / 4.0 * sharpe**2
     return float(
         stats.norm.cdf((sharpe - benchmark) * math.sqrt(observations - 1) / math.sqrt(spread))
@@ -120,9 +124,10 @@ def probabilistic_sharpe(
 
 
 def deflated_sharpe(returns: np.ndarray, trials: int, sharpe_variance: float) -> dict[str, float]:
-    """The deflated Sharpe ratio of the best of ``trials`` configurations, from its per-period ``returns``:
-    the probability that its true Sharpe beats what the best of that many skill-less trials would show.
-    ``sharpe_variance`` is the variance of the per-period Sharpe ratios across the trials."""
+    """The deflated Sharpe ratio of the best of ``trials`` configurations, from its per-period
+    ``returns``: the probability that its true Sharpe beats what the best of that many
+    skill-less trials would show. ``sharpe_variance`` is the variance of the per-period Sharpe
+    ratios across the trials."""
     r = np.asarray(returns, dtype=np.float64)
     r = r[np.isfinite(r)]
     sd = r.std(ddof=1)

@@ -1,18 +1,21 @@
-"""Stress tests (``evaluate --scenarios GEN.pt``): the agent and every benchmark walked over N generated paths.
+"""Stress tests (``evaluate --scenarios GEN.pt``): the agent and every benchmark walked
+over N generated paths.
 
-Each path is its own MarketData (``scenarios.market.sample_market_data``): real history up to the generator's
-training-split end, then the generated bars as its ``test`` split, normalised with the agent's own statistics.
-Every policy takes the same continuous walk as ``evaluate`` (backtest/walk.py) over every path, and the report
-gives per policy the distribution over paths:
+Each path is its own MarketData (``scenarios.market.sample_market_data``): real history up to the
+generator's training-split end, then the generated bars as its ``test`` split, normalised with the
+agent's own statistics. Every policy takes the same continuous walk as ``evaluate``
+(backtest/walk.py) over every path, and the report gives per policy the distribution over paths:
 
-- ``total_return``: quantiles (5, 25, 50, 75, 95%) of each path's total return, close of the first generated bar
-  to the last (the first bar's decision fills at the second);
-- ``max_drawdown``: quantiles of each path's largest fall from a running peak, as a share of the peak;
-- ``cvar5``: CVaR(5%) of the paths' total returns, the mean of the worst 5% of paths (at least one path);
-  ``daily_cvar5``: quantiles over paths of each path's own CVaR(5%) of daily returns;
-- ``p_ruin``: the share of paths on which the account's equity, at any bar's close, fell below the env's
-  ``env.ruin_fraction`` of the initial cash (the level at which a training episode ends; equity <= 0 when the
-  fraction is 0). The walk itself does not stop at ruin, as in evaluate: the equity after it is still reported.
+- ``total_return``: quantiles (5, 25, 50, 75, 95%) of each path's total return, close of the first
+  generated bar to the last (the first bar's decision fills at the second);
+- ``max_drawdown``: quantiles of each path's largest fall from a running peak, as
+  a share of the peak;
+- ``cvar5``: CVaR(5%) of the paths' total returns, the mean of the worst 5% of paths (at least one
+  path); ``daily_cvar5``: quantiles over paths of each path's own CVaR(5%) of daily returns;
+- ``p_ruin``: the share of paths on which the account's equity, at any bar's close, fell below the
+  env's ``env.ruin_fraction`` of the initial cash (the level at which a training episode ends;
+  equity <= 0 when the fraction is 0). The walk itself does not stop at ruin, as in evaluate: the
+  equity after it is still reported.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ TAIL = 0.05
 
 @dataclass
 class StressResult:
-    """Every policy's equity over every path: ``equity[name]`` (N, L + 1) dollars, row i the walk of path i."""
+    """Every policy's equity over every path: ``equity[name]`` (N, L + 1) dollars, row i
+    the walk of path i."""
 
     equity: dict[str, np.ndarray]
     initial_cash: float
@@ -56,7 +60,8 @@ def walk_paths(
     generator: str = "",
     progress: Callable[[int, int], None] | None = None,
 ) -> StressResult:
-    """``walk_all(market)`` (every policy's walk of one path's ``test`` split) for every path, stacked per policy."""
+    """``walk_all(market)`` (every policy's walk of one path's ``test`` split) for every path,
+    stacked per policy."""
     curves: dict[str, list[np.ndarray]] = {}
     for i, market in enumerate(markets):
         results = walk_all(market)
@@ -83,7 +88,8 @@ def drawdowns(equity: np.ndarray) -> np.ndarray:
 
 
 def ruined(equity: np.ndarray, initial_cash: float, ruin_fraction: float) -> np.ndarray:
-    """(N,) bool: equity fell below ``ruin_fraction`` of the initial cash at some close (<= 0 for a fraction 0)."""
+    """(N,) bool: equity fell below ``ruin_fraction`` of the initial cash at some close (<= 0
+    for a fraction 0)."""
     return is_ruined(equity.min(axis=1), initial_cash, ruin_fraction)
 
 
@@ -117,7 +123,10 @@ def stress_dict(result: StressResult) -> dict[str, Any]:
         "regime": result.regime,
         "paths": result.paths,
         "bars": int(next(iter(result.equity.values())).shape[1]),
-        "ruin": f"equity < {result.ruin_fraction} x initial cash ({result.initial_cash:,.0f}) at any close"
+        "ruin": (
+            f"equity < {result.ruin_fraction} x initial cash "
+            f"({result.initial_cash:,.0f}) at any close"
+        )
         if result.ruin_fraction > 0
         else "equity <= 0 at any close",
         "policies": {
@@ -128,7 +137,8 @@ def stress_dict(result: StressResult) -> dict[str, Any]:
 
 
 def format_stress(report: dict[str, Any]) -> str:
-    """One row per policy: total-return and drawdown quantiles (%), CVaR(5%) of path returns (%), P(ruin)."""
+    """One row per policy: total-return and drawdown quantiles (%), CVaR(5%) of path
+    returns (%), P(ruin)."""
     qs = [f"{round(q * 100)}" for q in QUANTILES]
     head = ["policy", *[f"ret{q}" for q in qs], *[f"mdd{q}" for q in qs], "cvar5", "p_ruin"]
     rows = []
@@ -149,15 +159,16 @@ def format_stress(report: dict[str, Any]) -> str:
 
     regime = f", regime {report['regime']}" if report["regime"] else ""
     title = (
-        f"{report['paths']} generated paths x {report['bars']} bars ({report['bars'] - 1} daily returns) "
-        f"from {report['generator']}{regime}; returns and drawdowns in %; ruin: {report['ruin']}"
+        f"{report['paths']} generated paths x {report['bars']} bars ({report['bars'] - 1} daily "
+        f"returns) from {report['generator']}{regime}; returns and drawdowns in %; "
+        f"ruin: {report['ruin']}"
     )
     return "\n".join([title, line(head), *map(line, rows)])
 
 
 def plot_fan(result: StressResult, path: str | Path) -> None:
-    """Equity (as a multiple of the initial cash) quantile bands over the path's bars, one panel per policy:
-    5-95% and 25-75% shaded, the median a line."""
+    """Equity (as a multiple of the initial cash) quantile bands over the path's bars, one panel per
+    policy: 5-95% and 25-75% shaded, the median a line."""
     from matplotlib.figure import Figure  # no pyplot: the Agg canvas on save, no global state
 
     names = list(result.equity)

@@ -1,6 +1,7 @@
-"""Stress-test checkpoints from Python: the agents and every benchmark walked over N paths of a scenario source,
-returned as the distribution over paths and as the report ``python -m clstm_ppo.evaluate --scenarios ... --json``
-writes (docs/SCENARIOS.md, "Stress tests: evaluate --scenarios").
+"""Stress-test checkpoints from Python: the agents and every benchmark walked over N paths of a
+scenario source, returned as the distribution over paths and as the report
+``python -m clstm_ppo.evaluate --scenarios ... --json`` writes (docs/SCENARIOS.md, "Stress tests:
+evaluate --scenarios").
 
     from clstm_ppo.backtest.stress_checkpoints import load_stress_source, stress_checkpoints
     done = stress_checkpoints(["runs/a/best_composite.pt"], load_stress_source("fhs"), paths=200)
@@ -34,8 +35,9 @@ from clstm_ppo.scenarios.sources import fit_baseline, goals_warning, scenario_so
 
 @dataclass
 class StressTest:
-    """One stress test: every policy's equity over every path, the rule picked on the real validation years, the
-    scenario source's goals warning (None when it meets them) and ``report``, what --json writes."""
+    """One stress test: every policy's equity over every path, the rule picked on the real
+    validation years, the scenario source's goals warning (None when it meets them) and ``report``,
+    what --json writes."""
 
     result: StressResult
     rule: RulePick
@@ -44,8 +46,9 @@ class StressTest:
 
 
 def load_stress_source(source: str | Path, regime: str | None = None) -> FittedGenerator | str:
-    """A scenario generator's checkpoint, loaded and checked to know ``regime``, or a baseline's name (fitted on the
-    agent's training years once its data is loaded); anything else is one ConfigError."""
+    """A scenario generator's checkpoint, loaded and checked to know ``regime``, or a
+    baseline's name (fitted on the agent's training years once its data is loaded); anything
+    else is one ConfigError."""
     gen = scenario_source(Path(source))
     if isinstance(gen, str):
         if regime is not None:
@@ -75,11 +78,12 @@ def stress_checkpoints(
     progress: Callable[[int, int], None] | None = None,
     name: str = "",
 ) -> StressTest:
-    """Walk ``checkpoints`` (seeds of one setup) and every benchmark over ``paths`` paths of ``length`` bars from
-    ``source``: a generator's checkpoint or a baseline's name, or what ``load_stress_source`` made of one (then
-    ``name`` is how the report names it). A baseline is fitted on the first agent's training years, paths are drawn
-    with ``seed`` (default: the run's) and best_rule is picked on the real validation years. ``agents`` are the
-    checkpoints already loaded (``load_agents``); ``progress(done, total)`` is told as paths are walked."""
+    """Walk ``checkpoints`` (seeds of one setup) and every benchmark over ``paths`` paths of
+    ``length`` bars from ``source``: a generator's checkpoint or a baseline's name, or what
+    ``load_stress_source`` made of one (then ``name`` is how the report names it). A baseline is
+    fitted on the first agent's training years, paths are drawn with ``seed`` (default: the run's)
+    and best_rule is picked on the real validation years. ``agents`` are the checkpoints already
+    loaded (``load_agents``); ``progress(done, total)`` is told as paths are walked."""
     if not isinstance(source, FittedGenerator):
         source, name = load_stress_source(source, regime), name or str(source)
     checkpoints = [str(path) for path in checkpoints]

@@ -1,8 +1,9 @@
-"""A continuous, date-indexed walk over a whole split: one env copy per underlying from the split's first bar to
-its last, deterministic, the same walk for the agent and every benchmark (docs/BACKTEST.md).
+"""A continuous, date-indexed walk over a whole split: one env copy per underlying from the
+split's first bar to its last, deterministic, the same walk for the agent and every
+benchmark (docs/BACKTEST.md).
 
-The first bar is the split's first bar whose window is complete; the window may reach back into earlier
-splits' bars, which are past. Nothing ends the walk early: no episode length, no ruin.
+The first bar is the split's first bar whose window is complete; the window may reach back into
+earlier splits' bars, which are past. Nothing ends the walk early: no episode length, no ruin.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ def walk_env(
     walks: int = 1,
     scaled: ScaledRule | None = None,
 ) -> BatchedOptionsEnv:
-    """The env of ``walks`` walks: one copy per underlying each, to the split's end, no ruin, no auto-reset, in
-    float64 (a few copies cost nothing to keep exact, and float32 cents on $1M would blur a day's interest).
-    ``scaled``: a ``scale`` agent's rule (``backtest.scaled_rules.scaled_rule``), whose multiples its copies take."""
+    """The env of ``walks`` walks: one copy per underlying each, to the split's end, no ruin, no
+    auto-reset, in float64 (a few copies cost nothing to keep exact, and float32 cents on $1M would
+    blur a day's interest). ``scaled``: a ``scale`` agent's rule
+    (``backtest.scaled_rules.scaled_rule``), whose multiples its copies take."""
     env_cfg = dataclasses.replace(cfg.env, episode_length=0, ruin_fraction=0.0, dtype="float64")
     return BatchedOptionsEnv(
         data,
@@ -64,8 +66,9 @@ def walk(
 ) -> WalkResult:
     """Walk ``policy`` (and its carried ``state``) over ``split``; copy s trades underlying s.
 
-    Every copy ends at the split's last bar, unless its equity falls below zero (possible with shorts): that
-    account stops there, and its equity stays at its last value for the rest of the walk.
+    Every copy ends at the split's last bar, unless its equity falls below zero (possible
+    with shorts): that account stops there, and its equity stays at its last value for
+    the rest of the walk.
     """
     return walk_together({name: (policy, state)}, data, split, cfg, device, scaled)[name]
 
@@ -79,10 +82,11 @@ def walk_together(
     device: torch.device | str,
     scaled: ScaledRule | None = None,
 ) -> dict[str, WalkResult]:
-    """Walk several policies over ``split`` in one env, each as ``walk`` walks it alone: the p-th policy trades
-    copies p*S..p*S+S-1 (copy i on underlying i mod S). A walk's env draws nothing (its starts are given) and
-    no copy reads another, so each result is the one a walk alone gives (a test checks it bit for bit), at one
-    env step per bar for all of them: a batch-of-S eager step costs its launches, not its arithmetic."""
+    """Walk several policies over ``split`` in one env, each as ``walk`` walks it alone: the p-th
+    policy trades copies p*S..p*S+S-1 (copy i on underlying i mod S). A walk's env draws nothing
+    (its starts are given) and no copy reads another, so each result is the one a walk alone gives
+    (a test checks it bit for bit), at one env step per bar for all of them: a batch-of-S eager step
+    costs its launches, not its arithmetic."""
     n_symbols = len(data.symbols)
 
     def every_policy(
@@ -111,8 +115,9 @@ def walk_batched(
     device: torch.device | str,
     scaled: ScaledRule | None = None,
 ) -> dict[str, WalkResult]:
-    """Walk one policy that acts for ``len(names)`` walks at once (copies p*S..p*S+S-1 are walk ``names[p]``)
-    over ``split``: a family of rules as one vectorised policy, without a Python call per rule a bar."""
+    """Walk one policy that acts for ``len(names)`` walks at once (copies p*S..p*S+S-1 are walk
+    ``names[p]``) over ``split``: a family of rules as one vectorised policy, without a Python
+    call per rule a bar."""
     n_symbols = len(data.symbols)
     env = walk_env(data, split, cfg, device, walks=len(names), scaled=scaled)
     obs = env.reset(starts=torch.full((env.num_envs,), env.first_bar, dtype=torch.long))
@@ -167,10 +172,11 @@ def _result(
 
 
 def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
-    """The underlying itself, bought with the whole account at the walk's first fill (the next bar's open, or
-    its close after a stale open) for ``market.costs.share_cost_bps`` of the notional, and held to the last
-    close. Fractional shares, as an index fund holds. As in the env, cash earns the rate and the holding is paid
-    the data's dividend yield in cash (0 where Adj Close put dividends into the prices)."""
+    """The underlying itself, bought with the whole account at the walk's first fill (the next bar's
+    open, or its close after a stale open) for ``market.costs.share_cost_bps`` of the notional, and
+    held to the last close. Fractional shares, as an index fund holds. As in the env, cash earns the
+    rate and the holding is paid the data's dividend yield in cash (0 where Adj Close put dividends
+    into the prices)."""
     # for the walk's bounds, its clock, rates and dividend yields
     env = walk_env(data, split, cfg, "cpu")
     first, last = env.first_bar, env.split_end - 1
@@ -213,8 +219,9 @@ def buy_and_hold(data: MarketData, split: str, cfg: Config) -> WalkResult:
 
 
 def selection_metrics(result: WalkResult) -> dict[str, float]:
-    """The validation metrics training selects checkpoints on (BEST_METRICS and what the log shows), from one
-    walk: per-underlying values averaged; profit rate is the share of underlyings that ended in profit."""
+    """The validation metrics training selects checkpoints on (BEST_METRICS and what the log
+    shows), from one walk: per-underlying values averaged; profit rate is the share of underlyings
+    that ended in profit."""
     equity = result.equity
     returns = result.daily_returns
     ret = equity[:, -1] - equity[:, 0]

@@ -1,6 +1,7 @@
-"""Typed configuration: the one source of truth for every setting (``sections.py``), how a setting is
-declared and checked (``fields.py``), the rules between settings (``consistency.py``), and how a run's
-settings are put together from defaults, a named config or file, and overrides (``resolve.py``)."""
+"""Typed configuration: the one source of truth for every setting (``sections.py``), how a setting
+is declared and checked (``fields.py``), the rules between settings (``consistency.py``), and how a
+run's settings are put together from defaults, a named config or file, and overrides
+(``resolve.py``)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from clstm_ppo.config.train_settings import (
     PriorConfig,
 )
 
-# Read-only views of the rules, derived from the fields (kept for the code and tests that look them up).
+# Read-only views of the rules, derived from the fields (kept for the
+# code and tests that look them up).
 CHOICES = MappingProxyType({k: r.choices for k, _, r in walk_rules(Config) if r.choices})
 LIMITS = MappingProxyType({k: r.limits for k, _, r in walk_rules(Config) if r.limits})
 

@@ -1,7 +1,9 @@
-"""How a setting is declared, once: its default, help, allowed values and (optionally) its command-line flag.
+"""How a setting is declared, once: its default, help, allowed values and (optionally)
+its command-line flag.
 
-``setting(...)`` puts all of that into the dataclass field's metadata; ``Section`` checks every assignment
-against it, so a value is refused the same way whether it came from YAML, ``--set``, a flag or code.
+``setting(...)`` puts all of that into the dataclass field's metadata; ``Section`` checks
+every assignment against it, so a value is refused the same way whether it came from YAML,
+``--set``, a flag or code.
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ class ConfigError(ValueError):
 
 
 def first_line(err: BaseException, limit: int = 160) -> str:
-    """An exception's first non-empty line (or its type's name), to quote inside a one-line error."""
+    """An exception's first non-empty line (or its type's name), to quote inside
+    a one-line error."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return (lines[0] if lines else type(err).__name__)[:limit]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """What one setting may hold. ``limits`` reads as it does in the error: ">= 1", "(0, 1]"; a list setting
-    obeys it entry by entry. ``flag`` names the train command's flag that sets it, if any."""
+    """What one setting may hold. ``limits`` reads as it does in the error: ">= 1", "(0,
+    1]"; a list setting obeys it entry by entry. ``flag`` names the train command's flag
+    that sets it, if any."""
 
     help: str
     limits: str | None = None
@@ -36,8 +40,8 @@ class Rule:
     flag: str | None = None
 
     def check(self, key: str, value: Any) -> None:
-        # A setting with both (a word or a number, as data.periods_per_year: auto or 252) checks words by its
-        # choices and numbers by its limits.
+        # A setting with both (a word or a number, as data.periods_per_year: auto or 252) checks
+        # words by its choices and numbers by its limits.
         if self.choices is not None and (self.limits is None or isinstance(value, str)):
             if value not in self.choices:
                 number = f", or a number {self._interval()}" if self.limits else ""
@@ -96,10 +100,11 @@ def rule_of(cls: type, name: str) -> Rule | None:
 
 
 class Section:
-    """Base of every settings dataclass: each assignment (the constructor's included) is typed and checked.
+    """Base of every settings dataclass: each assignment (the constructor's included)
+    is typed and checked.
 
-    ``path`` is the section's dotted place in ``Config`` ("market.costs"), so an error names the key as a
-    YAML file or ``--set`` would write it.
+    ``path`` is the section's dotted place in ``Config`` ("market.costs"), so an error names the key
+    as a YAML file or ``--set`` would write it.
     """
 
     path: ClassVar[str] = ""
@@ -129,7 +134,8 @@ def type_name(tp: Any) -> str:
 
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check ``value`` against the annotation ``tp``; ints widen to floats, nothing else is guessed."""
+    """Check ``value`` against the annotation ``tp``; ints widen to floats,
+    nothing else is guessed."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -170,19 +176,22 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"config: {key} must be {type_name(tp)}, got {value!r}")
 
 
-# Settings that existed once: a checkpoint's saved settings drop them quietly; a user's file or flag is told why.
+# Settings that existed once: a checkpoint's saved settings drop them quietly; a
+# user's file or flag is told why.
 OBSOLETE = {
     "market.iv_premium": "implied vol now comes from the data's iv/vix column or the fitted model "
     "(market.iv_source, docs/MARKET.md)",
     "train.eval_episodes": "validation is now one continuous walk over the whole split",
 }
 
-# Settings that took a name saying what they do: a file or flag with the old key is read as the new one, with one
-# line naming it; a checkpoint's saved settings are read so quietly.
+# Settings that took a name saying what they do: a file or flag with the old key is read as the new
+# one, with one line naming it; a checkpoint's saved settings are read so quietly.
 RENAMED = {
-    "env.compile": "launch.compile_loop",  # it compiles the rollout's decisions and the update's loss too
+    # it compiles the rollout's decisions and the update's loss too
+    "env.compile": "launch.compile_loop",
     "train.compile": "launch.compile_encoder",  # it compiles the market encoder alone
-    # train.* held launch, budget, pretraining, prior and output settings until 2026-12-02: each has its section now
+    # train.* held launch, budget, pretraining, prior and output settings until
+    # 2026-12-02: each has its section now
     "train.device": "launch.device",
     "train.threads_per_worker": "launch.threads_per_worker",
     "train.precision": "launch.precision",
@@ -226,8 +235,9 @@ class SavedAs:
     key: str
 
 
-# Settings added since runs were saved, each with what reproduces what those runs did (a value, or the saved value
-# of another setting): a checkpoint's settings without the key take it (a user's file without it takes the default).
+# Settings added since runs were saved, each with what reproduces what those runs did (a value, or
+# the saved value of another setting): a checkpoint's settings without the key take it (a user's
+# file without it takes the default).
 ADDED: dict[str, Any] = {
     "market.iv_call_skew": SavedAs(
         "market.iv_skew"
@@ -236,7 +246,8 @@ ADDED: dict[str, Any] = {
     "market.costs.stock_ticks": [0.0, 0.0],
     "data.option_features": False,  # agents observed the bar features alone before 2026-11-28
     "prior.kl": 0.0,  # no run was pulled toward a rule before 2026-11-28
-    "data.planted.premium_floor": -0.95,  # the planted markup stopped at 1 + premium = 0.05 before 2026-12-02
+    # the planted markup stopped at 1 + premium = 0.05 before 2026-12-02
+    "data.planted.premium_floor": -0.95,
     "agent.mlp_core_hidden": SavedAs(
         "agent.lstm2_hidden"
     ),  # the mlp kind took LSTM 2's width before 2026-12-02
@@ -244,7 +255,8 @@ ADDED: dict[str, Any] = {
 
 
 def from_dict(cls: type, values: dict[str, Any]) -> Any:
-    """Build section ``cls`` from a (possibly partial) nested dict; every value is checked as it is set."""
+    """Build section ``cls`` from a (possibly partial) nested dict; every value is
+    checked as it is set."""
     names = [f.name for f in dataclasses.fields(cls)]
     for key in values:
         dotted = f"{cls.path}.{key}" if cls.path else key

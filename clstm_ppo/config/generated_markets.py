@@ -1,5 +1,6 @@
-"""The settings of the two generated markets, ``data.synthetic`` and ``data.planted`` (docs/ENVIRONMENT.md): each
-defined once, default, help and allowed values side by side, as in ``sections.py``."""
+"""The settings of the two generated markets, ``data.synthetic`` and ``data.planted``
+(docs/ENVIRONMENT.md): each defined once, default, help and allowed values side by side, as
+in ``sections.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from clstm_ppo.config.fields import Section, setting
 
 @dataclass
 class SyntheticConfig(Section):
-    """Seeded GBM market with Markov regime switching and Poisson jumps (the generator checks its own values)."""
+    """Seeded GBM market with Markov regime switching and Poisson jumps (the generator
+    checks its own values)."""
 
     path: ClassVar[str] = "data.synthetic"
     n_bars: int = setting(5000, "bars per underlying")
@@ -48,8 +50,8 @@ class SyntheticConfig(Section):
 
 @dataclass
 class PlantedConfig(Section):
-    """A synthetic index whose implied vol carries a variance risk premium that moves with a hidden AR(1) state: a
-    market with a known option-selling edge (docs/PLANTED.md)."""
+    """A synthetic index whose implied vol carries a variance risk premium that moves with a hidden
+    AR(1) state: a market with a known option-selling edge (docs/PLANTED.md)."""
 
     path: ClassVar[str] = "data.planted"
     years: float = setting(

@@ -1,5 +1,5 @@
-"""A run's settings: the dataclass defaults (or a checkpoint's), then a named config or YAML file, then
-repeated ``--set section.key=value`` overrides, in that order."""
+"""A run's settings: the dataclass defaults (or a checkpoint's), then a named config or YAML file,
+then repeated ``--set section.key=value`` overrides, in that order."""
 
 from __future__ import annotations
 
@@ -61,8 +61,9 @@ def without_obsolete(values: dict[str, Any], prefix: str = "") -> dict[str, Any]
 
 
 def with_new_names(values: dict[str, Any], origin: str | None) -> dict[str, Any]:
-    """``values`` (nested) with each key of RENAMED under its new name; ``origin`` (the file or ``--set``) gets one
-    warning line a renamed key, None (a checkpoint's settings) none. Both names in one source: ConfigError."""
+    """``values`` (nested) with each key of RENAMED under its new name; ``origin`` (the file or
+    ``--set``) gets one warning line a renamed key, None (a checkpoint's settings) none. Both names
+    in one source: ConfigError."""
     for old, new in RENAMED.items():
         path, _, key = old.rpartition(".")
         section = _get(values, path)
@@ -71,7 +72,8 @@ def with_new_names(values: dict[str, Any], origin: str | None) -> dict[str, Any]
         new_path, _, new_key = new.rpartition(".")
         if new_key in (_get(values, new_path) or {}):
             raise ConfigError(
-                f"{origin or 'config'}: {old} and {new} are one setting, now named {new}; drop {old}"
+                f"{origin or 'config'}: {old} and {new} are one setting, now "
+                f"named {new}; drop {old}"
             )
         if origin is not None:
             warnings.warn(
@@ -89,9 +91,9 @@ def _without(values: dict[str, Any], dotted: str) -> dict[str, Any]:
 
 
 def as_saved(values: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's saved settings as this version reads them: renamed keys under their new names, obsolete keys
-    dropped, and each key of ADDED that they lack (where they have its section) set to what it stands for, so an
-    older run resumes and walks as it ran."""
+    """A checkpoint's saved settings as this version reads them: renamed keys under their new names,
+    obsolete keys dropped, and each key of ADDED that they lack (where they have its section) set to
+    what it stands for, so an older run resumes and walks as it ran."""
     values = without_obsolete(with_new_names(values, None))
     for added, stands_for in ADDED.items():
         old = _get(values, stands_for.key) if isinstance(stands_for, SavedAs) else stands_for
@@ -103,13 +105,15 @@ def as_saved(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def current_key(dotted: str) -> str:
-    """The name a setting's key has now (``train.prior_kl`` -> ``prior.kl``): rows record the runs' own keys."""
+    """The name a setting's key has now (``train.prior_kl`` -> ``prior.kl``): rows record
+    the runs' own keys."""
     return RENAMED.get(dotted, dotted)
 
 
 def with_defaults_at(saved: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """A checkpoint's saved settings as this version reads them (``as_saved``) with the dotted ``keys`` set back to
-    their defaults: what a file must not choose for the command reading it (where it writes, where it runs)."""
+    """A checkpoint's saved settings as this version reads them (``as_saved``) with the dotted
+    ``keys`` set back to their defaults: what a file must not choose for the command reading it
+    (where it writes, where it runs)."""
     defaults = to_dict(Config())
     values = as_saved(saved)
     for key in keys:
@@ -124,14 +128,14 @@ def _get(values: dict[str, Any], dotted: str) -> Any:
 
 
 def merge(base: dict[str, Any], update: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``update`` laid over ``base``, key by key; a section (a mapping) is never replaced by a single value, which
-    would drop every setting it held for the defaults."""
+    """``update`` laid over ``base``, key by key; a section (a mapping) is never replaced by a
+    single value, which would drop every setting it held for the defaults."""
     out = dict(base)
     for key, value in update.items():
         if isinstance(out.get(key), dict) and not isinstance(value, dict):
             raise ConfigError(
-                f"config: '{prefix}{key}' is a section of settings, not one value (got {value!r}); set "
-                f"its keys instead, e.g. --set {prefix}{key}.<key>=VALUE"
+                f"config: '{prefix}{key}' is a section of settings, not one value (got {value!r}); "
+                f"set its keys instead, e.g. --set {prefix}{key}.<key>=VALUE"
             )
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value, f"{prefix}{key}.")
@@ -148,7 +152,8 @@ def nested(dotted: str, value: Any) -> dict[str, Any]:
 
 
 def parse_override(text: str) -> dict[str, Any]:
-    """``section.key=value`` as a nested dict; the value is read as YAML (3 -> int, 0.5 -> float, [1,2] -> list)."""
+    """``section.key=value`` as a nested dict; the value is read as YAML (3 -> int, 0.5 ->
+    float, [1,2] -> list)."""
     if "=" not in text:
         raise ConfigError(
             f"--set {text!r}: write it as section.key=value, e.g. --set data.window=20"
@@ -159,8 +164,8 @@ def parse_override(text: str) -> dict[str, Any]:
     except yaml.YAMLError as err:
         # a ParserError, or a ConstructorError for a tag such as !!python/object
         raise ConfigError(
-            f"--set {text!r}: the value is not plain YAML ({first_line(err, 80)}); quote it as text or "
-            "write it as YAML, e.g. --set data.window=20 or --set data.symbols=[SPY,QQQ]"
+            f"--set {text!r}: the value is not plain YAML ({first_line(err, 80)}); quote it as "
+            "text or write it as YAML, e.g. --set data.window=20 or --set data.symbols=[SPY,QQQ]"
         ) from None
     return nested(dotted.strip(), value)
 
@@ -171,8 +176,9 @@ def load_config(
     base: dict[str, Any] | None = None,
     flags: dict[str, Any] | None = None,
 ) -> Config:
-    """Defaults (or ``base``, e.g. a checkpoint's settings), then the named config or YAML file ``config``,
-    then ``--set`` overrides, then ``flags`` (dotted key -> value, already typed by the command line)."""
+    """Defaults (or ``base``, e.g. a checkpoint's settings), then the named config or YAML file
+    ``config``, then ``--set`` overrides, then ``flags`` (dotted key -> value, already typed by
+    the command line)."""
     values = merge(to_dict(Config()), as_saved(base or {}))
     if config is not None:
         text, origin = config_text(config)

@@ -1,6 +1,7 @@
 """Every setting of a run, defined once: default, help and allowed values side by side.
 
-The dataclass defaults are the default run (``clstm-ppo-train`` with no flags, ``--config default``).
+The dataclass defaults are the default run (``clstm-ppo-train`` with no flags,
+``--config default``).
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ class DataConfig(Section):
 
 @dataclass
 class CostConfig(Section):
-    """Fees per contract (US listed options, 2024 levels) and the quoted-spread and slippage model."""
+    """Fees per contract (US listed options, 2024 levels) and the quoted-spread
+    and slippage model."""
 
     path: ClassVar[str] = "market.costs"
     commission_per_contract: float = setting(
@@ -156,10 +158,11 @@ class CostConfig(Section):
     spread_vol_coef: float = setting(
         1.0, "wider by this factor per unit of implied vol above 20%", limits=">= 0"
     )
-    # Listed options quote on a price grid (Cboe): index options such as SPX in $0.05 below $3 and $0.10 at and
-    # above; stocks in the Penny Interval Program (every Dow name here) in $0.01 and $0.05. The ask rounds up and
-    # the bid down, so a quote is at least one tick wide and an option worth under a tick bids 0. Which grid an
-    # underlying gets follows market.margin_style. Runs saved before 2026-11-27 had no grid ([0, 0]).
+    # Listed options quote on a price grid (Cboe): index options such as SPX in $0.05 below $3 and
+    # $0.10 at and above; stocks in the Penny Interval Program (every Dow name here) in $0.01 and
+    # $0.05. The ask rounds up and the bid down, so a quote is at least one tick wide and an option
+    # worth under a tick bids 0. Which grid an underlying gets follows market.margin_style. Runs
+    # saved before 2026-11-27 had no grid ([0, 0]).
     index_ticks: list[float] = setting(
         [0.05, 0.10],
         "quote increments of index options below / at and above "
@@ -178,9 +181,10 @@ class CostConfig(Section):
         0.5, "price impact share of mid per (order contracts / option volume)", limits=">= 0"
     )
     max_slippage: float = setting(0.05, "impact is capped at this share of mid", limits="[0, 1)")
-    # Option-volume proxy of one strike (docs/MARKET.md): underlying volume x ratio at the money at <= 30 days,
-    # less for far strikes and long expiries. 1e-4 puts a Dow stock's ATM strike at 1,000-3,000 contracts a day
-    # (10-30M shares); the S&P 500's volume column sums its members' shares, so it overstates SPX strikes ~30x.
+    # Option-volume proxy of one strike (docs/MARKET.md): underlying volume x ratio at the money at
+    # <= 30 days, less for far strikes and long expiries. 1e-4 puts a Dow stock's ATM strike at
+    # 1,000-3,000 contracts a day (10-30M shares); the S&P 500's volume column sums its members'
+    # shares, so it overstates SPX strikes ~30x.
     option_volume_ratio: float = setting(
         1.0e-4, "ATM option contracts a day per share of underlying volume", limits=">= 0"
     )
@@ -211,8 +215,8 @@ class CostConfig(Section):
 @dataclass
 class MarketConfig(Section):
     path: ClassVar[str] = "market"
-    # Used only where the data has no rate series (the embedded S&P 500 has the 3-month T-bill; a file may
-    # carry a `rate` column).
+    # Used only where the data has no rate series (the embedded S&P 500 has the 3-month T-bill; a
+    # file may carry a `rate` column).
     risk_free_rate: float = setting(
         0.02, "r, continuously compounded, where the data has no rate series", limits="(-1, 1)"
     )  # negative rates do occur
@@ -227,10 +231,11 @@ class MarketConfig(Section):
         "it has one, else the model; model ignores any iv column",
         choices=("auto", "column", "model"),
     )
-    # The VIX is a variance-swap rate that sits above ATM vol by about the skew's share. 0.89: fitted on the
-    # training years only (S&P 500 with VIX, 2000-2012), the grid 0.80..1.05 minimising the simulated CBOE
-    # PutWrite/BuyWrite's mean absolute difference from the real PUT/BXM annual returns
-    # (python scripts/studies/cboe_benchmarks.py --calibrate; docs/MARKET.md section 5).
+    # The VIX is a variance-swap rate that sits above ATM vol by about the skew's share.
+    # 0.89: fitted on the training years only (S&P 500 with VIX, 2000-2012), the grid
+    # 0.80..1.05 minimising the simulated CBOE PutWrite/BuyWrite's mean absolute difference
+    # from the real PUT/BXM annual returns (python scripts/studies/cboe_benchmarks.py
+    # --calibrate; docs/MARKET.md section 5).
     atm_per_iv: float = setting(
         0.89,
         "30-day ATM vol = this x the data's iv column (or the model); 1.0 for a "
@@ -248,19 +253,22 @@ class MarketConfig(Section):
         "decay per bar of the EWMA of signed returns in the model's leverage term",
         limits="(0, 1)",
     )
-    # Fitted on the S&P 500 with VIX, training split 2000-2012 only (scripts/studies/fit_iv_model.py reproduces these).
+    # Fitted on the S&P 500 with VIX, training split 2000-2012 only
+    # (scripts/studies/fit_iv_model.py reproduces these).
     iv_model_coefs: list[float] = setting(
         [-0.3277, 0.6994, -1.4935],
         "log IV = a + b log(sigma_ewma) + c leverage",
         limits="(-100, 100)",
     )
-    # iv(K, T) = atm(T) - skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to +-iv_wing_z, skew =
-    # iv_skew below the money and iv_call_skew above it: the 0.95 strike ~6.2 vol points over the money at 30
-    # days (SPX in calm markets, docs/MARKET.md: 5-8 points), the 1.05 strike ~2.0 under (the index's call wing is
-    # flatter than its put wing: 1-3 points at 5% out of the money); flat beyond the wing so far strikes stay
-    # below ~ATM + 30 points. Set by hand: no option-chain data ships here. Until 2026-11-27 one skew served
-    # both sides (iv_call_skew 1.1), which put the 1.05 call 4.9 points under the money at any level: under
-    # half of ATM vol in calm markets, where buying it then won on average (docs/MARKET.md section 2).
+    # iv(K, T) = atm(T) - skew z + iv_smile z^2, z = ln(K/S) / sqrt(T / 30 days) clipped to
+    # +-iv_wing_z, skew = iv_skew below the money and iv_call_skew above it: the 0.95 strike
+    # ~6.2 vol points over the money at 30 days (SPX in calm markets, docs/MARKET.md: 5-8
+    # points), the 1.05 strike ~2.0 under (the index's call wing is flatter than its put
+    # wing: 1-3 points at 5% out of the money); flat beyond the wing so far strikes stay
+    # below ~ATM + 30 points. Set by hand: no option-chain data ships here. Until 2026-11-27
+    # one skew served both sides (iv_call_skew 1.1), which put the 1.05 call 4.9 points under
+    # the money at any level: under half of ATM vol in calm markets, where buying it then won
+    # on average (docs/MARKET.md section 2).
     iv_skew: float = setting(
         1.1,
         "the surface's skew at and below the money (puts' wing; vol per unit of scaled "
@@ -287,8 +295,9 @@ class MarketConfig(Section):
     stock_targets: list[float] = setting(
         [0.0, 0.5, 1.0], "underlying exposures the agent may target, x equity", limits="[0, 1]"
     )
-    # Short option margin per share (Cboe/FINRA): max(premium + a x spot - out-of-the-money amount, premium + b x
-    # (strike for puts, spot for calls)); [a, b] for broad-based indices and for single stocks.
+    # Short option margin per share (Cboe/FINRA): max(premium + a x spot - out-of-the-money
+    # amount, premium + b x (strike for puts, spot for calls)); [a, b] for broad-based
+    # indices and for single stocks.
     margin_style: str = setting(
         "auto",
         "auto: index rules (margin rates, quote ticks) for the built-in indices "
@@ -309,9 +318,10 @@ class MarketConfig(Section):
         limits=">= 0",
     )
     multiplier: int = setting(100, "shares per contract", limits=">= 1")
-    # Whole contracts make returns depend on the price level and the account: one S&P 500 contract at 12,500
-    # needs ~$190k of margin, over position_frac of a $1M account, so every sale is masked (docs/MARKET.md,
-    # "Sizing"). Fractional orders, as the PutWrite/BuyWrite replicas hold, keep every return scale-free.
+    # Whole contracts make returns depend on the price level and the account: one S&P 500 contract
+    # at 12,500 needs ~$190k of margin, over position_frac of a $1M account, so every sale is
+    # masked (docs/MARKET.md, "Sizing"). Fractional orders, as the PutWrite/BuyWrite replicas
+    # hold, keep every return scale-free.
     sizing: str = setting(
         "fractional",
         "order sizes: fractional (contracts and shares of any size, as "
@@ -335,8 +345,9 @@ class EnvConfig(Section):
     position_frac: float = setting(
         0.05, "premium paid per new position, as a share of equity", limits="(0, 1]"
     )
-    # Premium sizing alone buys cheap options by the thousand (2017's calm: ~30x the contracts of 2010-12 for the
-    # same dollars, and per-contract fees with them): docs/RESULTS.md. A risk desk caps an order's notional.
+    # Premium sizing alone buys cheap options by the thousand (2017's calm: ~30x the contracts of
+    # 2010-12 for the same dollars, and per-contract fees with them): docs/RESULTS.md. A risk
+    # desk caps an order's notional.
     max_order_notional: float = setting(
         0.0,
         "an opening order holds at most this multiple of equity in notional "
@@ -357,9 +368,9 @@ class EnvConfig(Section):
         "dsr_rate x D_t x this)",
         limits="> 0",
     )
-    # With "equity" a copy that only holds the index is paid the index's return, so a policy can look skilled by
-    # owning the market; "excess" pays only what it makes beyond that; "dsr" pays for return per unit of risk
-    # (docs/ENVIRONMENT.md, "Reward" and "Differential Sharpe ratio").
+    # With "equity" a copy that only holds the index is paid the index's return, so a policy can
+    # look skilled by owning the market; "excess" pays only what it makes beyond that; "dsr" pays
+    # for return per unit of risk (docs/ENVIRONMENT.md, "Reward" and "Differential Sharpe ratio").
     reward: str = setting(
         "equity",
         "equity: the change in equity; excess: the change in equity less what holding "
@@ -368,16 +379,18 @@ class EnvConfig(Section):
         "(Moody & Saffell 2001)",
         choices=("equity", "excess", "dsr"),
     )
-    # A quarter (63 bars) of memory: long enough to judge a Sharpe ratio, short enough that the moments settle
-    # well inside a 252-bar episode (the start's prior keeps (1 - 1/63)^252, under 2%, of its weight by the end).
+    # A quarter (63 bars) of memory: long enough to judge a Sharpe ratio, short enough that the
+    # moments settle well inside a 252-bar episode (the start's prior keeps (1 - 1/63)^252, under
+    # 2%, of its weight by the end).
     dsr_rate: float = setting(
         1 / 63,
         "reward dsr: the moving moments' rate eta per bar (1/63: about a quarter of "
         "daily bars of memory)",
         limits="(0, 1)",
     )
-    # The moments start at a mean of 0 and this squared, and the variance in D_t's denominator never falls below
-    # (a tenth of it)^2: D_t is finite and bounded from the first bar (0, to rounding, for an all-cash copy).
+    # The moments start at a mean of 0 and this squared, and the variance in D_t's denominator
+    # never falls below (a tenth of it)^2: D_t is finite and bounded from the first bar (0, to
+    # rounding, for an all-cash copy).
     dsr_prior_vol: float = setting(
         0.01,
         "reward dsr: the standard deviation per bar the moments start from "
@@ -398,9 +411,9 @@ class EnvConfig(Section):
         "float32 (fast, on GPU too) or float64 (exact accounting, used by the tests)",
         choices=("float32", "float64"),
     )
-    # Without it every copy starts and ends its episodes on the same step, so each rollout sees one phase of
-    # every episode and the critic trains on alternating halves. Walks, explicit starts, a single copy and
-    # envs without autoreset keep exact lengths (BatchedOptionsEnv.staggered).
+    # Without it every copy starts and ends its episodes on the same step, so each rollout sees one
+    # phase of every episode and the critic trains on alternating halves. Walks, explicit starts, a
+    # single copy and envs without autoreset keep exact lengths (BatchedOptionsEnv.staggered).
     stagger_starts: bool = setting(
         True,
         "cut each copy's first episode after a random reset to a random "
@@ -427,7 +440,8 @@ class AgentConfig(Section):
         "stands in the other kinds",
         limits=">= 1",
     )
-    # The CLSTM-PPO paper's comparison (docs/BACKTEST.md); last, so AgentConfig(64, 64, 128) still reads as sizes.
+    # The CLSTM-PPO paper's comparison (docs/BACKTEST.md); last, so AgentConfig(64,
+    # 64, 128) still reads as sizes.
     kind: str = setting(
         "clstm",
         "clstm: LSTM 1 + MLP over the window, then LSTM 2; lstm: the current bar "
@@ -435,16 +449,18 @@ class AgentConfig(Section):
         "tanh layers mlp_core_hidden wide, no recurrence",
         choices=("clstm", "lstm", "mlp"),
     )
-    # A near-uniform first policy opens a random option on most bars, and bought options (premium = a share of
-    # equity) swing equity by far more than any planted edge: the untrained agent's returns bury the signal.
+    # A near-uniform first policy opens a random option on most bars, and bought options
+    # (premium = a share of equity) swing equity by far more than any planted edge: the
+    # untrained agent's returns bury the signal.
     initial_hold: float = setting(
         0.0,
         "the untrained policy's probability of hold (0: uniform over the actions, "
         "as CleanRL's); e.g. 0.9 explores by trading on one bar in ten",
         limits="[0, 1)",
     )
-    # Timing and sizing one exposure is where the literature's gains over fixed option-selling rules came from;
-    # choosing among 31 orders at every bar buries that decision (docs/ENVIRONMENT.md, "Scaling a rule").
+    # Timing and sizing one exposure is where the literature's gains over fixed option-selling
+    # rules came from; choosing among 31 orders at every bar buries that decision
+    # (docs/ENVIRONMENT.md, "Scaling a rule").
     actions: str = setting(
         "contracts",
         "what the agent chooses at each bar: contracts (an order of the chain, a "
@@ -470,14 +486,16 @@ class AgentConfig(Section):
 
 @dataclass
 class PPOConfig(Section):
-    """Paper Table 1 where it speaks (gamma, clip, coefficients, Adam, 128 steps); CleanRL's otherwise."""
+    """Paper Table 1 where it speaks (gamma, clip, coefficients, Adam, 128 steps);
+    CleanRL's otherwise."""
 
     path: ClassVar[str] = "ppo"
     num_steps: int = setting(128, "steps per env copy per update", limits=">= 1")
     gamma: float = setting(0.99, "discount per bar", limits="[0, 1]")
     gae_lambda: float = setting(0.95, "GAE's lambda", limits="[0, 1]")
-    # An option opened today pays out over its 30 days while other positions move the same bars' equity: paid per
-    # bar, a decision's reward is buried in every other position's P&L (docs/TRAINING.md, "Credit").
+    # An option opened today pays out over its 30 days while other positions move the same
+    # bars' equity: paid per bar, a decision's reward is buried in every other position's
+    # P&L (docs/TRAINING.md, "Credit").
     credit: str = setting(
         "bar",
         "what a step's reward holds: bar (the change in equity over the bar) or position "
@@ -485,8 +503,9 @@ class PPOConfig(Section):
         "rollout, of the option this step opened); env.reward equity or excess",
         choices=("bar", "position"),
     )
-    # The equity reward is risk-neutral: where an option earns nothing, carrying it costs the learner nothing, so it
-    # never learns to stand aside (docs/PLANTED.md, "Why"). A quadratic utility charges a bar's variance.
+    # The equity reward is risk-neutral: where an option earns nothing, carrying it costs the
+    # learner nothing, so it never learns to stand aside (docs/PLANTED.md, "Why"). A quadratic
+    # utility charges a bar's variance.
     risk_aversion: float = setting(
         0.0,
         "the learner's utility of a bar's return x (a share of initial cash): x - "
@@ -517,9 +536,10 @@ class PPOConfig(Section):
         False, "multiply the learning rate by the number of workers (linear scaling)"
     )
     update_epochs: int = setting(4, "passes over each rollout", limits=">= 1")
-    # A scale agent's rule places an order on few bars (a 30-day put one at a time: ~1 in 7 on the planted market);
-    # elsewhere its one valid action is no decision, yet counted it shrinks the policy's terms by as much
-    # (docs/TRAINING.md, "Forced decisions"; docs/PLANTED.md measured what skipping them changes).
+    # A scale agent's rule places an order on few bars (a 30-day put one at a time: ~1 in 7 on
+    # the planted market); elsewhere its one valid action is no decision, yet counted it shrinks
+    # the policy's terms by as much (docs/TRAINING.md, "Forced decisions"; docs/PLANTED.md
+    # measured what skipping them changes).
     forced_decisions: str = setting(
         "count",
         "count: the policy loss, entropy and the advantages' normalisation "

@@ -1,6 +1,7 @@
-"""The run's own sections of the settings, by what each setting is for: ``train`` (the budget), ``launch`` (where
-and how it executes), ``pretrain`` and ``prior`` (what shapes the policy before and beside PPO) and ``output``
-(what it writes). Kept beside ``sections.py`` for their length (docs/TRAINING.md)."""
+"""The run's own sections of the settings, by what each setting is for: ``train`` (the budget),
+``launch`` (where and how it executes), ``pretrain`` and ``prior`` (what shapes the policy before
+and beside PPO) and ``output`` (what it writes). Kept beside ``sections.py`` for their length
+(docs/TRAINING.md)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from typing import ClassVar
 
 from clstm_ppo.config.fields import Section, setting
 
-# The overrides of a run trained from nothing, without the default run's rule prior (its cloning and the fading
-# pull toward the rule): PPO alone, as the benchmarks measure it.
+# The overrides of a run trained from nothing, without the default run's rule prior (its cloning and
+# the fading pull toward the rule): PPO alone, as the benchmarks measure it.
 WITHOUT_RULE_PRIOR = ("pretrain.enabled=false", "prior.kl=0")
 
 
 @dataclass
 class TrainConfig(Section):
-    """The budget and how the run keeps its best: env copies, env steps or episodes, validation walks."""
+    """The budget and how the run keeps its best: env copies, env steps or episodes,
+    validation walks."""
 
     path: ClassVar[str] = "train"
     num_envs: int = setting(32, "env copies per worker", limits=">= 1", flag="--num-envs")
@@ -51,7 +53,8 @@ class TrainConfig(Section):
 
 @dataclass
 class LaunchConfig(Section):
-    """Where and how the run executes: device, threads, precision, what is compiled or captured, DDP."""
+    """Where and how the run executes: device, threads, precision, what is compiled
+    or captured, DDP."""
 
     path: ClassVar[str] = "launch"
     device: str = setting(
@@ -74,8 +77,9 @@ class LaunchConfig(Section):
     compile_encoder: bool = setting(
         False, "torch.compile the market encoder (LSTM 1 + MLP), where most of the FLOPs are"
     )
-    # On a GPU the eager env step is hundreds of kernel launches; compiled it is a few fused kernels. On a CPU the
-    # eager step is faster than inductor's code (docs/BENCHMARKS.md), so auto compiles on CUDA only.
+    # On a GPU the eager env step is hundreds of kernel launches; compiled it is a few fused
+    # kernels. On a CPU the eager step is faster than inductor's code (docs/BENCHMARKS.md),
+    # so auto compiles on CUDA only.
     compile_loop: str = setting(
         "auto",
         "torch.compile the training loop's steps: the env step with each rollout "
@@ -83,7 +87,8 @@ class LaunchConfig(Section):
         "CUDA), on, off",
         choices=("auto", "on", "off"),
     )
-    # A CUDA graph replays a compiled decision's kernels in one launch; on a CPU there is nothing to replay.
+    # A CUDA graph replays a compiled decision's kernels in one launch; on a
+    # CPU there is nothing to replay.
     cuda_graphs: str = setting(
         "auto",
         "replay each compiled rollout decision (policy, draw, env step, storage "
@@ -92,8 +97,8 @@ class LaunchConfig(Section):
         "CPU",
         choices=("auto", "on", "off"),
     )
-    # Measured only as the update alone (docs/BENCHMARKS.md): off until a GPU lease has checked it inside the
-    # trainer (scripts/ops/gpu_check.py's "train update graphs" rows).
+    # Measured only as the update alone (docs/BENCHMARKS.md): off until a GPU lease has checked it
+    # inside the trainer (scripts/ops/gpu_check.py's "train update graphs" rows).
     update_graphs: bool = setting(
         False,
         "also replay the update's compiled minibatch loss as CUDA graphs (inductor's "
@@ -101,9 +106,9 @@ class LaunchConfig(Section):
         "launch.cuda_graphs, ppo.grad_accumulation 1 and fp32 or bf16; no effect on "
         "a CPU",
     )
-    # DistributedDataParallel's knobs (seed 002 names them): PyTorch's bucket size and dynamic graph; gradients
-    # as views of the buckets save one copy of them. On 2 CPU workers the variants were within noise;
-    # not yet measured on GPUs (docs/BENCHMARKS.md).
+    # DistributedDataParallel's knobs (seed 002 names them): PyTorch's bucket size and dynamic
+    # graph; gradients as views of the buckets save one copy of them. On 2 CPU workers the variants
+    # were within noise; not yet measured on GPUs (docs/BENCHMARKS.md).
     ddp_bucket_cap_mb: float = setting(25.0, "DDP's gradient bucket size in MB", limits="> 0")
     ddp_static_graph: bool = setting(False, "DDP's static_graph")
     ddp_gradient_as_bucket_view: bool = setting(True, "DDP's gradient_as_bucket_view")
@@ -126,8 +131,9 @@ class PretrainConfig(Section):
     """What happens before the first PPO update (docs/TRAINING.md, "Pretraining")."""
 
     path: ClassVar[str] = "pretrain"
-    # The default run starts from the training years' best fixed rule, pulled toward it for the first half of
-    # training: at the default budget it beat the same run from nothing (docs/RESULTS.md, "The default run").
+    # The default run starts from the training years' best fixed rule, pulled toward it for the
+    # first half of training: at the default budget it beat the same run from nothing
+    # (docs/RESULTS.md, "The default run").
     enabled: bool = setting(
         True, "pretrain before the first update, by pretrain.method", flag="--pretraining"
     )
@@ -146,7 +152,8 @@ class PretrainConfig(Section):
 
 @dataclass
 class PriorConfig(Section):
-    """The rule prior (pretrain.method rule): the rule cloned and the pull toward it (docs/TRAINING.md)."""
+    """The rule prior (pretrain.method rule): the rule cloned and the pull toward it
+    (docs/TRAINING.md)."""
 
     path: ClassVar[str] = "prior"
     rules: str = setting(
@@ -167,8 +174,9 @@ class PriorConfig(Section):
         20, "pretrain.method rule: passes over each cloned rollout", limits=">= 1"
     )
     lr: float = setting(3.0e-3, "pretrain.method rule: cloning's Adam learning rate", limits="> 0")
-    # A clone fitted to the rule's action alone ends near-deterministic (p ~0.995 on its walks), so PPO's samples
-    # almost never try anything else and no run has left its rule: smoothing keeps the others in its samples.
+    # A clone fitted to the rule's action alone ends near-deterministic (p ~0.995 on its walks),
+    # so PPO's samples almost never try anything else and no run has left its rule: smoothing
+    # keeps the others in its samples.
     smoothing: float = setting(
         0.0,
         "pretrain.method rule: share of cloning's target spread evenly over the "
@@ -207,8 +215,9 @@ class OutputConfig(Section):
         3, "periodic checkpoints kept besides latest.pt and best_*.pt", limits=">= 1"
     )
     checkpoint_every: int = setting(10, "updates between periodic checkpoints", limits=">= 1")
-    # Every rank's env copies and LSTM 2 state are gathered to rank 0 and written with each checkpoint: at tens of
-    # thousands of copies per GPU, hundreds of MB per rank (docs/BENCHMARKS.md).
+    # Every rank's env copies and LSTM 2 state are gathered to rank 0 and written
+    # with each checkpoint: at tens of thousands of copies per GPU, hundreds of MB
+    # per rank (docs/BENCHMARKS.md).
     rank_state_every: int = setting(
         1,
         "updates between checkpoints that carry every rank's env copies, LSTM 2 "

@@ -14,16 +14,22 @@ from clstm_ppo.env.tradability import untradable_notice
 from clstm_ppo.market.inputs import market_inputs
 from clstm_ppo.market.observed import OPTION_FEATURE_NAMES, observed_market_data
 
-# Where the implied vol the env prices with (and the option features read) comes from (docs/MARKET.md).
+# Where the implied vol the env prices with (and the option features
+# read) comes from (docs/MARKET.md).
 IV_ORIGIN = {
-    "column": "the data's implied-vol column (the VIX for the embedded S&P 500, else a file's iv/vix)",
-    "model": "the EWMA model fitted on the training split (no implied-vol column, or market.iv_source model)",
+    "column": (
+        "the data's implied-vol column (the VIX for the embedded S&P 500, else a file's iv/vix)"
+    ),
+    "model": (
+        "the EWMA model fitted on the training split (no implied-vol column, or "
+        "market.iv_source model)"
+    ),
 }
 
 
 def summary(data: MarketData, market: MarketConfig | None = None) -> str:
-    """What the pipeline makes of ``data``: its splits, then every feature the agent observes (with ``market``,
-    where the implied vol of the option features comes from)."""
+    """What the pipeline makes of ``data``: its splits, then every feature the agent observes (with
+    ``market``, where the implied vol of the option features comes from)."""
     lines = [
         f"underlyings: {', '.join(data.symbols)}  |  bars after warm-up: {len(data.dates)}  |  "
         f"window: {data.window}",
@@ -32,8 +38,8 @@ def summary(data: MarketData, market: MarketConfig | None = None) -> str:
     stale = market_stale_opens(data)
     width = len(data.clock.label(data.dates[0]))  # a date, or an intraday bar's timestamp
     lines.append(
-        f"{'split':<11} {'rows':>6}  {'first':<{width}}  {'last':<{width}}  {'turbulent bars':>14}  "
-        f"{'stale opens':>14}"
+        f"{'split':<11} {'rows':>6}  {'first':<{width}}  {'last':<{width}}  "
+        f"{'turbulent bars':>14}  {'stale opens':>14}"
     )
     for name in SPLITS:
         start, end = data.splits[name]
@@ -43,11 +49,12 @@ def summary(data: MarketData, market: MarketConfig | None = None) -> str:
         lines.append(
             f"{name:<11} {end - start:>6}  {data.clock.label(first):<{width}}  "
             f"{data.clock.label(last):<{width}}  "
-            f"{over:>6} ({over / (end - start):5.1%})  {flat:>6} ({flat / stale[:, start:end].size:5.1%})"
+            f"{over:>6} ({over / (end - start):5.1%})  {flat:>6} "
+            f"({flat / stale[:, start:end].size:5.1%})"
         )
     lines.append(
-        "stale open: a bar that opens at the previous close after the market was shut (every daily bar of "
-        "an exchange was); orders for it fill at its close instead"
+        "stale open: a bar that opens at the previous close after the market was shut (every daily "
+        "bar of an exchange was); orders for it fill at its close instead"
     )
     lines.append(f"turbulence threshold (training-split quantile): {data.turbulence_threshold:.4f}")
     lines.append("")
@@ -59,17 +66,18 @@ def summary(data: MarketData, market: MarketConfig | None = None) -> str:
     for i, name in enumerate(data.feature_names):
         raw = data.raw_features[:, train, i]
         lines.append(
-            f"{name:<20} {raw.mean():>11.4f} {raw.std():>10.4f} {raw.min():>10.4f} {raw.max():>10.4f}"
-            f" {data.features[:, val, i].mean():>10.3f} {data.features[:, test, i].mean():>11.3f}"
+            f"{name:<20} {raw.mean():>11.4f} {raw.std():>10.4f} {raw.min():>10.4f} "
+            f"{raw.max():>10.4f} {data.features[:, val, i].mean():>10.3f} "
+            f"{data.features[:, test, i].mean():>11.3f}"
         )
     lines.append(
         "(z-mean: mean of the normalised feature; training statistics are applied to every split)"
     )
     if market is not None and any(name in data.feature_names for name in OPTION_FEATURE_NAMES):
         lines.append(
-            f"option-market features ({', '.join(OPTION_FEATURE_NAMES)}): the 30-day at-the-money implied "
-            f"vol from {IV_ORIGIN[market_inputs(data, market).iv_source]}, its premium over realized vol, "
-            f"its 5- and 20-bar changes and its z-score over a year"
+            f"option-market features ({', '.join(OPTION_FEATURE_NAMES)}): the 30-day at-the-money "
+            f"implied vol from {IV_ORIGIN[market_inputs(data, market).iv_source]}, its premium "
+            "over realized vol, its 5- and 20-bar changes and its z-score over a year"
         )
     return "\n".join(lines)
 

@@ -1,10 +1,11 @@
-"""How a source's bars keep time: their interval, the hours the market trades, and from both the bars in a year,
-the one number that annualises every volatility, return and Sharpe ratio (docs/DATA.md, "Bar interval and hours").
+"""How a source's bars keep time: their interval, the hours the market trades, and from both the
+bars in a year, the one number that annualises every volatility, return and Sharpe ratio
+(docs/DATA.md, "Bar interval and hours").
 
-Everything is read from the timestamps: the interval is their median spacing; a market whose Saturdays and Sundays
-both hold bars trades 24/7; otherwise one whose sessions (runs of bars without a pause of SESSION_BREAK) last
-ROUND_THE_CLOCK or more trades 24/5 (FX, futures), and the rest keep exchange hours. Daily bars of weekdays count as
-an exchange's days.
+Everything is read from the timestamps: the interval is their median spacing; a market whose
+Saturdays and Sundays both hold bars trades 24/7; otherwise one whose sessions (runs of bars without
+a pause of SESSION_BREAK) last ROUND_THE_CLOCK or more trades 24/5 (FX, futures), and the rest keep
+exchange hours. Daily bars of weekdays count as an exchange's days.
 """
 
 from __future__ import annotations
@@ -18,19 +19,22 @@ import pandas as pd
 from clstm_ppo.data.errors import DataError
 
 HOURS = {"24/7": "24/7", "24/5": "24/5", "exchange": "exchange hours"}
-# Trading days a year: every day, every weekday, an exchange's weekdays less its holidays (the convention that
-# annualises daily stock returns with 252; a daily FX file that wants 260 sets data.periods_per_year).
+# Trading days a year: every day, every weekday, an exchange's weekdays less its holidays
+# (the convention that annualises daily stock returns with 252; a daily FX file that wants
+# 260 sets data.periods_per_year).
 DAYS_PER_YEAR = {"24/7": 365.0, "24/5": 260.0, "exchange": 252.0}
 # a median spacing this long is a daily bar (a day's stamp need not be midnight)
 DAILY = pd.Timedelta(hours=20)
 # ... and this long, a bar of several days (weekly, monthly)
 LONGER_THAN_DAILY = pd.Timedelta(days=1.5)
 YEAR = pd.Timedelta(days=365.25)  # bars longer than a day are counted over the calendar
-WEEKEND_SHARE = 0.05  # a market trades every day when its Saturdays and its Sundays each hold this share of bars
+# a market trades every day when its Saturdays and its Sundays each hold this share of bars
+WEEKEND_SHARE = 0.05
 ROUND_THE_CLOCK = pd.Timedelta(hours=20)  # a session this long trades around the clock
 # a pause this long ends a session: an overnight, not a lunch break
 SESSION_BREAK = pd.Timedelta(hours=4)
-PAUSE = 1.5  # a gap of more than this many intervals is a pause: the next bar opens after the market was shut
+# a gap of more than this many intervals is a pause: the next bar opens after the market was shut
+PAUSE = 1.5
 FAR = 0.1  # a data.periods_per_year further than this share from the data's own is worth a warning
 
 
@@ -51,11 +55,14 @@ class BarClock:
 
     def bars(self) -> str:
         """``bars of 15 min, 24/7, 96 a day``."""
-        return f"bars of {interval_name(self.interval)}, {HOURS[self.hours]}, {self.bars_per_day:.4g} a day"
+        return (
+            f"bars of {interval_name(self.interval)}, {HOURS[self.hours]}, "
+            f"{self.bars_per_day:.4g} a day"
+        )
 
     def describe(self) -> str:
-        """One line for the data command and the backtest report, e.g. ``bars of 15 min, 24/7, 96 a day: 35,040
-        bars a year, from the data``."""
+        """One line for the data command and the backtest report, e.g.
+        ``bars of 15 min, 24/7, 96 a day: 35,040 bars a year, from the data``."""
         used = f"{self.periods_per_year:,.6g} bars a year, from {self.set_by}"
         if self.set_by != "the data":
             used += f" (the data's own: {self.measured:,.6g})"
@@ -77,9 +84,10 @@ class BarClock:
         }
 
     def after_pause(self, dates: pd.DatetimeIndex) -> np.ndarray:
-        """(T,) bool: bar t opens after the market was shut (the first bar too). Every daily bar of a market that
-        closes at night does; an intraday bar does after a gap of more than PAUSE intervals (the overnight, the
-        weekend, a lunch break, missing bars), not inside continuous trading, where it opens at the last price."""
+        """(T,) bool: bar t opens after the market was shut (the first bar too). Every daily bar of
+        a market that closes at night does; an intraday bar does after a gap of more than PAUSE
+        intervals (the overnight, the weekend, a lunch break, missing bars), not inside continuous
+        trading, where it opens at the last price."""
         if self.daily and self.hours != "24/7":
             return np.ones(len(dates), dtype=bool)
         gaps = np.diff(dates.values) > PAUSE * self.interval.to_timedelta64()
@@ -100,7 +108,8 @@ def interval_name(interval: pd.Timedelta) -> str:
 
 
 def bar_interval(dates: pd.DatetimeIndex) -> pd.Timedelta:
-    """The median spacing of sorted timestamps (at least two): gaps (nights, weekends, holidays) do not move it."""
+    """The median spacing of sorted timestamps (at least two): gaps (nights, weekends,
+    holidays) do not move it."""
     return pd.Timedelta(np.median(np.diff(dates.values)))
 
 
@@ -125,8 +134,8 @@ def market_hours(dates: pd.DatetimeIndex, interval: pd.Timedelta) -> str:
 
 
 def bars_per_day(dates: pd.DatetimeIndex, interval: pd.Timedelta, hours: str) -> float:
-    """The median bars of an exchange's session, or of a calendar day of a market trading round the clock (the
-    short first and last days of a week or of the file do not move a median)."""
+    """The median bars of an exchange's session, or of a calendar day of a market trading round the
+    clock (the short first and last days of a week or of the file do not move a median)."""
     if interval >= DAILY:
         return float(min(1.0, pd.Timedelta(days=1) / interval))
     if hours == "exchange":
@@ -148,8 +157,9 @@ def detect_clock(dates: pd.DatetimeIndex) -> BarClock:
 
 
 def check_one_interval(frames: dict[str, pd.DataFrame], source: str) -> None:
-    """A one-line DataError where the underlyings' bars have different intervals: joined by date they would keep
-    only the coarser bars' stamps, and no one number of bars a year would fit them."""
+    """A one-line DataError where the underlyings' bars have different intervals: joined
+    by date they would keep only the coarser bars' stamps, and no one number of bars a
+    year would fit them."""
     intervals = [
         (s, bar_interval(pd.DatetimeIndex(f["date"]))) for s, f in frames.items() if len(f) > 1
     ]
@@ -159,22 +169,24 @@ def check_one_interval(frames: dict[str, pd.DataFrame], source: str) -> None:
             next(pair for pair in intervals if pair[1] != intervals[0][1]),
         )
         raise DataError(
-            f"data source '{source}' mixes bar intervals: {a} has bars of {interval_name(ia)}, {b} of "
-            f"{interval_name(ib)}; give underlyings of one interval (resample the finer bars, or "
-            "train on each interval apart)"
+            f"data source '{source}' mixes bar intervals: {a} has bars of {interval_name(ia)}, {b} "
+            f"of {interval_name(ib)}; give underlyings of one interval (resample the finer bars, "
+            "or train on each interval apart)"
         )
 
 
 def market_clock(dates: pd.DatetimeIndex, setting: float | str, source: str) -> BarClock:
-    """The data's clock, its bars a year replaced by ``data.periods_per_year`` where that is a number (a checkpoint
-    saved before the setting read the data keeps its 252 so); a number far from the data's own is warned about."""
+    """The data's clock, its bars a year replaced by ``data.periods_per_year`` where that is a
+    number (a checkpoint saved before the setting read the data keeps its 252 so); a number far from
+    the data's own is warned about."""
     clock = detect_clock(dates)
     if setting == "auto":
         return clock
     if abs(float(setting) / clock.measured - 1.0) > FAR:
         warnings.warn(
-            f"data.periods_per_year {float(setting):,.6g} is far from the {clock.measured:,.6g} bars a year "
-            f"of {source} ({clock.bars()}); set data.periods_per_year=auto to annualise by the data",
+            f"data.periods_per_year {float(setting):,.6g} is far from the {clock.measured:,.6g} "
+            f"bars a year of {source} ({clock.bars()}); set data.periods_per_year=auto to "
+            "annualise by the data",
             stacklevel=3,
         )
     return replace(clock, periods_per_year=float(setting), set_by="data.periods_per_year")

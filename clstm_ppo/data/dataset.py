@@ -65,8 +65,8 @@ def _align(
     if common is None or len(common) < 2:
         if len(frames) == 1:
             raise DataError(
-                f"data source '{source}' holds {0 if common is None else len(common)} dated row(s); "
-                "give it years of bars (indicator warm-up, the window and three splits)"
+                f"data source '{source}' holds {0 if common is None else len(common)} dated "
+                "row(s); give it years of bars (indicator warm-up, the window and three splits)"
             )
         raise DataError(
             f"data source '{source}': its underlyings share fewer than 2 dates; "
@@ -78,8 +78,8 @@ def _align(
 def _cut_after(
     dates: pd.DatetimeIndex, frames: dict[str, pd.DataFrame], test_end: str | None
 ) -> tuple[pd.DatetimeIndex, dict[str, pd.DataFrame]]:
-    """Drop every bar after ``data.test_end``: a walk-forward fold never holds a bar after its test split, so
-    nothing computed from it (features, fits, the walk) can read one."""
+    """Drop every bar after ``data.test_end``: a walk-forward fold never holds a bar after its test
+    split, so nothing computed from it (features, fits, the walk) can read one."""
     if test_end is None:
         return dates, frames
     keep = int(
@@ -132,8 +132,8 @@ def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[i
 def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> MarketData:
     """Everything the market and env need, from ``cfg``.
 
-    ``normalizer``: re-apply saved statistics (from a checkpoint) instead of fitting new ones; the bar features'
-    part of them, where they go on with the option market's (``market.observed``).
+    ``normalizer``: re-apply saved statistics (from a checkpoint) instead of fitting new ones; the
+    bar features' part of them, where they go on with the option market's (``market.observed``).
     """
     _check_config(cfg)
     frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic, cfg.planted)
@@ -162,8 +162,9 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
         row = first + holes[0]
         s, f = np.argwhere(~np.isfinite(raw[:, row, :]))[0]
         raise DataError(
-            f"data source '{cfg.source}' [symbol {symbols[s]}]: feature '{FEATURE_NAMES[f]}' is undefined "
-            f"at {dates[row].date()} (flat prices?); drop or fix the bars around that date"
+            f"data source '{cfg.source}' [symbol {symbols[s]}]: feature '{FEATURE_NAMES[f]}' is "
+            f"undefined at {dates[row].date()} (flat prices?); drop or fix the "
+            "bars around that date"
         )
     dates = dates[first:]
     raw = raw[:, first:, :]
@@ -181,8 +182,9 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
         if end - start < cfg.window + 1:
             span = f"{dates[start].date()}..{dates[end - 1].date()}" if end > start else "empty"
             raise DataError(
-                f"{name} split ({span}, after indicator warm-up) has {end - start} bars, fewer than "
-                f"window + 1 = {cfg.window + 1}; move data.train_end/data.val_end or lower data.window"
+                f"{name} split ({span}, after indicator warm-up) has {end - start} bars, fewer "
+                f"than window + 1 = {cfg.window + 1}; move data.train_end/data.val_end "
+                "or lower data.window"
             )
     train = slice(*splits["train"])
     if normalizer is None:
@@ -192,7 +194,8 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
             f"saved normalisation covers features {list(normalizer.names)}, "
             f"this version computes {list(FEATURE_NAMES)}; retrain or use the matching version"
         )
-    else:  # a checkpoint's normaliser may go on with the option market's features (market/observed.py)
+    else:
+        # a checkpoint's normaliser may go on with the option market's features (market/observed.py)
         normalizer = normalizer.select(FEATURE_NAMES)
     return MarketData(
         symbols=symbols,

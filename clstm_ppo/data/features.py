@@ -53,9 +53,9 @@ def compute_features(
 ) -> pd.DataFrame:
     """Raw (un-normalised) features for one underlying, indexed like ``bars``; NaN in warm-up rows.
 
-    ``turbulence`` is the market turbulence per bar, aligned with ``bars``; ``periods_per_year`` the data's bars a
-    year (``MarketData.clock``), which annualise the realised volatility. Every window counts bars, whatever
-    their interval (docs/DATA.md).
+    ``turbulence`` is the market turbulence per bar, aligned with ``bars``; ``periods_per_year`` the
+    data's bars a year (``MarketData.clock``), which annualise the realised volatility. Every window
+    counts bars, whatever their interval (docs/DATA.md).
     """
     close, high, low = bars["close"], bars["high"], bars["low"]
     with warnings.catch_warnings():

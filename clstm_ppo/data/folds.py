@@ -1,18 +1,19 @@
-"""Walk-forward folds (docs/BACKTEST.md): expanding training years, then a validation block, then a test block,
-the blocks of later folds each a block later, the last test block ending with the data.
+"""Walk-forward folds (docs/BACKTEST.md): expanding training years, then a validation block, then a
+test block, the blocks of later folds each a block later, the last test block ending with the data.
 
     train 2000..2006 | validate 2007..2009 | test 2010..2012
     train 2000..2009 | validate 2010..2012 | test 2013..2015
     train 2000..2012 | validate 2013..2015 | test 2016..2018      (the embedded S&P 500, 3 folds)
 
-Blocks are whole calendar years: L = usable years // (folds + 3), so the first fold trains on at least two
-blocks. Annual folds (``--folds annual``) test one year each: for each test year Y, train on every year before
-Y - 1, validate on Y - 1, test on Y, from the first Y with at least ``min_train_years`` training years (3) to the
-data's last; the embedded S&P 500, whose bars start in 2000 after warm-up, gives 2004..2018. A partial last year
-(data ending before mid-December) joins the last test block. A fold is three
-end dates (``data.train_end``, ``data.val_end``, ``data.test_end``); every fit of a run on it (normalisation,
-turbulence threshold, the IV model's floor and long-run level) reads only its training years, and no bar after
-its test block is loaded at all.
+Blocks are whole calendar years: L = usable years // (folds + 3), so the first fold trains on at
+least two blocks. Annual folds (``--folds annual``) test one year each: for each test year Y,
+train on every year before Y - 1, validate on Y - 1, test on Y, from the first Y with at least
+``min_train_years`` training years (3) to the data's last; the embedded S&P 500, whose bars
+start in 2000 after warm-up, gives 2004..2018. A partial last year (data ending before
+mid-December) joins the last test block. A fold is three end dates (``data.train_end``,
+``data.val_end``, ``data.test_end``); every fit of a run on it (normalisation, turbulence
+threshold, the IV model's floor and long-run level) reads only its training years, and no bar
+after its test block is loaded at all.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class Fold:
 
 
 def walk_forward_folds(dates: pd.DatetimeIndex, folds: int) -> list[Fold]:
-    """``folds`` expanding-window folds over ``dates`` (the bars after indicator warm-up), earliest first."""
+    """``folds`` expanding-window folds over ``dates`` (the bars after indicator
+    warm-up), earliest first."""
     if folds < 1:
         raise DataError(f"--folds must be at least 1, got {folds}")
     first_year, last = dates[0].year, dates[-1]
@@ -54,8 +56,9 @@ def walk_forward_folds(dates: pd.DatetimeIndex, folds: int) -> list[Fold]:
     block = years // (folds + 3)
     if block < 1:
         raise DataError(
-            f"the data spans {years} whole year(s) after warm-up ({dates[0].date()}..{last.date()}); "
-            f"{folds} walk-forward fold(s) need at least {folds + 3}: ask for fewer folds"
+            f"the data spans {years} whole year(s) after warm-up "
+            f"({dates[0].date()}..{last.date()}); {folds} walk-forward fold(s) need at least "
+            f"{folds + 3}: ask for fewer folds"
         )
     out = []
     for i in range(folds):
@@ -72,9 +75,10 @@ ANNUAL = "annual"
 
 
 def annual_folds(dates: pd.DatetimeIndex, min_train_years: int = 3) -> list[Fold]:
-    """One fold a test year over ``dates`` (the bars after indicator warm-up), earliest first: train on every year
-    before Y - 1 (at least ``min_train_years`` of them, the first year counting if it has bars), validate on Y - 1,
-    test on Y; a partial last year (data ending before mid-December) joins the last test year."""
+    """One fold a test year over ``dates`` (the bars after indicator warm-up), earliest first: train
+    on every year before Y - 1 (at least ``min_train_years`` of them, the first year counting if it
+    has bars), validate on Y - 1, test on Y; a partial last year (data ending before mid-December)
+    joins the last test year."""
     if min_train_years < 1:
         raise DataError(f"annual folds need at least one training year, got {min_train_years}")
     first_year, last = dates[0].year, dates[-1]
@@ -96,7 +100,8 @@ def annual_folds(dates: pd.DatetimeIndex, min_train_years: int = 3) -> list[Fold
 
 
 def folds_of(dates: pd.DatetimeIndex, spec: str | int) -> list[Fold]:
-    """The folds ``--folds`` names: ``annual`` (one test year each) or a count of expanding blocks."""
+    """The folds ``--folds`` names: ``annual`` (one test year each) or a count of
+    expanding blocks."""
     if str(spec) == ANNUAL:
         return annual_folds(dates)
     try:

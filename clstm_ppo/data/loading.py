@@ -54,7 +54,8 @@ class BuiltinSource:
     carry_past_end: bool = False
 
 
-# A joined daily series is carried forward over closed days (a long weekend, 9/11's week), no further.
+# A joined daily series is carried forward over closed days (a long
+# weekend, 9/11's week), no further.
 HOLIDAY_GAP_DAYS = 10
 
 BUILTIN_SOURCES = {
@@ -63,25 +64,27 @@ BUILTIN_SOURCES = {
         symbol="SPX",
         train_end="2012-12-31",
         val_end="2015-12-31",
-        origin="S&P 500 index daily OHLCV 1999-2018, Yahoo-sourced, as shipped in the arch package's example data",
+        origin="S&P 500 index daily OHLCV 1999-2018, Yahoo-sourced, as shipped in the arch "
+        "package's example data",
         iv_filename="vix_daily_1990_2018.csv.gz",  # CBOE VIX (closes = FRED VIXCLS)
         rate_filename="tbill3m_daily_1990_2018.csv.gz",  # FRED DTB3, 3-month T-bill
         broad_index=True,
     ),
-    # Single stocks: margin at stock rates (broad_index False) and no VIX, which is the S&P 500's implied vol,
-    # not a stock's: market.iv_source auto then takes each stock's vol from the fitted model. Adj Close is
-    # dividend-adjusted, so the prices carry the dividends and options on them are priced with no yield.
-    # Splits: train 2009-2016 (from 2010 after turbulence's 252-bar warm-up), validation 2017-2018, test
-    # 2019-01-02..2020-01-24. The T-bill series ends 2018-12-31, so the test split is priced at its last rate
-    # (2.40% discount, 2.44% continuous); the real rate fell to about 1.55% by January 2020, which would make
-    # 30-day at-the-money calls up to 1-2% cheaper and puts as much dearer.
+    # Single stocks: margin at stock rates (broad_index False) and no VIX, which is the S&P 500's
+    # implied vol, not a stock's: market.iv_source auto then takes each stock's vol from the fitted
+    # model. Adj Close is dividend-adjusted, so the prices carry the dividends and options on them
+    # are priced with no yield. Splits: train 2009-2016 (from 2010 after turbulence's 252-bar
+    # warm-up), validation 2017-2018, test 2019-01-02..2020-01-24. The T-bill series ends
+    # 2018-12-31, so the test split is priced at its last rate (2.40% discount, 2.44% continuous);
+    # the real rate fell to about 1.55% by January 2020, which would make 30-day at-the-money calls
+    # up to 1-2% cheaper and puts as much dearer.
     "dow": BuiltinSource(
         filename="dow_stocks_a_2009_2020.csv.gz",
         symbol="DOW",
         train_end="2016-12-31",
         val_end="2018-12-31",
-        origin="17 Dow Jones Industrial Average stocks, daily OHLCV 2009-01-26..2020-01-24, Yahoo-sourced "
-        "(OHLC split-adjusted, Adj Close also dividend-adjusted)",
+        origin="17 Dow Jones Industrial Average stocks, daily OHLCV 2009-01-26..2020-01-24, "
+        "Yahoo-sourced (OHLC split-adjusted, Adj Close also dividend-adjusted)",
         rate_filename="tbill3m_daily_1990_2018.csv.gz",
         carry_past_end=True,
     ),
@@ -112,7 +115,8 @@ def _read_table(path: Path) -> pd.DataFrame:
         if path.name.endswith((".parquet", ".pq")):
             frame = pd.read_parquet(path)
             if isinstance(frame.index, pd.DatetimeIndex) or frame.index.name:
-                # a parquet file often keeps its dates as the index, often unnamed (pandas' own to_parquet)
+                # a parquet file often keeps its dates as the index, often
+                # unnamed (pandas' own to_parquet)
                 frame = frame.rename_axis(frame.index.name or "date").reset_index()
             return frame
         return pd.read_csv(path)
@@ -153,11 +157,12 @@ def _to_datetime(raw: pd.Series) -> pd.Series:
 def _parse_dates(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     raw = frame["date"]
     if pd.api.types.is_numeric_dtype(raw) and not pd.api.types.is_bool_dtype(raw):
-        # pandas reads a bare number as nanoseconds since 1970: 17532 (days) would become bars 1e-09 s apart
+        # pandas reads a bare number as nanoseconds since 1970: 17532 (days)
+        # would become bars 1e-09 s apart
         raise DataError(
-            f"{label}: column 'date' holds numbers ({raw.iloc[0]!r} in row 1), not dates; convert them "
-            "first, e.g. pd.to_datetime(frame['date'], unit='D') for days since 1970-01-01 (unit='s' for "
-            "seconds, format='%Y%m%d' for 20130131), or write dates as YYYY-MM-DD"
+            f"{label}: column 'date' holds numbers ({raw.iloc[0]!r} in row 1), not dates; convert "
+            "them first, e.g. pd.to_datetime(frame['date'], unit='D') for days since 1970-01-01 "
+            "(unit='s' for seconds, format='%Y%m%d' for 20130131), or write dates as YYYY-MM-DD"
         )
     dates = _to_datetime(raw)
     bad = np.flatnonzero(dates.isna().to_numpy())
@@ -174,7 +179,8 @@ def _parse_dates(frame: pd.DataFrame, label: str) -> pd.DataFrame:
 
 
 def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
-    """Numeric, finite, positive, sorted, unique: or a one-line error saying where and how to fix it."""
+    """Numeric, finite, positive, sorted, unique: or a one-line error saying where
+    and how to fix it."""
     frame = frame.reset_index(drop=True)
     numeric = [
         c for c in (*PRICE_COLUMNS, "adj_close", "volume", "iv", "rate") if c in frame.columns
@@ -186,8 +192,8 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
             shown = frame[column].iloc[bad[0]]
             shown = "empty or NaN" if pd.isna(shown) else repr(shown)
             raise DataError(
-                f"{label}: column '{column}' {_row_label(frame, bad[0])} is {shown}, not a finite number; "
-                "fill or drop that row"
+                f"{label}: column '{column}' {_row_label(frame, bad[0])} is {shown}, not a finite "
+                "number; fill or drop that row"
             )
         frame[column] = values
     for column in (*PRICE_COLUMNS, "adj_close", "iv"):
@@ -203,21 +209,24 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
         bad = np.flatnonzero(np.abs(frame["rate"].to_numpy()) > 0.5)
         if bad.size:
             raise DataError(
-                f"{label}: column 'rate' {_row_label(frame, bad[0])} is {frame['rate'].iloc[bad[0]]}; "
-                "give the risk-free rate as an annual decimal (0.05 for 5%), not in percent"
+                f"{label}: column 'rate' {_row_label(frame, bad[0])} is "
+                f"{frame['rate'].iloc[bad[0]]}; give the risk-free rate as an annual decimal (0.05 "
+                "for 5%), not in percent"
             )
     crossed = np.flatnonzero(frame["high"].to_numpy() < frame["low"].to_numpy())
     if crossed.size:
         i = crossed[0]
         raise DataError(
             f"{label}: {_row_label(frame, i)} has high {frame['high'].iloc[i]} below low "
-            f"{frame['low'].iloc[i]}; fix that row (are the high and low columns swapped?) or drop it"
+            f"{frame['low'].iloc[i]}; fix that row (are the high and low columns "
+            "swapped?) or drop it"
         )
     if "volume" in frame.columns:
         bad = np.flatnonzero(frame["volume"].to_numpy() < 0)
         if bad.size:
             raise DataError(
-                f"{label}: column 'volume' {_row_label(frame, bad[0])} is negative; fix or drop that row"
+                f"{label}: column 'volume' {_row_label(frame, bad[0])} is negative; "
+                "fix or drop that row"
             )
         _warn_zero_volume(frame, label)
     dates = frame["date"].to_numpy()
@@ -239,12 +248,13 @@ def _check_bars(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     return frame
 
 
-ZERO_VOLUME_RUN = 10  # consecutive bars of no volume (two weeks of days) that are more likely missing data than calm
+# consecutive bars of no volume (two weeks of days) that are more likely missing data than calm
+ZERO_VOLUME_RUN = 10
 
 
 def _warn_zero_volume(frame: pd.DataFrame, label: str) -> None:
-    """One warning for the longest run of zero-volume bars, when it reaches ZERO_VOLUME_RUN: the volume features
-    and the option fill limits read it as a market where nothing traded."""
+    """One warning for the longest run of zero-volume bars, when it reaches ZERO_VOLUME_RUN: the
+    volume features and the option fill limits read it as a market where nothing traded."""
     zero = np.concatenate([[0], (frame["volume"].to_numpy() == 0).astype(np.int8), [0]])
     edges = np.flatnonzero(np.diff(zero))
     starts, ends = edges[::2], edges[1::2]
@@ -253,9 +263,9 @@ def _warn_zero_volume(frame: pd.DataFrame, label: str) -> None:
     longest = int(np.argmax(ends - starts))
     first, count = int(starts[longest]), int(ends[longest] - starts[longest])
     warnings.warn(
-        f"{label}: {count} bars in a row from {_row_label(frame, first)} have zero volume; the volume "
-        "features read them as no trading: fill in the volume, or drop the volume column if the source "
-        "has none",
+        f"{label}: {count} bars in a row from {_row_label(frame, first)} have zero volume; the "
+        "volume features read them as no trading: fill in the volume, or drop the volume column "
+        "if the source has none",
         stacklevel=2,
     )
 
@@ -263,8 +273,8 @@ def _warn_zero_volume(frame: pd.DataFrame, label: str) -> None:
 def _adjust_for_splits(frame: pd.DataFrame) -> pd.DataFrame:
     """Scale OHLC by Adj Close / Close so that splits and dividends do not look like crashes.
 
-    Where that changed any price, the frame's ``attrs["dividend_adjusted"]`` is True: the prices then
-    include dividends, and options on them are priced with no dividend yield.
+    Where that changed any price, the frame's ``attrs["dividend_adjusted"]`` is True: the prices
+    then include dividends, and options on them are priced with no dividend yield.
     """
     if "adj_close" not in frame.columns:
         frame.attrs["dividend_adjusted"] = False
@@ -334,14 +344,17 @@ def _symbol_of(path: Path) -> str:
 
 
 def _embedded(filename: str) -> Path:
-    """Path of a file shipped in clstm_ppo/data/embedded (a real file: the package is installed unzipped)."""
+    """Path of a file shipped in clstm_ppo/data/embedded (a real file: the package is
+    installed unzipped)."""
     return Path(str(resources.files("clstm_ppo.data") / "embedded" / filename))
 
 
 def tbill_to_continuous(discount_pct: np.ndarray, days: int = 91) -> np.ndarray:
-    """A T-bill's discount-basis yield in percent (FRED DTB3) as a continuously compounded annual rate.
+    """A T-bill's discount-basis yield in percent (FRED DTB3) as a continuously
+    compounded annual rate.
 
-    The bill's price is 1 - d * days / 360; holding it to maturity earns ln(1 / price) over days / 365 years.
+    The bill's price is 1 - d * days / 360; holding it to maturity earns ln(1 / price)
+    over days / 365 years.
     """
     price = 1.0 - np.asarray(discount_pct, dtype=np.float64) / 100.0 * days / 360.0
     return -np.log(price) * 365.0 / days
@@ -350,9 +363,10 @@ def tbill_to_continuous(discount_pct: np.ndarray, days: int = 91) -> np.ndarray:
 def _carry_forward(
     table: pd.DataFrame, dates: pd.DatetimeIndex, label: str, past_end: bool
 ) -> pd.DataFrame:
-    """``table`` (dated rows, no NaN) at ``dates``: each date takes the last row on or before it, at most
-    HOLIDAY_GAP_DAYS old (any age after the table's last date with ``past_end``); dates before its first row
-    stay NaN. A longer gap is an error rather than a stale value passed off as that day's."""
+    """``table`` (dated rows, no NaN) at ``dates``: each date takes the last row on or before
+    it, at most HOLIDAY_GAP_DAYS old (any age after the table's last date with ``past_end``);
+    dates before its first row stay NaN. A longer gap is an error rather than a stale value
+    passed off as that day's."""
     known = pd.Series(table.index, index=table.index)
     used = known.reindex(known.index.union(dates)).ffill().reindex(dates)
     age = (dates - pd.DatetimeIndex(used)).days.to_numpy()
@@ -369,7 +383,8 @@ def _carry_forward(
 
 
 def _join_builtin_series(frame: pd.DataFrame, spec: BuiltinSource) -> pd.DataFrame:
-    """Join the built-in implied-vol and rate series by date, each carried forward over its own holidays."""
+    """Join the built-in implied-vol and rate series by date, each carried forward over
+    its own holidays."""
     attrs = dict(frame.attrs)
     dates = pd.DatetimeIndex(frame["date"])
     if spec.iv_filename:
@@ -379,7 +394,8 @@ def _join_builtin_series(frame: pd.DataFrame, spec: BuiltinSource) -> pd.DataFra
             .dropna()
         )
         vix = _carry_forward(vix, dates, spec.iv_filename, spec.carry_past_end)
-        # A VIX open outside that day's high-low range is a bad print (five in 1999-2006): use the close before it.
+        # A VIX open outside that day's high-low range is a bad print (five in
+        # 1999-2006): use the close before it.
         good_open = (vix["Open"] >= vix["Low"]) & (vix["Open"] <= vix["High"])
         frame = frame.assign(
             iv=vix["Close"].to_numpy() / 100.0,
@@ -404,7 +420,8 @@ def load_bars(
     synthetic: SyntheticConfig | None = None,
     planted: PlantedConfig | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Bars per underlying symbol, each a frame with date, open, high, low, close[, volume][, iv[, iv_open]][, rate]."""
+    """Bars per underlying symbol, each a frame with date, open, high, low, close[, volume][, iv[,
+    iv_open]][, rate]."""
     if source == "synthetic":
         frames = generate_synthetic(synthetic or SyntheticConfig())
     elif source == "planted":
@@ -423,7 +440,8 @@ def load_bars(
             ).items():
                 if symbol in frames:
                     raise DataError(
-                        f"{path}: underlying '{symbol}' is given twice; keep one file per underlying"
+                        f"{path}: underlying '{symbol}' is given twice; keep "
+                        "one file per underlying"
                     )
                 frames[symbol] = frame
     if symbols:

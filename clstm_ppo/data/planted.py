@@ -1,20 +1,22 @@
-"""The planted-edge market: a seeded synthetic index whose options carry a variance risk premium that moves with a
-hidden state, so that the best option-selling policy is known (docs/PLANTED.md).
+"""The planted-edge market: a seeded synthetic index whose options carry a variance risk premium
+that moves with a hidden state, so that the best option-selling policy is known (docs/PLANTED.md).
 
-- Returns: a GJR-GARCH(1,1) diffusion (by default no jumps and no dividends), drifting at the T-bill rate plus
-  ``equity_premium``; optional Poisson jumps whose sizes scale with the vol level.
-- The market's own forecast: the GARCH forecast, at bar t's close, of the variance over the next 21 bars (an
-  option's 30 calendar days), jumps included: what the index's returns will realise on average.
-- Implied vol: the ``iv`` column is that forecast times ``1 + max(premium_t, premium_floor)``, ``premium_t`` an
-  AR(1) independent of the returns. Selling while it is rich pays on average; below 0 selling loses. The floor
-  keeps the cheap side shallow: an out-of-the-money option's price moves several times its vol, so a deep cheap
-  side would make a bought option a lottery ticket that outscores every sale. Nothing else in the bars moves with
-  the premium (volume follows the vol level), so an agent sees it only through the implied-vol features.
-- Priced by the ``planted`` config's flat surface (``config/named/planted.yaml``), every strike is fair at
-  premium_t = 0: the only edge is the planted one.
+- Returns: a GJR-GARCH(1,1) diffusion (by default no jumps and no dividends), drifting at the T-bill
+  rate plus ``equity_premium``; optional Poisson jumps whose sizes scale with the vol level.
+- The market's own forecast: the GARCH forecast, at bar t's close, of the variance over the
+  next 21 bars (an option's 30 calendar days), jumps included: what the index's returns
+  will realise on average.
+- Implied vol: the ``iv`` column is that forecast times ``1 + max(premium_t, premium_floor)``,
+  ``premium_t`` an AR(1) independent of the returns. Selling while it is rich pays on average; below
+  0 selling loses. The floor keeps the cheap side shallow: an out-of-the-money option's price moves
+  several times its vol, so a deep cheap side would make a bought option a lottery ticket that
+  outscores every sale. Nothing else in the bars moves with the premium (volume follows the vol
+  level), so an agent sees it only through the implied-vol features.
+- Priced by the ``planted`` config's flat surface (``config/named/planted.yaml``), every strike is
+  fair at premium_t = 0: the only edge is the planted one.
 
-The true state travels beside the bars as the columns ``premium`` and ``forecast_vol``, which the dataset does not
-load: the oracle (``backtest/oracle.py``) reads them by date, no agent ever does.
+The true state travels beside the bars as the columns ``premium`` and ``forecast_vol``, which the
+dataset does not load: the oracle (``backtest/oracle.py``) reads them by date, no agent ever does.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from pandas.tseries.offsets import CustomBusinessDay
 from clstm_ppo.config import Config, ConfigError, PlantedConfig, load_config
 
 BARS_PER_YEAR = 252
-OPTION_BARS = 21  # the exchange days of a 30-calendar-day option: the horizon the forecast (and the iv) quotes
+# the exchange days of a 30-calendar-day option: the horizon the forecast (and the iv) quotes
+OPTION_BARS = 21
 SYMBOL = "PLT"
-WARM_UP_YEARS = 1.0  # the indicators' (turbulence's) look-back, dropped by the dataset before the training split
+# the indicators' (turbulence's) look-back, dropped by the dataset before the training split
+WARM_UP_YEARS = 1.0
 
 
 def _check(cfg: PlantedConfig) -> None:
@@ -40,19 +44,21 @@ def _check(cfg: PlantedConfig) -> None:
         )
     if _jump_variance(cfg) >= cfg.vol**2:
         raise ConfigError(
-            f"config: data.planted jumps alone give a variance of {_jump_variance(cfg):.4f} a year, "
-            f"not below vol^2 = {cfg.vol**2:.4f}; lower jumps_per_year or the jump sizes, or raise vol"
+            f"config: data.planted jumps alone give a variance of {_jump_variance(cfg):.4f} a "
+            f"year, not below vol^2 = {cfg.vol**2:.4f}; lower jumps_per_year or the "
+            "jump sizes, or raise vol"
         )
     if WARM_UP_YEARS + cfg.train_years + cfg.val_years >= cfg.years:
         raise ConfigError(
-            f"config: data.planted.years ({cfg.years:g}) leaves no test years after the warm-up year, "
-            f"train_years ({cfg.train_years:g}) and val_years ({cfg.val_years:g}); raise years"
+            f"config: data.planted.years ({cfg.years:g}) leaves no test years after the warm-up "
+            f"year, train_years ({cfg.train_years:g}) and val_years "
+            f"({cfg.val_years:g}); raise years"
         )
 
 
 def garch_persistence(cfg: PlantedConfig) -> float:
-    """How much of today's variance gap survives a bar on average: alpha + leverage / 2 + beta (a shock is
-    negative half the time)."""
+    """How much of today's variance gap survives a bar on average: alpha + leverage / 2 + beta (a
+    shock is negative half the time)."""
     return cfg.garch_alpha + 0.5 * cfg.garch_leverage + cfg.garch_beta
 
 
@@ -70,7 +76,8 @@ def planted_dates(cfg: PlantedConfig) -> pd.DatetimeIndex:
 
 
 def planted_split_ends(cfg: PlantedConfig) -> tuple[str, str]:
-    """The last dates of the training and validation splits: ``train_years`` and ``val_years`` after the warm-up."""
+    """The last dates of the training and validation splits: ``train_years`` and ``val_years``
+    after the warm-up."""
     dates = planted_dates(cfg)
     train = int(round((WARM_UP_YEARS + cfg.train_years) * BARS_PER_YEAR)) - 1
     val = int(round((WARM_UP_YEARS + cfg.train_years + cfg.val_years) * BARS_PER_YEAR)) - 1
@@ -90,9 +97,10 @@ def premium_path(cfg: PlantedConfig, rng: np.random.Generator, n: int) -> np.nda
 
 
 def _garch_variance(cfg: PlantedConfig, shocks: np.ndarray, long_run: float) -> np.ndarray:
-    """(n + 1,) per-bar diffusive variance h_t of bars 0..n (h_n is the next bar's, known at bar n-1's close): a
-    GJR-GARCH(1,1), in which a fall raises the variance more than a rise (the leverage effect), so that the
-    index's month is skewed to the left as the surface's wings say: its calls are not lottery tickets."""
+    """(n + 1,) per-bar diffusive variance h_t of bars 0..n (h_n is the next bar's, known at bar
+    n-1's close): a GJR-GARCH(1,1), in which a fall raises the variance more than a rise (the
+    leverage effect), so that the index's month is skewed to the left as the surface's wings say:
+    its calls are not lottery tickets."""
     omega = long_run * (1.0 - garch_persistence(cfg))
     h = np.empty(len(shocks) + 1)
     h[0] = long_run
@@ -105,8 +113,9 @@ def _garch_variance(cfg: PlantedConfig, shocks: np.ndarray, long_run: float) -> 
 def forecast_variance(
     h_next: np.ndarray, long_run: float, persistence: float, horizon: int
 ) -> np.ndarray:
-    """The GARCH forecast of the mean per-bar variance over the next ``horizon`` bars, from the next bar's
-    variance: E[h_{t+k}] = long_run + persistence^(k-1) (h_{t+1} - long_run), averaged over k = 1..horizon."""
+    """The GARCH forecast of the mean per-bar variance over the next ``horizon`` bars, from the
+    next bar's variance: E[h_{t+k}] = long_run + persistence^(k-1) (h_{t+1} - long_run), averaged
+    over k = 1..horizon."""
     share = (
         (1.0 - persistence**horizon) / ((1.0 - persistence) * horizon)
         if persistence > 0
@@ -116,13 +125,15 @@ def forecast_variance(
 
 
 def iv_factor(premium: np.ndarray, floor: float) -> np.ndarray:
-    """The implied vol's markup on the market's forecast: ``1 + premium_t``, never below ``1 + floor``."""
+    """The implied vol's markup on the market's forecast: ``1 + premium_t``, never
+    below ``1 + floor``."""
     return 1.0 + np.maximum(premium, floor)
 
 
 def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
-    """The planted market's bars, one underlying (PLT), reproducible by ``cfg.seed``: date, OHLCV, iv, rate, and
-    beside them the hidden state ``premium`` and ``forecast_vol`` (never loaded into an observation)."""
+    """The planted market's bars, one underlying (PLT), reproducible by ``cfg.seed``: date,
+    OHLCV, iv, rate, and beside them the hidden state ``premium`` and ``forecast_vol`` (never
+    loaded into an observation)."""
     _check(cfg)
     dates = planted_dates(cfg)
     n = len(dates)
@@ -189,7 +200,8 @@ def generate_planted(cfg: PlantedConfig) -> dict[str, pd.DataFrame]:
 
 
 def planted_state(cfg: PlantedConfig, dates: pd.DatetimeIndex) -> pd.DataFrame:
-    """The hidden ``premium`` and ``forecast_vol`` at ``dates`` (a dataset's bars of this market)."""
+    """The hidden ``premium`` and ``forecast_vol`` at ``dates`` (a dataset's
+    bars of this market)."""
     frame = generate_planted(cfg)[SYMBOL].set_index("date")
     missing = dates.difference(frame.index)
     if len(missing):
@@ -200,13 +212,14 @@ def planted_state(cfg: PlantedConfig, dates: pd.DatetimeIndex) -> pd.DataFrame:
     return frame.loc[dates, ["premium", "forecast_vol"]]
 
 
-# The market settings the planted config prices the chain with: a flat surface at the iv column, no dividend.
+# The market settings the planted config prices the chain with: a flat surface
+# at the iv column, no dividend.
 FAIR_SURFACE = ("atm_per_iv", "iv_skew", "iv_call_skew", "iv_smile", "dividend_yield")
 
 
 def planted_surface_notice(cfg: Config) -> str | None:
-    """One line when ``cfg`` walks the planted market on another surface than the planted config's, whose chain
-    is then not fair with nothing planted (docs/PLANTED.md); None otherwise."""
+    """One line when ``cfg`` walks the planted market on another surface than the planted config's,
+    whose chain is then not fair with nothing planted (docs/PLANTED.md); None otherwise."""
     if cfg.data.source != "planted":
         return None
     fair = load_config("planted", []).market
@@ -214,7 +227,7 @@ def planted_surface_notice(cfg: Config) -> str | None:
     if not differ:
         return None
     return (
-        f"warning: the planted market is priced here with market.{', market.'.join(differ)} unlike its own "
-        "config's flat surface, so some strikes pay a buyer or a seller before any premium is planted; "
-        "train and walk it with --config planted"
+        f"warning: the planted market is priced here with market.{', market.'.join(differ)} unlike "
+        "its own config's flat surface, so some strikes pay a buyer or a seller before any premium "
+        "is planted; train and walk it with --config planted"
     )

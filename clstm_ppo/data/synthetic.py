@@ -7,10 +7,11 @@ trend drives the next bars' drift and is revealed, at bar t, in bar t's volume:
 a signal an agent can learn without any look-ahead. Each bar's ``iv`` column is the implied vol the
 market quotes: the current regime's true vol times ``iv_premium``.
 
-The bars fall on the clock of ``interval`` and ``hours`` (business days by default; 15-minute 24/7 bars make a
-crypto-like market), and a bar's share of a year is one over the bars a year the data's own clock reads from
-those timestamps (``clstm_ppo.data.calendar``), so annual drifts, vols and jump rates mean what they say at any
-interval. Per-bar settings (the regime switch chance, the signal's persistence) stay per bar.
+The bars fall on the clock of ``interval`` and ``hours`` (business days by default; 15-minute 24/7
+bars make a crypto-like market), and a bar's share of a year is one over the bars a year the data's
+own clock reads from those timestamps (``clstm_ppo.data.calendar``), so annual drifts, vols and jump
+rates mean what they say at any interval. Per-bar settings (the regime switch chance, the signal's
+persistence) stay per bar.
 """
 
 from __future__ import annotations
@@ -33,19 +34,22 @@ FX_WEEK = (pd.Timedelta(days=4, hours=22), pd.Timedelta(days=6, hours=22))
 def _check(cfg: SyntheticConfig) -> None:
     if len(cfg.regime_drift) != len(cfg.regime_vol) or not cfg.regime_vol:
         raise ConfigError(
-            "config: data.synthetic.regime_drift and regime_vol need one entry per regime, equally many"
+            "config: data.synthetic.regime_drift and regime_vol need one entry per "
+            "regime, equally many"
         )
     if min(cfg.regime_vol) <= 0:
         raise ConfigError("config: data.synthetic.regime_vol entries must be positive")
     if cfg.iv_premium <= 0:
         raise ConfigError(
-            "config: data.synthetic.iv_premium must be positive (1.25: implied vol 25% over true vol)"
+            "config: data.synthetic.iv_premium must be positive (1.25: implied "
+            "vol 25% over true vol)"
         )
     if cfg.n_bars < 2 or cfg.n_underlyings < 1:
         raise ConfigError("config: data.synthetic.n_bars must be >= 2 and n_underlyings >= 1")
     if not 0.0 <= cfg.regime_switch_prob <= 1.0 or not -1.0 <= cfg.correlation <= 1.0:
         raise ConfigError(
-            "config: data.synthetic.regime_switch_prob must lie in [0, 1] and correlation in [-1, 1]"
+            "config: data.synthetic.regime_switch_prob must lie in [0, 1] and "
+            "correlation in [-1, 1]"
         )
 
 
@@ -66,7 +70,8 @@ def _regime_path(
 def _interval(cfg: SyntheticConfig) -> pd.Timedelta:
     try:
         offset = pd.tseries.frequencies.to_offset(cfg.interval)
-        # pandas 3.0 made a day a calendar offset that Timedelta refuses (3.1 takes it again): count its days.
+        # pandas 3.0 made a day a calendar offset that Timedelta refuses (3.1
+        # takes it again): count its days.
         step = pd.Timedelta(days=offset.n) if offset.rule_code == "D" else pd.Timedelta(offset)
     except ValueError:
         step = None
@@ -84,9 +89,10 @@ def _interval(cfg: SyntheticConfig) -> pd.Timedelta:
 
 
 def synthetic_dates(cfg: SyntheticConfig) -> pd.DatetimeIndex:
-    """``cfg.n_bars`` timestamps (each a bar's close) from ``cfg.start_date`` on the clock of ``cfg.interval`` and
-    ``cfg.hours``: business days, or calendar days for 24/7; intraday, the bars of 09:30-16:00 sessions on
-    business days, of an FX week (Sunday 22:00 to Friday 22:00) or of every hour."""
+    """``cfg.n_bars`` timestamps (each a bar's close) from ``cfg.start_date`` on the clock of
+    ``cfg.interval`` and ``cfg.hours``: business days, or calendar days for 24/7; intraday, the
+    bars of 09:30-16:00 sessions on business days, of an FX week (Sunday 22:00 to Friday 22:00)
+    or of every hour."""
     n, step, start = cfg.n_bars, _interval(cfg), pd.Timestamp(cfg.start_date)
     if step == pd.Timedelta(days=1):
         return (
@@ -150,9 +156,10 @@ def generate_synthetic(cfg: SyntheticConfig) -> dict[str, pd.DataFrame]:
     planted = 0.5 * trend if cfg.signal_strength else 0.0
     volume = cfg.base_volume * (vol / min(cfg.regime_vol)) * np.exp(noise + planted)
 
-    # The market prices options at the regime's true vol (diffusion and jumps) times a variance risk premium: as
-    # in real markets, buying options loses on average. It does not see the planted trend: that is the alpha an
-    # agent can find (and it makes long options pay where the trend is strong).
+    # The market prices options at the regime's true vol (diffusion and jumps) times a
+    # variance risk premium: as in real markets, buying options loses on average. It does not
+    # see the planted trend: that is the alpha an agent can find (and it makes long options
+    # pay where the trend is strong).
     true_vol = np.sqrt(vol[:, 0] ** 2 + cfg.jumps_per_year * (cfg.jump_mean**2 + cfg.jump_std**2))
     iv = cfg.iv_premium * true_vol
 

@@ -17,7 +17,8 @@ PINV_RCOND = 1e-10  # singular values below this share of the largest count as z
 
 
 def turbulence(returns: np.ndarray, lookback: int = 252) -> np.ndarray:
-    """Turbulence per bar for ``returns`` of shape (T,) or (T, K); NaN where the history is too short.
+    """Turbulence per bar for ``returns`` of shape (T,) or (T, K); NaN where the
+    history is too short.
 
     Row t of ``returns`` is the return vector of bar t; a NaN row (e.g. the first
     bar, which has no return) makes every window that holds it NaN.

@@ -1,4 +1,5 @@
-"""Trading environment: a batched torch env (N copies at once) and a gymnasium wrapper over one copy."""
+"""Trading environment: a batched torch env (N copies at once) and a gymnasium
+wrapper over one copy."""
 
 from clstm_ppo.env.actions import ActionSpace
 from clstm_ppo.env.observation import PORTFOLIO_FEATURES, BookedPosition, Observation, StepResult

@@ -1,9 +1,9 @@
-"""The account between orders: interest and dividends, booking closed and expired positions, marking the
-book at a close (equity, the shorts' margin, the Greeks), and the cash a new order may spend.
+"""The account between orders: interest and dividends, booking closed and expired positions, marking
+the book at a close (equity, the shorts' margin, the Greeks), and the cash a new order may spend.
 
-Functions of the spec and a working copy of the state (``env/state.py``): they rebind the state's fields and
-change no tensor in place. docs/MARKET.md states the rules. Orders themselves are in ``env/orders.py``, the
-per-bar market tables in ``env/quotes.py``.
+Functions of the spec and a working copy of the state (``env/state.py``): they rebind the state's
+fields and change no tensor in place. docs/MARKET.md states the rules. Orders themselves are in
+``env/orders.py``, the per-bar market tables in ``env/quotes.py``.
 """
 
 from __future__ import annotations
@@ -28,20 +28,21 @@ def side(spec: EnvSpec, s: EnvState) -> Tensor:
 
 
 def carry_years(spec: EnvSpec, bar: Tensor, next_bar: Tensor) -> Tensor:
-    """(N,) calendar years from ``bar``'s close to ``next_bar``'s: what cash interest and dividends accrue over."""
+    """(N,) calendar years from ``bar``'s close to ``next_bar``'s: what cash interest and
+    dividends accrue over."""
     close_time = spec.quotes.close_time
     return (close_time.index_select(0, next_bar) - close_time.index_select(0, bar)) / DAYS_PER_YEAR
 
 
 def tbill_return(spec: EnvSpec, row: Tensor, bar: Tensor, next_bar: Tensor) -> Tensor:
-    """(N,) what cash earns from ``bar``'s close (flat ``row``) to ``next_bar``'s: the rate known at ``bar`` over
-    the years between, the growth ``accrue_carry`` pays cash, less 1."""
+    """(N,) what cash earns from ``bar``'s close (flat ``row``) to ``next_bar``'s: the rate known at
+    ``bar`` over the years between, the growth ``accrue_carry`` pays cash, less 1."""
     return torch.expm1(at_rows(spec.quotes.rate_close, row) * carry_years(spec, bar, next_bar))
 
 
 def accrue_carry(spec: EnvSpec, s: EnvState, row: Tensor, next_bar: Tensor) -> None:
-    """From t's close (flat ``row``) to ``next_bar``'s close cash earns the rate known at t, and the shares
-    held earn the underlying's dividends."""
+    """From t's close (flat ``row``) to ``next_bar``'s close cash earns the rate known at t, and the
+    shares held earn the underlying's dividends."""
     q = spec.quotes
     years = carry_years(spec, s.t, next_bar)
     dividend = torch.expm1(q.dividend_yield.index_select(0, s.sym) * years) * at_rows(
@@ -53,10 +54,12 @@ def accrue_carry(spec: EnvSpec, s: EnvState, row: Tensor, next_bar: Tensor) -> N
 def book_closes(
     spec: EnvSpec, s: EnvState, closing: Tensor, cash_in: Tensor, costs: Tensor | None
 ) -> None:
-    """Settle ``closing`` slots (``cash_in`` is zero elsewhere, negative for a short bought back or settled):
-    cash in, P&L net of every cost, slot freed."""
+    """Settle ``closing`` slots (``cash_in`` is zero elsewhere, negative for a short bought back or
+    settled): cash in, P&L net of every cost, slot freed."""
     s.cash = s.cash + cash_in.sum(0)
-    if spec.slot_pnl:  # what the position realised, net of every cost; its last mark was taken off at the step's start
+    if spec.slot_pnl:
+        # what the position realised, net of every cost; its last mark was taken
+        # off at the step's start
         realised = (cash_in - s.entry_cost) * as_float(closing, spec.dtype)
         s.slot_pnl = torch.stack([s.slot_pnl[0] + realised, s.slot_pnl[1]])
     s.stats["closed"] = s.stats["closed"] + closing.sum(0)
@@ -85,8 +88,8 @@ def settle_expiries(spec: EnvSpec, s: EnvState, spot_close: Tensor, bar: Tensor)
 
 
 def mark_to_market(spec: EnvSpec, s: EnvState, spot: Tensor, row: Tensor) -> None:
-    """Mark every open position at flat ``row``'s close (after expiries, so every open one has time left),
-    and the equity, the shorts' margin and the book's Greeks at that close."""
+    """Mark every open position at flat ``row``'s close (after expiries, so every open one has time
+    left), and the equity, the shorts' margin and the book's Greeks at that close."""
     m, q = spec.market, spec.quotes
     log_k_s = torch.log(s.strike / spot)
     years = (s.expiry_time - q.close_time.index_select(0, s.t)).clamp_min(0) / DAYS_PER_YEAR
@@ -122,7 +125,8 @@ def mark_to_market(spec: EnvSpec, s: EnvState, spot: Tensor, row: Tensor) -> Non
     # Shares cover short calls share for share (a covered call needs no margin).
     calls = as_float(s.is_call, spec.dtype)
     call_size = (short_size * calls).sum(0)
-    # Fractional counts round: shares within a billionth of the calls' cover them all (no margin call on dust).
+    # Fractional counts round: shares within a billionth of the calls' cover
+    # them all (no margin call on dust).
     covered = (s.shares / call_size.clamp_min(1e-12)).clamp(max=1.0)
     covered = covered.masked_fill(covered >= 1.0 - COVER_ROUNDING, 1.0)
     call_margin = (requirement * calls).sum(0)
@@ -150,8 +154,8 @@ def cash_room(spec: EnvSpec, s: EnvState) -> Tensor:
 
 
 def free_cover(spec: EnvSpec, s: EnvState) -> Tensor:
-    """(N,) call contracts the shares could still cover: shares not already under a short call, per 100 (whole
-    contracts, or fractional ones: ``market.sizing``)."""
+    """(N,) call contracts the shares could still cover: shares not already under a short call, per
+    100 (whole contracts, or fractional ones: ``market.sizing``)."""
     multiplier = spec.market.multiplier
     short_calls = (s.contracts * as_float(s.short & s.is_call, spec.dtype)).sum(0) * multiplier
     return units(spec, ((s.shares - short_calls) / multiplier).clamp_min(0))

@@ -5,9 +5,10 @@
 G+1 .. 2G                buy-to-open a put at grid point g
 2G+1 .. 3G               sell-to-open a call at grid point g       (market.allow_short)
 3G+1 .. 4G               sell-to-open a put at grid point g        (market.allow_short)
-next len(targets)        hold the underlying at target k of equity (market.stock_targets, e.g. 0, 50, 100%)
-then                     close all (options and the underlying), close the option position with the worst
-                         unrealised P&L, close the one with the best
+next len(targets)        hold the underlying at target k of equity
+                         (market.stock_targets, e.g. 0, 50, 100%)
+then                     close all (options and the underlying), close the option position with
+                         the worst unrealised P&L, close the one with the best
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class ActionSpace:
 
     @property
     def option_orders(self) -> int:
-        """How many open-an-option actions there are: calls then puts, bought then (if allowed) sold."""
+        """How many open-an-option actions there are: calls then puts, bought then
+        (if allowed) sold."""
         return (4 if self.allow_short else 2) * self.grid_size
 
     @property

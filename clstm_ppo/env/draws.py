@@ -1,14 +1,17 @@
-"""The env's random numbers: a counter-based hash of (copy's key, draw count, stream), in integer tensor ops.
+"""The env's random numbers: a counter-based hash of (copy's key, draw count, stream),
+in integer tensor ops.
 
-A ``torch.Generator`` cannot be passed into a compiled graph, a CUDA graph capture may use only the device's
-default generator, and inductor's own random ops differ from eager's. A hash of counters has none of these
-limits: the same bits in eager and compiled code, on CPU and CUDA; no host sync; and its whole state is two
-(N,) integer tensors in the env state, so a checkpoint resumes it exactly. Each copy's k-th episode start depends
-on its key and k alone, never on which other copies ended on the same step.
+A ``torch.Generator`` cannot be passed into a compiled graph, a CUDA graph capture may use only the
+device's default generator, and inductor's own random ops differ from eager's. A hash of counters
+has none of these limits: the same bits in eager and compiled code, on CPU and CUDA; no host sync;
+and its whole state is two (N,) integer tensors in the env state, so a checkpoint resumes it
+exactly. Each copy's k-th episode start depends on its key and k alone, never on which other copies
+ended on the same step.
 
-The mixer is a 32-bit xor-shift-multiply hash (the "lowbias32" family) kept within int64 without overflow:
-values stay below 2**32 and every multiplier below 2**31, so each product is below 2**63 and is masked back to
-32 bits (signed overflow would be undefined behaviour in the C++ inductor emits).
+The mixer is a 32-bit xor-shift-multiply hash (the "lowbias32" family) kept within int64
+without overflow: values stay below 2**32 and every multiplier below 2**31, so each product is
+below 2**63 and is masked back to 32 bits (signed overflow would be undefined behaviour in the
+C++ inductor emits).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def copy_keys(seed: int, num_envs: int, device: torch.device | str) -> Tensor:
 
 
 def start_hash(key: Tensor, count: Tensor) -> Tensor:
-    """(N,) the hash each stream of a copy's ``count``-th draw derives from: computed once for several streams."""
+    """(N,) the hash each stream of a copy's ``count``-th draw derives from: computed once
+    for several streams."""
     return mix32(key ^ (count & MASK32))
 
 
@@ -50,8 +54,8 @@ def uniform_of(base: Tensor, stream: str) -> Tensor:
 
 
 def integers_of(base: Tensor, stream: str, low: int | Tensor, high: int | Tensor) -> Tensor:
-    """(N,) int64 uniform on [low, high] (inclusive) of ``stream`` from the copies' ``start_hash``: the bias of a
-    32-bit draw is below 1e-6 for a range of a few thousand bars."""
+    """(N,) int64 uniform on [low, high] (inclusive) of ``stream`` from the copies' ``start_hash``:
+    the bias of a 32-bit draw is below 1e-6 for a range of a few thousand bars."""
     return low + (uniform_of(base, stream) * (high - low + 1)).long()
 
 
@@ -63,5 +67,6 @@ def uniform(key: Tensor, count: Tensor, stream: str) -> Tensor:
 def integers(
     key: Tensor, count: Tensor, stream: str, low: int | Tensor, high: int | Tensor
 ) -> Tensor:
-    """(N,) int64 uniform on [low, high] (inclusive): each copy's ``count``-th draw of ``stream``."""
+    """(N,) int64 uniform on [low, high] (inclusive): each copy's ``count``-th
+    draw of ``stream``."""
     return integers_of(start_hash(key, count), stream, low, high)

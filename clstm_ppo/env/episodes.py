@@ -1,9 +1,10 @@
 """What an ended episode reports, two ways.
 
-On the device, with no host sync: ``add_finished`` adds every ended full-length episode's figures to the copies'
-running sums (``EnvState.finished``), which the trainer reads once per update (``take_finished``). On the host,
-for the tools that walk a few copies and want each episode whole (the backtest walk, gymnasium, the strategy
-studies): ``episode_records`` reads the ended copies' statistics and equity curves.
+On the device, with no host sync: ``add_finished`` adds every ended full-length episode's figures to
+the copies' running sums (``EnvState.finished``), which the trainer reads once per update
+(``take_finished``). On the host, for the tools that walk a few copies and want each episode whole
+(the backtest walk, gymnasium, the strategy studies): ``episode_records`` reads the ended copies'
+statistics and equity curves.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from clstm_ppo.env.state import EnvSpec, EnvState
 
 
 def full_length(spec: EnvSpec, s: EnvState) -> Tensor:
-    """(N,) bool: the copy's episode runs its full length. False for a first episode cut short by staggering
-    (``step.stagger``): a real episode, but its return covers fewer bars, so the training metrics leave it out."""
+    """(N,) bool: the copy's episode runs its full length. False for a first episode cut short by
+    staggering (``step.stagger``): a real episode, but its return covers fewer bars, so the training
+    metrics leave it out."""
     return s.t_end == spec.episode_end(s.t_start)
 
 
 def add_finished(spec: EnvSpec, s: EnvState, ended: Tensor) -> None:
-    """Add the ``ended`` copies' full-length episodes to ``s.finished`` (rows: ``state.EPISODE_SUMS``; the same
-    sums ``metrics.episode_sums`` takes of host records)."""
+    """Add the ``ended`` copies' full-length episodes to ``s.finished`` (rows:
+    ``state.EPISODE_SUMS``; the same sums ``metrics.episode_sums`` takes of host records)."""
     initial = spec.cfg.initial_cash
     profit = s.equity - initial
     rows = torch.stack(
@@ -45,8 +47,8 @@ def add_finished(spec: EnvSpec, s: EnvState, ended: Tensor) -> None:
 
 
 def take_finished(s: EnvState) -> tuple[np.ndarray, EnvState]:
-    """The sums over every copy of the episodes finished since the last take (one host copy), and the state with
-    them cleared."""
+    """The sums over every copy of the episodes finished since the last take (one host copy), and
+    the state with them cleared."""
     sums = s.finished.sum(1).cpu().numpy()
     rest = s.working_copy()
     rest.finished = torch.zeros_like(s.finished)
@@ -56,8 +58,8 @@ def take_finished(s: EnvState) -> tuple[np.ndarray, EnvState]:
 def episode_records(
     spec: EnvSpec, s: EnvState, idx: Tensor, curves: Tensor
 ) -> dict[str, np.ndarray]:
-    """The statistics of the copies ``idx`` whose episodes end now, on the host; ``curves`` (N, max_len + 1) are
-    the copies' equity at each bar of the episode."""
+    """The statistics of the copies ``idx`` whose episodes end now, on the host; ``curves`` (N,
+    max_len + 1) are the copies' equity at each bar of the episode."""
     steps = (s.t - s.t_start)[idx]
     initial = spec.cfg.initial_cash
     out = {
@@ -89,9 +91,9 @@ def episode_records(
 def to_host(tensors: dict[str, Tensor], packed: bool) -> dict[str, np.ndarray]:
     """The tensors as numpy arrays of their own dtypes and shapes.
 
-    ``packed``: in one device-to-host copy (a GPU waits once, not once per tensor). Every value goes through
-    float64, exact for bools, floats and integers below 2**53 (indices and counts here). On a CPU each tensor is
-    already host memory.
+    ``packed``: in one device-to-host copy (a GPU waits once, not once per tensor). Every value goes
+    through float64, exact for bools, floats and integers below 2**53 (indices and counts here). On
+    a CPU each tensor is already host memory.
     """
     if not packed:
         return {k: v.cpu().numpy() for k, v in tensors.items()}

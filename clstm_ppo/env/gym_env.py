@@ -39,7 +39,8 @@ class OptionsTradingEnv(gym.Env):
             data = observed_market_data(Config(data=data_cfg, market=market or MarketConfig()))
         elif window is not None and window != data.window:
             raise ValueError(
-                f"window={window} differs from the data's window {data.window}; build the data with it"
+                f"window={window} differs from the data's window {data.window}; "
+                "build the data with it"
             )
         self.data, self.split = data, split
         self.market_cfg = market or MarketConfig()
@@ -74,7 +75,8 @@ class OptionsTradingEnv(gym.Env):
         out = {"market": obs.market[0].numpy(), "portfolio": obs.portfolio[0].numpy()}
         return out, {"action_mask": obs.mask[0].numpy()}
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ARG002 (gymnasium's)
+    # gymnasium's signature
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ARG002
         super().reset(seed=seed)
         if seed is not None:
             self._make(seed)  # the batched env's generator is the single source of randomness

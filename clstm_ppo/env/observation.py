@@ -1,5 +1,5 @@
-"""What the copies observe: the portfolio features, the action mask, and the types that carry them. Read-only:
-nothing here changes the env's state."""
+"""What the copies observe: the portfolio features, the action mask, and the types that carry them.
+Read-only: nothing here changes the env's state."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ PORTFOLIO_FEATURES = (
 class Observation:
     """What N copies observe at bar t.
 
-    ``market`` is gathered from ``windows`` on first access (then kept): the windows come from the fixed
-    feature table, so reading them later gives the same values, and a consumer that works from ``row``
-    (the trainer's per-bar LSTM 1 codes) never pays for N x TW x F copies.
+    ``market`` is gathered from ``windows`` on first access (then kept): the windows come from the
+    fixed feature table, so reading them later gives the same values, and a consumer that works from
+    ``row`` (the trainer's per-bar LSTM 1 codes) never pays for N x TW x F copies.
     """
 
     __slots__ = ("portfolio", "mask", "row", "start", "windows", "_market")
@@ -120,7 +120,8 @@ def portfolio_features(spec: EnvSpec, s: EnvState) -> Tensor:
 
 
 def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
-    """(N, A) bool: the actions valid at t, judged at t's close (the fill at t+1 may still be rejected)."""
+    """(N, A) bool: the actions valid at t, judged at t's close (the fill at t+1 may
+    still be rejected)."""
     a, g, q, row = spec.actions, spec.actions.grid_size, spec.quotes, flat_row(spec, s)
     n_open = s.active.sum(0)
     turbulent = spec.turbulent_bar.index_select(0, s.t)
@@ -132,8 +133,8 @@ def valid_actions(spec: EnvSpec, s: EnvState) -> Tensor:
     mask[:, a.close_worst :] = holding.unsqueeze(-1)  # close worst and best: options only
     can_open = ((n_open < spec.cfg.max_positions) & ~turbulent).unsqueeze(-1)
     room = cash_room(spec, s)
-    # The smallest order (one contract, or fractional dust) within position_frac of equity, the cash room and
-    # env.max_order_notional; a covered call needs only free shares.
+    # The smallest order (one contract, or fractional dust) within position_frac of equity, the cash
+    # room and env.max_order_notional; a covered call needs only free shares.
     ask, bid, margin = (
         at_rows(table, row) for table in (q.close_ask, q.close_bid, q.close_short_margin)
     )

@@ -1,11 +1,13 @@
-"""N independent options-trading copies stepped at once as tensors on one device: a shell over the pure step.
+"""N independent options-trading copies stepped at once as tensors on one device: a
+shell over the pure step.
 
-The market's rules and the step itself are in ``env/step.py`` (and the orders, accounting and observation it
-calls); this object holds one ``EnvState``, hands it and the action to the step, and wraps what comes back into
-an ``Observation``. What it adds is host-side: checks on user input, booking a user's positions, checkpoints,
-and (``records=True``) each ended episode's statistics and equity curve, read on the host at the step it ends.
-The trainer runs with ``records=False``: no host sync per step, episode figures summed on the device and read
-once per update (``take_episode_sums``).
+The market's rules and the step itself are in ``env/step.py`` (and the orders, accounting and
+observation it calls); this object holds one ``EnvState``, hands it and the action to the step, and
+wraps what comes back into an ``Observation``. What it adds is host-side: checks on user input,
+booking a user's positions, checkpoints, and (``records=True``) each ended episode's statistics and
+equity curve, read on the host at the step it ends. The trainer runs with ``records=False``: no host
+sync per step, episode figures summed on the device and read once per update
+(``take_episode_sums``).
 """
 
 from __future__ import annotations
@@ -57,13 +59,15 @@ class BatchedOptionsEnv:
         scaled: ScaledRule | None = None,
         slot_pnl: bool = False,
     ):
-        """``scaled``: the copies take a ``scale`` agent's multiples of this rule's orders (``env/scaled.py``);
-        ``actions`` is then what the agent chooses among, and ``spec.actions`` the chain the rule orders from.
-        ``slot_pnl``: each step also books every slot's P&L (``EnvState.slot_pnl``: ppo.credit position)."""
+        """``scaled``: the copies take a ``scale`` agent's multiples of this rule's orders
+        (``env/scaled.py``); ``actions`` is then what the agent chooses among, and ``spec.actions``
+        the chain the rule orders from. ``slot_pnl``: each step also books every slot's P&L
+        (``EnvState.slot_pnl``: ppo.credit position)."""
         self.market_windows = MarketWindows(data, split, device)  # checks the split's name first
         self.device = torch.device(device)
         self.compiled = compile == "on" or (compile == "auto" and self.device.type == "cuda")
-        # Eager on a CPU a host sync is free: closes then price only the copies that close (``orders``).
+        # Eager on a CPU a host sync is free: closes then price only the
+        # copies that close (``orders``).
         gather = not self.compiled and self.device.type == "cpu"
         self.spec = make_spec(
             data,
@@ -90,8 +94,9 @@ class BatchedOptionsEnv:
             if cfg.max_order_notional * cfg.initial_cash < one:
                 warnings.warn(
                     f"env.max_order_notional {cfg.max_order_notional:g} x env.initial_cash "
-                    f"{cfg.initial_cash:,.0f} is below one contract's notional ({one:,.0f} at the lowest "
-                    f"close of the {split} split): no option order fits until equity grows; raise either",
+                    f"{cfg.initial_cash:,.0f} is below one contract's notional ({one:,.0f} at the "
+                    f"lowest close of the {split} split): no option order fits until "
+                    "equity grows; raise either",
                     stacklevel=2,
                 )
         self.num_envs, self.autoreset, self.records = num_envs, autoreset, records
@@ -106,7 +111,8 @@ class BatchedOptionsEnv:
         self.window, self.n_symbols, self.n_bars = w.window, w.n_symbols, w.n_bars
         self.split_start, self.split_end, self.first_bar = w.split_start, w.split_end, w.first_bar
         self.state = empty_state(self.spec, seed)
-        # Records need the state before the restart (``keep_ended``); the trainer's step never returns it.
+        # Records need the state before the restart (``keep_ended``); the
+        # trainer's step never returns it.
         # graphs replay on CUDA only
         self.cuda_graphs = cuda_graphs and self.compiled and self.device.type == "cuda"
         self._step = (
@@ -122,8 +128,8 @@ class BatchedOptionsEnv:
         )
 
     def __getattr__(self, name: str):
-        """The state's tensors and the spec's tables read as attributes (``env.cash``, ``env.stats["closed"]``,
-        ``env.turbulent_bar``)."""
+        """The state's tensors and the spec's tables read as attributes (``env.cash``,
+        ``env.stats["closed"]``, ``env.turbulent_bar``)."""
         if name in STATE_FIELDS:
             return getattr(self.__dict__["state"], name)
         if name in SPEC_FIELDS:
@@ -143,9 +149,9 @@ class BatchedOptionsEnv:
     def reset(self, starts: Tensor | None = None) -> Observation:
         """Start every copy afresh: at random bars, or at ``starts`` (copy i on underlying i mod S).
 
-        Random starts of a ``staggered`` env get first episodes of random length (``step.stagger``); ``starts``
-        get full-length episodes. A copy started on the split's last bar can be observed (``python -m
-        clstm_ppo.predict``), not stepped.
+        Random starts of a ``staggered`` env get first episodes of random length (``step.stagger``);
+        ``starts`` get full-length episodes. A copy started on the split's last bar can be observed
+        (``python -m clstm_ppo.predict``), not stepped.
         """
         s = self.state.working_copy()
         if starts is not None:
@@ -171,13 +177,14 @@ class BatchedOptionsEnv:
         return self.observation()
 
     def book(self, positions: list[BookedPosition]) -> Observation:
-        """Put ``positions`` into copy 0's empty book at its current bar, as bought before it for ``paid`` out of
-        the initial cash (or sold for ``paid`` into it), mark them at the bar's close and observe again: the
-        portfolio a user already holds."""
+        """Put ``positions`` into copy 0's empty book at its current bar, as bought before it for
+        ``paid`` out of the initial cash (or sold for ``paid`` into it), mark them at the bar's
+        close and observe again: the portfolio a user already holds."""
         s = self.state.working_copy()
         if len(positions) > self.cfg.max_positions or s.active[:, 0].any():
             raise ValueError(
-                f"book at most env.max_positions ({self.cfg.max_positions}) positions, into an empty book"
+                f"book at most env.max_positions ({self.cfg.max_positions}) "
+                "positions, into an empty book"
             )
         t = int(s.t[0])
         fields = {
@@ -223,8 +230,9 @@ class BatchedOptionsEnv:
         return self.observation()
 
     def expiry_of(self, expiry: np.datetime64, t: int) -> tuple[int, float]:
-        """(bar, time in days) at which an option listed to expire on calendar day ``expiry`` settles, seen
-        from bar ``t``: the last bar on or before that day, or past the data (bar T, time by the calendar)."""
+        """(bar, time in days) at which an option listed to expire on calendar day ``expiry``
+        settles, seen from bar ``t``: the last bar on or before that day, or past the data (bar T,
+        time by the calendar)."""
         dates, close_time = self.dates.astype("datetime64[D]"), self.quotes.close_time
         day = np.datetime64(expiry, "D")
         if day > dates[-1]:
@@ -237,7 +245,8 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict:
-        """Every state tensor on the CPU: what an exact resume needs (the random streams are the state's own)."""
+        """Every state tensor on the CPU: what an exact resume needs (the random streams are
+        the state's own)."""
         return {
             name: (
                 {k: v.detach().cpu() for k, v in value.items()}
@@ -248,9 +257,10 @@ class BatchedOptionsEnv:
         }
 
     def fits(self, saved: dict) -> bool:
-        """Whether ``saved`` (from ``state_dict``) has this env's fields, copies, slots and layout. A field that
-        ``saved`` lacks fits where this env keeps nothing in it: a state saved before the field existed (the Sharpe
-        ratio moments, empty under any reward but dsr) resumes as it ran."""
+        """Whether ``saved`` (from ``state_dict``) has this env's fields, copies, slots and
+        layout. A field that ``saved`` lacks fits where this env keeps nothing in it: a state
+        saved before the field existed (the Sharpe ratio moments, empty under any reward but dsr)
+        resumes as it ran."""
         mine = {
             name: value
             for name, value in self.state.to_dict().items()
@@ -258,7 +268,10 @@ class BatchedOptionsEnv:
         }
         if not all(name in saved for name in mine) or set(saved["stats"]) != set(mine["stats"]):
             return False
-        flat = lambda d: {**{k: v for k, v in d.items() if k != "stats"}, **d["stats"]}  # noqa: E731
+        flat = lambda d: {  # noqa: E731
+            **{k: v for k, v in d.items() if k != "stats"},
+            **d["stats"],
+        }
         theirs = flat(saved)
         return all(
             tuple(theirs[k].shape) == tuple(v.shape) and theirs[k].dtype == v.dtype
@@ -281,8 +294,8 @@ class BatchedOptionsEnv:
         )
 
     def take_episode_sums(self) -> np.ndarray:
-        """Sums over every copy of the full-length episodes finished since the last call (``state.EPISODE_SUMS``):
-        one host copy, at an update boundary."""
+        """Sums over every copy of the full-length episodes finished since the last call
+        (``state.EPISODE_SUMS``): one host copy, at an update boundary."""
         sums, self.state = take_finished(self.state)
         return sums
 
@@ -301,7 +314,8 @@ class BatchedOptionsEnv:
         return StepResult(obs, out.reward, out.terminated, out.truncated, episodes)
 
     def _record(self, out: pure.StepOutput) -> dict[str, np.ndarray] | None:
-        """Write the step's equity into the curves and read the ended episodes' records (host syncs)."""
+        """Write the step's equity into the curves and read the ended episodes'
+        records (host syncs)."""
         ended, curve = out.ended, self.equity_curve
         steps = (ended.t - ended.t_start).clamp(max=self.max_len)
         curve.view(-1).index_copy_(0, self.spec.copy_ids * (self.max_len + 1) + steps, ended.equity)
@@ -317,9 +331,10 @@ class BatchedOptionsEnv:
     # ------------------------------------------------------------------ observation
 
     def observation(self, portfolio: Tensor | None = None) -> Observation:
-        """The copies' observation from their state as it stands (the mask their last step judged). ``portfolio``:
-        the features that step returned, e.g. a checkpoint's; computed here otherwise. A trainer resuming a
-        compiled env passes them, since this eager code sums in another order than the compiled step did."""
+        """The copies' observation from their state as it stands (the mask their last step judged).
+        ``portfolio``: the features that step returned, e.g. a checkpoint's; computed here
+        otherwise. A trainer resuming a compiled env passes them, since this eager code sums in
+        another order than the compiled step did."""
         s = self.state
         return Observation(
             portfolio_features(self.spec, s) if portfolio is None else portfolio.to(self.device),
@@ -354,9 +369,10 @@ def kept(value: Tensor | dict[str, Tensor]) -> bool:
 def _eager_step(
     spec: EnvSpec, autoreset: bool, keep_ended: bool
 ) -> Callable[[EnvState, Tensor], pure.StepOutput]:
-    """``step`` bound to ``spec``, run op by op (``compiled_step``'s eager twin). Under inference mode: no step
-    output is ever differentiated, and skipping autograd's bookkeeping on each of its hundreds of operators makes
-    an eager CPU step faster (docs/BENCHMARKS.md, "The eager step under inference mode")."""
+    """``step`` bound to ``spec``, run op by op (``compiled_step``'s eager twin). Under inference
+    mode: no step output is ever differentiated, and skipping autograd's bookkeeping on each of its
+    hundreds of operators makes an eager CPU step faster (docs/BENCHMARKS.md, "The eager step under
+    inference mode")."""
     return torch.inference_mode()(
         partial(pure.step, spec, autoreset=autoreset, keep_ended=keep_ended)
     )

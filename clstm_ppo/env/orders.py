@@ -1,10 +1,10 @@
-"""Orders at a fill (bar t+1's open, or its close after a stale open): which positions close, closing them,
-bringing the underlying to its target, and opening an option into a free slot.
+"""Orders at a fill (bar t+1's open, or its close after a stale open): which positions close,
+closing them, bringing the underlying to its target, and opening an option into a free slot.
 
-Functions of the spec and a working copy of the state (``env/state.py``): they rebind the state's fields and
-change no tensor in place, and nothing here has a data-dependent shape or syncs the host. Prices, spreads and
-fees come from ``clstm_ppo.market``; the per-bar chain from ``env/quotes.py``; the cash that orders may spend
-and the booking of closes from ``env/accounting.py``.
+Functions of the spec and a working copy of the state (``env/state.py``): they rebind the state's
+fields and change no tensor in place, and nothing here has a data-dependent shape or syncs the host.
+Prices, spreads and fees come from ``clstm_ppo.market``; the per-bar chain from ``env/quotes.py``;
+the cash that orders may spend and the booking of closes from ``env/accounting.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from clstm_ppo.market.volatility import ATM_YEARS, DAYS_PER_YEAR, surface_iv
 
 
 def first_slot(spec: EnvSpec, flags: Tensor) -> tuple[Tensor, Tensor]:
-    """(P, N) one-hot of each copy's first flagged slot (all False where none is) and (N,) whether any is."""
+    """(P, N) one-hot of each copy's first flagged slot (all False where none is) and
+    (N,) whether any is."""
     ranked = spec.slot_rank * as_float(flags, spec.dtype)
     top = ranked.amax(0)
     return flags & (ranked == top), top > 0  # argmax over a short leading dim is slow on CPU
@@ -43,16 +44,19 @@ def first_slot(spec: EnvSpec, flags: Tensor) -> tuple[Tensor, Tensor]:
 def slots_to_close(
     spec: EnvSpec, s: EnvState, action: Tensor, margin_call: Tensor, fill_row: Tensor
 ) -> Tensor:
-    """(P, N) the slots that close at ``fill_row``'s fill: every one on turbulence at t or close-all, the worst
-    or best by P&L when chosen, every short on a margin call (t's close left the shorts' margin uncovered)."""
+    """(P, N) the slots that close at ``fill_row``'s fill: every one on turbulence at t or
+    close-all, the worst or best by P&L when chosen, every short on a margin call (t's close left
+    the shorts' margin uncovered)."""
     a = spec.actions
     by_pnl = (action == a.close_worst) | (action == a.close_best)
-    # The worst position has the lowest P&L, the best the lowest negated P&L: one search serves both.
+    # The worst position has the lowest P&L, the best the lowest
+    # negated P&L: one search serves both.
     negate = 1.0 - 2.0 * as_float(action == a.close_best, spec.dtype)
     key = ((s.mark - s.entry_cost) * negate).masked_fill(~s.active, float("inf"))
     picked, _ = first_slot(spec, s.active & (key == key.amin(0)))
     close_all = spec.turbulent_bar.index_select(0, s.t) | (action == a.close_all)
-    # A position that expires at this very fill (a close fill on its expiry bar) settles at intrinsic instead.
+    # A position that expires at this very fill (a close fill on its expiry
+    # bar) settles at intrinsic instead.
     return (
         s.active
         & (close_all | (picked & by_pnl) | (margin_call & s.short))
@@ -61,13 +65,14 @@ def slots_to_close(
 
 
 def close_options(spec: EnvSpec, s: EnvState, close: Tensor, row: Tensor, fill_row: Tensor) -> None:
-    """Close the ``close`` slots at ``fill_row``'s fill (t+1): longs sell at the bid, shorts buy back at the ask,
-    with the option volume known at ``row`` (t).
+    """Close the ``close`` slots at ``fill_row``'s fill (t+1): longs sell at the bid, shorts buy
+    back at the ask, with the option volume known at ``row`` (t).
 
-    Sync-free (compiled, on a GPU): every slot of every copy is priced, closing or not; a slot that does not close
-    trades zero contracts, which costs nothing and moves no cash. Eager on a CPU (``spec.gather_closes``), where a
-    host sync costs nothing, only the copies that close are priced (about a quarter under random actions; a
-    sixth of the step's time): the same formulas on fewer columns.
+    Sync-free (compiled, on a GPU): every slot of every copy is priced, closing or not; a slot
+    that does not close trades zero contracts, which costs nothing and moves no cash. Eager on a
+    CPU (``spec.gather_closes``), where a host sync costs nothing, only the copies that close
+    are priced (about a quarter under random actions; a sixth of the step's time): the same
+    formulas on fewer columns.
     """
     if not spec.gather_closes:
         gross, cash_in, costs = _close_fills(spec, s, close, row, fill_row, lambda x: x)
@@ -96,8 +101,8 @@ def _close_fills(
     fill_row: Tensor,
     pick: Callable[[Tensor], Tensor],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(gross $ traded, cash in, costs by kind) of closing the ``close`` slots of the copies ``pick`` selects:
-    (P, n), (P, n), (K, n)."""
+    """(gross $ traded, cash in, costs by kind) of closing the ``close`` slots of the copies
+    ``pick`` selects: (P, n), (P, n), (K, n)."""
     m, q = spec.market, spec.quotes
     fill_at, sym, strike = pick(fill_row), pick(s.sym), pick(s.strike)
     contracts = pick(s.contracts) * as_float(pick(close), spec.dtype)
@@ -136,10 +141,11 @@ def trade_shares(
     fill_row: Tensor,
     size: Tensor | None = None,
 ) -> None:
-    """Bring the underlying to the chosen share of equity (at t's close) at ``fill_row``'s fill price, in
-    whole or fractional shares (``market.sizing``), buying only with the cash room; close-all sells every share.
-    Never short: a negative equity targets none. A fractional change under the dust limit is no trade.
-    ``size`` (N,): each target times this multiple (``agent.actions: scale``)."""
+    """Bring the underlying to the chosen share of equity (at t's close) at ``fill_row``'s fill
+    price, in whole or fractional shares (``market.sizing``), buying only with the cash room;
+    close-all sells every share. Never short: a negative equity targets none. A fractional change
+    under the dust limit is no trade. ``size`` (N,): each target times this multiple
+    (``agent.actions: scale``)."""
     a, costs = spec.actions, spec.market.costs
     if not a.stock_targets:
         return
@@ -155,7 +161,8 @@ def trade_shares(
         * as_float(choosing, dtype)  # others keep theirs
         + s.shares * as_float(~choosing, dtype)
     ) * as_float(~close_all, dtype)
-    # The cash room caps a purchase; a turbulent bar allows none (a lower target can buy if the price fell).
+    # The cash room caps a purchase; a turbulent bar allows none (a lower
+    # target can buy if the price fell).
     most = s.shares + units(
         spec, (cash_room(spec, s) / share_price_with_fees(price, costs)).clamp_min(0)
     ) * as_float(~turbulent, dtype)
@@ -180,11 +187,12 @@ def open_option(
     fill_bar: Tensor,
     size: Tensor | None = None,
 ) -> None:
-    """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free slot:
-    bought at the ask for position_frac of equity, or sold at the bid for position_frac of equity in margin; with
-    ``env.max_order_notional``, at most that multiple of equity in notional at the fill's spot. Whole contracts
-    (floored, at least one) or fractional ones (``market.sizing``; at least the dust limit). ``size`` (N,): each
-    order that multiple of its position_frac and of the covered calls it may sell (``agent.actions: scale``)."""
+    """Open an option at ``fill_row``'s fill (bar ``fill_bar``) into each ordering copy's first free
+    slot: bought at the ask for position_frac of equity, or sold at the bid for position_frac of
+    equity in margin; with ``env.max_order_notional``, at most that multiple of equity in notional
+    at the fill's spot. Whole contracts (floored, at least one) or fractional ones
+    (``market.sizing``; at least the dust limit). ``size`` (N,): each order that multiple of its
+    position_frac and of the covered calls it may sell (``agent.actions: scale``)."""
     cfg, costs, mult, grid = (
         spec.cfg,
         spec.market.costs,
@@ -205,20 +213,22 @@ def open_option(
     strike, opt_volume = at_rows(q.fill_strike, fill_row, g), at_rows(q.fill_volume, fill_row, g)
     margin = at_rows(q.fill_margin, fill_row, quote_index) * mult  # $ per contract sold
     fees = round_trip_fees_per_contract(costs)
-    # Size: position_frac of equity in premium (a buy) or in margin (a sale), at most max_order_notional of equity
-    # in notional and max_volume_share of the strike's volume; then as many as the cash room carries after the
-    # closing-fee reserves and the margin.
+    # Size: position_frac of equity in premium (a buy) or in margin (a sale), at most
+    # max_order_notional of equity in notional and max_volume_share of the strike's volume; then as
+    # many as the cash room carries after the closing-fee reserves and the margin.
     ticks = ticks_of(q, s.sym)
     quote = side_quote(mid, sell, half, ticks)  # on the grid once, for the three pricings below
-    # A buy is sized at the ask of one whole contract (its slippage in), or of none (fractional: one contract is no
-    # fixed amount of money, so its slippage would make the size depend on the price level).
+    # A buy is sized at the ask of one whole contract (its slippage in), or of none
+    # (fractional: one contract is no fixed amount of money, so its slippage would make the
+    # size depend on the price level).
     first = (
         fill_price_at(mid, 1.0 if whole(spec) else 0.0, sell, half, opt_volume, costs, ticks, quote)
         * mult
     )
     per_unit = torch.lerp(first, margin, sell).clamp_min(1e-12)
-    # Shares not yet covering a short call cover new call sales, which then need no margin (a covered call):
-    # those contracts are sold whatever position_frac says, as a buy-write covers its whole holding.
+    # Shares not yet covering a short call cover new call sales, which then need no margin
+    # (a covered call): those contracts are sold whatever position_frac says, as a
+    # buy-write covers its whole holding.
     covered = free_cover(spec, s) * as_float(selling & is_call, spec.dtype)
     budget = cfg.position_frac * s.equity
     if size is not None:
@@ -275,8 +285,8 @@ def _fill_slot(
     strike: Tensor,
     expiry_at: Tensor,
 ) -> None:
-    """Write the new positions into the (P, N) one-hot slots ``here`` (no sync, no scatter); ``expiry_at`` is
-    the fill bar's flat index into the (T, G) expiry tables."""
+    """Write the new positions into the (P, N) one-hot slots ``here`` (no sync, no scatter);
+    ``expiry_at`` is the fill bar's flat index into the (T, G) expiry tables."""
     q = spec.quotes
     s.active = s.active | here
     s.is_call = (s.is_call & ~here) | (here & is_call)

@@ -1,8 +1,9 @@
-"""Everything the env reads per bar, as tensors on its device, built once: the market's clock, the prices,
-vols and rates at each fill and close, expiries on trading dates, and every bar's chain quoted once.
+"""Everything the env reads per bar, as tensors on its device, built once: the market's
+clock, the prices, vols and rates at each fill and close, expiries on trading dates, and
+every bar's chain quoted once.
 
-A chain depends on the bar, never on a copy's state, so quoting it here (not per step) keeps the step
-cheap. docs/MARKET.md section 1 states the rules these tables follow.
+A chain depends on the bar, never on a copy's state, so quoting it here (not per step) keeps the
+step cheap. docs/MARKET.md section 1 states the rules these tables follow.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ OPEN_TO_CLOSE_DAYS = 6.5 / 24.0  # a US session: the open comes 6.5 hours before
 
 
 def at_rows(table: Tensor, row: Tensor, column: Tensor | None = None) -> Tensor:
-    """``table[sym, t]`` (or ``table[sym, t, column]``) of an (S, T) or (S, T, C) table at flat rows sym * T + t.
+    """``table[sym, t]`` (or ``table[sym, t, column]``) of an (S, T) or (S, T, C) table at
+    flat rows sym * T + t.
 
     One index_select on the flattened table: several times faster than 2-D advanced indexing on CPU.
     """
@@ -44,7 +46,8 @@ def at_rows(table: Tensor, row: Tensor, column: Tensor | None = None) -> Tensor:
 def market_clock(dates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(close_time, open_time) of each bar in days since the first bar's timestamp (float64).
 
-    A bar opens 6.5 hours before its close, or at the previous bar's close if that is nearer (intraday bars).
+    A bar opens 6.5 hours before its close, or at the previous bar's close if that is
+    nearer (intraday bars).
     """
     close_time = (dates - dates[0]).astype("timedelta64[s]").astype(np.float64) / 86400.0
     since_prev = np.diff(close_time, prepend=close_time[0] - OPEN_TO_CLOSE_DAYS)
@@ -54,10 +57,12 @@ def market_clock(dates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def expiry_table(
     dates: np.ndarray, close_time: np.ndarray, expiries_days: list[int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(T, E) bar index and time (days) at which an option bought on bar t with each calendar expiry expires.
+    """(T, E) bar index and time (days) at which an option bought on bar t with each
+    calendar expiry expires.
 
-    It is listed for the calendar day t + E days and expires at the close of the last bar on or before that
-    day. Past the data's last day it never expires inside the data: bar index T, time close_time[t] + E.
+    It is listed for the calendar day t + E days and expires at the close of the last bar on or
+    before that day. Past the data's last day it never expires inside the data: bar index T,
+    time close_time[t] + E.
     """
     days = dates.astype("datetime64[D]")
     bars = np.empty((len(dates), len(expiries_days)), dtype=np.int64)
@@ -83,7 +88,8 @@ class Quotes:
     rate_close: Tensor
     close_time: Tensor  # (T,)
     base_volume: Tensor  # (S, T) at-the-money option-volume proxy known at bar t's close
-    fill_px: Tensor  # (S, T) where an order filled at bar t trades: the open, or the close after a stale open
+    # (S, T) where an order filled at bar t trades: the open, or the close after a stale open
+    fill_px: Tensor
     fill_iv: Tensor
     fill_rate: Tensor
     fill_time: Tensor  # (S, T)
@@ -97,7 +103,8 @@ class Quotes:
     # (S, T, G): each strike's volume proxy at the fill (the decision bar's volume)
     fill_volume: Tensor
     fill_margin: Tensor  # (S, T, 2G): margin per share of one option sold short at the fill
-    close_ask: Tensor  # (S, T, 2G): $ per contract of one contract bought at t's close, before fees (the mask)
+    # (S, T, 2G): $ per contract of one contract bought at t's close, before fees (the mask)
+    close_ask: Tensor
     close_bid: Tensor  # (S, T, 2G): $ per contract of one contract sold at t's close, before fees
     # (S, T, 2G): the margin of one contract sold at t's close ($ per contract)
     close_short_margin: Tensor
@@ -192,8 +199,8 @@ def build_quotes(
 
 
 def ticks_of(q: Quotes, sym: Tensor | None) -> Ticks | None:
-    """The tick grid of the underlyings ``sym`` (one per order), or shaped (S, 1, 1) for the chain tables
-    (``sym`` None); None where there is no grid."""
+    """The tick grid of the underlyings ``sym`` (one per order), or shaped (S, 1, 1) for the chain
+    tables (``sym`` None); None where there is no grid."""
     if q.ticks is None:
         return None
     if sym is None:
@@ -221,8 +228,8 @@ def _quote_chain(
     time: Tensor,
     base_volume: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Strikes (S, T, G), call-then-put mids and half spreads (S, T, 2G), strike volumes (S, T, G) of the chain
-    listed at ``time`` on each bar (expiries from the bar's own expiry table)."""
+    """Strikes (S, T, G), call-then-put mids and half spreads (S, T, 2G), strike volumes (S, T, G)
+    of the chain listed at ``time`` on each bar (expiries from the bar's own expiry table)."""
     g = moneyness.numel()
     col = lambda x: x.unsqueeze(-1)  # noqa: E731
     spot_g = col(spot).expand(*spot.shape, g)

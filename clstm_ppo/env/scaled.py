@@ -1,15 +1,16 @@
-"""The ``scale`` action mode (``agent.actions: scale``): the agent chooses a multiple of one fixed rule's order
-instead of an order of the chain (docs/ENVIRONMENT.md, "Scaling a rule").
+"""The ``scale`` action mode (``agent.actions: scale``): the agent chooses a multiple of one fixed
+rule's order instead of an order of the chain (docs/ENVIRONMENT.md, "Scaling a rule").
 
-At each bar the rule decides as it does when walked alone (buy its shares while it holds none, else place its
-option order where the mask allows it, into every free slot or only while no option is open, and only while its
-gate is open); the agent picks a multiple k of ``agent.scale_multiples`` and the env places k times that order:
-k x position_frac of equity in premium or margin, k x the rule's share target. At 1x on every bar the copy walks
-exactly the rule; at 0x it places nothing. Where the rule places nothing the choice cannot matter, so the mask
-offers 1x alone there: the decision has one outcome, and PPO's gradient through it is zero.
+At each bar the rule decides as it does when walked alone (buy its shares while it holds none, else
+place its option order where the mask allows it, into every free slot or only while no option is
+open, and only while its gate is open); the agent picks a multiple k of ``agent.scale_multiples``
+and the env places k times that order: k x position_frac of equity in premium or margin, k x the
+rule's share target. At 1x on every bar the copy walks exactly the rule; at 0x it places nothing.
+Where the rule places nothing the choice cannot matter, so the mask offers 1x alone there: the
+decision has one outcome, and PPO's gradient through it is zero.
 
-The rule is plain numbers here (its actions in the chain's action space and a per-bar gate), so the env reads
-no backtest module; ``backtest/scaled_rules.py`` turns a rule's words into one.
+The rule is plain numbers here (its actions in the chain's action space and a per-bar gate), so the
+env reads no backtest module; ``backtest/scaled_rules.py`` turns a rule's words into one.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ class ScaledRule:
 
 
 class ScaleChoices:
-    """What a ``scale`` agent chooses among, with the interface of ``ActionSpace`` that agents read (``n``,
-    ``describe``)."""
+    """What a ``scale`` agent chooses among, with the interface of ``ActionSpace`` that agents read
+    (``n``, ``describe``)."""
 
     def __init__(self, rule: ScaledRule):
         self.rule = rule
@@ -65,13 +66,13 @@ def rule_orders(
     portfolio: Tensor,
     row: Tensor,
 ) -> Tensor:
-    """(N,) the chain action the rule takes at each copy's bar (hold where it places nothing), from the chain's
-    ``mask`` (N, A), the ``portfolio`` features (N, F) and the flat ``row`` (N,) of the bar: as
-    ``backtest.rules.follow_rules`` decides for a rule walked alone."""
+    """(N,) the chain action the rule takes at each copy's bar (hold where it places nothing), from
+    the chain's ``mask`` (N, A), the ``portfolio`` features (N, F) and the flat ``row`` (N,) of the
+    bar: as ``backtest.rules.follow_rules`` decides for a rule walked alone."""
     hold = torch.full_like(row, actions.hold)
     columns = torch.arange(mask.shape[-1], device=mask.device)
-    # A reduction, not a column read: inductor's CPU code for one bool column of a mask built by slices fails to
-    # compile (torch 2.13: a VecMask<int> and a VecMask<float> in one select)
+    # A reduction, not a column read: inductor's CPU code for one bool column of a mask built by
+    # slices fails to compile (torch 2.13: a VecMask<int> and a VecMask<float> in one select)
     allowed = lambda action: (mask & (columns == action)).any(-1)  # noqa: E731
     chosen = hold
     if rule.order:
@@ -87,7 +88,8 @@ def rule_orders(
 
 
 def choice_mask(rule: ScaledRule, orders: Tensor, hold: int) -> Tensor:
-    """(N, M) the multiples a copy may choose: all where the rule places an order, 1x alone elsewhere."""
+    """(N, M) the multiples a copy may choose: all where the rule places an order,
+    1x alone elsewhere."""
     ordering = (orders != hold).unsqueeze(-1)
     one = torch.arange(len(rule.multiples), device=orders.device) == rule.one
     return ordering | one
@@ -99,7 +101,8 @@ def multiples_of(rule: ScaledRule, choice: Tensor, dtype: torch.dtype) -> Tensor
 
 
 def agent_choices(agent: AgentConfig, market: MarketConfig) -> int:
-    """How many actions an agent of these settings chooses among: the chain's, or ``agent.scale_multiples``."""
+    """How many actions an agent of these settings chooses among: the chain's, or
+    ``agent.scale_multiples``."""
     return (
         len(agent.scale_multiples)
         if agent.actions == "scale"

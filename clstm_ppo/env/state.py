@@ -1,14 +1,17 @@
-"""The env's two halves: ``EnvSpec``, what never changes while copies step (the market's per-bar tables, the
-settings, the layout), and ``EnvState``, every tensor that does, as fixed-shape tensors in a pytree.
+"""The env's two halves: ``EnvSpec``, what never changes while copies step (the market's per-bar
+tables, the settings, the layout), and ``EnvState``, every tensor that does, as fixed-shape
+tensors in a pytree.
 
-The step (``env/step.py``) is a pure function of (spec, state, action): it takes a state and returns a new one,
-changing no tensor in place, so it compiles as one graph (``torch.compile(fullgraph=True)``) and is captured in a
-CUDA graph the same way on every device. Inside a step the functions of ``orders.py``, ``accounting.py`` and
-``observation.py`` rebind fields of a ``working_copy`` of the state; the caller's state is never touched.
+The step (``env/step.py``) is a pure function of (spec, state, action): it takes a state and returns
+a new one, changing no tensor in place, so it compiles as one graph
+(``torch.compile(fullgraph=True)``) and is captured in a CUDA graph the same way on every device.
+Inside a step the functions of ``orders.py``, ``accounting.py`` and ``observation.py`` rebind fields
+of a ``working_copy`` of the state; the caller's state is never touched.
 
-Layout, chosen for speed on CPU and GPU alike: per-copy values are (N,) vectors; positions are slot-major (P, N),
-so a copy's sum over its slots is P-1 contiguous vector adds; costs by kind are (K, N); bar series are read at a
-copy's flat row sym * T + t with one index_select (``quotes.at_rows``).
+Layout, chosen for speed on CPU and GPU alike: per-copy values are (N,) vectors; positions are
+slot-major (P, N), so a copy's sum over its slots is P-1 contiguous vector adds; costs by kind are
+(K, N); bar series are read at a copy's flat row sym * T + t with one index_select
+(``quotes.at_rows``).
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from clstm_ppo.market import COST_KINDS
 if TYPE_CHECKING:  # scaled.py reads the observation's features, which read this module
     from clstm_ppo.env.scaled import ScaledRule
 
-# Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin uncovered;
-# option_pnl is closed and settled options' own P&L, every cost included (the underlying's P&L is not in it).
+# Per copy, summed over its episode; margin_calls counts the bars whose close left the short margin
+# uncovered; option_pnl is closed and settled options' own P&L, every cost included (the
+# underlying's P&L is not in it).
 STAT_NAMES = (
     "reward",
     "closed",
@@ -45,8 +49,9 @@ STAT_NAMES = (
     "margin_calls",
     "option_pnl",
 )
-# Sums over a copy's finished full-length episodes since they were last read (``EnvState.finished``): what the
-# trainer logs at each update boundary, read once there instead of once per ended episode.
+# Sums over a copy's finished full-length episodes since they were last read
+# (``EnvState.finished``): what the trainer logs at each update boundary, read once there
+# instead of once per ended episode.
 EPISODE_SUMS = (
     "episodes",
     "reward",
@@ -63,7 +68,8 @@ EPISODE_SUMS = (
 
 @dataclass(frozen=True, eq=False)
 class EnvSpec:
-    """What a step reads but never changes: settings, layout and the per-bar market tables on the device."""
+    """What a step reads but never changes: settings, layout and the per-bar market
+    tables on the device."""
 
     cfg: EnvConfig
     market: MarketConfig
@@ -76,7 +82,8 @@ class EnvSpec:
     stock_targets: Tensor  # (len(targets),)
     # (K, 1) one-hot of the "shares" cost kind: a share trade's fees go there
     share_cost_row: Tensor
-    slot_rank: Tensor  # (P, 1) ranks P..1: the first slot of a column ranks highest (``orders.first_slot``)
+    # (P, 1) ranks P..1: the first slot of a column ranks highest (``orders.first_slot``)
+    slot_rank: Tensor
     copy_ids: Tensor  # (N,) long
     n_symbols: int
     n_bars: int
@@ -86,10 +93,12 @@ class EnvSpec:
     staggered: bool  # first episodes get random lengths (``step.stagger``)
     # (S,) float64 cumulative chance of each underlying at a random start; None: uniform
     symbol_cdf: Tensor | None
-    gather_closes: bool  # price only the closing copies (a host sync): eager on a CPU only (``orders.close_options``)
+    # price only the closing copies (a host sync): eager on a CPU only (``orders.close_options``)
+    gather_closes: bool
     # agent.actions scale: the rule whose orders the action multiplies (``scaled.py``)
     scaled: ScaledRule | None = None
-    slot_pnl: bool = False  # each step also books every slot's P&L (``EnvState.slot_pnl``), for ppo.credit position
+    # each step also books every slot's P&L (``EnvState.slot_pnl``), for ppo.credit position
+    slot_pnl: bool = False
 
     @property
     def choices(self) -> int:
@@ -97,8 +106,9 @@ class EnvSpec:
         return self.actions.n if self.scaled is None else len(self.scaled.multiples)
 
     def episode_end(self, start: Tensor) -> Tensor:
-        """The last bar of a full-length episode begun at ``start``: ``env.episode_length`` bars on, capped at
-        the split's last bar (which is the end, whatever the start, with episode_length 0)."""
+        """The last bar of a full-length episode begun at ``start``: ``env.episode_length`` bars
+        on, capped at the split's last bar (which is the end, whatever the start, with
+        episode_length 0)."""
         last_bar = self.split_end - 1
         if self.cfg.episode_length <= 0:
             return torch.full_like(start, last_bar)
@@ -128,9 +138,10 @@ def make_spec(
     scaled: ScaledRule | None = None,
     slot_pnl: bool = False,
 ) -> EnvSpec:
-    """The spec of ``num_envs`` copies on ``windows``' split of ``data``; ``symbol_weights`` (one per underlying,
-    any positive scale) weight the underlyings a random start draws, uniform without them; ``scaled``: the rule a
-    ``scale`` agent multiplies (its gate read by ``data``'s flat rows); ``slot_pnl``: book each slot's P&L a step."""
+    """The spec of ``num_envs`` copies on ``windows``' split of ``data``; ``symbol_weights`` (one
+    per underlying, any positive scale) weight the underlyings a random start draws, uniform without
+    them; ``scaled``: the rule a ``scale`` agent multiplies (its gate read by ``data``'s flat rows);
+    ``slot_pnl``: book each slot's P&L a step."""
     if cfg.dtype not in CHOICES["env.dtype"]:
         raise ValueError(f"env.dtype must be float32 or float64, got {cfg.dtype!r}")
     dtype = getattr(torch, cfg.dtype)
@@ -169,8 +180,8 @@ def make_spec(
         first_bar=first,
         split_end=end,
         max_len=max_len,
-        # A single copy has nothing to spread against, and an env without autoreset (the walks, gymnasium,
-        # predict) is stepped episode by episode.
+        # A single copy has nothing to spread against, and an env without autoreset (the walks,
+        # gymnasium, predict) is stepped episode by episode.
         staggered=cfg.stagger_starts and autoreset and num_envs > 1,
         gather_closes=gather_closes,
         symbol_cdf=None
@@ -197,10 +208,10 @@ def symbol_cdf(weights: list[float], n_symbols: int, device: torch.device) -> Te
 class EnvState:
     """Every tensor that changes as the copies step: what checkpoints save for an exact resume.
 
-    Empty slots hold no contracts and no cost; their other fields are stale but finite (strike > 0), so every
-    slot can be priced without masking its inputs. ``entry_cost`` and ``mark`` are signed: what a long cost (+) or
-    a short brought in (-); a long's value (+) or what buying a short back would cost (-). P&L is mark -
-    entry_cost either way.
+    Empty slots hold no contracts and no cost; their other fields are stale but finite (strike > 0),
+    so every slot can be priced without masking its inputs. ``entry_cost`` and ``mark`` are signed:
+    what a long cost (+) or a short brought in (-); a long's value (+) or what buying a short back
+    would cost (-). P&L is mark - entry_cost either way.
     """
 
     sym: Tensor  # (N,) long: the underlying
@@ -230,18 +241,21 @@ class EnvState:
     draws: Tensor  # (N,) long: how many episode starts each copy has drawn
     # (len(EPISODE_SUMS), N) float64: sums over finished full-length episodes, unread
     finished: Tensor
-    # (2, N) under env.reward dsr: the moving mean A and second moment B of the bar's return over the T-bill
-    # (``sharpe.py``); (0, N) under any other reward, so a state saved before the field existed still fits.
+    # (2, N) under env.reward dsr: the moving mean A and second moment B of the bar's return
+    # over the T-bill (``sharpe.py``); (0, N) under any other reward, so a state saved
+    # before the field existed still fits.
     sharpe_moments: Tensor
-    # With ``EnvSpec.slot_pnl`` (ppo.credit position), the last step's P&L of each slot in dollars: [0] the position
-    # the slot held before the step's fill (its mark's change, or what closing or settling it realised less its last
-    # mark), [1] the position opened into it at the fill (its first mark less what it cost); (2, 0, N) without.
+    # With ``EnvSpec.slot_pnl`` (ppo.credit position), the last step's P&L of each slot in dollars:
+    # [0] the position the slot held before the step's fill (its mark's change, or what closing or
+    # settling it realised less its last mark), [1] the position opened into it at the fill (its
+    # first mark less what it cost); (2, 0, N) without.
     slot_pnl: Tensor
     # (P, N) bool: the step's fill opened a position into the slot; (0, N) without
     slot_opened: Tensor
 
     def working_copy(self) -> EnvState:
-        """A new state sharing this one's tensors, whose fields a step may rebind (never change in place)."""
+        """A new state sharing this one's tensors, whose fields a step may rebind (never
+        change in place)."""
         return dataclasses.replace(self, stats=dict(self.stats))
 
     def to_dict(self) -> dict[str, Tensor | dict[str, Tensor]]:
@@ -253,7 +267,8 @@ STATE_FIELDS = tuple(f.name for f in dataclasses.fields(EnvState))
 
 
 def empty_state(spec: EnvSpec, seed: int) -> EnvState:
-    """Every copy with an empty book and no bar yet: ``step.reset`` or ``step.reset_at`` starts them."""
+    """Every copy with an empty book and no bar yet: ``step.reset`` or
+    ``step.reset_at`` starts them."""
     n, p, dtype, device = spec.num_envs, spec.cfg.max_positions, spec.dtype, spec.device
 
     def zeros(*shape: int, kind: torch.dtype | None = None) -> Tensor:

@@ -1,14 +1,17 @@
-"""The env step as a pure function: ``step(spec, state, action) -> StepOutput`` (docs/ENVIRONMENT.md).
+"""The env step as a pure function: ``step(spec, state, action) -> StepOutput``
+(docs/ENVIRONMENT.md).
 
-Timing (no look-ahead): the observation at bar t uses data up to t's close; the action chosen from it fills at
-bar t+1's open; positions then age to t+1's close, expire there at intrinsic value, and are marked at mid. The
-reward is the change in marked equity (every cost already inside it, counted once), or with ``env.reward`` that
-change less the underlying's, or the differential Sharpe ratio of the bar's return (``sharpe.py``).
+Timing (no look-ahead): the observation at bar t uses data up to t's close; the action chosen from
+it fills at bar t+1's open; positions then age to t+1's close, expire there at intrinsic value, and
+are marked at mid. The reward is the change in marked equity (every cost already inside it, counted
+once), or with ``env.reward`` that change less the underlying's, or the differential Sharpe ratio of
+the bar's return (``sharpe.py``).
 
-No host sync, no data-dependent shape, no Python branch on a tensor's value: ended copies restart by blending
-fresh values into every copy's fields, and their episode figures are summed on the device. So the same code runs
-eager on a CPU, compiled (``compiled_step``) as one graph, and captured in a CUDA graph. ``BatchedOptionsEnv``,
-the backtest walk and the gymnasium wrapper are shells over these functions.
+No host sync, no data-dependent shape, no Python branch on a tensor's value: ended copies restart
+by blending fresh values into every copy's fields, and their episode figures are summed on the
+device. So the same code runs eager on a CPU, compiled (``compiled_step``) as one graph, and
+captured in a CUDA graph. ``BatchedOptionsEnv``, the backtest walk and the gymnasium wrapper are
+shells over these functions.
 """
 
 from __future__ import annotations
@@ -49,9 +52,10 @@ class StepOutput(NamedTuple):
 def step(
     spec: EnvSpec, state: EnvState, action: Tensor, autoreset: bool = True, keep_ended: bool = False
 ) -> StepOutput:
-    """Fill ``action`` at t+1, settle and mark at t+1's close, sum the ended episodes, restart them (with
-    ``autoreset``) and observe. ``state`` is not changed. ``keep_ended`` also returns the state before the
-    restart (free: no tensor is changed in place, so it is only kept, never copied)."""
+    """Fill ``action`` at t+1, settle and mark at t+1's close, sum the ended episodes, restart
+    them (with ``autoreset``) and observe. ``state`` is not changed. ``keep_ended`` also
+    returns the state before the restart (free: no tensor is changed in place, so it is only
+    kept, never copied)."""
     s = state.working_copy()
     reward, terminated, truncated = advance(spec, s, action)
     done = terminated | truncated
@@ -75,9 +79,10 @@ def step(
 def compiled_step(
     spec: EnvSpec, autoreset: bool = True, keep_ended: bool = False, cuda_graphs: bool = False
 ) -> Callable[[EnvState, Tensor], StepOutput]:
-    """``step`` for ``spec`` as one compiled graph: no graph break (``fullgraph``) and fixed shapes, so a rollout
-    compiles once (the spec's tensors and settings are constants of the graph). ``cuda_graphs``: replayed as a
-    CUDA graph too (inductor's "reduce-overhead"); each call's outputs live until the next call."""
+    """``step`` for ``spec`` as one compiled graph: no graph break (``fullgraph``) and fixed shapes,
+    so a rollout compiles once (the spec's tensors and settings are constants of the graph).
+    ``cuda_graphs``: replayed as a CUDA graph too (inductor's "reduce-overhead"); each call's
+    outputs live until the next call."""
     dense = dataclasses.replace(spec, gather_closes=False)  # a graph has no host sync
 
     def bound(state: EnvState, action: Tensor) -> StepOutput:
@@ -87,15 +92,17 @@ def compiled_step(
 
 
 def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Rebind ``s`` to one bar on: orders filled at t+1's fill, positions settled and marked at its close.
-    Returns (reward, terminated, truncated)."""
+    """Rebind ``s`` to one bar on: orders filled at t+1's fill, positions settled and marked at its
+    close. Returns (reward, terminated, truncated)."""
     cfg, q = spec.cfg, spec.quotes
     valid = s.mask.gather(1, action.unsqueeze(-1)).squeeze(-1)
     s.stats["invalid"] = s.stats["invalid"] + ~valid
     size = None
     if spec.scaled is None:
         action = action * valid  # a masked action is never executed: it becomes hold (0)
-    else:  # the rule's order at t's close, placed at the chosen multiple (a masked choice places nothing)
+    else:
+        # the rule's order at t's close, placed at the chosen multiple (a masked
+        # choice places nothing)
         size = multiples_of(spec.scaled, action, spec.dtype) * as_float(valid, spec.dtype)
         action = scaled_orders(spec, s) * (size > 0)
     prev_equity = s.equity
@@ -115,8 +122,8 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
     accrue_carry(spec, s, now, t_next)
     # 1. Closes at t+1's fill (its open, or its close after a stale open): forced or chosen.
     close_options(spec, s, slots_to_close(spec, s, action, margin_call, nxt), now, nxt)
-    # 2. The underlying to its target (all of it out on close-all; turbulence only stops it growing), then an
-    # option order.
+    # 2. The underlying to its target (all of it out on close-all; turbulence only stops it
+    # growing), then an option order.
     trade_shares(
         spec,
         s,
@@ -127,7 +134,8 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
         size,
     )
     open_option(spec, s, action, nxt, t_next, size)
-    # 3. At t+1's close: what expires on this trading date settles at intrinsic, the rest is marked at mid.
+    # 3. At t+1's close: what expires on this trading date settles at
+    # intrinsic, the rest is marked at mid.
     spot_close = at_rows(q.close_px, nxt)
     settle_expiries(spec, s, spot_close, t_next)
     s.t = t_next
@@ -166,8 +174,9 @@ def advance(spec: EnvSpec, s: EnvState, action: Tensor) -> tuple[Tensor, Tensor,
 def index_return(
     spec: EnvSpec, sym: Tensor, bar: Tensor, close: Tensor, next_close: Tensor
 ) -> Tensor:
-    """(N,) the underlying's total return from ``bar``'s close (``close``) to the next bar's (``next_close``),
-    its dividend yield paid over the bar as the account's shares are paid it (``accounting.accrue_carry``)."""
+    """(N,) the underlying's total return from ``bar``'s close (``close``) to the next bar's
+    (``next_close``), its dividend yield paid over the bar as the account's shares are paid it
+    (``accounting.accrue_carry``)."""
     q = spec.quotes
     years = (
         q.close_time.index_select(0, bar + 1) - q.close_time.index_select(0, bar)
@@ -176,8 +185,9 @@ def index_return(
 
 
 def observe(spec: EnvSpec, s: EnvState) -> EnvState:
-    """``s`` with the action mask judged at its bar's close (what the next step checks actions against): the
-    chain's actions, or under ``agent.actions: scale`` the multiples the rule's order allows."""
+    """``s`` with the action mask judged at its bar's close (what the next step checks
+    actions against): the chain's actions, or under ``agent.actions: scale`` the multiples
+    the rule's order allows."""
     if spec.scaled is None:
         s.mask = valid_actions(spec, s)
     else:
@@ -186,7 +196,8 @@ def observe(spec: EnvSpec, s: EnvState) -> EnvState:
 
 
 def scaled_orders(spec: EnvSpec, s: EnvState) -> Tensor:
-    """(N,) the chain action ``spec.scaled``'s rule takes at each copy's bar, judged at its close."""
+    """(N,) the chain action ``spec.scaled``'s rule takes at each copy's bar,
+    judged at its close."""
     return rule_orders(
         spec.scaled,
         spec.actions,
@@ -197,13 +208,13 @@ def scaled_orders(spec: EnvSpec, s: EnvState) -> Tensor:
     )
 
 
-# ---------------------------------------------------------------------------------------------- episode starts
+# ----------------------------------------------------------------------------------- episode starts
 
 
 def blend(fresh: Tensor, new: Tensor | float, old: Tensor) -> Tensor:
-    """``old`` with ``new`` in the copies flagged ``fresh`` (N,) (over the last dim), without a data-dependent
-    shape. Floats blend by ``lerp`` with 0/1 weights (exact for finite values, and several times cheaper than
-    ``where`` on a CPU), flags by logic, integers by ``where``."""
+    """``old`` with ``new`` in the copies flagged ``fresh`` (N,) (over the last dim), without a
+    data-dependent shape. Floats blend by ``lerp`` with 0/1 weights (exact for finite values, and
+    several times cheaper than ``where`` on a CPU), flags by logic, integers by ``where``."""
     if old.dtype == torch.bool:
         return (old & ~fresh) | (fresh & new)
     if old.is_floating_point():
@@ -213,8 +224,8 @@ def blend(fresh: Tensor, new: Tensor | float, old: Tensor) -> Tensor:
 
 
 def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
-    """Empty the ``fresh`` copies' books: initial cash, no positions, shares, costs or statistics (and under reward
-    dsr, the Sharpe ratio moments back at their prior)."""
+    """Empty the ``fresh`` copies' books: initial cash, no positions, shares, costs or statistics
+    (and under reward dsr, the Sharpe ratio moments back at their prior)."""
     cash = spec.cfg.initial_cash
     s.cash, s.equity, s.peak = (
         blend(fresh, cash, s.cash),
@@ -238,7 +249,8 @@ def clear_books(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
 
 
 def restart(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
-    """Start the ``fresh`` copies afresh at random bars of random underlyings, each from its own next draw."""
+    """Start the ``fresh`` copies afresh at random bars of random underlyings, each from
+    its own next draw."""
     clear_books(spec, s, fresh)
     symbol, start = draw_starts(spec, s.key, s.draws)
     s.sym, s.t, s.t_start = (
@@ -251,7 +263,8 @@ def restart(spec: EnvSpec, s: EnvState, fresh: Tensor) -> None:
 
 
 def draw_starts(spec: EnvSpec, key: Tensor, draws: Tensor) -> tuple[Tensor, Tensor]:
-    """(underlying, first bar) of the next episode of the copies with keys ``key`` that drew ``draws`` before."""
+    """(underlying, first bar) of the next episode of the copies with keys ``key`` that drew
+    ``draws`` before."""
     base = start_hash(key, draws)  # shared by both streams
     if spec.symbol_cdf is None:
         symbol = integers_of(base, "symbol", 0, spec.n_symbols - 1)
@@ -263,7 +276,8 @@ def draw_starts(spec: EnvSpec, key: Tensor, draws: Tensor) -> tuple[Tensor, Tens
 
 
 def restart_at(spec: EnvSpec, s: EnvState, starts: Tensor) -> None:
-    """Start every copy afresh at bar ``starts`` (N,), copy i on underlying i mod S, for a full-length episode."""
+    """Start every copy afresh at bar ``starts`` (N,), copy i on underlying i mod S, for a
+    full-length episode."""
     every = torch.ones_like(s.t, dtype=torch.bool)
     clear_books(spec, s, every)
     s.sym = spec.copy_ids % spec.n_symbols
@@ -271,11 +285,12 @@ def restart_at(spec: EnvSpec, s: EnvState, starts: Tensor) -> None:
 
 
 def stagger(s: EnvState) -> None:
-    """Cut every copy's episode to U{1..its full length} bars, from each copy's own draws (so a seed, and a
-    checkpoint's state, still fix it): the copies then end, and restart, on different steps ever after, as far
-    apart as a long run would have put them. The bars left (t_end - t) are then uniform, as at a random moment of
-    full-length episodes. The cut episode is a real, shorter one: its progress feature runs 0..1 over its own
-    bars, and it is not counted among full-length episodes (``episodes.full_length``)."""
+    """Cut every copy's episode to U{1..its full length} bars, from each copy's own draws (so a
+    seed, and a checkpoint's state, still fix it): the copies then end, and restart, on different
+    steps ever after, as far apart as a long run would have put them. The bars left (t_end - t) are
+    then uniform, as at a random moment of full-length episodes. The cut episode is a real, shorter
+    one: its progress feature runs 0..1 over its own bars, and it is not counted among full-length
+    episodes (``episodes.full_length``)."""
     span = s.t_end - s.t_start
     u = uniform(s.key, s.draws, "stagger")
     s.t_end = s.t_start + torch.minimum((u * span).long() + 1, span)

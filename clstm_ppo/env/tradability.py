@@ -1,9 +1,10 @@
-"""Whether an account can trade what the action space offers: the one line ``data``, ``train`` and ``evaluate``
-print when, on most calm bars of a split, a fresh account (the initial cash, an empty book) cannot hold the
-smallest order of an option the action space offers (docs/MARKET.md, "Sizing").
+"""Whether an account can trade what the action space offers: the one line ``data``, ``train``
+and ``evaluate`` print when, on most calm bars of a split, a fresh account (the initial cash,
+an empty book) cannot hold the smallest order of an option the action space offers
+(docs/MARKET.md, "Sizing").
 
-The check is the env's own mask, judged at every bar of the split at once (one copy a bar), split into the limits
-it checks, so the line says which orders fail, why, and which setting fixes it.
+The check is the env's own mask, judged at every bar of the split at once (one copy a bar), split
+into the limits it checks, so the line says which orders fail, why, and which setting fixes it.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def _fixes(market: MarketConfig, cfg: EnvConfig) -> dict[str, tuple[str, str]]:
             f"raise env.max_order_notional (0: no cap){frac}",
         ),
         "room": (
-            f"the cash room (env.initial_cash {_money(cfg.initial_cash)} less the fee reserves) cannot pay for "
-            f"{unit}",
+            f"the cash room (env.initial_cash {_money(cfg.initial_cash)} less the fee reserves) "
+            f"cannot pay for {unit}",
             f"raise env.initial_cash{frac}",
         ),
     }
@@ -56,7 +57,8 @@ def _fixes(market: MarketConfig, cfg: EnvConfig) -> dict[str, tuple[str, str]]:
 def untradable_orders(
     data: MarketData, split: str, market: MarketConfig, cfg: EnvConfig
 ) -> dict[str, list[str]]:
-    """The option orders a fresh account cannot hold on most calm bars of ``split``, by the first limit that fails
+    """The option orders a fresh account cannot hold on most calm bars of ``split``, by the
+    first limit that fails
     them: {"budget" | "notional" | "room": [order words, ...]} (empty where every order fits)."""
     check = dataclasses.replace(cfg, dtype="float64", episode_length=0, ruin_fraction=0.0)
     bounds = MarketWindows(data, split)  # checks the split's name
@@ -99,8 +101,8 @@ def untradable_orders(
 def untradable_line(
     data: MarketData, split: str, market: MarketConfig, cfg: EnvConfig
 ) -> str | None:
-    """One line naming the orders a fresh account cannot hold on most calm bars of ``split``, why, and the
-    setting that fixes it; None where every offered order fits."""
+    """One line naming the orders a fresh account cannot hold on most calm bars of ``split``, why,
+    and the setting that fixes it; None where every offered order fits."""
     failing = untradable_orders(data, split, market, cfg)
     if not failing:
         return None
@@ -115,17 +117,17 @@ def untradable_line(
     count = sum(len(orders) for orders in failing.values())
     sizing = "whole contracts" if market.sizing == "whole" else "fractional contracts"
     return (
-        f"warning: on most bars of the {split} split a fresh account cannot hold {count} of the {total} option "
-        f"orders the action space offers ({sizing}); the policy's choice of them becomes hold: "
-        + "; ".join(parts)
+        f"warning: on most bars of the {split} split a fresh account cannot hold {count} of the "
+        f"{total} option orders the action space offers ({sizing}); the policy's choice "
+        "of them becomes hold: " + "; ".join(parts)
     )
 
 
 def untradable_notice(
     data: MarketData, splits: tuple[str, ...], market: MarketConfig, cfg: EnvConfig
 ) -> str | None:
-    """``untradable_line`` of the first of ``splits`` it speaks for, naming the others where it does too: one line
-    for a command that uses several splits."""
+    """``untradable_line`` of the first of ``splits`` it speaks for, naming the others where it does
+    too: one line for a command that uses several splits."""
     lines = {split: untradable_line(data, split, market, cfg) for split in splits}
     failing = [split for split, line in lines.items() if line]
     if not failing:

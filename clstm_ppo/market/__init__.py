@@ -1,5 +1,5 @@
-"""Option market: Black-Scholes pricing and Greeks, the chain, the implied-vol surface and its inputs, and
-itemised trading costs."""
+"""Option market: Black-Scholes pricing and Greeks, the chain, the implied-vol surface and its
+inputs, and itemised trading costs."""
 
 from clstm_ppo.market.black_scholes import Greeks, bs_call_put, bs_greeks, bs_price
 from clstm_ppo.market.chain import chain_strikes, strike_step

@@ -66,7 +66,8 @@ def _intrinsic(spot: Tensor, strike: Tensor, is_call: Tensor) -> Tensor:
 def bs_call_put(
     spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """Call and put prices per share from one evaluation; ``t`` in years; at t <= 0 the intrinsic values."""
+    """Call and put prices per share from one evaluation; ``t`` in years; at t <= 0 the
+    intrinsic values."""
     x = _terms(spot, strike, t, r, q, sigma, None)
     call = x.disc_s * torch.special.ndtr(x.d1) - x.disc_k * torch.special.ndtr(x.d2)
     put = call - x.disc_s + x.disc_k  # put-call parity
@@ -88,7 +89,8 @@ def bs_price(
     is_call: Tensor,
     log_s_over_k: Tensor | None = None,
 ) -> Tensor:
-    """Price per share of a call (``is_call``) or put; ``t`` in years; at t <= 0 the intrinsic value.
+    """Price per share of a call (``is_call``) or put; ``t`` in years; at t <= 0
+    the intrinsic value.
 
     ``log_s_over_k``: ln(spot / strike) when the caller already has it.
     """
@@ -132,7 +134,8 @@ def bs_greeks_before_expiry(
 def bs_greeks(
     spot: Tensor, strike: Tensor, t: Tensor, r: float, q: float, sigma: Tensor, is_call: Tensor
 ) -> Greeks:
-    """Price and Greeks in one pass; at t <= 0 the intrinsic value, its step delta and zero gamma, vega, theta."""
+    """Price and Greeks in one pass; at t <= 0 the intrinsic value, its step delta and zero
+    gamma, vega, theta."""
     g = bs_greeks_before_expiry(spot, strike, t, r, q, sigma, is_call)
     live = t > MIN_T
     sign = call_sign(is_call, spot.dtype)

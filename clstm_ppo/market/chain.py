@@ -1,4 +1,5 @@
-"""The option chain a bar offers: a moneyness x expiry grid with strikes rounded to a strike step."""
+"""The option chain a bar offers: a moneyness x expiry grid with strikes rounded
+to a strike step."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from torch import Tensor
 from clstm_ppo.config import CostConfig, MarketConfig
 from clstm_ppo.market.margin import index_rules
 
-# The first seven are an option order's; "shares" is trading the underlying (share_cost_bps of the notional).
+# The first seven are an option order's; "shares" is trading the underlying
+# (share_cost_bps of the notional).
 COST_KINDS = (
     "spread",
     "slippage",
@@ -32,8 +33,9 @@ OPTION_COST_KINDS = len(COST_KINDS) - 1
 
 
 class Ticks(NamedTuple):
-    """The quote grid: ``small`` below ``boundary`` dollars a share, ``large`` at and above it (tensors that
-    broadcast against the mids they round, e.g. one per underlying; 0 leaves that quote off the grid)."""
+    """The quote grid: ``small`` below ``boundary`` dollars a share, ``large`` at and above it
+    (tensors that broadcast against the mids they round, e.g. one per underlying; 0 leaves that
+    quote off the grid)."""
 
     small: Tensor | float
     large: Tensor | float
@@ -41,8 +43,8 @@ class Ticks(NamedTuple):
 
 
 def tick_sizes(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
-    """(S, 2) quote increments (below, at and above ``costs.tick_break``) per underlying: an index's or a
-    stock's, by the rule that also picks the margin rates (``margin.index_rules``)."""
+    """(S, 2) quote increments (below, at and above ``costs.tick_break``) per underlying: an index's
+    or a stock's, by the rule that also picks the margin rates (``margin.index_rules``)."""
     index = index_rules(broad_index, n_symbols, cfg)
     return np.where(
         index[:, None], np.asarray(cfg.costs.index_ticks), np.asarray(cfg.costs.stock_ticks)
@@ -51,12 +53,14 @@ def tick_sizes(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig
 
 class Fill(NamedTuple):
     price: Tensor  # per share, after spread and slippage
-    costs: Tensor  # (len(COST_KINDS), ...) dollars per kind: kinds first, so stacking and slicing stay contiguous
+    # (len(COST_KINDS), ...) dollars per kind: kinds first, so stacking and slicing stay contiguous
+    costs: Tensor
     total: Tensor  # dollars: sum of costs
 
 
 def quoted_spread(mid: Tensor, iv: Tensor, log_moneyness: Tensor, cfg: CostConfig) -> Tensor:
-    """Full bid-ask spread as a share of mid: wider for cheap, far-from-money and high-vol options."""
+    """Full bid-ask spread as a share of mid: wider for cheap, far-from-money and
+    high-vol options."""
     cheap = (1.0 - mid / cfg.spread_cheap_price).clamp(0.0, 1.0) * cfg.spread_cheap_coef
     far = log_moneyness.abs() * cfg.spread_moneyness_coef
     stormy = (iv - 0.20).clamp_min(0.0) * cfg.spread_vol_coef
@@ -84,15 +88,15 @@ def fill_price_at(
     ticks: Ticks | None = None,
     quote: Tensor | None = None,
 ) -> Tensor:
-    """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env quotes
-    each bar's chain once), rounded out to ``ticks`` (or at ``quote``, that rounding done once already by
-    ``side_quote``), and the size-driven slippage."""
+    """Per-share price of an order after ``half`` the quoted spread (a share of mid, known: the env
+    quotes each bar's chain once), rounded out to ``ticks`` (or at ``quote``, that rounding done
+    once already by ``side_quote``), and the size-driven slippage."""
     return _priced(mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks, quote)[0]
 
 
 def side_quote(mid: Tensor, is_sell: Side, half: Tensor, ticks: Ticks | None) -> Tensor | None:
-    """The bid (a sale) or ask on the tick grid, for an order priced several times at several sizes; None
-    without a grid."""
+    """The bid (a sale) or ask on the tick grid, for an order priced several times at several sizes;
+    None without a grid."""
     return (
         None
         if ticks is None
@@ -113,9 +117,9 @@ def _priced(
     ticks: Ticks | None,
     quote: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(price, spread paid, slippage paid), per share: mid moved against the trader by ``half`` of mid to the
-    quote, the quote rounded out to the tick grid (``quote``, where given), then by ``impact`` of mid; a sale
-    never below 0."""
+    """(price, spread paid, slippage paid), per share: mid moved against the trader by ``half`` of
+    mid to the quote, the quote rounded out to the tick grid (``quote``, where given), then by
+    ``impact`` of mid; a sale never below 0."""
     direction = _direction(is_sell)
     if ticks is None:  # a setting, not a tensor: no branch in the compiled graph
         return mid * (1.0 + direction * (half + impact)), mid * half, mid * impact
@@ -126,9 +130,9 @@ def _priced(
 
 
 def on_ticks(raw: Tensor, is_sell: Side, ticks: Ticks) -> Tensor:
-    """A quote rounded out to the tick grid: an ask up (one tick at least, however little the option is worth),
-    a bid down (to 0 below one tick). The grid is the small tick below ``ticks.boundary``; a rounding error of
-    1e-4 tick never moves a quote that sits on the grid."""
+    """A quote rounded out to the tick grid: an ask up (one tick at least, however little the option
+    is worth), a bid down (to 0 below one tick). The grid is the small tick below
+    ``ticks.boundary``; a rounding error of 1e-4 tick never moves a quote that sits on the grid."""
     small, large = (
         torch.as_tensor(x, dtype=raw.dtype, device=raw.device) for x in (ticks.small, ticks.large)
     )
@@ -146,8 +150,9 @@ def on_ticks(raw: Tensor, is_sell: Side, ticks: Ticks) -> Tensor:
 def strike_volume(
     base: Tensor, log_k_over_s: Tensor, years: Tensor, cfg: CostConfig, atm_years: float
 ) -> Tensor:
-    """Option-volume proxy of one strike: ``base`` (the at-the-money volume of a <= ``atm_years`` option)
-    falls by e per ``volume_moneyness_width`` of |ln(K/S)| and as (atm_years / T) ^ power beyond atm_years."""
+    """Option-volume proxy of one strike: ``base`` (the at-the-money volume of a <= ``atm_years``
+    option) falls by e per ``volume_moneyness_width`` of |ln(K/S)| and as (atm_years / T) ^ power
+    beyond atm_years."""
     far = torch.exp(log_k_over_s.abs() * (-1.0 / cfg.volume_moneyness_width))
     longer = (atm_years / years.clamp_min(atm_years)) ** cfg.volume_expiry_power
     return (base * far * longer).clamp_min(cfg.min_option_volume)
@@ -169,7 +174,8 @@ def order_fill(
     multiplier: int,
     ticks: Ticks | None = None,
 ) -> Fill:
-    """Fill price and itemised costs of buying (``is_sell=False``) or selling ``contracts`` at ``mid``.
+    """Fill price and itemised costs of buying (``is_sell=False``) or selling
+    ``contracts`` at ``mid``.
 
     ``contracts`` may be 0 (no order): every cost is then 0.
     """
@@ -196,8 +202,8 @@ def order_fill_at(
     ticks: Ticks | None = None,
     quote: Tensor | None = None,
 ) -> Fill:
-    """``order_fill`` with the half spread (and, on a tick grid, perhaps the quote) already known. Costs by kind:
-    every COST_KINDS row, "shares" 0."""
+    """``order_fill`` with the half spread (and, on a tick grid, perhaps the quote) already known.
+    Costs by kind: every COST_KINDS row, "shares" 0."""
     price, spread, slipped = _priced(
         mid, is_sell, half, slippage(contracts, option_volume, cfg), ticks, quote
     )
@@ -225,8 +231,8 @@ def order_fill_at(
 
 
 def _orders(contracts: Tensor) -> Tensor:
-    """1 where an order (or position) has contracts, else 0: whole or fractional (a 0.3-contract order pays the
-    whole per-order minimum)."""
+    """1 where an order (or position) has contracts, else 0: whole or fractional (a 0.3-contract
+    order pays the whole per-order minimum)."""
     return (contracts > 0).to(contracts.dtype)
 
 
@@ -236,14 +242,14 @@ def fees_only(fill: Fill) -> Tensor:
 
 
 def round_trip_fees_one_contract(cfg: CostConfig) -> float:
-    """Fees of buying one contract plus the closing-fee reserve it needs (SEC fee aside): an order of one
-    contract pays the per-order commission minimum."""
+    """Fees of buying one contract plus the closing-fee reserve it needs (SEC fee aside): an order
+    of one contract pays the per-order commission minimum."""
     return _round_trip_fees(max(cfg.commission_per_contract, cfg.commission_min_per_order), cfg)
 
 
 def round_trip_fees_per_contract(cfg: CostConfig) -> float:
-    """Fees per contract of opening and later closing an order (SEC fee and the per-order minimum aside, which
-    the cash room keeps back once per order: ``round_trip_order_minimum``)."""
+    """Fees per contract of opening and later closing an order (SEC fee and the per-order minimum
+    aside, which the cash room keeps back once per order: ``round_trip_order_minimum``)."""
     return _round_trip_fees(cfg.commission_per_contract, cfg)
 
 
@@ -253,7 +259,8 @@ def _round_trip_fees(commission: float, cfg: CostConfig) -> float:
 
 
 def round_trip_order_minimum(cfg: CostConfig) -> float:
-    """The commission minimums of opening one more order and later closing it: cash a new order keeps back."""
+    """The commission minimums of opening one more order and later closing it: cash a new
+    order keeps back."""
     return 2 * cfg.commission_min_per_order
 
 
@@ -288,8 +295,8 @@ def share_price_with_fees(price: Tensor, cfg: CostConfig) -> Tensor:
 def base_option_volume(
     volume: np.ndarray | None, shape: tuple[int, ...], cfg: CostConfig
 ) -> np.ndarray:
-    """At-the-money option-volume proxy of each bar: a share of the underlying's volume with a floor, or the
-    floor where the data has no volume."""
+    """At-the-money option-volume proxy of each bar: a share of the underlying's volume with a
+    floor, or the floor where the data has no volume."""
     if volume is None:
         return np.full(shape, cfg.min_option_volume)
     return np.maximum(volume * cfg.option_volume_ratio, cfg.min_option_volume)

@@ -12,17 +12,20 @@ from torch import Tensor
 
 
 def as_float(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """0/1 floats of a bool mask (through uint8: several times faster than ``mask.to(dtype)`` on CPU, eager).
+    """0/1 floats of a bool mask (through uint8: several times faster than
+    ``mask.to(dtype)`` on CPU, eager).
 
-    Compiled, a plain cast: inductor fuses it into its neighbours either way, and torch 2.11's inductor (the GPU
-    machines' version) cannot lower a bool tensor viewed as uint8. Both give the same exact 0/1 values."""
+    Compiled, a plain cast: inductor fuses it into its neighbours either way, and torch 2.11's
+    inductor (the GPU machines' version) cannot lower a bool tensor viewed as uint8. Both give the
+    same exact 0/1 values."""
     if torch.compiler.is_compiling():
         return mask.to(dtype)
     return mask.view(torch.uint8).to(dtype)
 
 
 def choose(mask: Tensor, if_true: Tensor, if_false: Tensor) -> Tensor:
-    """``torch.where(mask, if_true, if_false)`` for finite values: ``lerp`` with 0/1 weights is exact."""
+    """``torch.where(mask, if_true, if_false)`` for finite values: ``lerp`` with 0/1
+    weights is exact."""
     return torch.lerp(if_false, if_true, as_float(mask, if_true.dtype))
 
 

@@ -1,11 +1,13 @@
-"""The per-bar series the option market reads: implied vol at each open and close, rates, dividends, stale opens.
+"""The per-bar series the option market reads: implied vol at each open and close, rates,
+dividends, stale opens.
 
-Implied vol comes, in order of preference (docs/MARKET.md), from a real series joined by date (the embedded
-S&P 500 carries the CBOE VIX; a user file may carry an ``iv``/``vix`` column), else from a model: an EWMA
-volatility estimate mapped to implied vol by ``log IV = a + b log(sigma_ewma) + c leverage``, whose
-coefficients were fitted on the S&P 500 with the VIX over the training split only (``fit_iv_model``,
-``scripts/studies/fit_iv_model.py``). Every series here is causal: bar t's values read bars up to t only, and the
-only statistics taken from a whole split (the model's floor, the long-run vol) come from the training split.
+Implied vol comes, in order of preference (docs/MARKET.md), from a real series joined by date (the
+embedded S&P 500 carries the CBOE VIX; a user file may carry an ``iv``/``vix`` column), else from a
+model: an EWMA volatility estimate mapped to implied vol by
+``log IV = a + b log(sigma_ewma) + c leverage``, whose coefficients were fitted on the S&P 500 with
+the VIX over the training split only (``fit_iv_model``, ``scripts/studies/fit_iv_model.py``). Every
+series here is causal: bar t's values read bars up to t only, and the only statistics taken from a
+whole split (the model's floor, the long-run vol) come from the training split.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class MarketInputs:
 def ewma_vol(
     log_returns: np.ndarray, lam: float, first_var: np.ndarray, periods_per_year: float
 ) -> np.ndarray:
-    """Annualised EWMA volatility (RiskMetrics) of (S, T) log returns; bar t's value reads returns up to t.
+    """Annualised EWMA volatility (RiskMetrics) of (S, T) log returns; bar t's value
+    reads returns up to t.
 
     ``first_var``: (S,) per-bar variance before the first return (a causal start, e.g. the realised
     volatility at that bar). A recursive average has no window edge, so no return "drops out" of it.
@@ -49,7 +52,8 @@ def ewma_vol(
 
 
 def leverage(log_returns: np.ndarray, lam: float, periods_per_year: float) -> np.ndarray:
-    """EWMA of signed returns (annualised by sqrt(periods)): implied vol falls after rallies, rises after falls."""
+    """EWMA of signed returns (annualised by sqrt(periods)): implied vol falls after rallies,
+    rises after falls."""
     out = np.empty_like(log_returns)
     prev = np.zeros(log_returns.shape[0])
     for t in range(log_returns.shape[1]):
@@ -69,8 +73,8 @@ def _regressors(data: MarketData, cfg: MarketConfig) -> np.ndarray:
 
 
 def fit_iv_model(data: MarketData, cfg: MarketConfig) -> list[float]:
-    """Least-squares (a, b, c) of log IV on (1, log sigma_ewma, leverage) over the training split of ``data``,
-    which must carry a real implied-vol series (``iv`` column)."""
+    """Least-squares (a, b, c) of log IV on (1, log sigma_ewma, leverage) over the training split of
+    ``data``, which must carry a real implied-vol series (``iv`` column)."""
     if "iv" not in data.bars:
         raise ValueError("fitting the implied-vol model needs data with an iv/vix column")
     x = _regressors(data, cfg)
@@ -86,8 +90,9 @@ def _as_decimal(iv: np.ndarray) -> np.ndarray:
 
 
 def model_iv(data: MarketData, cfg: MarketConfig) -> np.ndarray:
-    """(S, T) implied vol from the EWMA model with ``cfg.iv_model_coefs``, floored at the lowest value it
-    gives on each underlying's training split (never extrapolated below the calmest training bar)."""
+    """(S, T) implied vol from the EWMA model with ``cfg.iv_model_coefs``, floored at the
+    lowest value it gives on each underlying's training split (never extrapolated below the
+    calmest training bar)."""
     iv = np.exp(_regressors(data, cfg) @ np.asarray(cfg.iv_model_coefs, dtype=np.float64))
     floor = iv[:, slice(*data.splits["train"])].min(axis=1, keepdims=True)
     return np.maximum(iv, floor)
@@ -110,7 +115,8 @@ def market_inputs(data: MarketData, cfg: MarketConfig) -> MarketInputs:
         iv_close = model_iv(data, cfg)
         # the model is close to close
         iv_open = np.concatenate([iv_close[:, :1], iv_close[:, :-1]], axis=1)
-    # A VIX-style series is a variance-swap rate, above at-the-money vol by about the skew's share: scale it.
+    # A VIX-style series is a variance-swap rate, above at-the-money vol by
+    # about the skew's share: scale it.
     iv_close, iv_open = (
         np.clip(x * cfg.atm_per_iv, cfg.min_iv, cfg.max_iv) for x in (iv_close, iv_open)
     )

@@ -1,9 +1,11 @@
 """Margin for short options (Cboe / FINRA rule 4210 style), per share of the option.
 
-    max(premium + a x spot - out-of-the-money amount, premium + b x (strike for a put, spot for a call))
+    max(premium + a x spot - out-of-the-money amount,
+        premium + b x (strike for a put, spot for a call))
 
-with (a, b) = (15%, 10%) for broad-based indices and (20%, 10%) for single stocks. The premium is the
-option's current value, so the requirement moves with the market; the sale's proceeds count toward it.
+with (a, b) = (15%, 10%) for broad-based indices and (20%, 10%) for single stocks. The
+premium is the option's current value, so the requirement moves with the market; the sale's
+proceeds count toward it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from clstm_ppo.market.flags import as_float
 
 
 def index_rules(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
-    """(S,) bool: which underlyings trade under index rules (margin rates, quote ticks), by ``margin_style``."""
+    """(S,) bool: which underlyings trade under index rules (margin rates, quote ticks), by
+    ``margin_style``."""
     if cfg.margin_style != "auto":
         return np.full(n_symbols, cfg.margin_style == "index")
     return (
@@ -28,7 +31,8 @@ def index_rules(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfi
 
 
 def margin_rates(broad_index: np.ndarray | None, n_symbols: int, cfg: MarketConfig) -> np.ndarray:
-    """(S, 2) rates (a, b) per underlying: index rates for broad-based indices, stock rates otherwise."""
+    """(S, 2) rates (a, b) per underlying: index rates for broad-based indices,
+    stock rates otherwise."""
     index = index_rules(broad_index, n_symbols, cfg)
     return np.where(index[:, None], np.asarray(cfg.index_margin), np.asarray(cfg.stock_margin))
 

@@ -1,16 +1,17 @@
-"""What the agent observes of a market: the bar features of ``data.features`` and, with ``data.option_features``,
-the option market's own state, read from the implied vol the env prices with (docs/ENVIRONMENT.md, "What the agent
-sees").
+"""What the agent observes of a market: the bar features of ``data.features`` and, with
+``data.option_features``, the option market's own state, read from the implied vol the env prices
+with (docs/ENVIRONMENT.md, "What the agent sees").
 
 The option features of underlying s at bar t, each reading bars up to t only:
 
-- ``iv``: the 30-day at-the-money implied vol at t's close, as the market quotes it (the VIX scaled to at-the-money,
-  a file's ``iv`` column, or the fitted model: ``market.inputs.market_inputs``);
-- ``iv_premium``: ``iv`` less the realized vol of the last ``data.vol_window`` bars (the variance risk premium in
-  vol points: an option seller's edge is larger when it is);
-- ``iv_change_5``, ``iv_change_20``: ``iv`` less its value 5 and 20 bars before (0 before the data's first bar);
-- ``iv_zscore``: ``iv`` against its mean and standard deviation over the trailing year (``data.periods_per_year``
-  bars; from 20 bars on, 0 before, and 0 where the year was flat).
+- ``iv``: the 30-day at-the-money implied vol at t's close, as the market quotes it (the VIX scaled
+  to at-the-money, a file's ``iv`` column, or the fitted model: ``market.inputs.market_inputs``);
+- ``iv_premium``: ``iv`` less the realized vol of the last ``data.vol_window`` bars (the variance
+  risk premium in vol points: an option seller's edge is larger when it is);
+- ``iv_change_5``, ``iv_change_20``: ``iv`` less its value 5 and 20 bars before (0 before
+  the data's first bar);
+- ``iv_zscore``: ``iv`` against its mean and standard deviation over the trailing year
+  (``data.periods_per_year`` bars; from 20 bars on, 0 before, and 0 where the year was flat).
 
 They are normalised like the bar features, with statistics of the training split alone.
 """
@@ -34,10 +35,12 @@ ZSCORE_MIN_BARS = 20  # a z-score over fewer bars than a month says little
 
 
 def option_feature_values(data: MarketData, market: MarketConfig) -> np.ndarray:
-    """(S, T, len(OPTION_FEATURE_NAMES)) raw option features of ``data`` under ``market``'s implied vol."""
+    """(S, T, len(OPTION_FEATURE_NAMES)) raw option features of ``data`` under
+    ``market``'s implied vol."""
     iv = pd.DataFrame(market_inputs(data, market).iv_close.T)  # (T, S): one column an underlying
     realized = data.raw_features[:, :, data.feature_names.index("realized_vol")].T
-    before = lambda k: iv.shift(k).fillna(iv.iloc[0])  # noqa: E731 - before the first bar: its value, no change
+    # before the first bar: its value, no change
+    before = lambda k: iv.shift(k).fillna(iv.iloc[0])  # noqa: E731
     rolling = iv.rolling(
         max(int(data.periods_per_year), ZSCORE_MIN_BARS), min_periods=ZSCORE_MIN_BARS
     )
@@ -50,8 +53,8 @@ def option_feature_values(data: MarketData, market: MarketConfig) -> np.ndarray:
 def with_option_features(
     data: MarketData, market: MarketConfig, saved: Normalizer | None = None
 ) -> MarketData:
-    """``data`` with the option features after its bar features, normalised with the training split's statistics
-    (or the option part of ``saved``, a checkpoint's normaliser)."""
+    """``data`` with the option features after its bar features, normalised with the training
+    split's statistics (or the option part of ``saved``, a checkpoint's normaliser)."""
     raw = option_feature_values(data, market)
     if saved is None:
         normalizer = Normalizer.fit(raw[:, slice(*data.splits["train"])], OPTION_FEATURE_NAMES)
@@ -74,15 +77,15 @@ def observed_feature_names(option_features: bool) -> tuple[str, ...]:
 def add_observed_features(
     data: MarketData, data_cfg: DataConfig, market: MarketConfig, saved: Normalizer | None = None
 ) -> MarketData:
-    """``data`` (from ``build_market_data``) as an agent of these settings observes it: with the option features
-    where ``data_cfg.option_features`` says so."""
+    """``data`` (from ``build_market_data``) as an agent of these settings observes it: with the
+    option features where ``data_cfg.option_features`` says so."""
     return with_option_features(data, market, saved) if data_cfg.option_features else data
 
 
 def observed_market_data(cfg: Config, normalizer: Normalizer | None = None) -> MarketData:
-    """The market data an agent of ``cfg`` trains, walks and predicts on: ``build_market_data`` and, with
-    ``data.option_features``, the option features under ``cfg.market``. ``normalizer``: a checkpoint's saved one,
-    which must cover exactly these features."""
+    """The market data an agent of ``cfg`` trains, walks and predicts on: ``build_market_data`` and,
+    with ``data.option_features``, the option features under ``cfg.market``. ``normalizer``: a
+    checkpoint's saved one, which must cover exactly these features."""
     names = observed_feature_names(cfg.data.option_features)
     if normalizer is not None and normalizer.names != names:
         raise DataError(

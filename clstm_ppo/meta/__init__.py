@@ -1,4 +1,5 @@
-"""Few-shot BUY/HOLD/SELL on new underlyings (docs/ADAPTATION.md): tasks, MAML, prototypical networks, baselines."""
+"""Few-shot BUY/HOLD/SELL on new underlyings (docs/ADAPTATION.md): tasks, MAML, prototypical
+networks, baselines."""
 
 from clstm_ppo.meta.tasks import CLASSES, Episodes, FewShotData, band, labels, sample_episodes
 

@@ -1,5 +1,5 @@
-"""Per-episode accuracy, balanced accuracy and macro-F1; means with normal 95% CIs over episodes; the table and
-the plot of accuracy against adaptation steps."""
+"""Per-episode accuracy, balanced accuracy and macro-F1; means with normal 95% CIs over episodes;
+the table and the plot of accuracy against adaptation steps."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ Z95 = 1.959964
 
 
 def episode_metrics(y: np.ndarray, pred: np.ndarray, n_classes: int = 3) -> dict[str, float]:
-    """One episode's query metrics. Balanced accuracy and macro-F1 average over the classes present in the query
-    (a class absent there has no recall), as scikit-learn does."""
+    """One episode's query metrics. Balanced accuracy and macro-F1 average over the classes present
+    in the query (a class absent there has no recall), as scikit-learn does."""
     present = [c for c in range(n_classes) if (y == c).any()]
     recalls, f1s = [], []
     for c in present:
@@ -59,7 +59,8 @@ def format_table(results: dict[str, dict]) -> str:
 
 
 def plot_steps(results: dict[str, dict], path: Path) -> None:
-    """Balanced accuracy with its 95% CI against the number of adaptation steps, one line per method."""
+    """Balanced accuracy with its 95% CI against the number of adaptation steps,
+    one line per method."""
     import matplotlib
 
     matplotlib.use("Agg")

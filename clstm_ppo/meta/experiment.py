@@ -1,5 +1,6 @@
-"""The few-shot protocol: k-fold over underlyings; meta-train on the other underlyings' training years, meta-test on
-the held-out ones' later years (validation and test splits), every method on the same test episodes."""
+"""The few-shot protocol: k-fold over underlyings; meta-train on the other underlyings' training
+years, meta-test on the held-out ones' later years (validation and test splits), every method on the
+same test episodes."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def _train(
     p: Protocol,
     seed: int,
 ) -> None:
-    """``p.iterations`` steps on fresh training tasks (the same task stream for every method of a fold)."""
+    """``p.iterations`` steps on fresh training tasks (the same task stream for every
+    method of a fold)."""
     rng = np.random.default_rng(seed)
     for _ in range(p.iterations):
         ep = sample_episodes(fs, symbols, fs.region("train"), p.meta_batch, p.shots, p.n_query, rng)
@@ -67,7 +69,8 @@ def run_protocol(
     p: Protocol,
     log: Callable[[str], None] = print,
 ) -> dict[str, dict]:
-    """Every method's query predictions over every fold, summarised per number of adaptation steps."""
+    """Every method's query predictions over every fold, summarised per number of
+    adaptation steps."""
     preds: dict[str, dict[int, list[np.ndarray]]] = {}
     ys: list[np.ndarray] = []
     n_features = len(data.feature_names)

@@ -1,5 +1,6 @@
-"""Baselines: an encoder + head pretrained on every meta-training underlying pooled (then fine-tuned, or used as
-it is: no adaptation), training from scratch on the support set alone, and the majority class."""
+"""Baselines: an encoder + head pretrained on every meta-training underlying pooled (then
+fine-tuned, or used as it is: no adaptation), training from scratch on the support set alone, and
+the majority class."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ def pooled_step(
     xq: Tensor,
     yq: Tensor,
 ) -> float:
-    """Plain supervised learning on the training tasks' bars, support and query pooled (each labelled with its own
-    task's band): what the encoder learns without any episodic structure."""
+    """Plain supervised learning on the training tasks' bars, support and query pooled (each
+    labelled with its own task's band): what the encoder learns without any episodic structure."""
     x = torch.cat([xs.flatten(0, 1), xq.flatten(0, 1)])
     y = torch.cat([ys.flatten(), yq.flatten()])
     value = nn.functional.cross_entropy(model(x), y)

@@ -1,6 +1,7 @@
-"""MAML (Finn et al. 2017) through ``torch.func``: the inner loop is plain SGD on a dict of parameters, so the
-meta-gradient of the query loss differentiates through it (second order) unless ``first_order`` cuts the inner
-gradients out of the graph (FOMAML). Tasks of a meta-batch run under one ``vmap``."""
+"""MAML (Finn et al. 2017) through ``torch.func``: the inner loop is plain SGD on a dict of
+parameters, so the meta-gradient of the query loss differentiates through it (second order) unless
+``first_order`` cuts the inner gradients out of the graph (FOMAML). Tasks of a meta-batch run
+under one ``vmap``."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def inner_adapt(
     lr: float,
     first_order: bool = False,
 ) -> Params:
-    """``steps`` SGD steps on the support set (x, y): p <- p - lr * dL/dp, functionally (no module is changed)."""
+    """``steps`` SGD steps on the support set (x, y): p <- p - lr * dL/dp, functionally (no
+    module is changed)."""
     for _ in range(steps):
         g = grad(lambda p: loss(model, p, x, y))(params)
         if first_order:  # FOMAML: the inner gradients are constants to the meta-gradient
@@ -65,7 +67,8 @@ def meta_gradient(
     yq: Tensor,
     cfg: MamlConfig,
 ) -> tuple[Params, Tensor]:
-    """Mean meta-gradient and mean query loss over a batch of tasks (xs: (E, Ns, TW, F), ys: (E, Ns), ...)."""
+    """Mean meta-gradient and mean query loss over a batch of tasks (xs: (E, Ns, TW, F),
+    ys: (E, Ns), ...)."""
 
     def one(p: Params, a: Tensor, b: Tensor, c: Tensor, d: Tensor) -> Tensor:
         return query_loss(model, p, a, b, c, d, cfg.inner_steps, cfg.inner_lr, cfg.first_order)
@@ -104,8 +107,9 @@ def adapt_predictions(
     lr: float,
     chunk: int = 64,
 ) -> dict[int, Tensor]:
-    """Query predictions (E, Nq) after each number of SGD steps in ``steps`` on each task's support set, from
-    ``params``: the evaluation of MAML, fine-tuning and training from scratch alike (0 steps: no adaptation)."""
+    """Query predictions (E, Nq) after each number of SGD steps in ``steps`` on each task's support
+    set, from ``params``: the evaluation of MAML, fine-tuning and training from scratch alike (0
+    steps: no adaptation)."""
 
     def trajectory(p: Params, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         out, done = [], 0

@@ -1,4 +1,5 @@
-"""The few-shot classifier: our MarketEncoder (LSTM 1 + MLP) and a linear 3-way head, and its functional form."""
+"""The few-shot classifier: our MarketEncoder (LSTM 1 + MLP) and a linear 3-way head, and
+its functional form."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ Params = dict[str, Tensor]
 
 
 class FewShotNet(nn.Module):
-    """(B, TW, F) windows -> (B, 3) logits; ``encoder`` alone gives the codes prototypical networks compare."""
+    """(B, TW, F) windows -> (B, 3) logits; ``encoder`` alone gives the codes prototypical
+    networks compare."""
 
     def __init__(self, n_features: int, cfg: AgentConfig, n_classes: int = 3):
         super().__init__()
@@ -29,9 +31,10 @@ class FewShotNet(nn.Module):
 
 
 def unrolled_lstm(lstm: nn.LSTM, x: Tensor) -> Tensor:
-    """The last hidden state of one-layer ``lstm`` over (B, TW, F), step by step in plain tensor ops: the same
-    numbers as the fused kernel (tests), but every op has a vmap batching rule and a double backward, which
-    MAML's per-task inner loops need (the fused CPU kernel has neither under vmap)."""
+    """The last hidden state of one-layer ``lstm`` over (B, TW, F), step by step in plain
+    tensor ops: the same numbers as the fused kernel (tests), but every op has a vmap batching
+    rule and a double backward, which MAML's per-task inner loops need (the fused CPU kernel
+    has neither under vmap)."""
     w_ih, w_hh = lstm.weight_ih_l0, lstm.weight_hh_l0
     # the input projection of every step at once
     xi = x @ w_ih.T + (lstm.bias_ih_l0 + lstm.bias_hh_l0)
@@ -45,7 +48,8 @@ def unrolled_lstm(lstm: nn.LSTM, x: Tensor) -> Tensor:
 
 
 def params_of(model: nn.Module) -> Params:
-    """The model's parameters as a dict of detached tensors, the starting point of a functional pass."""
+    """The model's parameters as a dict of detached tensors, the starting point of
+    a functional pass."""
     return {name: p.detach() for name, p in model.named_parameters()}
 
 

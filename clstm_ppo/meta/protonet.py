@@ -1,5 +1,6 @@
-"""Prototypical networks (Snell et al. 2017) on the MarketEncoder's codes: a class's prototype is the mean code of
-its support bars, and a query bar goes to the nearest prototype in squared Euclidean distance."""
+"""Prototypical networks (Snell et al. 2017) on the MarketEncoder's codes: a class's prototype is
+the mean code of its support bars, and a query bar goes to the nearest prototype in squared
+Euclidean distance."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ MISSING = -1e9  # the logit of a class with no support bar: never predicted
 
 
 def prototypes(codes: Tensor, y: Tensor, n_classes: int = 3) -> tuple[Tensor, Tensor]:
-    """Class means of ``codes`` (E, Ns, D) by labels ``y`` (E, Ns): (E, C, D), and which classes had bars (E, C)."""
+    """Class means of ``codes`` (E, Ns, D) by labels ``y`` (E, Ns): (E, C, D), and which
+    classes had bars (E, C)."""
     onehot = nn.functional.one_hot(y, n_classes).to(codes.dtype)  # (E, Ns, C)
     counts = onehot.sum(1)  # (E, C)
     means = onehot.transpose(1, 2) @ codes / counts.clamp(min=1).unsqueeze(-1)
@@ -35,7 +37,8 @@ def proto_step(
     xq: Tensor,
     yq: Tensor,
 ) -> float:
-    """One episodic training step: cross-entropy of the query bars against the support's prototypes."""
+    """One episodic training step: cross-entropy of the query bars against the
+    support's prototypes."""
     out = proto_logits(encoder, xs, ys, xq)
     value = nn.functional.cross_entropy(out.flatten(0, 1), yq.flatten())
     optimizer.zero_grad(set_to_none=True)

@@ -1,4 +1,5 @@
-"""Few-shot tasks: one task is (underlying, date window), labelled BUY / HOLD / SELL from its own support set.
+"""Few-shot tasks: one task is (underlying, date window), labelled BUY / HOLD / SELL from
+its own support set.
 
 Layout of one task's window of ``n_support + n_query + 2 * horizon`` bars, starting at bar ``a``::
 
@@ -7,11 +8,12 @@ Layout of one task's window of ``n_support + n_query + 2 * horizon`` bars, start
     query bars    a+Ns+k .. a+Ns+k+Nq-1  labels read closes up to the window's last bar
     gap           k bars
 
-The label of bar t is the k-bar log return ``log(close[t+k] / close[t])`` against a band (lo, hi) = the 1/3
-and 2/3 quantiles of the *support* returns: below lo SELL, above hi BUY, else HOLD. The support set is so
-balanced by construction (5/5/5 for 15 distinct returns); the query set is labelled with the support's band, so
-its classes follow whatever the market did next, and a constant guess earns chance, not more. Inputs are the
-normalised feature windows ending at each bar (TW bars back, which may reach before the task's window: past).
+The label of bar t is the k-bar log return ``log(close[t+k] / close[t])`` against a band (lo, hi) =
+the 1/3 and 2/3 quantiles of the *support* returns: below lo SELL, above hi BUY, else HOLD. The
+support set is so balanced by construction (5/5/5 for 15 distinct returns); the query set is
+labelled with the support's band, so its classes follow whatever the market did next, and a constant
+guess earns chance, not more. Inputs are the normalised feature windows ending at each bar (TW bars
+back, which may reach before the task's window: past).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def labels(returns: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Episodes:
-    """E tasks: flat feature rows (``sym * T + t``) and labels of their support (E, Ns) and query (E, Nq) bars."""
+    """E tasks: flat feature rows (``sym * T + t``) and labels of their support (E, Ns) and
+    query (E, Nq) bars."""
 
     support_rows: Tensor
     support_y: Tensor
@@ -62,13 +65,14 @@ class Episodes:
 
 
 class FewShotData:
-    """One data source's features (normalised on the meta-training underlyings' training bars only), its k-bar
-    forward returns and windows, and the bar ranges tasks may come from."""
+    """One data source's features (normalised on the meta-training underlyings' training bars only),
+    its k-bar forward returns and windows, and the bar ranges tasks may come from."""
 
     def __init__(self, data: MarketData, train_symbols: list[int], horizon: int):
         self.data, self.horizon = data, horizon
         train_start, train_end = data.splits["train"]
-        # Held-out underlyings must not shape the inputs: the statistics come from the meta-training ones alone.
+        # Held-out underlyings must not shape the inputs: the statistics come
+        # from the meta-training ones alone.
         normalizer = Normalizer.fit(
             data.raw_features[train_symbols, train_start:train_end], data.feature_names
         )
@@ -81,8 +85,9 @@ class FewShotData:
         self.forward_returns = fwd  # (S, T): bar t's label reads close[t + horizon]
 
     def region(self, name: str) -> tuple[int, int]:
-        """[first, end) bars a task's window may cover: ``train`` the training split (meta-training),
-        ``later`` validation and test (meta-testing on later years than any meta-training bar)."""
+        """[first, end) bars a task's window may cover: ``train`` the training split
+        (meta-training), ``later`` validation and test (meta-testing on later years than any
+        meta-training bar)."""
         start, end = self.data.splits["train"]
         if name == "later":
             start, end = self.data.splits["validation"][0], self.n_bars
@@ -101,14 +106,15 @@ def sample_episodes(
     n_query: int,
     rng: np.random.Generator,
 ) -> Episodes:
-    """``n`` tasks on ``symbols``, windows inside ``region``; 3-way, ``shots`` support bars per class."""
+    """``n`` tasks on ``symbols``, windows inside ``region``; 3-way, ``shots``
+    support bars per class."""
     n_support, k = 3 * shots, fs.horizon
     span = n_support + n_query + 2 * k
     first, end = region
     if end - first < span:
         raise DataError(
-            f"a task needs {span} bars (3 x shots + query + 2 x horizon); the region of its windows "
-            f"has {end - first}: lower --shots, --query or --horizon"
+            f"a task needs {span} bars (3 x shots + query + 2 x horizon); the region of its "
+            f"windows has {end - first}: lower --shots, --query or --horizon"
         )
     sym = rng.choice(np.asarray(symbols), size=n)
     start = rng.integers(first, end - span + 1, size=n)
@@ -132,7 +138,8 @@ def sample_episodes(
 
 
 def folds(n_symbols: int, k: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """k-fold over underlyings: (meta-train, held-out) index lists, each underlying held out once."""
+    """k-fold over underlyings: (meta-train, held-out) index lists, each
+    underlying held out once."""
     order = np.random.default_rng(seed).permutation(n_symbols)
     parts = np.array_split(order, k)
     return [

@@ -1,5 +1,6 @@
-"""``--pretraining`` with ``pretrain.method maml|protonet``: meta-learn the agent's encoder (LSTM 1 + MLP) on
-few-shot BUY/HOLD/SELL tasks over every training underlying's training split, instead of next-bar regression."""
+"""``--pretraining`` with ``pretrain.method maml|protonet``: meta-learn the agent's encoder (LSTM 1
++ MLP) on few-shot BUY/HOLD/SELL tasks over every training underlying's training split, instead of
+next-bar regression."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ META_BATCH = 16
 def meta_pretrain_encoder(
     encoder: torch.nn.Module, data: MarketData, cfg: Config, method: str, seed: int
 ) -> list[dict[str, float]]:
-    """Train ``encoder`` in place by ``method`` (maml or protonet); one record per epoch: the mean query loss."""
+    """Train ``encoder`` in place by ``method`` (maml or protonet); one record per epoch:
+    the mean query loss."""
     if not isinstance(encoder, MarketEncoder):
         raise ConfigError(
             f"pretrain.method {method} meta-learns LSTM 1 + MLP, which agent.kind "
@@ -32,7 +34,8 @@ def meta_pretrain_encoder(
     # statistics of every underlying's training bars: the run's own
     fs = FewShotData(data, symbols, horizon=5)
     net = FewShotNet(len(data.feature_names), cfg.agent).to(device)
-    net.encoder = encoder  # the agent's own module: what the meta-learning changes is what the agent starts from
+    # the agent's own module: what the meta-learning changes is what the agent starts from
+    net.encoder = encoder
     params = encoder.parameters() if method == "protonet" else net.parameters()
     optimizer = torch.optim.Adam(params, lr=cfg.pretrain.lr)
     rng = np.random.default_rng(seed)

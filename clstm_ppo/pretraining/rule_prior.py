@@ -1,16 +1,18 @@
-"""A prior from the rules (``pretrain.method: rule``): the policy starts as the best fixed rule of the training
-years and PPO asks only when to deviate from it (docs/TRAINING.md, "A prior from the rules").
+"""A prior from the rules (``pretrain.method: rule``): the policy starts as the best fixed
+rule of the training years and PPO asks only when to deviate from it (docs/TRAINING.md, "A
+prior from the rules").
 
-1. The rule: every rule of ``backtest.rules.rule_family`` (or, ``prior.rules: conditional``, of the gated
-   family of ``backtest.conditional``) walked over the training split, the best by Sharpe over the T-bill kept
-   (picked on "train": no validation or test bar is read; a gate reads bars up to its own).
-2. Cloning: the training env's copies follow the rule for a rollout at a time, the model's greedy decisions are
-   scored against the rule's on that fresh rollout, and the whole policy (LSTM 1, MLP, LSTM 2, actor) is fitted to
-   the rule's actions by cross-entropy (or a target smoothed over the valid actions, ``prior.smoothing``), the
-   critic to the rule's returns (GAE, as PPO's value loss), until a fresh rollout's decisions match at
-   ``prior.accuracy`` or ``prior.rollouts`` are spent.
-3. Optionally, ``prior.kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling linearly to 0
-   at ``prior.kl_until`` of the planned env steps (``prior_coef``).
+1. The rule: every rule of ``backtest.rules.rule_family`` (or, ``prior.rules: conditional``, of
+   the gated family of ``backtest.conditional``) walked over the training split, the best by
+   Sharpe over the T-bill kept (picked on "train": no validation or test bar is read; a gate reads
+   bars up to its own).
+2. Cloning: the training env's copies follow the rule for a rollout at a time, the model's greedy
+   decisions are scored against the rule's on that fresh rollout, and the whole policy (LSTM 1, MLP,
+   LSTM 2, actor) is fitted to the rule's actions by cross-entropy (or a target smoothed over the
+   valid actions, ``prior.smoothing``), the critic to the rule's returns (GAE, as PPO's value loss),
+   until a fresh rollout's decisions match at ``prior.accuracy`` or ``prior.rollouts`` are spent.
+3. Optionally, ``prior.kl``: PPO's loss keeps -log pi(the rule's action) at that weight, falling
+   linearly to 0 at ``prior.kl_until`` of the planned env steps (``prior_coef``).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from clstm_ppo.env.scaled import ScaledRule
 PRIOR_SPLIT = "train"
 PRIOR_METRIC = "sharpe_excess"  # what the policy is judged by
 
-# (portfolio (..., P), mask (..., A), row (...)) -> the rule's actions (...); row = s * T + t, the bar observed
+# (portfolio (..., P), mask (..., A), row (...)) -> the rule's actions (...);
+# row = s * T + t, the bar observed
 RuleActions = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
 def pick_prior(data: MarketData, cfg: Config, device: torch.device) -> RulePick:
-    """The best rule of the training split by Sharpe over the T-bill, of the family ``prior.rules`` names."""
+    """The best rule of the training split by Sharpe over the T-bill, of the family
+    ``prior.rules`` names."""
     if cfg.prior.rules == "conditional":
         return pick_conditional_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
     return pick_rule(data, cfg, device, PRIOR_METRIC, PRIOR_SPLIT)
@@ -51,10 +55,10 @@ def pick_prior(data: MarketData, cfg: Config, device: torch.device) -> RulePick:
 def rule_actions(
     pick: RulePick, data: MarketData, cfg: Config, device: torch.device
 ) -> RuleActions:
-    """The rule's action for observed portfolios, masks and bars (rows of ``data``, the env's) of any leading
-    shape: a function of the observation alone, so the update reads it from the stored rollout, whichever path
-    collected it. A gated rule follows its rule where its gate is open at the observed bar, and keeps only its
-    shares where it is shut."""
+    """The rule's action for observed portfolios, masks and bars (rows of ``data``, the env's) of
+    any leading shape: a function of the observation alone, so the update reads it from the stored
+    rollout, whichever path collected it. A gated rule follows its rule where its gate is open at
+    the observed bar, and keeps only its shares where it is shut."""
     gated = pick.rule if isinstance(pick.rule, GatedRule) else GatedRule(pick.rule, ALWAYS)
     switch = [gated.rule, FixedRule(gated.rule.stock, None)]  # 0: the rule; 1: its shares alone
     follow = follow_rules(
@@ -82,7 +86,8 @@ def rule_actions(
 
 
 def one_times(one: int, portfolio: Tensor, mask: Tensor, row: Tensor) -> Tensor:  # noqa: ARG001
-    """A ``scale`` agent's prior at every decision: 1x, the index ``one`` (``RuleActions``' signature)."""
+    """A ``scale`` agent's prior at every decision: 1x, the index ``one``
+    (``RuleActions``' signature)."""
     return torch.full(mask.shape[:-1], one, dtype=torch.long, device=mask.device)
 
 
@@ -94,7 +99,8 @@ def prior_coef(cfg: Config, env_steps: int, planned_steps: int) -> float:
 def _sequence_forward(
     model: nn.Module, windows, s: RolloutStorage, idx: Tensor, precision: Precision
 ) -> tuple[Tensor, Tensor]:
-    """The model's logits and values over the stored sequences of copies ``idx`` (as the eager PPO loss runs them)."""
+    """The model's logits and values over the stored sequences of copies ``idx`` (as the eager
+    PPO loss runs them)."""
     h0, c0 = s.initial_state
     bars, bar_index = torch.unique(s.rows[:, idx], return_inverse=True)
     with precision.autocast():
@@ -112,10 +118,11 @@ def _sequence_forward(
 def cloning_loss(
     logits: Tensor, actions: Tensor, mask: Tensor, weight: Tensor, smoothing: float
 ) -> Tensor:
-    """Cross-entropy from cloning's target to the policy, each decision weighted by the rarity of the rule's action
-    there (``weight[action]``). The target is the rule's action, or with ``smoothing`` > 0 that share of it spread
-    evenly over the decision's valid actions (``mask``) and the rest on the rule's: a clone that keeps sampling the
-    others, which PPO can then learn to prefer (docs/TRAINING.md, "A prior from the rules")."""
+    """Cross-entropy from cloning's target to the policy, each decision weighted by the rarity of
+    the rule's action there (``weight[action]``). The target is the rule's action, or with
+    ``smoothing`` > 0 that share of it spread evenly over the decision's valid actions (``mask``)
+    and the rest on the rule's: a clone that keeps sampling the others, which PPO can then learn to
+    prefer (docs/TRAINING.md, "A prior from the rules")."""
     # action_logprob's arithmetic, shared by both terms
     normalised = logits - logits.logsumexp(dim=-1, keepdim=True)
     log_target = normalised.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
@@ -137,10 +144,10 @@ def clone_rule(
     cfg: Config,
     generator: torch.Generator,
 ) -> tuple[list[dict], Observation, State]:
-    """Fit ``model`` to the rule ``act`` on the training env's copies, from ``obs``, in float32; one record per
-    rollout (the share of its decisions the model's greedy choice matched before fitting on it, the median
-    probability it gave the rule's action, the cross-entropy after). Returns the records and where the env and
-    LSTM 2 state stand."""
+    """Fit ``model`` to the rule ``act`` on the training env's copies, from ``obs``, in float32; one
+    record per rollout (the share of its decisions the model's greedy choice matched before fitting
+    on it, the median probability it gave the rule's action, the cross-entropy after). Returns the
+    records and where the env and LSTM 2 state stand."""
     p = cfg.ppo
     precision = Precision(obs.row.device, "fp32")
     storage = RolloutStorage(
@@ -167,7 +174,8 @@ def clone_rule(
             None,
             act=lambda o: act(o.portfolio, o.mask, o.row),
         )
-        env.take_episode_sums()  # the rule's episodes are not the agent's: the training log starts after cloning
+        # the rule's episodes are not the agent's: the training log starts after cloning
+        env.take_episode_sums()
         with torch.no_grad():
             logits, _ = _sequence_forward(
                 model, env.market_windows, storage, torch.arange(env.num_envs), precision
@@ -178,8 +186,9 @@ def clone_rule(
         history.append(record)
         if matched >= cfg.prior.accuracy:
             break
-        # Each action the rule took weighs as much as any other: a rule that sells once a month and holds between
-        # would otherwise be cloned as "always hold", right on 95% of the decisions and useless.
+        # Each action the rule took weighs as much as any other: a rule that sells once a
+        # month and holds between would otherwise be cloned as "always hold", right on
+        # 95% of the decisions and useless.
         taken = torch.bincount(storage.actions.flatten(), minlength=env.actions.n).float()
         weight = torch.where(
             taken > 0, taken.sum() / (taken * (taken > 0).sum()), torch.zeros_like(taken)
@@ -218,9 +227,10 @@ class RulePrior:
         env_data: MarketData | None = None,
         scaled: ScaledRule | None = None,
     ):
-        """``data``: where the rule is picked (the real training years); ``env_data``: the training env's bars, when
-        they are more (``data.augment``), which a gate is read on. ``scaled``: a ``scale`` agent's rule, whose 1x
-        is the prior (the rule as it is, at every decision), picked when the run started."""
+        """``data``: where the rule is picked (the real training years); ``env_data``: the training
+        env's bars, when they are more (``data.augment``), which a gate is read on. ``scaled``: a
+        ``scale`` agent's rule, whose 1x is the prior (the rule as it is, at every decision), picked
+        when the run started."""
         self.cfg, self.scaled = cfg, scaled
         if scaled is not None:
             self.pick = None
@@ -234,8 +244,8 @@ class RulePrior:
         if self.scaled is not None:
             return f"prior: 1x {self.scaled.name} (agent.actions scale: the rule as it is)"
         return (
-            f"prior: {self.pick.name}, the best {self.pick.metric} ({self.pick.score:.3f}) of {self.pick.tried} "
-            f"fixed rules on {self.pick.split} {self.pick.walked}"
+            f"prior: {self.pick.name}, the best {self.pick.metric} ({self.pick.score:.3f}) of "
+            f"{self.pick.tried} fixed rules on {self.pick.split} {self.pick.walked}"
         )
 
     def clone(
@@ -246,21 +256,23 @@ class RulePrior:
         lstm_state: State,
         generator: torch.Generator,
     ) -> tuple[str, Observation, State]:
-        """Clone the rule into ``model``; a line saying how far it got, and where the env and LSTM 2 stand."""
+        """Clone the rule into ``model``; a line saying how far it got, and where the env
+        and LSTM 2 stand."""
         history, obs, lstm_state = clone_rule(
             model, env, obs, lstm_state, self.act, self.cfg, generator
         )
         last = history[-1]
         line = (
-            f"{self.describe()}; behaviour cloning matched {last['matched']:.1%} of a fresh rollout's decisions "
-            f"after {last['rollout']} rollout(s) of it (asked: {self.cfg.prior.accuracy:.0%}), the rule's "
-            f"action at median probability {last['p_rule']:.3f}"
+            f"{self.describe()}; behaviour cloning matched {last['matched']:.1%} of a fresh "
+            f"rollout's decisions after {last['rollout']} rollout(s) of it (asked: "
+            f"{self.cfg.prior.accuracy:.0%}), the rule's action at median probability "
+            f"{last['p_rule']:.3f}"
         )
         return line, obs, lstm_state
 
     def fill(self, storage: RolloutStorage, env_steps: int, planned_steps: int) -> float:
-        """The rule's actions at the stored decisions and this update's penalty weight, for the update's loss; the
-        weight."""
+        """The rule's actions at the stored decisions and this update's penalty weight, for the
+        update's loss; the weight."""
         coef = prior_coef(self.cfg, env_steps, planned_steps)
         storage.prior_coef.fill_(coef)
         # its -log pi is logged either way

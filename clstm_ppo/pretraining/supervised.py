@@ -1,4 +1,5 @@
-"""--pretraining: fit LSTM 1 + MLP with a head that predicts the next bar's return on the training split."""
+"""--pretraining: fit LSTM 1 + MLP with a head that predicts the next bar's return on
+the training split."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def pretrain_encoder(
 ) -> list[dict[str, float]]:
     """Train ``encoder`` in place; returns one record per epoch: train MSE and the predict-zero MSE.
 
-    Targets are the normalised log return of bar t+1; windows end at bar t, both inside the training split.
+    Targets are the normalised log return of bar t+1; windows end at bar t, both
+    inside the training split.
     """
     device = next(encoder.parameters()).device
     start, end = data.splits["train"]

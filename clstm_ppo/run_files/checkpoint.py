@@ -1,9 +1,9 @@
 """Checkpoints: atomic writes, best-model files, retention, and loading with clear errors.
 
 A checkpoint is one torch file holding everything a resume needs, as plain data
-(run_files/run_state.py); every .pt is read with torch.load(weights_only=True), which never runs code from it.
-Files are written to a temporary name in the same folder, fsynced, then renamed
-over the target, so a crash mid-write never leaves a damaged checkpoint.
+(run_files/run_state.py); every .pt is read with torch.load(weights_only=True), which never runs
+code from it. Files are written to a temporary name in the same folder, fsynced, then renamed over
+the target, so a crash mid-write never leaves a damaged checkpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class CheckpointError(ValueError):
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """Write ``obj`` to ``path`` whole or not at all; a failed write (e.g. a full disk) is a CheckpointError."""
+    """Write ``obj`` to ``path`` whole or not at all; a failed write (e.g. a full disk) is
+    a CheckpointError."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,10 +62,10 @@ def atomic_save(obj: Any, path: Path) -> None:
 
 
 def read_torch_file(path: Path, what: str, missing: str, corrupt: str) -> Any:
-    """The tensors and plain values torch saved at ``path`` (on the CPU), read as data: never code, whatever the file
-    holds. Otherwise one CheckpointError line: ``what`` (e.g. "checkpoint") not found (then ``missing``, the
-    caller's fix), holding Python objects (what they are, and the migrate step), or truncated or corrupt (then
-    ``corrupt``, the caller's fix)."""
+    """The tensors and plain values torch saved at ``path`` (on the CPU), read as data: never code,
+    whatever the file holds. Otherwise one CheckpointError line: ``what`` (e.g. "checkpoint") not
+    found (then ``missing``, the caller's fix), holding Python objects (what they are, and the
+    migrate step), or truncated or corrupt (then ``corrupt``, the caller's fix)."""
     if not path.is_file():
         raise CheckpointError(f"{what} {path} not found; {missing}")
     try:
@@ -85,7 +86,8 @@ def read_torch_file(path: Path, what: str, missing: str, corrupt: str) -> Any:
 
 
 def resolve_resume(choice: str, run_dir: Path) -> Path:
-    """``composite``/``win_rate``/``profit_rate``/``sharpe``/``latest`` in ``run_dir``, or a path."""
+    """``composite``/``win_rate``/``profit_rate``/``sharpe``/``latest`` in
+    ``run_dir``, or a path."""
     if choice in RESUME_CHOICES:
         name = "latest.pt" if choice == "latest" else f"best_{choice}.pt"
         return run_dir / name
@@ -99,7 +101,8 @@ def resolve_resume(choice: str, run_dir: Path) -> Path:
 
 
 def _write_failure(fh: Any, err: RuntimeError) -> str:
-    """Why torch.save could not write: the OS's reason, found by writing one more byte, else torch's words."""
+    """Why torch.save could not write: the OS's reason, found by writing one more byte,
+    else torch's words."""
     try:
         fh.write(b"\0")
         fh.flush()
@@ -109,8 +112,9 @@ def _write_failure(fh: Any, err: RuntimeError) -> str:
 
 
 def remove_stale_writes(run_dir: Path) -> list[str]:
-    """Delete the temporary files of checkpoint writes that a killed process never finished (``atomic_save``'s
-    ``.<name>.tmp-<pid>``); call it only while holding the run's lock, when no write of this run is under way."""
+    """Delete the temporary files of checkpoint writes that a killed process never finished
+    (``atomic_save``'s ``.<name>.tmp-<pid>``); call it only while holding the run's lock, when no
+    write of this run is under way."""
     stale = sorted(run_dir.glob(".*.tmp-*")) if run_dir.is_dir() else []
     for path in stale:
         with contextlib.suppress(OSError):
@@ -119,9 +123,10 @@ def remove_stale_writes(run_dir: Path) -> list[str]:
 
 
 def atomic_link(source: Path, path: Path, state: dict[str, Any]) -> None:
-    """``path`` becomes a second name of ``source``'s file (a hard link, put in place by an atomic rename), or, where
-    the file system has no hard links, a copy of ``state`` written by ``atomic_save``. Every write replaces a file
-    by renaming a new one over it, so a later latest.pt never changes what a link to an earlier one holds."""
+    """``path`` becomes a second name of ``source``'s file (a hard link, put in place by an atomic
+    rename), or, where the file system has no hard links, a copy of ``state`` written by
+    ``atomic_save``. Every write replaces a file by renaming a new one over it, so a later latest.pt
+    never changes what a link to an earlier one holds."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with contextlib.suppress(FileNotFoundError):
@@ -135,7 +140,8 @@ def atomic_link(source: Path, path: Path, state: dict[str, Any]) -> None:
 
 
 class CheckpointManager:
-    """Writes latest.pt, best_<metric>.pt and the last ``keep_last`` periodic checkpoints of one run."""
+    """Writes latest.pt, best_<metric>.pt and the last ``keep_last`` periodic
+    checkpoints of one run."""
 
     def __init__(self, run_dir: Path, keep_last: int):
         self.run_dir, self.keep_last = run_dir, keep_last
@@ -143,8 +149,9 @@ class CheckpointManager:
     def save(
         self, state: dict[str, Any], periodic: int | None = None, best: tuple[str, ...] = ()
     ) -> Path:
-        """latest.pt, and as other names of that one file (one write at 65,536 copies' hundreds of MB, not one per
-        name) update_<periodic>.pt and best_<metric>.pt of each metric in ``best``; returns latest.pt's path."""
+        """latest.pt, and as other names of that one file (one write at 65,536 copies' hundreds of
+        MB, not one per name) update_<periodic>.pt and best_<metric>.pt of each metric in ``best``;
+        returns latest.pt's path."""
         latest = self.run_dir / "latest.pt"
         atomic_save(state, latest)
         for metric in best:
@@ -159,9 +166,10 @@ class CheckpointManager:
 
 @contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold the run folder for one training process: a second one (e.g. the same resume started twice)
-    is refused instead of interleaving its checkpoints with the first's. The OS drops the lock if the
-    holder dies, so a crash never leaves the folder locked."""
+    """Hold the run folder for one training process: a second one (e.g. the same
+    resume started twice)
+    is refused instead of interleaving its checkpoints with the first's. The OS drops the lock if
+    the holder dies, so a crash never leaves the folder locked."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no advisory locks, run unguarded

@@ -1,9 +1,11 @@
-"""A run folder: which folders --fresh-start may move, where a launch may write, and which saved settings never
-choose an output folder (docs/RELIABILITY.md, "Bad input"; a run name's own rule is config/consistency.py's).
+"""A run folder: which folders --fresh-start may move, where a launch may write, and which saved
+settings never choose an output folder (docs/RELIABILITY.md, "Bad input"; a run name's own rule is
+config/consistency.py's).
 
-A run folder holds only what training writes there (checkpoints, the lock, config.yaml, metrics.jsonl, W&B's and
-TensorBoard's files) and the reports the end of a run suggests writing beside them; --fresh-start moves such a
-folder aside and refuses any other, so a name can never move a folder of someone's own files.
+A run folder holds only what training writes there (checkpoints, the lock, config.yaml,
+metrics.jsonl, W&B's and TensorBoard's files) and the reports the end of a run suggests writing
+beside them; --fresh-start moves such a folder aside and refuses any other, so a name can never move
+a folder of someone's own files.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 from clstm_ppo.config import ConfigError, with_defaults_at
 from clstm_ppo.run_files.checkpoint import BEST_METRICS
 
-# Every file name training (and the evaluate command its farewell suggests) writes into a run folder.
+# Every file name training (and the evaluate command its farewell
+# suggests) writes into a run folder.
 RUN_FILES = re.compile(
     "|".join(
         [
@@ -41,8 +44,8 @@ TENSORBOARD_FILE = re.compile(r"events\.out\.tfevents\..+")
 
 
 def foreign_entry(run_dir: Path) -> str | None:
-    """The first entry of ``run_dir`` that training never writes there (a name, with '/' for a folder), or None
-    when every entry is a run's."""
+    """The first entry of ``run_dir`` that training never writes there (a name, with '/' for a
+    folder), or None when every entry is a run's."""
     for entry in sorted(run_dir.iterdir()):
         if entry.is_symlink():
             return entry.name  # a link may point anywhere: never follow one while moving a run
@@ -63,7 +66,8 @@ def _is_tensorboard_folder(folder: Path) -> bool:
 
 
 def check_fresh_start(run_dir: Path) -> None:
-    """Before anything is touched: ``run_dir`` is a run folder of this project (or absent), else one line."""
+    """Before anything is touched: ``run_dir`` is a run folder of this project (or
+    absent), else one line."""
     if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
         raise ConfigError(
             f"--fresh-start: {run_dir} is not a run folder (a file or a link); --fresh-start moves "
@@ -74,13 +78,14 @@ def check_fresh_start(run_dir: Path) -> None:
     foreign = foreign_entry(run_dir)
     if foreign is not None:
         raise ConfigError(
-            f"--fresh-start: {run_dir} holds '{foreign}', which training never writes, so it is not "
-            "a run folder and was left as it is; move that out of it or pick another --run-name"
+            f"--fresh-start: {run_dir} holds '{foreign}', which training never writes, so it is "
+            "not a run folder and was left as it is; move that out of it or pick another --run-name"
         )
 
 
 def move_aside(run_dir: Path) -> Path | None:
-    """--fresh-start: keep the old run under a dated name instead of deleting it (``check_fresh_start`` first)."""
+    """--fresh-start: keep the old run under a dated name instead of deleting it
+    (``check_fresh_start`` first)."""
     check_fresh_start(run_dir)
     if not run_dir.exists() or all(p.name == ".lock" for p in run_dir.iterdir()):
         return None  # nothing to keep
@@ -94,9 +99,10 @@ def move_aside(run_dir: Path) -> Path | None:
 
 
 def check_writable_folder(folder: Path, flag: str) -> None:
-    """``folder`` is (or can be made as) a folder this process can write in, else one line naming ``flag``'s fix.
-    Checked by creating a nameless temporary file in the nearest existing folder, so a read-only mount or missing
-    permission shows as it would at the first checkpoint, before anything is written."""
+    """``folder`` is (or can be made as) a folder this process can write in, else one line naming
+    ``flag``'s fix. Checked by creating a nameless temporary file in the nearest existing folder, so
+    a read-only mount or missing permission shows as it would at the first checkpoint, before
+    anything is written."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -116,21 +122,24 @@ def check_writable_folder(folder: Path, flag: str) -> None:
 
 
 def remove_if_empty(run_dir: Path) -> None:
-    """After a launch that failed before training wrote anything: drop the folder it made (holding at most the
-    lock), so a refused launch leaves no empty run folder behind."""
+    """After a launch that failed before training wrote anything: drop the folder it made (holding
+    at most the lock), so a refused launch leaves no empty run folder behind."""
     try:
         if run_dir.is_dir() and all(p.name == ".lock" for p in run_dir.iterdir()):
             (run_dir / ".lock").unlink(missing_ok=True)
             run_dir.rmdir()
     except OSError:
-        pass  # another process took it meanwhile, or it cannot be removed: it holds nothing either way
+        # another process took it meanwhile, or it cannot be removed: it holds nothing either way
+        pass
 
 
-# The settings that say where a run writes: a file's saved settings never choose them (a shared checkpoint would
-# choose where adapt or TensorBoard writes); the command line and the current config do.
+# The settings that say where a run writes: a file's saved settings never choose them
+# (a shared checkpoint would choose where adapt or TensorBoard writes); the command
+# line and the current config do.
 OUTPUT_SETTINGS = ("output.checkpoint_dir", "output.run_name", "output.tensorboard")
 
 
 def without_saved_outputs(saved_config: dict) -> dict:
-    """A checkpoint's saved settings with the output folders reset to the defaults, for --set to choose."""
+    """A checkpoint's saved settings with the output folders reset to the defaults,
+    for --set to choose."""
     return with_defaults_at(saved_config, OUTPUT_SETTINGS)

@@ -1,10 +1,12 @@
-"""The agent's checkpoint as one typed, versioned run state, and the only code that writes or reads it.
+"""The agent's checkpoint as one typed, versioned run state, and the only code
+that writes or reads it.
 
-On disk a checkpoint is a dict of tensors and plain values (dicts, lists, tuples, str, int, float, bool, None), so
-``torch.load(weights_only=True)`` reads it as data and never runs code from it (docs/RELIABILITY.md, "What is safe
-to load"). numpy's random state, the one value that is not a tensor, is stored as its key (a tensor) and its numbers.
-Every field is checked on load: a missing or mistyped one is one CheckpointError line, before anything uses it.
-Files of version 1 (``clstm_ppo-checkpoint-v1``, numpy arrays inside) are read only by ``python -m clstm_ppo.migrate``.
+On disk a checkpoint is a dict of tensors and plain values (dicts, lists, tuples, str, int, float,
+bool, None), so ``torch.load(weights_only=True)`` reads it as data and never runs code from it
+(docs/RELIABILITY.md, "What is safe to load"). numpy's random state, the one value that is not a
+tensor, is stored as its key (a tensor) and its numbers. Every field is checked on load: a missing
+or mistyped one is one CheckpointError line, before anything uses it. Files of version 1
+(``clstm_ppo-checkpoint-v1``, numpy arrays inside) are read only by ``python -m clstm_ppo.migrate``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class BadField(ValueError):
 
 
 def field_of(saved: Any, key: str, kinds: type | tuple[type, ...], where: str = "") -> Any:
-    """``saved[key]`` when it is one of ``kinds`` (an int is never a bool here), else BadField naming it."""
+    """``saved[key]`` when it is one of ``kinds`` (an int is never a bool here), else
+    BadField naming it."""
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     if not isinstance(saved, dict) or key not in saved:
         raise BadField(f"no field '{where}{key}'")
@@ -46,7 +49,8 @@ def field_of(saved: Any, key: str, kinds: type | tuple[type, ...], where: str = 
 
 
 def tensors_of(saved: Any, key: str, where: str = "") -> dict[str, Any]:
-    """A dict whose leaves (through nested dicts) are all tensors, e.g. a model's or an env's state."""
+    """A dict whose leaves (through nested dicts) are all tensors, e.g. a model's
+    or an env's state."""
     value = field_of(saved, key, dict, where)
     for name, leaf in value.items():
         if isinstance(leaf, dict):
@@ -57,7 +61,8 @@ def tensors_of(saved: Any, key: str, where: str = "") -> dict[str, Any]:
 
 
 def numpy_rng_to_file(state: tuple) -> dict[str, Any]:
-    """np.random.get_state() as a tensor and numbers: its 624 uint32 words kept bit for bit as int32."""
+    """np.random.get_state() as a tensor and numbers: its 624 uint32 words kept bit
+    for bit as int32."""
     kind, key, pos, has_gauss, cached = state
     return {
         "kind": str(kind),
@@ -73,7 +78,8 @@ def numpy_rng_from_file(saved: Any, where: str) -> tuple:
     key = field_of(saved, "key", torch.Tensor, where)
     if key.dtype != torch.int32 or key.dim() != 1:
         raise BadField(
-            f"field '{where}key' is a {key.dtype} tensor of {key.dim()} dimension(s), not int32 words"
+            f"field '{where}key' is a {key.dtype} tensor of {key.dim()} "
+            "dimension(s), not int32 words"
         )
     return (
         field_of(saved, "kind", str, where),
@@ -86,8 +92,8 @@ def numpy_rng_from_file(saved: Any, where: str) -> tuple:
 
 @dataclass
 class RngState:
-    """One rank's random streams: torch's, numpy's (as np.random.get_state() gives it), Python's, the minibatch
-    generator's, and the CUDA device's on a GPU."""
+    """One rank's random streams: torch's, numpy's (as np.random.get_state() gives it), Python's,
+    the minibatch generator's, and the CUDA device's on a GPU."""
 
     torch: torch.Tensor
     numpy: tuple
@@ -122,8 +128,8 @@ class RngState:
 
 @dataclass
 class RankState:
-    """What differs between ranks at an update boundary (training/rank_state.py): random streams, the env copies,
-    LSTM 2's carried state and the portfolio features the next decision reads."""
+    """What differs between ranks at an update boundary (training/rank_state.py): random streams,
+    the env copies, LSTM 2's carried state and the portfolio features the next decision reads."""
 
     rng: RngState
     env: dict[str, Any]
@@ -155,9 +161,10 @@ class RankState:
 
 @dataclass
 class RunState:
-    """Everything a resume needs: model, optimizer, scaler, counters, the config, the normalisation statistics, the
-    world size and copies, checkpoint selection's scores, and every rank's state (``ranks``, rank 0 first; empty
-    in a checkpoint written between output.rank_state_every's saves)."""
+    """Everything a resume needs: model, optimizer, scaler, counters, the config, the
+    normalisation statistics, the world size and copies, checkpoint selection's scores, and every
+    rank's state (``ranks``, rank 0 first; empty in a checkpoint written between
+    output.rank_state_every's saves)."""
 
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
@@ -186,8 +193,8 @@ class RunState:
         }
 
     def to_file(self) -> dict[str, Any]:
-        """The dict torch.save writes: tensors and plain values only (a numpy number among the scores becomes a
-        Python one)."""
+        """The dict torch.save writes: tensors and plain values only (a numpy number among the
+        scores becomes a Python one)."""
         return as_plain_data(
             {
                 "format": FORMAT,
@@ -209,7 +216,8 @@ class RunState:
 
     @classmethod
     def from_file(cls, saved: dict[str, Any]) -> RunState:
-        """The run state of a file's dict (``to_file``'s), every field checked; BadField names the first wrong one."""
+        """The run state of a file's dict (``to_file``'s), every field checked; BadField names
+        the first wrong one."""
         version = field_of(saved, "version", int)
         if version > VERSION:
             raise BadField(
@@ -245,8 +253,9 @@ class RunState:
 
     @classmethod
     def from_version_1(cls, saved: dict[str, Any]) -> RunState:
-        """A version-1 checkpoint's dict (fully unpickled: numpy arrays inside) as a run state: rank 0's state at
-        the top level and ranks 1.. in ``other_ranks``; fields added later take the values their readers assumed."""
+        """A version-1 checkpoint's dict (fully unpickled: numpy arrays inside) as a run state: rank
+        0's state at the top level and ranks 1.. in ``other_ranks``; fields added later take the
+        values their readers assumed."""
 
         def rank(one: dict[str, Any]) -> dict[str, Any]:
             rng = dict(field_of(one, "rng", dict))
@@ -272,7 +281,8 @@ class RunState:
 
 
 def parse_run_state(saved: Any, path: Path) -> RunState:
-    """The run state in a file's loaded contents, or one CheckpointError line saying what the file is."""
+    """The run state in a file's loaded contents, or one CheckpointError line saying
+    what the file is."""
     if isinstance(saved, dict) and saved.get("format") == OLD_FORMAT:
         raise CheckpointError(
             f"{path} is a checkpoint of the older format {OLD_FORMAT}; convert it once with "
@@ -295,8 +305,8 @@ def parse_run_state(saved: Any, path: Path) -> RunState:
 def load_checkpoint(
     path: str | Path, missing: str = LOAD_FIXES[0], corrupt: str = LOAD_FIXES[1]
 ) -> RunState:
-    """The run state at ``path``, read as data (never code), or one CheckpointError line; ``missing`` and
-    ``corrupt`` are the caller's fixes for a file that is not there or not whole."""
+    """The run state at ``path``, read as data (never code), or one CheckpointError line;
+    ``missing`` and ``corrupt`` are the caller's fixes for a file that is not there or not whole."""
     path = Path(path)
     return parse_run_state(read_torch_file(path, "checkpoint", missing, corrupt), path)
 

@@ -1,10 +1,11 @@
-"""What a .pt file that does not load as data is, in one line, found without unpickling it (docs/RELIABILITY.md,
-"What is safe to load").
+"""What a .pt file that does not load as data is, in one line, found without unpickling it
+(docs/RELIABILITY.md, "What is safe to load").
 
-torch.load(weights_only=True) refuses any pickled Python object that is not a tensor or a plain value, before
-building it. Such a file is either one written before checkpoints were plain data (numpy arrays inside: the migrate
-step converts it) or one that names some other object (a class, a function: a crafted file can make unpickling
-call anything). torch lists the objects a file names without building any of them, which tells the two apart.
+torch.load(weights_only=True) refuses any pickled Python object that is not a tensor or a plain
+value, before building it. Such a file is either one written before checkpoints were plain data
+(numpy arrays inside: the migrate step converts it) or one that names some other object (a class, a
+function: a crafted file can make unpickling call anything). torch lists the objects a file names
+without building any of them, which tells the two apart.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ MIGRATE = "python -m clstm_ppo.migrate"
 
 
 def pickle_globals(path: Path) -> list[str]:
-    """The objects (``module.name``) a bare pickle names, read from its opcodes without running any of them."""
+    """The objects (``module.name``) a bare pickle names, read from its opcodes without
+    running any of them."""
     names, strings = [], []
     with open(path, "rb") as fh:
         for op, arg, _ in pickletools.genops(fh):
@@ -35,9 +37,9 @@ def pickle_globals(path: Path) -> list[str]:
 
 
 def named_objects(path: Path, refusal: str) -> list[str]:
-    """The Python objects (``module.name``) the pickle in ``path`` would build beyond tensors and plain values, read
-    without building them: torch lists them for its own archives; a bare pickle's opcodes name them; else the one
-    torch's refusal named."""
+    """The Python objects (``module.name``) the pickle in ``path`` would build beyond tensors and
+    plain values, read without building them: torch lists them for its own archives; a bare pickle's
+    opcodes name them; else the one torch's refusal named."""
     for reader in (torch.serialization.get_unsafe_globals_in_checkpoint, pickle_globals):
         try:
             found = list(reader(path))
@@ -51,26 +53,28 @@ def named_objects(path: Path, refusal: str) -> list[str]:
 
 
 def refusal_line(path: Path, what: str, refusal: str) -> str:
-    """One line for a file torch refused to load as data: what it holds, and the step that reads it if trusted."""
+    """One line for a file torch refused to load as data: what it holds, and the step that
+    reads it if trusted."""
     objects = named_objects(path, refusal)
     foreign = [name for name in objects if not name.startswith("numpy.")]
     if not foreign:
         return (
-            f"{what} {path} holds numpy arrays, as clstm_ppo files written before checkpoints were plain data "
-            f"did; only an explicit step reads those (a full unpickle, which can run code): if you trust the "
-            f"file, convert it once with `{MIGRATE} {path} NEW.pt --trust` and use NEW.pt"
+            f"{what} {path} holds numpy arrays, as clstm_ppo files written before checkpoints were "
+            "plain data did; only an explicit step reads those (a full unpickle, which can run "
+            f"code): if you trust the file, convert it once with `{MIGRATE} {path} NEW.pt "
+            "--trust` and use NEW.pt"
         )
     return (
-        f"{what} {path} holds a Python object no clstm_ppo file holds ({foreign[0]}) and was refused unread, "
-        f"since loading it could run code; if you trust its source and it is an older clstm_ppo file, "
-        f"`{MIGRATE} {path} NEW.pt --trust` converts it"
+        f"{what} {path} holds a Python object no clstm_ppo file holds ({foreign[0]}) and was "
+        "refused unread, since loading it could run code; if you trust its source and it is an "
+        f"older clstm_ppo file, `{MIGRATE} {path} NEW.pt --trust` converts it"
     )
 
 
 def as_plain_data(value: Any, where: str = "") -> Any:
-    """``value`` with every numpy array made a tensor and every numpy number a Python one, so that torch.load's
-    weights_only reads it back; anything else that is not a tensor or a plain value is a TypeError naming it, so a
-    file that would not load as data is never written."""
+    """``value`` with every numpy array made a tensor and every numpy number a Python one, so that
+    torch.load's weights_only reads it back; anything else that is not a tensor or a plain value is
+    a TypeError naming it, so a file that would not load as data is never written."""
     if isinstance(value, dict):
         # unchanged where nothing in it changes: a model's state dict keeps its metadata
         plain = {k: as_plain_data(v, f"{where}{k}.") for k, v in value.items()}

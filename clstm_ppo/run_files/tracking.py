@@ -1,5 +1,5 @@
-"""Where a run reports: console (tqdm bar and the episode line), metrics.jsonl, and optionally wandb and
-TensorBoard."""
+"""Where a run reports: console (tqdm bar and the episode line), metrics.jsonl, and optionally
+wandb and TensorBoard."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ def _clean(value: Any) -> Any:
     return value
 
 
-WANDB_ID_FILE = "wandb_run_id"  # in the run folder: a resume logs into the same W&B run, a fresh start into a new one
+# in the run folder: a resume logs into the same W&B run, a fresh start into a new one
+WANDB_ID_FILE = "wandb_run_id"
 
 
 def start_wandb(run_dir: Path, project: str, run_name: str, config: dict[str, Any]) -> Any:
-    """The W&B run of this run folder (the one it logged to before, if any); a failure is one line with the fix."""
+    """The W&B run of this run folder (the one it logged to before, if any); a failure is one
+    line with the fix."""
     import wandb  # imported only when asked for: it is slow to import
 
     id_file = run_dir / WANDB_ID_FILE
@@ -54,7 +56,8 @@ def start_wandb(run_dir: Path, project: str, run_name: str, config: dict[str, An
 
 
 def start_tensorboard(folder: str) -> Any:
-    """TensorBoard's writer into ``folder`` (made if missing), or a one-line error saying why not."""
+    """TensorBoard's writer into ``folder`` (made if missing), or a one-line
+    error saying why not."""
     try:
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
     except ImportError as err:
@@ -71,10 +74,11 @@ def start_tensorboard(folder: str) -> Any:
 
 
 def tidy_metrics(path: Path, up_to_step: int) -> str | None:
-    """Before a resume from ``up_to_step``: move metrics.jsonl's records past it (work logged after the checkpoint
-    resumed from, which the resume does again: a run killed before its next checkpoint, or a resume from an
-    earlier checkpoint of the run) into metrics.dropped-<time>.jsonl beside it, and drop a torn last line,
-    rewriting the file atomically; says what went where, or None. Nothing logged is ever deleted."""
+    """Before a resume from ``up_to_step``: move metrics.jsonl's records past it (work logged after
+    the checkpoint resumed from, which the resume does again: a run killed before its next
+    checkpoint, or a resume from an earlier checkpoint of the run) into metrics.dropped-<time>.jsonl
+    beside it, and drop a torn last line, rewriting the file atomically; says what went where, or
+    None. Nothing logged is ever deleted."""
     if not path.is_file():
         return None
     kept, dropped, torn = [], [], 0
@@ -108,8 +112,8 @@ def tidy_metrics(path: Path, up_to_step: int) -> str | None:
         tmp.replace(aside)  # kept before metrics.jsonl loses them
         last = json.loads(dropped[-1]).get("step", 0)
         kept_aside = (
-            f"moved {len(dropped)} record(s) past step {up_to_step:,} (to step {last:,}), logged after the "
-            f"checkpoint this resume starts from and trained again now, to {aside.name}"
+            f"moved {len(dropped)} record(s) past step {up_to_step:,} (to step {last:,}), logged "
+            f"after the checkpoint this resume starts from and trained again now, to {aside.name}"
         )
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(kept))
@@ -165,8 +169,8 @@ class Tracker:
         except OSError as err:
             # a full disk or a file-size limit: one line, and the checkpoints stay whole
             raise ConfigError(
-                f"could not write {self.jsonl.name} ({err.strerror or err}); latest.pt holds the last "
-                "finished update; free disk space, then continue with --resume-from latest"
+                f"could not write {self.jsonl.name} ({err.strerror or err}); latest.pt holds the "
+                "last finished update; free disk space, then continue with --resume-from latest"
             ) from None
         numbers = {
             f"{kind}/{k}": v

@@ -1,4 +1,5 @@
-"""``python -m clstm_ppo.scenarios train|sample|report``: generative models of daily bars (docs/SCENARIOS.md).
+"""``python -m clstm_ppo.scenarios train|sample|report``: generative models of daily bars
+(docs/SCENARIOS.md).
 
 train  --data sp500 --model wgan_gp|cgan|timegan [--out DIR] [--steps N]    writes DIR/<model>.pt
 sample --checkpoint CKPT --paths N [--length L] [--regime R] --out FILE.parquet
@@ -55,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--data", default=None, help="sp500, dow, synthetic, a CSV/parquet file or a folder of them"
     )
-    # a plain string, checked by check_model: an unknown model is one line, not argparse's usage block
+    # a plain string, checked by check_model: an unknown model is one
+    # line, not argparse's usage block
     train.add_argument("--model", required=True, help=f"one of: {', '.join(MODELS)}")
     train.add_argument(
         "--out", default="scenarios", help="folder for <model>.pt (default: scenarios)"
@@ -80,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="with --fold K: fit on the training years of walk-forward "
-        "fold K of N, the folds reproduce_paper.py --folds N makes (a fold's augmentation needs them)",
+        "fold K of N, the folds reproduce_paper.py --folds N makes (a fold's "
+        "augmentation needs them)",
     )
     train.add_argument("--fold", type=int, default=None)
     train.add_argument("--wandb", action="store_true", help="log the losses to Weights & Biases")
@@ -175,8 +178,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     print(
         f"{args.model}: {gen.step} steps on {cfg.data.source}'s training split "
-        f"({gen.data['train_first']}..{gen.data['train_last']}) in {time.perf_counter() - started:.0f} s "
-        f"on {device}; checkpoint {out}"
+        f"({gen.data['train_first']}..{gen.data['train_last']}) in "
+        f"{time.perf_counter() - started:.0f} s on {device}; checkpoint {out}"
     )
     return 0
 

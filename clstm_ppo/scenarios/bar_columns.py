@@ -1,4 +1,5 @@
-"""The per-bar columns a generator learns, their training-split scaling, and their reconstruction into OHLCV(+iv).
+"""The per-bar columns a generator learns, their training-split scaling, and their
+reconstruction into OHLCV(+iv).
 
 A bar becomes scale-free numbers that need nothing but the previous close to undo:
 
@@ -9,8 +10,8 @@ A bar becomes scale-free numbers that need nothing but the previous close to und
     dvol  = log(volume_t / volume_{t-1})                   (where the source has volume)
     logiv = log(iv_t)                                      (where the source has implied vol)
 
-Implied vol is kept as a level, not a change: the generator sees windows of a few dozen bars, and a level keeps a
-252-bar path's vol in the range it learned instead of a random walk that drifts away.
+Implied vol is kept as a level, not a change: the generator sees windows of a few dozen bars, and a
+level keeps a 252-bar path's vol in the range it learned instead of a random walk that drifts away.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ STD_FLOOR = 1e-8
 
 
 def feature_names(data: MarketData) -> tuple[str, ...]:
-    """The columns this data source supports: the four price columns, then volume and iv where present."""
+    """The columns this data source supports: the four price columns, then volume and
+    iv where present."""
     names = list(BASE_COLUMNS)
     if "volume" in data.bars:
         names.append("dvol")
@@ -40,7 +42,8 @@ def feature_names(data: MarketData) -> tuple[str, ...]:
 
 
 def bar_features(bars: dict[str, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
-    """(S, T - 1, F) columns of bars 1..T-1 of arrays (S, T); bar 0 only lends its close (and volume)."""
+    """(S, T - 1, F) columns of bars 1..T-1 of arrays (S, T); bar 0 only lends its
+    close (and volume)."""
     o, h, lo, c = (np.asarray(bars[k], dtype=np.float64) for k in ("open", "high", "low", "close"))
     cols = {
         "gap": np.log(o[:, 1:] / c[:, :-1]),
@@ -58,7 +61,8 @@ def bar_features(bars: dict[str, np.ndarray], names: tuple[str, ...]) -> np.ndar
 
 
 def split_bars(data: MarketData, split: str) -> dict[str, np.ndarray]:
-    """The bars of one split, (S, T) each; only rows inside it, so nothing from a later split leaks in."""
+    """The bars of one split, (S, T) each; only rows inside it, so nothing from a
+    later split leaks in."""
     start, end = data.splits[split]
     return {k: v[:, start:end] for k, v in data.bars.items()}
 
@@ -107,7 +111,8 @@ def start_state(data: MarketData, split: str = "train") -> dict[str, float]:
 def reconstruct(
     features: np.ndarray, names: tuple[str, ...], start: dict[str, float]
 ) -> dict[str, np.ndarray]:
-    """OHLCV(+iv) arrays (N, L) from raw (unscaled) columns (N, L, F), continuing from ``start``'s close.
+    """OHLCV(+iv) arrays (N, L) from raw (unscaled) columns (N, L, F), continuing
+    from ``start``'s close.
 
     Wicks go through abs(): a generator may emit a slightly negative one, and a bar must keep
     low <= min(open, close) <= max(open, close) <= high with every price positive.
@@ -142,10 +147,11 @@ def paths_frame(
     first_date: str | None = None,
     prefix: str = "P",
 ) -> pd.DataFrame:
-    """One long table (date, symbol, open, high, low, close[, volume][, iv][, rate]) of N paths on business days.
+    """One long table (date, symbol, open, high, low, close[, volume][, iv][, rate]) of N
+    paths on business days.
 
-    Every path shares the dates, so the loader aligns them as N underlyings. A constant ``rate`` (the start
-    state's) is written where the source had one.
+    Every path shares the dates, so the loader aligns them as N underlyings. A constant ``rate``
+    (the start state's) is written where the source had one.
     """
     n, length = prices["close"].shape
     begin = (

@@ -1,19 +1,22 @@
 """The report's three baselines, fitted on the same training bars as the generator.
 
-- ``garch_t``: GARCH(1,1) with Student-t innovations (the ``arch`` package) on the close-to-close return. It models
-  that column only; each simulated bar takes its other columns (gap, wicks, volume change, iv) from the training
-  bar whose return is nearest, so the judge sees every column and a wide day keeps its wide range.
-- ``bootstrap``: a stationary block bootstrap (Politis and Romano, 1994; ``arch.bootstrap.StationaryBootstrap``)
-  of whole training bars, every column together, with the mean block length of Politis and White (2004) chosen
-  on the squared returns (the slowest-decaying dependence in daily data).
-- ``fhs``: filtered historical simulation (Barone-Adesi, Giannopoulos and Vosper, 1999): the volatility filter of
-  filtering.py (GJR-GARCH(1,1) by quasi-maximum likelihood, ``arch``) turns each training bar into standardised
-  residuals, and a path resamples whole residual vectors (i.i.d., uniformly over the training bars of its
-  underlying) and runs the filter's recursion forward, so every column is rescaled to the path's own volatility.
+- ``garch_t``: GARCH(1,1) with Student-t innovations (the ``arch`` package) on the close-to-close
+  return. It models that column only; each simulated bar takes its other columns (gap, wicks, volume
+  change, iv) from the training bar whose return is nearest, so the judge sees every column and a
+  wide day keeps its wide range.
+- ``bootstrap``: a stationary block bootstrap (Politis and Romano, 1994;
+  ``arch.bootstrap.StationaryBootstrap``) of whole training bars, every column together, with the
+  mean block length of Politis and White (2004) chosen on the squared returns (the slowest-decaying
+  dependence in daily data).
+- ``fhs``: filtered historical simulation (Barone-Adesi, Giannopoulos and Vosper, 1999): the
+  volatility filter of filtering.py (GJR-GARCH(1,1) by quasi-maximum likelihood, ``arch``) turns
+  each training bar into standardised residuals, and a path resamples whole residual vectors
+  (i.i.d., uniformly over the training bars of its underlying) and runs the filter's recursion
+  forward, so every column is rescaled to the path's own volatility.
 
-Each answers ``sample_features(paths, length, regime, seed, start=...)`` like a fitted generator; ``start`` ("end":
-from the training split's last bar's volatility, as Barone-Adesi et al. start from today's; "random": from random
-training bars') matters only to ``fhs``.
+Each answers ``sample_features(paths, length, regime, seed, start=...)`` like a fitted generator;
+``start`` ("end": from the training split's last bar's volatility, as Barone-Adesi et al. start from
+today's; "random": from random training bars') matters only to ``fhs``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ class GarchT:
 
     @classmethod
     def fit(cls, train_raw: np.ndarray, ret_col: int) -> "GarchT":
-        """``train_raw`` (S, T, F): the series of every underlying, fitted as one (joined end to end)."""
+        """``train_raw`` (S, T, F): the series of every underlying, fitted as one
+        (joined end to end)."""
         rows = train_raw.reshape(-1, train_raw.shape[-1])
         res = arch_model(
             rows[:, ret_col] * PERCENT,
@@ -120,7 +124,8 @@ class Bootstrap:
                 continue
             bs = StationaryBootstrap(self.block, np.arange(len(series)), seed=rng)
             for i, (pos, _) in zip(todo, bs.bootstrap(len(todo)), strict=True):
-                # a path longer than the history wraps around, as the stationary bootstrap's blocks do
+                # a path longer than the history wraps around, as the
+                # stationary bootstrap's blocks do
                 idx = np.resize(pos[0], length)
                 out[i] = series[idx]
         return out
@@ -136,8 +141,8 @@ class Fhs:
 
     @classmethod
     def fit(cls, train_raw: np.ndarray, names: tuple[str, ...], window: int = 20) -> "Fhs":
-        """``train_raw`` (S, T, F): the training split's columns; ``window`` bars of returns each state keeps
-        (they only serve the draws' start states here)."""
+        """``train_raw`` (S, T, F): the training split's columns; ``window`` bars of returns each
+        state keeps (they only serve the draws' start states here)."""
         filt = BarFilter.fit(train_raw, names, window)
         resid, var, prem = filt.residuals(train_raw)
         return cls(filt, resid, train_raw[..., names.index("ret")].astype(np.float64), var, prem)
@@ -145,8 +150,9 @@ class Fhs:
     def sample_features(
         self, paths: int, length: int, regime: str | None = None, seed: int = 0, start: str = "end"
     ) -> np.ndarray:
-        """(N, L, F): each path an underlying (at random), its residual vectors drawn i.i.d. from that underlying's
-        training bars (from bar ``window`` on, whose states are whole, as the generators'), the filter run forward."""
+        """(N, L, F): each path an underlying (at random), its residual vectors drawn i.i.d. from
+        that underlying's training bars (from bar ``window`` on, whose states are whole, as the
+        generators'), the filter run forward."""
         del regime
         rng = np.random.default_rng(seed)
         n_sym, n_bars = self.ret.shape

@@ -1,18 +1,20 @@
-"""What the neural generators learn: the filter's residual vectors (filtering.py), made near-Gaussian and standardised,
-and the state each bar is drawn in.
+"""What the neural generators learn: the filter's residual vectors (filtering.py), made
+near-Gaussian and standardised, and the state each bar is drawn in.
 
-- Columns with heavy tails (gap, ret, dvol and the implied vol's innovation) go through a Lambert W x Gaussian
-  transform fitted on the training residuals (lambertw.py), or, where that family cannot make the column Gaussian
-  (a value holding 5% of the rows, or tails past its largest delta), through the empirical quantile map
-  (quantile_map.py); the square-rooted wicks only through standardisation.
-  Generated values go back through the forward map, so the tails the transform took out come back.
-- A bar is drawn given its state (``cond``): the filter's log variance, the implied vol's premium and the previous
-  bar's coded residuals, all known before the bar. (The trailing window's return and volatility were tried as state
-  too: a generator asked to hold a regime then learned to pull the window back with ever larger moves, and its
-  volatility ran away; docs/SCENARIOS.md.)
+- Columns with heavy tails (gap, ret, dvol and the implied vol's innovation) go through a Lambert
+  W x Gaussian transform fitted on the training residuals (lambertw.py), or, where that family
+  cannot make the column Gaussian (a value holding 5% of the rows, or tails past its largest
+  delta), through the empirical quantile map (quantile_map.py); the square-rooted wicks only
+  through standardisation. Generated values go back through the forward map, so the tails the
+  transform took out come back.
+- A bar is drawn given its state (``cond``): the filter's log variance, the implied vol's premium
+  and the previous bar's coded residuals, all known before the bar. (The trailing window's return
+  and volatility were tried as state too: a generator asked to hold a regime then learned to pull
+  the window back with ever larger moves, and its volatility ran away; docs/SCENARIOS.md.)
 
-Everything is fitted on the training split; the training rows (their coded residuals and states) are kept so a
-path can start where the training split ended (``start="end"``) or at a random training bar (``"random"``).
+Everything is fitted on the training split; the training rows (their coded residuals and states)
+are kept so a path can start where the training split ended (``start="end"``) or at a random
+training bar (``"random"``).
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ Marginal = LambertW | QuantileMap
 
 
 def fit_marginal(x: np.ndarray) -> Marginal:
-    """Lambert W where it Gaussianises the column; the empirical quantile map where it cannot: a point mass (a gap
-    of exactly 0 on half the S&P 500's training days drove its delta to the cap, and a generator's spread of that
-    spike came back as gaps twice the real ones' size) or tails past MAX_DELTA."""
+    """Lambert W where it Gaussianises the column; the empirical quantile map where it cannot: a
+    point mass (a gap of exactly 0 on half the S&P 500's training days drove its delta to the
+    cap, and a generator's spread of that spike came back as gaps twice the real ones' size) or
+    tails past MAX_DELTA."""
     lw = LambertW.fit(x)
     return QuantileMap.fit(x) if has_atom(x) or lw.delta >= MAX_DELTA else lw
 
@@ -57,10 +60,11 @@ def marginal_from_state_dict(state: dict[str, Any]) -> Marginal:
 
 @dataclass
 class ResidualCoder:
-    """Per column: Lambert W (HEAVY columns) then standardisation; ``decode`` inverts ``encode`` exactly on values
-    inside the training rows' coded range, and keeps a generated value to that range first: the forward map grows
-    like u exp(delta u^2 / 2), so a value far outside what it was fitted on would be an absurd bar (a volume change of
-    e^12), and the training extremes are the tails the model is meant to bring back."""
+    """Per column: Lambert W (HEAVY columns) then standardisation; ``decode`` inverts ``encode``
+    exactly on values inside the training rows' coded range, and keeps a generated value to that
+    range first: the forward map grows like u exp(delta u^2 / 2), so a value far outside what it was
+    fitted on would be an absurd bar (a volume change of e^12), and the training extremes are the
+    tails the model is meant to bring back."""
 
     # per column: its Gaussianising map, None for standardisation alone
     marginals: list[Marginal | None]
@@ -157,8 +161,8 @@ class Transform:
         )
 
     def training_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """Coded residuals (S, T, F) and states (S, T, C) of the training bars; rows before ``window`` are not
-        whole and are never drawn."""
+        """Coded residuals (S, T, F) and states (S, T, C) of the training bars; rows before
+        ``window`` are not whole and are never drawn."""
         prev = np.concatenate([np.zeros_like(self.coded[:, :1]), self.coded[:, :-1]], axis=1)
         cond = np.concatenate(
             [(self._state_columns() - self.cond_mean) / self.cond_std, prev], axis=-1
@@ -177,10 +181,11 @@ class Transform:
         labels: np.ndarray | None = None,
         regime: int | None = None,
     ) -> tuple[FilterState, np.ndarray]:
-        """Each path's underlying and state, with the previous bar's coded residuals: after the training split's
-        last bar (``end``), before a random training bar (``random``), or after a random training bar that
-        ``labels`` (S, T), the training bars' regimes, put in ``regime`` (``regime``: where that regime's real bars
-        are, for comparing a held regime's paths with them)."""
+        """Each path's underlying and state, with the previous bar's coded residuals: after the
+        training split's last bar (``end``), before a random training bar (``random``), or after
+        a random training bar that ``labels`` (S, T), the training bars' regimes, put in
+        ``regime`` (``regime``: where that regime's real bars are, for comparing a held regime's
+        paths with them)."""
         if how not in STARTS:
             raise ValueError(f"start {how!r}: one of {', '.join(STARTS)}")
         n_sym, n_bars = self.ret.shape
@@ -205,15 +210,16 @@ class Transform:
         ].copy()
 
     def cond(self, state: FilterState, prev: np.ndarray) -> np.ndarray:
-        """(N, C) float32 state of each path's next bar, as ``training_rows`` gives for real bars."""
+        """(N, C) float32 state of each path's next bar, as ``training_rows``
+        gives for real bars."""
         cols = np.stack([np.log(state.var), state.prem], axis=1)
         return np.concatenate([(cols - self.cond_mean) / self.cond_std, prev], axis=1).astype(
             np.float32
         )
 
     def return_residual(self, coded: torch.Tensor) -> torch.Tensor:
-        """The return's standardised residual z of coded rows (..., F), in torch (differentiable): what the variance
-        recursion reads (wgan_gp.py's moment loss)."""
+        """The return's standardised residual z of coded rows (..., F), in torch (differentiable):
+        what the variance recursion reads (wgan_gp.py's moment loss)."""
         i = self.filt.names.index("ret")
         u = coded[..., i] * float(self.coder.std[i]) + float(self.coder.mean[i])
         return self.coder.marginals[i].heavy_torch(u)
@@ -221,7 +227,8 @@ class Transform:
     def residuals(
         self, coded: np.ndarray, state: FilterState, calibration: Calibration | None = None
     ) -> np.ndarray:
-        """Residual vectors (N, F) of coded rows, the return's scaled by ``calibration`` at the state's variance."""
+        """Residual vectors (N, F) of coded rows, the return's scaled by ``calibration`` at the
+        state's variance."""
         resid = self.coder.decode(coded)
         if calibration is not None:
             i = self.filt.names.index("ret")

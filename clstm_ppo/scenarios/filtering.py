@@ -1,22 +1,26 @@
-"""Volatility as state: a GJR-GARCH(1,1) filter turns each training bar into a vector of standardised residuals, and
-running the filter forward turns residual vectors (drawn by a model, or resampled) back into bars.
+"""Volatility as state: a GJR-GARCH(1,1) filter turns each training bar into a vector of
+standardised residuals, and running the filter forward turns residual vectors (drawn by a model, or
+resampled) back into bars.
 
-Per underlying, on its training-split close-to-close log returns r (in percent, as ``arch`` prefers):
+Per underlying, on its training-split close-to-close log returns r (in percent,
+as ``arch`` prefers):
     e_t = 100 r_t - mu,   var_{t+1} = omega + (alpha + gamma * [e_t < 0]) * e_t^2 + beta * var_t
-fitted by quasi-maximum likelihood (``arch``, normal likelihood: the residuals' own distribution is what the models
-learn, or what filtered historical simulation resamples). The residual vector of bar t (s_t = sqrt(var_t) / 100, the
-bar's forecast volatility as a return):
+fitted by quasi-maximum likelihood (``arch``, normal likelihood: the residuals' own distribution is
+what the models learn, or what filtered historical simulation resamples). The residual vector of bar
+t (s_t = sqrt(var_t) / 100, the bar's forecast volatility as a return):
 
     gap   -> gap_t / s_t               ret  -> (100 r_t - mu) / sqrt(var_t)
-    up    -> sqrt(up_t / s_t)          down -> sqrt(down_t / s_t)        (wicks scale with volatility; >= 0)
+    up    -> sqrt(up_t / s_t)          down -> sqrt(down_t / s_t)
+                                       (wicks scale with volatility; >= 0)
     dvol  -> dvol_t                    (volume changes are their own scale)
-    logiv -> the innovation of the implied vol's premium over the filter: p_t = logiv_t - log(sqrt(252 var_{t+1})/100),
+    logiv -> the innovation of the implied vol's premium over the filter:
+             p_t = logiv_t - log(sqrt(252 var_{t+1})/100),
              p_t = a + phi p_{t-1} + innovation (AR(1) by least squares, pooled over underlyings)
 
-so a generated path's volatility, wicks and implied vol all follow one volatility state, a regime is a volatility
-state and not only a drift, and any path length keeps the volatility inside its fitted dynamics. When simulating, the
-variance is kept within the training split's filtered range, so no path's volatility runs away or dies out
-(docs/SCENARIOS.md).
+so a generated path's volatility, wicks and implied vol all follow one volatility state, a regime is
+a volatility state and not only a drift, and any path length keeps the volatility inside its fitted
+dynamics. When simulating, the variance is kept within the training split's filtered range, so no
+path's volatility runs away or dies out (docs/SCENARIOS.md).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ MAX_PHI = 0.999  # the premium's AR(1) coefficient is kept stationary
 
 @dataclass(frozen=True)
 class Garch:
-    """One underlying's GJR-GARCH(1,1) variance recursion in percent units, and its training variance range."""
+    """One underlying's GJR-GARCH(1,1) variance recursion in percent units, and its
+    training variance range."""
 
     mu: float
     omega: float
@@ -74,7 +79,8 @@ class Garch:
         return self.omega + (self.alpha + self.gamma * (e < 0)) * e * e + self.beta * var
 
     def filter(self, ret: np.ndarray) -> np.ndarray:
-        """(T + 1,) variances: var[t] is bar t's forecast from bars before it; var[T] the next bar's."""
+        """(T + 1,) variances: var[t] is bar t's forecast from bars before it;
+        var[T] the next bar's."""
         var = np.empty(len(ret) + 1)
         var[0] = self.var0
         e = np.asarray(ret, dtype=np.float64) * PERCENT - self.mu
@@ -88,8 +94,9 @@ class Garch:
 
 @dataclass
 class FilterState:
-    """Where N paths stand before their next bar: underlying, the next bar's variance (percent^2), the implied vol's
-    premium at the last bar, and the last ``window`` log returns (oldest first)."""
+    """Where N paths stand before their next bar: underlying, the next bar's variance
+    (percent^2), the implied vol's premium at the last bar, and the last ``window`` log
+    returns (oldest first)."""
 
     sym: np.ndarray  # (N,) int
     var: np.ndarray  # (N,)
@@ -130,7 +137,8 @@ class BarFilter:
         return np.stack([g.filter(r) for g, r in zip(self.garch, ret, strict=True)])
 
     def residuals(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Residual vectors (S, T, F) of bars (S, T, F), with the variances (S, T + 1) and premiums (S, T)."""
+        """Residual vectors (S, T, F) of bars (S, T, F), with the variances (S, T + 1)
+        and premiums (S, T)."""
         var = self.variances(raw)
         sd = np.sqrt(var[:, :-1]) / PERCENT
         mu = np.array([g.mu for g in self.garch])[:, None]
@@ -146,7 +154,9 @@ class BarFilter:
                 out[..., i] = np.sqrt(np.maximum(x, 0.0) / sd)
             elif name == "dvol":
                 out[..., i] = x
-            else:  # logiv: the premium's innovation; the first bar has no previous premium and counts as its own
+            else:
+                # logiv: the premium's innovation; the first bar has no previous premium
+                # and counts as its own
                 prem = self._premium(raw, var)
                 a, phi = self.iv_ar
                 before = np.concatenate([prem[:, :1], prem[:, :-1]], axis=1)
@@ -156,8 +166,9 @@ class BarFilter:
     def state_at(
         self, ret: np.ndarray, var: np.ndarray, prem: np.ndarray, sym: np.ndarray, bar: np.ndarray
     ) -> FilterState:
-        """The state before bar ``bar`` (>= window) of underlying ``sym`` (arrays (N,)), from that underlying's
-        training returns (S, T), variances (S, T + 1) and premiums (S, T); ``bar`` = T: after the last bar."""
+        """The state before bar ``bar`` (>= window) of underlying ``sym`` (arrays (N,)), from that
+        underlying's training returns (S, T), variances (S, T + 1) and premiums (S, T); ``bar`` = T:
+        after the last bar."""
         rows = bar[:, None] - self.window + np.arange(self.window)
         return FilterState(
             sym.copy(), var[sym, bar].copy(), prem[sym, bar - 1].copy(), ret[sym[:, None], rows]

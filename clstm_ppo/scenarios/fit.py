@@ -1,5 +1,5 @@
-"""Fit a generator on the training split alone: the volatility filter and its coded residuals, regime labels,
-windows, the loop, resumable checkpoints."""
+"""Fit a generator on the training split alone: the volatility filter and its coded residuals,
+regime labels, windows, the loop, resumable checkpoints."""
 
 from __future__ import annotations
 
@@ -51,8 +51,9 @@ class FitOptions:
 
 @dataclass
 class TrainingSet:
-    """Training-split columns, standardised (what the report's judges read), a regime label per bar, and the
-    volatility filter with the coded residuals and states the models learn from (coding.py)."""
+    """Training-split columns, standardised (what the report's judges read), a regime label
+    per bar, and the volatility filter with the coded residuals and states the models learn
+    from (coding.py)."""
 
     names: tuple[str, ...]
     scaled: np.ndarray  # (S, T, F) float32
@@ -70,8 +71,8 @@ class TrainingSet:
 def training_set(
     data: MarketData, regime_window: int = 20, with_transform: bool = False
 ) -> TrainingSet:
-    """Everything is computed from the training split's bars: a later bar never reaches the scaler, the filter, the
-    coding, the regime thresholds or a window."""
+    """Everything is computed from the training split's bars: a later bar never reaches the scaler,
+    the filter, the coding, the regime thresholds or a window."""
     names = feature_names(data)
     raw = bar_features(split_bars(data, "train"), names)
     scaler = Scaler.fit(raw)
@@ -92,8 +93,9 @@ def data_identity(data: MarketData) -> dict[str, Any]:
 
 
 class WindowSampler:
-    """Random windows of ``seq_len`` bars from any underlying (from the first bar with a whole state on), from a
-    seeded numpy generator that a resume restores: coded residuals, states and regime labels."""
+    """Random windows of ``seq_len`` bars from any underlying (from the first bar with a whole
+    state on), from a seeded numpy generator that a resume restores: coded residuals, states
+    and regime labels."""
 
     def __init__(
         self, ts: TrainingSet, seq_len: int, batch_size: int, seed: int, device: torch.device
@@ -103,8 +105,8 @@ class WindowSampler:
         first = ts.transform.window
         if n_bars - first < seq_len:
             raise ConfigError(
-                f"the training split has {n_bars} bars, fewer than the window of {seq_len} after the "
-                f"{first} bars a state needs; lower --seq-len or give more training data"
+                f"the training split has {n_bars} bars, fewer than the window of {seq_len} after "
+                f"the {first} bars a state needs; lower --seq-len or give more training data"
             )
         starts = np.arange(first, n_bars - seq_len + 1)
         self.index = np.stack(
@@ -175,9 +177,11 @@ def fit_generator(
     resume: bool = False,
     data_config: dict[str, Any] | None = None,
 ) -> FittedGenerator:
-    """Train ``kind`` on ``data``'s training split into ``out`` (atomic checkpoints every save_every steps).
+    """Train ``kind`` on ``data``'s training split into ``out`` (atomic checkpoints
+    every save_every steps).
 
-    ``data_config`` (the data section as a dict) is kept in the checkpoint so the report rebuilds the same bars.
+    ``data_config`` (the data section as a dict) is kept in the checkpoint so the report
+    rebuilds the same bars.
     """
     check_model(kind)
     started, cpu_started = time.perf_counter(), time.process_time()

@@ -1,10 +1,12 @@
-"""A fitted generator: its networks, the columns and scaling it learned, its regimes; checkpoint I/O and sampling.
+"""A fitted generator: its networks, the columns and scaling it learned, its regimes;
+checkpoint I/O and sampling.
 
 This is the API the stress tests and augmentation call:
 
     gen = load_generator("scenarios/timegan.pt")
-    frame = gen.sample_frame(paths=1000, length=252, regime=None, seed=0)   # OHLCV(+iv) table, one symbol a path
-    raw = gen.sample_features(paths, length, regime, seed)                  # (N, L, F) bar columns
+    frame = gen.sample_frame(paths=1000, length=252, regime=None,
+                             seed=0)  # OHLCV(+iv) table, one symbol a path
+    raw = gen.sample_features(paths, length, regime, seed)  # (N, L, F) bar columns
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ from clstm_ppo.scenarios.sampling import PROPOSALS, draw_paths
 from clstm_ppo.scenarios.timegan import TimeGan, TimeGanSettings
 from clstm_ppo.scenarios.wgan_gp import WganGp, WganSettings
 
-# v2: plain data only (numpy arrays saved as tensors), read with torch.load(weights_only=True); v1 files had numpy
-# arrays inside and are read only by `python -m clstm_ppo.migrate` (docs/RELIABILITY.md, "What is safe to load")
+# v2: plain data only (numpy arrays saved as tensors), read with torch.load(weights_only=True); v1
+# files had numpy arrays inside and are read only by `python -m clstm_ppo.migrate`
+# (docs/RELIABILITY.md, "What is safe to load")
 FORMAT = "clstm_ppo-scenarios-v2"
 OLD_FORMAT = "clstm_ppo-scenarios-v1"
 AGENT_FORMATS = (run_state.FORMAT, run_state.OLD_FORMAT)
-# Bumped whenever what a model learns changes meaning: a checkpoint of another feature set is refused.
-# v2: the volatility filter's coded residuals and each bar's state (coding.py) instead of standardised bars.
+# Bumped whenever what a model learns changes meaning: a checkpoint of
+# another feature set is refused.
+# v2: the volatility filter's coded residuals and each bar's state
+# (coding.py) instead of standardised bars.
 FEATURE_SET = "bars-v2"
 OPTIONAL_COLUMNS = ("dvol", "logiv")
 MODELS = {
@@ -44,8 +49,8 @@ MODELS = {
     "cgan": (CGan, WganSettings),
     "timegan": (TimeGan, TimeGanSettings),
 }
-# Generator updates (WGAN-GP, cGAN) or iterations over the three phases (TimeGAN) that train within the budget
-# on a 2-core CPU (docs/SCENARIOS.md has the times).
+# Generator updates (WGAN-GP, cGAN) or iterations over the three phases (TimeGAN) that train within
+# the budget on a 2-core CPU (docs/SCENARIOS.md has the times).
 DEFAULT_STEPS = {"wgan_gp": 3000, "cgan": 3000, "timegan": 4000}
 
 
@@ -70,7 +75,8 @@ class FittedGenerator:
     kind: str
     model: Any  # WganGp, CGan or TimeGan
     feature_names: tuple[str, ...]
-    transform: Transform  # the volatility filter and the coding of its residuals, fitted on the training split
+    # the volatility filter and the coding of its residuals, fitted on the training split
+    transform: Transform
     seq_len: int
     start: dict[str, Any]  # the last training bar: close, date[, volume][, iv][, rate]
     data: dict[str, Any]  # source, symbols, splits' dates: what it was fitted on
@@ -99,7 +105,8 @@ class FittedGenerator:
                 or "none (an unconditional model; drop --regime or use a cgan)"
             )
             raise ConfigError(
-                f"--regime {regime!r}: this {self.kind} checkpoint was trained with regimes: {known}"
+                f"--regime {regime!r}: this {self.kind} checkpoint was trained "
+                f"with regimes: {known}"
             )
         return self.regime_names.index(regime)
 
@@ -113,10 +120,11 @@ class FittedGenerator:
         start: str = "end",
         proposals: int = PROPOSALS,
     ) -> np.ndarray:
-        """(N, L, F) raw columns (feature_names). ``labels`` (N, L) overrides ``regime`` per bar; ``start``: "end"
-        continues from the training split's last bar's state, "random" from random training bars' states, "regime"
-        from the states after random training bars of ``regime``;
-        ``proposals``: bars proposed per bar to hold a requested regime (sampling.py; 1: the network alone)."""
+        """(N, L, F) raw columns (feature_names). ``labels`` (N, L) overrides ``regime`` per bar;
+        ``start``: "end" continues from the training split's last bar's state, "random" from
+        random training bars' states, "regime" from the states after random training bars of
+        ``regime``; ``proposals``: bars proposed per bar to hold a requested regime (sampling.py;
+        1: the network alone)."""
         return draw_paths(
             self, paths, length, self.check_regime(regime), seed, labels, start, proposals
         )
@@ -129,8 +137,8 @@ class FittedGenerator:
         seed: int = 0,
         start: dict[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
-        """open/high/low/close[/volume][/iv] arrays (N, L) continuing from ``start`` (default: the last training
-        bar)."""
+        """open/high/low/close[/volume][/iv] arrays (N, L) continuing from ``start`` (default: the
+        last training bar)."""
         return reconstruct(
             self.sample_features(paths, length, regime, seed),
             self.feature_names,
@@ -146,14 +154,16 @@ class FittedGenerator:
         start: dict[str, Any] | None = None,
         first_date: str | None = None,
     ) -> pd.DataFrame:
-        """A table the data loader reads (date, symbol, OHLC[, volume][, iv][, rate]); one symbol per path."""
+        """A table the data loader reads (date, symbol, OHLC[, volume][, iv][, rate]);
+        one symbol per path."""
         start = start or self.start
         return paths_frame(
             self.sample_prices(paths, length, regime, seed, start), start, first_date
         )
 
     def state(self) -> dict[str, Any]:
-        """What the checkpoint holds: tensors and plain values alone (numpy arrays become tensors)."""
+        """What the checkpoint holds: tensors and plain values alone (numpy
+        arrays become tensors)."""
         return as_plain_data(
             {
                 "format": FORMAT,
@@ -193,7 +203,8 @@ def _check_feature_set(state: dict[str, Any], path: Path) -> tuple[str, ...]:
 
 
 def load_generator(path: str | Path, device: torch.device | None = None) -> FittedGenerator:
-    """A generator checkpoint, or a one-line CheckpointError (missing, corrupt, an agent's, another feature set)."""
+    """A generator checkpoint, or a one-line CheckpointError (missing, corrupt, an agent's,
+    another feature set)."""
     path = Path(path)
     state = read_torch_file(
         path,

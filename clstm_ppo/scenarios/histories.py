@@ -1,21 +1,24 @@
-"""Training histories beside the real one (``data.augment_source``): each source gives per-path loader tables on
-the real data's dates, which ``augment.augmented_data`` turns into extra underlyings of the training env.
+"""Training histories beside the real one (``data.augment_source``): each source gives per-path
+loader tables on the real data's dates, which ``augment.augmented_data`` turns into extra
+underlyings of the training env.
 
-- ``bootstrap``: a stationary block bootstrap (Politis and Romano, 1994; ``arch.bootstrap.StationaryBootstrap``) of
-  whole training bars: each bar keeps its gap, return, wicks, volume change, implied vol and rate together, and a
-  path's bars come in blocks of mean length ``data.augment_block`` (0: Politis and White's choice on the squared
-  returns). Only the training split's bars are drawn.
-- ``fhs``: filtered historical simulation (Barone-Adesi et al., 1999; scenarios/baselines.py) of the training bars:
-  each path draws whole residual vectors of training bars i.i.d. and runs the volatility filter forward from a random
-  training bar's state, so every bar is a training bar's, rescaled to the path's own volatility; the real data's rate
-  of each date. Only the training split's bars are read.
-- ``underlyings``: the underlyings of another data source (``data.augment_underlyings``, e.g. the Dow stocks beside
-  the S&P 500), each with its own bars up to the real training split's last date and no later, laid end to end
-  (wrapping) onto the real dates, under its own option rules (margin rates, dividends in its prices, its own
-  implied vol or the model's).
+- ``bootstrap``: a stationary block bootstrap (Politis and Romano, 1994;
+  ``arch.bootstrap.StationaryBootstrap``) of whole training bars: each bar keeps its gap, return,
+  wicks, volume change, implied vol and rate together, and a path's bars come in blocks of mean
+  length ``data.augment_block`` (0: Politis and White's choice on the squared returns). Only the
+  training split's bars are drawn.
+- ``fhs``: filtered historical simulation (Barone-Adesi et al., 1999; scenarios/baselines.py) of the
+  training bars: each path draws whole residual vectors of training bars i.i.d. and runs the
+  volatility filter forward from a random training bar's state, so every bar is a training bar's,
+  rescaled to the path's own volatility; the real data's rate of each date. Only the training
+  split's bars are read.
+- ``underlyings``: the underlyings of another data source (``data.augment_underlyings``, e.g. the
+  Dow stocks beside the S&P 500), each with its own bars up to the real training split's last date
+  and no later, laid end to end (wrapping) onto the real dates, under its own option rules (margin
+  rates, dividends in its prices, its own implied vol or the model's).
 
-The prices of a path are rebuilt from its bars' returns (``features.reconstruct``), so a path has no price jump
-where blocks meet or a history wraps.
+The prices of a path are rebuilt from its bars' returns (``features.reconstruct``), so a path has no
+price jump where blocks meet or a history wraps.
 """
 
 from __future__ import annotations
@@ -52,13 +55,14 @@ def _on_dates(
 
 
 def path_dates(real: MarketData, warm: int) -> pd.DatetimeIndex:
-    """``warm`` business days of indicator warm-up before the real first date, then the real dates."""
+    """``warm`` business days of indicator warm-up before the real first date,
+    then the real dates."""
     return pd.bdate_range(end=real.dates[0] - pd.offsets.BDay(1), periods=warm).append(real.dates)
 
 
 def block_length(train_returns: np.ndarray, asked: float) -> float:
-    """The bootstrap's mean block length: ``asked``, or with 0 Politis and White's on the squared returns (mean over
-    the underlyings), at least 1."""
+    """The bootstrap's mean block length: ``asked``, or with 0 Politis and White's on the squared
+    returns (mean over the underlyings), at least 1."""
     if asked > 0:
         return float(asked)
     return max(
@@ -70,7 +74,8 @@ def block_length(train_returns: np.ndarray, asked: float) -> float:
 def bootstrap_tables(
     real: MarketData, paths: int, seed: int, warm: int, block: float
 ) -> list[PathTable]:
-    """``paths`` stationary-bootstrap paths of the real training bars, each resampling one underlying's (in turn)."""
+    """``paths`` stationary-bootstrap paths of the real training bars, each resampling one
+    underlying's (in turn)."""
     names = feature_names(real)
     train = split_bars(real, "train")
     rows = bar_features(train, names)  # (S, T_train - 1, F): bar 0 lends its close only
@@ -98,15 +103,16 @@ def bootstrap_tables(
 
 
 def real_rates(real: MarketData, warm: int) -> np.ndarray | None:
-    """The real data's rate of each date, its first for the warm-up days (None without a rate column)."""
+    """The real data's rate of each date, its first for the warm-up days (None
+    without a rate column)."""
     if "rate" not in real.bars:
         return None
     return np.concatenate([np.full(warm, real.bars["rate"][0, 0]), real.bars["rate"][0]])
 
 
 def fhs_tables(real: MarketData, paths: int, seed: int, warm: int) -> list[PathTable]:
-    """``paths`` filtered-historical-simulation paths of the real training bars, from the first real close; they
-    trade under the first underlying's option rules, as a generator's paths do."""
+    """``paths`` filtered-historical-simulation paths of the real training bars, from the first real
+    close; they trade under the first underlying's option rules, as a generator's paths do."""
     names = feature_names(real)
     train = split_bars(real, "train")
     dates = path_dates(real, warm)
@@ -128,9 +134,9 @@ def fhs_tables(real: MarketData, paths: int, seed: int, warm: int) -> list[PathT
 
 
 def underlying_tables(real: MarketData, source: str, warm: int) -> list[PathTable]:
-    """One path per underlying of ``source``: its own bars up to the real training split's last date, laid end to
-    end onto the real dates (wrapping), with the real data's rate of each date; its implied vol column where it has
-    one (else the market takes the model's for it)."""
+    """One path per underlying of ``source``: its own bars up to the real training split's last
+    date, laid end to end onto the real dates (wrapping), with the real data's rate of each date;
+    its implied vol column where it has one (else the market takes the model's for it)."""
     last = real.split_dates("train")[1]
     own = load_bars(source)
     spec = BUILTIN_SOURCES.get(source)
@@ -141,11 +147,12 @@ def underlying_tables(real: MarketData, source: str, warm: int) -> list[PathTabl
         frame = whole[pd.DatetimeIndex(whole["date"]) <= last]
         if len(frame) < warm:
             raise DataError(
-                f"data.augment_underlyings '{source}': {symbol} has {len(frame)} bars up to the training "
-                f"split's last date {last.date()}, fewer than the {warm} its indicators need; pick "
-                "another source or later split dates"
+                f"data.augment_underlyings '{source}': {symbol} has {len(frame)} bars up to the "
+                f"training split's last date {last.date()}, fewer than the {warm} its indicators "
+                "need; pick another source or later split dates"
             )
-        # Its implied vol only where the real data has one too: the env reads one kind for every underlying.
+        # Its implied vol only where the real data has one too: the env reads
+        # one kind for every underlying.
         kept = ("open", "high", "low", "close", "volume", *(("iv",) if "iv" in real.bars else ()))
         bars = {k: frame[k].to_numpy(dtype=np.float64)[None] for k in kept if k in frame}
         names = tuple(

@@ -1,11 +1,12 @@
-"""TimeGAN's discriminative and predictive scores, as its released code computes them, and a stricter variant.
+"""TimeGAN's discriminative and predictive scores, as its released code computes them,
+and a stricter variant.
 
-Discriminative: a GRU classifier (hidden size dim/2) learns real vs generated windows on a random 80% of each and
-is scored on the other 20%; the score is |accuracy - 0.5| (0: indistinguishable), averaged over ``runs``.
-Predictive: a GRU (hidden size dim/2) learns, on one set of windows, to predict the next bar's target column
-from every other column up to now; the score is its mean absolute error on real windows.
-The strict variant passes fixed train and test sets (non-overlapping windows, real test windows from after the
-generator's training data) and a 2-layer judge.
+Discriminative: a GRU classifier (hidden size dim/2) learns real vs generated windows on a random
+80% of each and is scored on the other 20%; the score is |accuracy - 0.5| (0: indistinguishable),
+averaged over ``runs``. Predictive: a GRU (hidden size dim/2) learns, on one set of windows, to
+predict the next bar's target column from every other column up to now; the score is its mean
+absolute error on real windows. The strict variant passes fixed train and test sets (non-overlapping
+windows, real test windows from after the generator's training data) and a 2-layer judge.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def non_overlapping(x: np.ndarray, seq_len: int) -> np.ndarray:
 
 
 def overlapping(x: np.ndarray, seq_len: int) -> np.ndarray:
-    """(S, T, F) -> (n, seq_len, F): a window starting at every bar (the released code's windows)."""
+    """(S, T, F) -> (n, seq_len, F): a window starting at every bar (the
+    released code's windows)."""
     starts = np.arange(x.shape[1] - seq_len + 1)
     idx = starts[:, None] + np.arange(seq_len)
     return x[:, idx].reshape(-1, seq_len, x.shape[2])
@@ -101,7 +103,8 @@ def strict_discriminative_score(
     iters: int = 2000,
     seed: int = 0,
 ) -> float:
-    """Fixed sets: the judge learns on ``train_*`` and is scored on ``test_*`` (real windows after the date)."""
+    """Fixed sets: the judge learns on ``train_*`` and is scored on ``test_*`` (real
+    windows after the date)."""
     scores = []
     for run in range(runs):
         gen = torch.Generator().manual_seed(seed + run)
@@ -114,7 +117,8 @@ def strict_discriminative_score(
 def predictive_score(
     train: np.ndarray, test: np.ndarray, target: int, iters: int = 2000, seed: int = 0
 ) -> float:
-    """Fit on ``train`` windows (n, L, F), score the next-bar MAE of column ``target`` on ``test`` windows."""
+    """Fit on ``train`` windows (n, L, F), score the next-bar MAE of column ``target`` on
+    ``test`` windows."""
     others = [i for i in range(train.shape[2]) if i != target]
 
     def split(w: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,12 +1,15 @@
-"""Lambert W x Gaussian transforms (Goerg 2011), the heavy-tail ("h") family that Quant GANs train on.
+"""Lambert W x Gaussian transforms (Goerg 2011), the heavy-tail ("h") family that
+Quant GANs train on.
 
-With u standard normal, the heavy-tailed y = mu + sigma * u * exp(delta * u^2 / 2); its inverse
-u = W_delta((y - mu) / sigma), W_delta(z) = sign(z) * sqrt(W(delta * z^2) / delta) with W the principal branch of
-Lambert's W (``scipy.special.lambertw``), makes heavy-tailed columns near-Gaussian before a model learns them, and
-generated values go back through the forward map, so the tails come back too (docs/SCENARIOS.md).
+With u standard normal, the heavy-tailed y = mu + sigma * u * exp(delta * u^2 / 2); its inverse u =
+W_delta((y - mu) / sigma), W_delta(z) = sign(z) * sqrt(W(delta * z^2) / delta) with W the principal
+branch of Lambert's W (``scipy.special.lambertw``), makes heavy-tailed columns near-Gaussian before
+a model learns them, and generated values go back through the forward map, so the tails come back
+too (docs/SCENARIOS.md).
 
-``fit`` estimates (mu, sigma, delta) by iterating Goerg's IGMM idea: given mu and sigma, delta is the value whose
-back-transformed sample has the excess kurtosis of a normal (0); mu and sigma are then re-read from that sample.
+``fit`` estimates (mu, sigma, delta) by iterating Goerg's IGMM idea: given mu and sigma, delta is
+the value whose back-transformed sample has the excess kurtosis of a normal (0); mu and sigma are
+then re-read from that sample.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from scipy.optimize import brentq
 from scipy.special import lambertw
 from scipy.stats import kurtosis
 
-MAX_DELTA = 3.0  # delta = 3 already maps a 40-sigma value to about 2.4: heavier columns than that do not occur here
+# delta = 3 already maps a 40-sigma value to about 2.4: heavier columns than that do not occur here
+MAX_DELTA = 3.0
 
 
 def w_delta(z: np.ndarray, delta: float) -> np.ndarray:
@@ -38,7 +42,8 @@ def h_delta(u: np.ndarray, delta: float) -> np.ndarray:
 
 
 def _delta_for(z: np.ndarray) -> float:
-    """The delta whose W_delta(z) has excess kurtosis 0; 0 when z is not heavier-tailed than a normal."""
+    """The delta whose W_delta(z) has excess kurtosis 0; 0 when z is not
+    heavier-tailed than a normal."""
     if kurtosis(z) <= 0:
         return 0.0
     gap = lambda d: kurtosis(w_delta(z, d))  # noqa: E731 - decreasing in d
@@ -53,8 +58,8 @@ class LambertW:
 
     @classmethod
     def fit(cls, x: np.ndarray, iters: int = 50) -> "LambertW":
-        """(mu, sigma, delta) of a 1-D sample; a constant sample gets sigma 1 and delta 0 (the identity up to a
-        shift)."""
+        """(mu, sigma, delta) of a 1-D sample; a constant sample gets sigma 1 and delta 0 (the
+        identity up to a shift)."""
         x = np.asarray(x, dtype=np.float64).ravel()
         mu, sigma, delta = float(np.median(x)), float(x.std()), 0.0
         if sigma <= 0:

@@ -1,11 +1,13 @@
-"""Generated paths as MarketData the env walks: for stress tests (evaluate --scenarios) and augmentation.
+"""Generated paths as MarketData the env walks: for stress tests (evaluate
+--scenarios) and augmentation.
 
-Each path becomes its own MarketData, built by the project's own pipeline from a file: the last real bars up to
-the generator's training-split end (enough for the indicators' and turbulence's warm-up and two splits of
-``window + 1`` bars), then the generated bars. The file's split dates put every generated bar, and nothing
-else, in its ``test`` split, so a walk of split ``test`` walks exactly the path, with windows that reach back
-into real history. One underlying per MarketData keeps turbulence what it is on a one-symbol source (the
-squared z-score of the return): N independent paths side by side would make it a statistic of unrelated series.
+Each path becomes its own MarketData, built by the project's own pipeline from a file: the last real
+bars up to the generator's training-split end (enough for the indicators' and turbulence's warm-up
+and two splits of ``window + 1`` bars), then the generated bars. The file's split dates put every
+generated bar, and nothing else, in its ``test`` split, so a walk of split ``test`` walks exactly
+the path, with windows that reach back into real history. One underlying per MarketData keeps
+turbulence what it is on a one-symbol source (the squared z-score of the return): N independent
+paths side by side would make it a statistic of unrelated series.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ WARMUP_MARGIN = 60
 
 
 def history_frame(real: MarketData, bars: int) -> pd.DataFrame:
-    """The last ``bars`` real bars of the first underlying up to the training split's end, as a loader table."""
+    """The last ``bars`` real bars of the first underlying up to the training split's end,
+    as a loader table."""
     end = real.splits["train"][1]
     if end < bars:
         raise DataError(
@@ -60,10 +63,11 @@ def sample_market_data(
     """One MarketData per generated path, its ``test`` split the ``length`` generated bars.
 
     ``generator``: a FittedGenerator, its checkpoint's path, or a baseline source (sources.py).
-    ``data_config``: the agent's data settings (window, indicator windows); default: the generator's own.
-    ``normalizer``: the agent checkpoint's feature statistics; default: the real training split's.
-    ``market``: the agent's market settings; with them each path also carries the option market's features where
-    ``data_config.option_features`` says so (market/observed.py), as the agent observes them.
+    ``data_config``: the agent's data settings (window, indicator windows); default: the generator's
+    own. ``normalizer``: the agent checkpoint's feature statistics; default: the real training
+    split's. ``market``: the agent's market settings; with them each path also carries the option
+    market's features where ``data_config.option_features`` says so (market/observed.py), as the
+    agent observes them.
     """
     gen = load_generator(generator) if isinstance(generator, (str, Path)) else generator
     gen.check_regime(regime)
@@ -114,8 +118,9 @@ def path_closes(markets: list[MarketData]) -> np.ndarray:
 
 
 def check_fits(gen: Any, data: MarketData, what: str) -> None:
-    """A one-line ConfigError unless ``gen`` generates the columns ``data`` has (volume, iv): paths of another feature
-    set would give the agent a market it never saw (e.g. a model iv where it learned on the VIX)."""
+    """A one-line ConfigError unless ``gen`` generates the columns ``data`` has (volume, iv): paths
+    of another feature set would give the agent a market it never saw (e.g. a model iv where it
+    learned on the VIX)."""
     mine = feature_names(data)
     if gen.feature_names != mine:
         raise ConfigError(

@@ -1,4 +1,5 @@
-"""The report's figures: return histograms (log scale), ACF of r and |r|, leverage curves, paths beside real ones."""
+"""The report's figures: return histograms (log scale), ACF of r and |r|, leverage curves, paths
+beside real ones."""
 
 from __future__ import annotations
 

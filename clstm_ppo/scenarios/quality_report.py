@@ -1,16 +1,19 @@
-"""The quality report of a fitted generator beside GARCH(1,1)-t, a stationary block bootstrap and filtered
-historical simulation, ending with each one's verdict on the goals (verdict.py).
+"""The quality report of a fitted generator beside GARCH(1,1)-t, a stationary block bootstrap and
+filtered historical simulation, ending with each one's verdict on the goals (verdict.py).
 
 Leaks that published numbers of this kind often carry are closed here:
-- every model (generator and baselines) is fitted on the training split alone, and scaled with its statistics;
-- the strict discriminative score judges non-overlapping windows, the judge learning on training-period windows
-  and scored on real windows from after the training split's last date against fresh generated ones;
-- the predictive score and the stylised facts compare against the real bars after that date (the held-out
-  validation and test splits), which no model has seen.
+- every model (generator and baselines) is fitted on the training split alone, and scaled
+  with its statistics;
+- the strict discriminative score judges non-overlapping windows, the judge learning on
+  training-period windows and scored on real windows from after the training split's last date
+  against fresh generated ones;
+- the predictive score and the stylised facts compare against the real bars after that date (the
+  held-out validation and test splits), which no model has seen.
 
-Paths for the stylised facts continue from the training split's last bar's state (what the held-out bars follow);
-the judges' windows start from random training bars' states (the real windows they are told from come from the whole
-training split). GARCH-t and the bootstrap have no state: their paths start from their stationary distribution.
+Paths for the stylised facts continue from the training split's last bar's state (what the held-out
+bars follow); the judges' windows start from random training bars' states (the real windows they are
+told from come from the whole training split). GARCH-t and the bootstrap have no state: their paths
+start from their stationary distribution.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ TIMED_PATHS, TIMED_BARS = 1000, 252
 
 
 def held_out_features(data: MarketData, names: tuple[str, ...]) -> np.ndarray:
-    """(S, T, F) columns of every bar after the training split (its last bar lends only its close)."""
+    """(S, T, F) columns of every bar after the training split (its last bar
+    lends only its close)."""
     start = data.splits["train"][1] - 1
     return bar_features({k: v[:, start:] for k, v in data.bars.items()}, names)
 
@@ -67,7 +71,8 @@ def _windows_like(model: Any, ts: TrainingSet, n: int, seq_len: int, seed: int) 
 
 
 def timed_sample(model: Any, names: tuple[str, ...], start: dict[str, Any], seed: int) -> float:
-    """Seconds to draw 1,000 paths of 252 bars and build the loader's table of them (the sampling goal)."""
+    """Seconds to draw 1,000 paths of 252 bars and build the loader's table of them
+    (the sampling goal)."""
     began = time.perf_counter()
     paths_frame(
         reconstruct(model.sample_features(TIMED_PATHS, TIMED_BARS, None, seed), names, start), start
@@ -78,7 +83,8 @@ def timed_sample(model: Any, names: tuple[str, ...], start: dict[str, Any], seed
 def judge_scores(
     model: Any, ts: TrainingSet, held: np.ndarray, seq_len: int, runs: int, iters: int, seed: int
 ) -> dict[str, float]:
-    """TimeGAN's two scores (released protocol) and the strict discriminative score, for one model."""
+    """TimeGAN's two scores (released protocol) and the strict discriminative
+    score, for one model."""
     real = overlapping(ts.scaled, seq_len)
     fake = _windows_like(model, ts, len(real), seq_len, seed + 1)
     held_scaled = ts.scaler.apply(held)
@@ -111,8 +117,8 @@ def build_report(
     plot_dir: Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Every number of the report, keyed by model (``model``, ``garch_t``, ``bootstrap``, ``fhs``), the regime blocks
-    of a conditional model, and ``verdict``; optional plots."""
+    """Every number of the report, keyed by model (``model``, ``garch_t``, ``bootstrap``, ``fhs``),
+    the regime blocks of a conditional model, and ``verdict``; optional plots."""
     ts = training_set(data, gen.regimes.window if gen.regimes else 20)
     if ts.names != gen.feature_names:
         raise CheckpointError(
@@ -172,8 +178,10 @@ def build_report(
         seed,
     )
     if gen.regimes is not None:
-        # per regime: the classifier goal, and vol and skew of generated and real bars (recognise.py)
-        # each regime's paths start where that regime's training bars are, so their vol and skew compare with them
+        # per regime: the classifier goal, and vol and skew of
+        # generated and real bars (recognise.py)
+        # each regime's paths start where that regime's training bars are, so their
+        # vol and skew compare with them
         report["regimes"] = regime_report(
             gen, ts, real_ret, min(paths, 200), length, seed, data.periods_per_year, start="regime"
         )
@@ -214,9 +222,9 @@ def format_report(report: dict[str, Any]) -> str:
         + f" {'acf r':>7} {'acf |r|':>7} {'acf r2':>7} {'lever':>7} {'kurt':>6} {'skew':>6}"
     )
     lines = [
-        f"{report['generator']} after {report['steps']} steps; windows of {report['seq_len']} bars; "
-        f"{report['paths']} paths x {report['length']} bars; judge: {report['judge_runs']} runs x "
-        f"{report['judge_iters']} iterations",
+        f"{report['generator']} after {report['steps']} steps; windows of {report['seq_len']} "
+        f"bars; {report['paths']} paths x {report['length']} bars; judge: {report['judge_runs']} "
+        f"runs x {report['judge_iters']} iterations",
         head,
     ]
     for name in (*MODEL_KEYS, "real_train"):
@@ -230,18 +238,20 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(
             f"{name:<10} {judged} "
             + " ".join(f"{row['emd'][lag]:>8.5f}" for lag in emd_lags)
-            + f" {row['acf_score']['r']:>7.3f} {row['acf_score']['abs']:>7.3f} {row['acf_score']['sq']:>7.3f}"
-            f" {row['leverage_score']:>7.3f} {row['kurtosis']:>6.2f} {row['skew']:>6.2f}"
+            + f" {row['acf_score']['r']:>7.3f} {row['acf_score']['abs']:>7.3f} "
+            f"{row['acf_score']['sq']:>7.3f} {row['leverage_score']:>7.3f} "
+            f"{row['kurtosis']:>6.2f} {row['skew']:>6.2f}"
         )
     real = report["real_held_out"]
     lines.append(
-        f"real held-out bars: kurtosis {real['kurtosis']:.2f}, skew {real['skew']:.2f}; predictive score "
-        f"of a judge trained on real training windows: {report['predictive_score_real']:.4f}"
+        f"real held-out bars: kurtosis {real['kurtosis']:.2f}, skew {real['skew']:.2f}; predictive "
+        f"score of a judge trained on real training windows: {report['predictive_score_real']:.4f}"
     )
     lines.append(
-        "disc: |accuracy - 0.5| (0 is best); strict: non-overlapping windows, judged after the training "
-        "split's end; real_train: the training bars' own returns against the held-out ones; kurt: every "
-        "path's returns pooled (the tail goal reads paths as long as the held-out series, each on its own)"
+        "disc: |accuracy - 0.5| (0 is best); strict: non-overlapping windows, judged after the "
+        "training split's end; real_train: the training bars' own returns against the held-out "
+        "ones; kurt: every path's returns pooled (the tail goal reads paths as long as the "
+        "held-out series, each on its own)"
     )
     if "regimes" in report:
         lines.extend(format_regimes(report["regimes"]))

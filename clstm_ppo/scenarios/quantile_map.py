@@ -1,13 +1,14 @@
-"""The empirical quantile map to a standard normal, for a residual column that the Lambert W family cannot make
-Gaussian: one with a point mass (the S&P 500's opening gap is exactly 0 on 52% of its training days) or tails
-heavier than the family's largest delta.
+"""The empirical quantile map to a standard normal, for a residual column that the Lambert W family
+cannot make Gaussian: one with a point mass (the S&P 500's opening gap is exactly 0 on 52% of its
+training days) or tails heavier than the family's largest delta.
 
-With x_(0) <= ... <= x_(n-1) the sorted training values, a value at sorted position k has probability
-p = (k + 1/2) / n and maps to u = Phi^-1(p); a run of tied values maps to the middle of its run, and a value between
-two training values to the interpolated position. The inverse reads the position back from Phi(u) and interpolates
-the sorted values, so a run of ties is a flat stretch: generated values anywhere in that band of u come back as the
-tied value, and the point mass is kept. Training values go forward and back exactly; a generated value outside the
-training range comes back as the training extreme (docs/SCENARIOS.md).
+With x_(0) <= ... <= x_(n-1) the sorted training values, a value at sorted position k has
+probability p = (k + 1/2) / n and maps to u = Phi^-1(p); a run of tied values maps to the middle of
+its run, and a value between two training values to the interpolated position. The inverse reads the
+position back from Phi(u) and interpolates the sorted values, so a run of ties is a flat stretch:
+generated values anywhere in that band of u come back as the tied value, and the point mass is kept.
+Training values go forward and back exactly; a generated value outside the training range comes back
+as the training extreme (docs/SCENARIOS.md).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class QuantileMap:
         return ndtri((pos + 0.5) / self.n)
 
     def heavy(self, u: np.ndarray) -> np.ndarray:
-        """The inverse of ``gaussianise``: interpolated training values at the position Phi(u) reads."""
+        """The inverse of ``gaussianise``: interpolated training values at the
+        position Phi(u) reads."""
         pos = np.clip(ndtr(np.asarray(u, dtype=np.float64)) * self.n - 0.5, 0.0, self.n - 1.0)
         return np.interp(pos, np.arange(self.n), self.sorted_values)
 

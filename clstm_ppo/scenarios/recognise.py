@@ -1,23 +1,27 @@
 """Are a conditional generator's regimes recognisable? (the regime goal, docs/SCENARIOS.md)
 
-The goal: a classifier trained on real regime labels labels generated paths within 10 points of its accuracy on
-real held-out paths; crash paths at least twice as volatile as bull paths, bear and crash more negatively skewed.
+The goal: a classifier trained on real regime labels labels generated paths within 10 points of its
+accuracy on real held-out paths; crash paths at least twice as volatile as bull paths, bear and
+crash more negatively skewed.
 
-The classifier is a softmax (multinomial logistic) regression on statistics of the return column alone: over the
-last ``rule.window`` bars of a window, the trailing log return and volatility (what regime_labels.py labels by), their
-squares and their product, so it can draw the curved crash boundary (a deep fall, or any fall that is violent).
-Why not a GRU on every column: the labels are a function of returns, and a judge that also read the gap, the
-wicks or the VIX level could "recognise" a crash by a generated VIX level on a calm path (the S&P 500 cGAN does
-exactly that: docs/SCENARIOS.md), which is not the regime the goal asks about. A convex fit is also deterministic,
+The classifier is a softmax (multinomial logistic) regression on statistics of the return column
+alone: over the last ``rule.window`` bars of a window, the trailing log return and volatility (what
+regime_labels.py labels by), their squares and their product, so it can draw the curved crash
+boundary (a deep fall, or any fall that is violent). Why not a GRU on every column: the labels are a
+function of returns, and a judge that also read the gap, the wicks or the VIX level could
+"recognise" a crash by a generated VIX level on a calm path (the S&P 500 cGAN does exactly that:
+docs/SCENARIOS.md), which is not the regime the goal asks about. A convex fit is also deterministic,
 has no budget to tune, and fits in a second on a CPU.
 
-- Fitted on real windows of the training split, each labelled with the regime of its last bar (the labels
-  fit.training_set assigns, thresholds from the training split); it reads no bar after the split's end.
-- Accuracy on real held-out windows: every window of bars after the training split's end, labelled by the same
-  training-split thresholds (no refit on later data).
-- Agreement on generated windows: paths sampled with one requested regime, cut into windows; a window counts as
-  recognised when the classifier names the requested regime. Their mean is weighted by the held-out real windows'
-  regime shares, so both accuracies are taken over the same regime mix and the gap compares like with like.
+- Fitted on real windows of the training split, each labelled with the regime of its last bar
+  (the labels fit.training_set assigns, thresholds from the training split); it reads no bar
+  after the split's end.
+- Accuracy on real held-out windows: every window of bars after the training split's end, labelled
+  by the same training-split thresholds (no refit on later data).
+- Agreement on generated windows: paths sampled with one requested regime, cut into windows; a
+  window counts as recognised when the classifier names the requested regime. Their mean is weighted
+  by the held-out real windows' regime shares, so both accuracies are taken over the same regime mix
+  and the gap compares like with like.
 """
 
 from __future__ import annotations
@@ -36,13 +40,15 @@ from clstm_ppo.scenarios.stylised_facts import excess_kurtosis, skew
 
 # the goal's tolerance between generated and real held-out accuracy, in percentage points
 GOAL_POINTS = 10.0
-# The labels are a hard function of these statistics, so the ridge only keeps the optimum finite on a separable set;
-# 1e-4 already blurred the thresholds (training accuracy 0.93 instead of 0.99 on tests' hand-made regimes).
+# The labels are a hard function of these statistics, so the ridge only keeps the optimum finite
+# on a separable set; 1e-4 already blurred the thresholds (training accuracy 0.93 instead of
+# 0.99 on tests' hand-made regimes).
 L2 = 1e-7
 
 
 def window_stats(ret: np.ndarray, window: int) -> np.ndarray:
-    """(n, L) returns -> (n, 5): trailing return r and volatility v over the last ``window`` bars, r², v², r·v."""
+    """(n, L) returns -> (n, 5): trailing return r and volatility v over the last ``window``
+    bars, r², v², r·v."""
     total, vol = trailing(np.asarray(ret, dtype=np.float64)[:, -window:], window)
     r, v = total[:, -1], vol[:, -1]
     return np.stack([r, v, r * r, v * v, r * v], axis=1)
@@ -51,8 +57,8 @@ def window_stats(ret: np.ndarray, window: int) -> np.ndarray:
 def labelled_windows(
     ret: np.ndarray, labels: np.ndarray, length: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(S, T) returns and their per-bar labels -> every window of ``length`` bars (n, length) and the label of its
-    last bar (n,). Windows never cross from one underlying to another."""
+    """(S, T) returns and their per-bar labels -> every window of ``length`` bars (n, length) and
+    the label of its last bar (n,). Windows never cross from one underlying to another."""
     ret, labels = np.asarray(ret), np.asarray(labels)
     if ret.shape[-1] < length:
         return np.empty((0, length)), np.empty(0, dtype=np.int64)
@@ -61,7 +67,8 @@ def labelled_windows(
 
 
 def path_windows(ret: np.ndarray, length: int) -> np.ndarray:
-    """(N, L) generated paths -> (n, length) windows that share no bar, from the start of each path."""
+    """(N, L) generated paths -> (n, length) windows that share no bar, from the
+    start of each path."""
     n = ret.shape[1] // length
     return ret[:, : n * length].reshape(-1, length)
 
@@ -77,7 +84,8 @@ class RegimeClassifier:
 
     @classmethod
     def fit(cls, windows: np.ndarray, labels: np.ndarray, window: int) -> "RegimeClassifier":
-        """Softmax regression, full-batch L-BFGS in float64 (deterministic: no seed, no mini-batches)."""
+        """Softmax regression, full-batch L-BFGS in float64 (deterministic: no seed,
+        no mini-batches)."""
         stats = window_stats(windows, window)
         mean, std = stats.mean(axis=0), stats.std(axis=0)
         std = np.where(std > 0, std, 1.0)
@@ -116,19 +124,22 @@ class RegimeClassifier:
 
 
 def window_length(seq_len: int, rule: RegimeRule) -> int:
-    """The generator's training window, or the rule's own if longer (a label needs ``rule.window`` bars)."""
+    """The generator's training window, or the rule's own if longer (a label needs
+    ``rule.window`` bars)."""
     return max(seq_len, rule.window)
 
 
 def training_windows(ts: TrainingSet, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """The classifier's inputs: training-split returns and the labels fit.training_set gave them; nothing later."""
+    """The classifier's inputs: training-split returns and the labels fit.training_set gave
+    them; nothing later."""
     return labelled_windows(ts.raw[..., ts.names.index("ret")], ts.labels, length)
 
 
 def held_out_windows(
     held_ret: np.ndarray, rule: RegimeRule, length: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Windows of the bars after the training split, labelled with the training split's thresholds (``rule``)."""
+    """Windows of the bars after the training split, labelled with the training split's
+    thresholds (``rule``)."""
     return labelled_windows(held_ret, rule.label(held_ret), length)
 
 
@@ -139,10 +150,12 @@ def measure(
     generated: dict[int, np.ndarray],
     rule: RegimeRule | None = None,
 ) -> dict[str, Any]:
-    """The classifier on real held-out windows against generated windows keyed by the requested regime index.
+    """The classifier on real held-out windows against generated windows keyed by the
+    requested regime index.
 
-    ``rule`` given, also the share of generated windows whose own rule label (what a real window of those bars
-    would have been labelled) is the requested regime: it separates the classifier's errors from the generator's.
+    ``rule`` given, also the share of generated windows whose own rule label (what a real window of
+    those bars would have been labelled) is the requested regime: it separates the classifier's
+    errors from the generator's.
     """
     pred_real = clf.predict(real)
     share = np.bincount(real_labels, minlength=len(REGIMES)) / max(len(real_labels), 1)
@@ -169,7 +182,8 @@ def measure(
                 )
         per[name] = row
     present = share > 0
-    # generated accuracy over the held-out regime mix; a regime absent from the held-out bars weighs nothing
+    # generated accuracy over the held-out regime mix; a regime absent from
+    # the held-out bars weighs nothing
     acc_gen = (
         float(np.sum(share[present] * agree[present]))
         if np.isfinite(agree[present]).all()
@@ -208,7 +222,8 @@ def _stats(r: np.ndarray, periods_per_year: float) -> dict[str, float]:
 
 
 def _order(stats: dict[str, dict[str, float]]) -> bool:
-    """Bear and crash both more volatile and more negatively skewed than bull (the issue's second condition)."""
+    """Bear and crash both more volatile and more negatively skewed than bull (the issue's
+    second condition)."""
     bull = stats["bull"]
     return all(
         stats[n]["vol"] > bull["vol"] and stats[n]["skew"] < bull["skew"] for n in ("bear", "crash")
@@ -228,11 +243,12 @@ def regime_report(
 ) -> dict[str, Any]:
     """The report's ``regimes`` block for a conditional generator (``gen.regimes`` set).
 
-    ``held_ret`` (S, T): the returns after the training split; ``periods_per_year``: the data's bars a year, which
-    annualise the vols. Per regime, ``paths`` paths of ``length`` bars (seed + 10 + regime index) give both the
-    classifier's generated windows and the generated vol and skew; ``proposals``: the generator's bars proposed per
-    bar to hold the regime (None: its default; 1: the network alone, sampling.py); ``start``: where the
-    paths start (sampling.py; "regime": after training bars of the requested regime, as its real bars are).
+    ``held_ret`` (S, T): the returns after the training split; ``periods_per_year``: the data's bars
+    a year, which annualise the vols. Per regime, ``paths`` paths of ``length`` bars (seed + 10 +
+    regime index) give both the classifier's generated windows and the generated vol and skew;
+    ``proposals``: the generator's bars proposed per bar to hold the regime (None: its default; 1:
+    the network alone, sampling.py); ``start``: where the paths start (sampling.py; "regime": after
+    training bars of the requested regime, as its real bars are).
     """
     rule = gen.regimes
     ret_col = gen.feature_names.index("ret")
@@ -257,8 +273,9 @@ def regime_report(
         },
     }
     out = {
-        "classifier": f"softmax regression on the trailing {rule.window}-bar return and volatility of windows of "
-        f"{n_bars} bars (and their squares and product), fitted on real training-split windows",
+        "classifier": f"softmax regression on the trailing {rule.window}-bar return and volatility "
+        f"of windows of {n_bars} bars (and their squares and product), fitted on real "
+        "training-split windows",
         "window_bars": n_bars,
         "windows_train": int(len(train_y)),
         "windows_real_held_out": int(len(real_labels)),
@@ -294,8 +311,9 @@ def format_regimes(block: dict[str, Any]) -> list[str]:
         f"gap {block['gap_points']:+.1f} points (goal within "
         f"{GOAL_POINTS:g}: {'met' if block['goal_met'] else 'not met'}); balanced "
         f"{block['balanced_accuracy_real']:.1%} vs {block['balanced_accuracy_generated']:.1%}",
-        f"{'regime':<9} {'held%':>6} {'recall':>6} {'gen':>6} {'rule':>6} | {'vol real':>8} {'gen':>6} | "
-        f"{'skew real':>9} {'gen':>6} | {'mean real':>9} {'gen':>8} | generated labelled as",
+        f"{'regime':<9} {'held%':>6} {'recall':>6} {'gen':>6} {'rule':>6} | {'vol real':>8} "
+        f"{'gen':>6} | {'skew real':>9} {'gen':>6} | {'mean real':>9} {'gen':>8} | "
+        "generated labelled as",
     ]
     for name in REGIMES:
         row = block["per_regime"][name]
@@ -305,18 +323,19 @@ def format_regimes(block: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"{name:<9} {pct(row['share_real_held_out'])} {pct(row['recall_real'])} "
-            f"{pct(row.get('agreement_generated', np.nan))} {pct(row.get('rule_agreement_generated', np.nan))}"
-            f" | {vol['real_train']:>8.1%} {vol['generated']:>6.1%} | {sk['real_train']:>+9.2f} "
-            f"{sk['generated']:>+6.2f} | {mu['real_train']:>+9.5f} {mu['generated']:>+8.5f} | {seen}"
+            f"{pct(row.get('agreement_generated', np.nan))} "
+            f"{pct(row.get('rule_agreement_generated', np.nan))} | {vol['real_train']:>8.1%} "
+            f"{vol['generated']:>6.1%} | {sk['real_train']:>+9.2f} {sk['generated']:>+6.2f} | "
+            f"{mu['real_train']:>+9.5f} {mu['generated']:>+8.5f} | {seen}"
         )
     order = block["order_met"]
     lines.append(
-        "held%: share of real held-out windows; recall: real held-out accuracy per regime; gen: generated "
-        "windows labelled as requested; rule: generated windows the labelling rule itself puts in the "
-        "requested regime; vol (annualised at the data's bars a year), skew, mean: bar log returns of the "
-        "real training bars with that label and of the generated paths (started "
-        f"{STARTS[block.get('paths_start', 'end')]}). Bear and crash more volatile and more negatively "
-        "skewed than bull: "
+        "held%: share of real held-out windows; recall: real held-out accuracy per regime; gen: "
+        "generated windows labelled as requested; rule: generated windows the labelling rule "
+        "itself puts in the requested regime; vol (annualised at the data's bars a year), skew, "
+        "mean: bar log returns of the real training bars with that label and of the generated "
+        f"paths (started {STARTS[block.get('paths_start', 'end')]}). Bear and crash more volatile "
+        "and more negatively skewed than bull: "
         f"generated {'yes' if order['generated'] else 'no'}, real training bars "
         f"{'yes' if order['real_train'] else 'no'}, real held-out bars "
         f"{'yes' if order['real_held_out'] else 'no'}"

@@ -1,9 +1,12 @@
-"""Regime labels per bar from the trailing return and volatility, with thresholds from the training split alone.
+"""Regime labels per bar from the trailing return and volatility, with thresholds from the
+training split alone.
 
-At bar t, over the ``window`` bars ending at t (t included, so a generated path's own bars define its label):
+At bar t, over the ``window`` bars ending at t (t included, so a generated path's own
+bars define its label):
 
-    crash     trailing return in the training split's worst ``crash_quantile`` tail, or a negative return with
-              volatility above the training split's ``1 - crash_quantile`` quantile (a fast, violent fall)
+    crash     trailing return in the training split's worst ``crash_quantile`` tail, or a negative
+              return with volatility above the training split's ``1 - crash_quantile`` quantile
+              (a fast, violent fall)
     bear      trailing return below the lower tercile
     bull      trailing return above the upper tercile
     sideways  the rest
@@ -20,7 +23,8 @@ REGIMES = ("bull", "bear", "sideways", "crash")
 
 
 def trailing(ret: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Trailing sum and std (ddof 0) of ``ret`` (..., T) over ``window`` bars; NaN for the first window - 1."""
+    """Trailing sum and std (ddof 0) of ``ret`` (..., T) over ``window`` bars; NaN for the
+    first window - 1."""
     r = np.asarray(ret, dtype=np.float64)
     pad = np.zeros((*r.shape[:-1], 1))
     s1 = np.concatenate([pad, np.cumsum(r, axis=-1)], axis=-1)
@@ -63,8 +67,8 @@ class RegimeRule:
         )
 
     def label(self, ret: np.ndarray) -> np.ndarray:
-        """Regime index (into REGIMES) per bar of ``ret`` (..., T); the first window - 1 bars, which have no full
-        trailing window, take the label of the first bar that has one."""
+        """Regime index (into REGIMES) per bar of ``ret`` (..., T); the first window - 1 bars, which
+        have no full trailing window, take the label of the first bar that has one."""
         total, vol = trailing(ret, self.window)
         labels = np.full(total.shape, REGIMES.index("sideways"), dtype=np.int64)
         labels[total >= self.bull_return] = REGIMES.index("bull")

@@ -1,19 +1,23 @@
-"""Drawing paths from a fitted generator, bar by bar through the volatility filter (coding.py, filtering.py).
+"""Drawing paths from a fitted generator, bar by bar through the volatility filter
+(coding.py, filtering.py).
 
-- WGAN-GP and cGAN draw each bar's coded residuals given the bar's state (and regime); the filter turns them into
-  the bar and the next state. A conditional model given no regime draws its regimes as a Markov chain with the
-  training split's regime-to-regime transition frequencies, from the start's own label, so regimes persist and
-  switch as they did in training.
-- A requested regime is held: the cGAN proposes ``proposals`` bars for each path and the path takes the first whose
-  regime window (the window's returns, labelled as regime_labels.py labels real bars) keeps the requested label, or, if
-  none does, the one whose window return is nearest the regime's mean in training. This is rejection sampling of
-  the cGAN's bars conditioned on the regime's own definition; ``proposals=1`` is the network alone.
-- TimeGAN draws windows of coded residuals, laid end to end from fresh noise, and the filter turns them into bars.
+- WGAN-GP and cGAN draw each bar's coded residuals given the bar's state (and regime); the filter
+  turns them into the bar and the next state. A conditional model given no regime draws its regimes
+  as a Markov chain with the training split's regime-to-regime transition frequencies, from the
+  start's own label, so regimes persist and switch as they did in training.
+- A requested regime is held: the cGAN proposes ``proposals`` bars for each path and the path takes
+  the first whose regime window (the window's returns, labelled as regime_labels.py labels real
+  bars) keeps the requested label, or, if none does, the one whose window return is nearest the
+  regime's mean in training. This is rejection sampling of the cGAN's bars conditioned on the
+  regime's own definition; ``proposals=1`` is the network alone.
+- TimeGAN draws windows of coded residuals, laid end to end from fresh noise, and the filter
+  turns them into bars.
 
-Every path starts from a state of the training split: after its last bar (``start="end"``: what follows the
-training years, as the held-out bars and the stress tests' paths do), before a random training bar
-(``"random"``: windows like the training split's, for the judges) or after a random training bar of the requested
-regime (``"regime"``: where that regime's real bars are, for the report's per-regime vol and skew).
+Every path starts from a state of the training split: after its last bar (``start="end"``: what
+follows the training years, as the held-out bars and the stress tests' paths do), before a random
+training bar (``"random"``: windows like the training split's, for the judges) or after a random
+training bar of the requested regime (``"regime"``: where that regime's real bars are, for the
+report's per-regime vol and skew).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ PROPOSALS = 16  # bars proposed per path and bar when a regime is held
 
 
 def transitions(labels: np.ndarray, n: int) -> np.ndarray:
-    """(n, n) row-stochastic regime-to-regime frequencies of per-bar labels (S, T); a regime never left: uniform."""
+    """(n, n) row-stochastic regime-to-regime frequencies of per-bar labels (S, T); a regime
+    never left: uniform."""
     counts = np.zeros((n, n))
     for row in np.asarray(labels):
         np.add.at(counts, (row[:-1], row[1:]), 1.0)
@@ -68,7 +73,8 @@ def _held(
     means: np.ndarray,
     tgen: torch.Generator,
 ) -> np.ndarray:
-    """(N, F) coded rows: per path, the first of ``proposals`` cGAN bars that keeps ``regime`` (else the nearest)."""
+    """(N, F) coded rows: per path, the first of ``proposals`` cGAN bars that keeps ``regime``
+    (else the nearest)."""
     tf, n, k = gen.transform, len(state.var), proposals
     cond = np.repeat(tf.cond(state, prev), k, axis=0)
     coded = gen.model.draw(
@@ -99,7 +105,8 @@ def draw_paths(
     start: str,
     proposals: int = PROPOSALS,
 ) -> np.ndarray:
-    """(N, L, F) raw columns of ``gen`` (a FittedGenerator); ``labels`` (N, L) overrides ``regime`` per bar."""
+    """(N, L, F) raw columns of ``gen`` (a FittedGenerator); ``labels`` (N, L) overrides
+    ``regime`` per bar."""
     rng = np.random.default_rng(seed)
     tgen = torch.Generator().manual_seed(seed)
     tf = gen.transform
@@ -142,9 +149,10 @@ def draw_paths(
 
 
 def calibrate(gen: Any, labels: np.ndarray, seed: int = 0) -> Calibration:
-    """The calibration (residual_scale.py) of ``gen`` on its training split's states: first the coded columns'
-    quantile map, then the return residual's scale per band of the variance, measured after that map; ``labels``
-    (S, T) the training bars' regimes (for a conditional model's draws)."""
+    """The calibration (residual_scale.py) of ``gen`` on its training split's states: first
+    the coded columns' quantile map, then the return residual's scale per band of the
+    variance, measured after that map; ``labels`` (S, T) the training bars' regimes (for a
+    conditional model's draws)."""
     tf = gen.transform
     coded, cond = tf.training_rows()
     w, f = tf.window, coded.shape[-1]

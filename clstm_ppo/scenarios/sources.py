@@ -1,10 +1,10 @@
-"""Where a stress test's paths come from: a trained generator's checkpoint, or a baseline by name (``fhs``,
-``garch_t``, ``bootstrap``) fitted on the agent's own training split; and the line it prints when that source fails
-the tail or regime goals (verdict.py, docs/SCENARIOS.md).
+"""Where a stress test's paths come from: a trained generator's checkpoint, or a baseline by name
+(``fhs``, ``garch_t``, ``bootstrap``) fitted on the agent's own training split; and the line it
+prints when that source fails the tail or regime goals (verdict.py, docs/SCENARIOS.md).
 
-A baseline source answers what ``scenarios.market.sample_market_data`` and ``check_fits`` ask of a generator:
-``kind``, ``feature_names``, ``data`` (with the data settings it was fitted on), ``check_regime`` (baselines have no
-regimes) and ``sample_frame``.
+A baseline source answers what ``scenarios.market.sample_market_data`` and ``check_fits`` ask of a
+generator: ``kind``, ``feature_names``, ``data`` (with the data settings it was fitted on),
+``check_regime`` (baselines have no regimes) and ``sample_frame``.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class BaselineSource:
     def check_regime(self, regime: str | None) -> None:
         if regime is not None:
             raise ConfigError(
-                f"--regime {regime!r}: the {self.kind} baseline has no regimes; drop --regime or pass "
-                "a cgan checkpoint"
+                f"--regime {regime!r}: the {self.kind} baseline has no regimes; drop --regime or "
+                "pass a cgan checkpoint"
             )
 
     def sample_features(
@@ -103,8 +103,8 @@ def scenario_source(spec: str | Path) -> FittedGenerator | str:
 
 
 def goals_warning(source: FittedGenerator | BaselineSource, label: str) -> str | None:
-    """verdict.stress_warning for ``source`` on the data it was fitted on, measured as the report measures it with
-    its default paths, length and seed (so the numbers are the report's)."""
+    """verdict.stress_warning for ``source`` on the data it was fitted on, measured as the report
+    measures it with its default paths, length and seed (so the numbers are the report's)."""
     data = build_market_data(from_dict(DataConfig, source.data["config"]))
     window = source.regimes.window if source.regimes is not None else 20
     ts = training_set(data, window)

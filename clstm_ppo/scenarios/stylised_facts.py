@@ -1,7 +1,8 @@
 """Quant GANs' stylised-fact scores (Wiese et al., 2020) on log returns, in numpy.
 
-Real data come as one or more long series (S, T); generated data as paths (N, L). A curve of a set of series
-is the mean of each series' own curve, so a long real series and many short paths are compared like for like.
+Real data come as one or more long series (S, T); generated data as paths (N, L). A curve of a set
+of series is the mean of each series' own curve, so a long real series and many short paths are
+compared like for like.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 
 def acf(x: np.ndarray, max_lag: int) -> np.ndarray:
-    """Autocorrelation at lags 1..max_lag of each row of ``x`` (rows, T), averaged over rows; each row is centred
-    by its own mean and divided by its own variance (the usual biased estimator)."""
+    """Autocorrelation at lags 1..max_lag of each row of ``x`` (rows, T), averaged over rows; each
+    row is centred by its own mean and divided by its own variance (the usual biased estimator)."""
     x = _rows(x)
     dev = x - x.mean(axis=1, keepdims=True)
     var = (dev * dev).sum(axis=1)
@@ -33,7 +34,8 @@ def acf(x: np.ndarray, max_lag: int) -> np.ndarray:
 
 
 def leverage(x: np.ndarray, max_lag: int) -> np.ndarray:
-    """corr(r_t, r_{t+tau}^2) for tau = 1..max_lag, the Pearson correlation within each row, averaged over rows."""
+    """corr(r_t, r_{t+tau}^2) for tau = 1..max_lag, the Pearson correlation within each row,
+    averaged over rows."""
     x = _rows(x)
     out = np.empty((x.shape[0], max_lag))
     for k in range(1, max_lag + 1):
@@ -67,7 +69,8 @@ def wasserstein1(u: np.ndarray, v: np.ndarray) -> float:
 
 
 def horizon_returns(x: np.ndarray, lag: int) -> np.ndarray:
-    """Every (overlapping) ``lag``-bar log return inside each row: sums of ``lag`` consecutive one-bar returns."""
+    """Every (overlapping) ``lag``-bar log return inside each row: sums of ``lag``
+    consecutive one-bar returns."""
     x = _rows(x)
     c = np.concatenate([np.zeros((x.shape[0], 1)), np.cumsum(x, axis=1)], axis=1)
     return (c[:, lag:] - c[:, :-lag]).ravel()
@@ -105,7 +108,8 @@ def per_row_kurtosis(x: np.ndarray) -> np.ndarray:
 
 
 def stylised_facts(real: np.ndarray, fake: np.ndarray, max_lag: int = MAX_LAG) -> dict[str, object]:
-    """The JSON block of one model against the real returns: emd, acf_score, leverage_score, kurtosis, skew."""
+    """The JSON block of one model against the real returns: emd, acf_score,
+    leverage_score, kurtosis, skew."""
     # a correlation needs at least two pairs per row: lags stop two bars short of the shortest row
     lag = min(max_lag, _rows(fake).shape[1] - 2, _rows(real).shape[1] - 2)
     return {
@@ -120,10 +124,11 @@ def stylised_facts(real: np.ndarray, fake: np.ndarray, max_lag: int = MAX_LAG) -
 def like_for_like(
     model: Any, real_ret: np.ndarray, ret_col: int, seed: int, paths: int = LIKE_FOR_LIKE_PATHS
 ) -> dict[str, Any]:
-    """The stylised facts of generated paths as long as the held-out series, and the tail goal's measure: each path's
-    own excess kurtosis. The held-out kurtosis is one history's; 1,000 short paths pooled mix every volatility path
-    the model can take, which puts more weight in the tails than any one history has, and a short path's own
-    kurtosis is biased towards 0, so only a path of the held-out length compares like with like (docs/SCENARIOS.md)."""
+    """The stylised facts of generated paths as long as the held-out series, and the tail goal's
+    measure: each path's own excess kurtosis. The held-out kurtosis is one history's; 1,000 short
+    paths pooled mix every volatility path the model can take, which puts more weight in the tails
+    than any one history has, and a short path's own kurtosis is biased towards 0, so only a path of
+    the held-out length compares like with like (docs/SCENARIOS.md)."""
     real_ret = np.asarray(real_ret, dtype=np.float64).reshape(-1, np.shape(real_ret)[-1])
     fake = model.sample_features(paths, real_ret.shape[-1], None, seed)[..., ret_col]
     per_path = per_row_kurtosis(fake)
@@ -137,5 +142,6 @@ def like_for_like(
 
 
 def held_out_kurtosis(real_ret: np.ndarray) -> float:
-    """The tail goal's reference: the median of each real series' own excess kurtosis (one series: its own)."""
+    """The tail goal's reference: the median of each real series' own excess kurtosis (one
+    series: its own)."""
     return float(np.median(per_row_kurtosis(real_ret)))

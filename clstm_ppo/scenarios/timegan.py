@@ -1,18 +1,20 @@
 """TimeGAN (Yoon, Jarrett and van der Schaar, NeurIPS 2019) in plain torch.
 
-Five GRU networks: an embedder and a recovery map bars to a latent sequence and back; a generator maps noise to
-latent sequences; a supervisor predicts the next latent step from the ones before; a discriminator tells real
-latent sequences from generated ones. Three phases share the step budget:
+Five GRU networks: an embedder and a recovery map bars to a latent sequence and back; a generator
+maps noise to latent sequences; a supervisor predicts the next latent step from the ones before; a
+discriminator tells real latent sequences from generated ones. Three phases share the step budget:
 
 1. embedding (``phases[0]`` of the steps): embedder + recovery learn to reconstruct the bars;
 2. supervised (``phases[1]``): the supervisor learns the real latent dynamics, one step ahead;
-3. joint (the rest): generator + supervisor against the discriminator, with the supervised loss and the first
-   two moments of the recovered bars; embedder + recovery keep reconstructing; the discriminator is updated only
-   while its loss is above ``d_threshold`` (the released code's rule, so it does not overpower the generator).
+3. joint (the rest): generator + supervisor against the discriminator, with the supervised loss and
+   the first two moments of the recovered bars; embedder + recovery keep reconstructing; the
+   discriminator is updated only while its loss is above ``d_threshold`` (the released code's rule,
+   so it does not overpower the generator).
 
-It learns windows of the volatility filter's coded residuals (coding.py), not of bars: a path is windows of
-residuals laid end to end, each from fresh noise, and the filter's recursion turns them into bars, so run past its
-window a path keeps the filter's volatility dynamics instead of settling into the GRUs' fixed point.
+It learns windows of the volatility filter's coded residuals (coding.py), not of bars: a path is
+windows of residuals laid end to end, each from fresh noise, and the filter's recursion turns them
+into bars, so run past its window a path keeps the filter's volatility dynamics instead of settling
+into the GRUs' fixed point.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from torch import nn
 
 
 def moment_loss(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Mean absolute gap of the first two moments over the batch, per bar of the window and column (the released
-    code's), plus the gap of the spread along a window, per column. Pooled over the window, a generator that draws
-    one window for every noise, varying along it as real windows do, matched the moments and collapsed (every path
-    the same 24-bar shape); over the batch alone, one that draws a different but nearly flat window for each noise
-    matches them too (the residuals are close to i.i.d., so the supervisor's next-step prediction that every
-    generated window goes through is close to a constant): docs/SCENARIOS.md."""
+    """Mean absolute gap of the first two moments over the batch, per bar of the window and column
+    (the released code's), plus the gap of the spread along a window, per column. Pooled over the
+    window, a generator that draws one window for every noise, varying along it as real windows do,
+    matched the moments and collapsed (every path the same 24-bar shape); over the batch alone, one
+    that draws a different but nearly flat window for each noise matches them too (the residuals are
+    close to i.i.d., so the supervisor's next-step prediction that every generated window goes
+    through is close to a constant): docs/SCENARIOS.md."""
     across = (x_hat.std(dim=0) - x.std(dim=0)).abs().mean() + (
         x_hat.mean(dim=0) - x.mean(dim=0)
     ).abs().mean()
@@ -56,7 +59,8 @@ class TimeGanSettings:
     layers: int = 2
     noise_dim: int = 8
     lr: float = 1e-3
-    gamma: float = 1.0  # weight of the discriminator's verdict on the generator's latent output before supervision
+    # weight of the discriminator's verdict on the generator's latent output before supervision
+    gamma: float = 1.0
     d_threshold: float = 0.15
     # embedding and supervised shares; the joint phase has the rest
     phases: tuple[float, float] = (0.25, 0.25)
@@ -93,7 +97,8 @@ class TimeGan:
         self.total_steps = 1
 
     def noise(self, batch: int, length: int, gen: torch.Generator | None = None) -> torch.Tensor:
-        # uniform noise, as in the released code; drawn on the CPU so a seed means the same on every device
+        # uniform noise, as in the released code; drawn on the CPU so a seed
+        # means the same on every device
         return torch.rand(batch, length, self.settings.noise_dim, generator=gen).to(self.device)
 
     def phase(self, step: int) -> int:

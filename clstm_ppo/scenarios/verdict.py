@@ -1,22 +1,26 @@
-"""Does a model meet the goals? The report's verdict per model, and the one-line warning a stress test prints.
+"""Does a model meet the goals? The report's verdict per model, and the one-line warning
+a stress test prints.
 
 The goals (docs/SCENARIOS.md, "The report and the goals"), read from the report's numbers:
 
-- tails: the median excess kurtosis of generated paths as long as the held-out series within 30% of the held-out
-  series' own (one history against histories of its length, not a pool of paths: stylised_facts.like_for_like);
+- tails: the median excess kurtosis of generated paths as long as the held-out series within 30% of
+  the held-out series' own (one history against histories of its length, not a pool of paths:
+  stylised_facts.like_for_like);
 - emd: EMD below GARCH(1,1)-t's at every lag (1, 5, 20, 100);
-- acf_abs, leverage: the ACF score of |r| and the leverage score below GARCH(1,1)-t's, of paths as long as the
-  held-out series (a correlation at lags up to 100 is biased towards 0 in a 252-bar path, so short paths of a model
-  that clusters too much look like a long history that clusters less);
+- acf_abs, leverage: the ACF score of |r| and the leverage score below GARCH(1,1)-t's, of
+  paths as long as the held-out series (a correlation at lags up to 100 is biased towards 0 in
+  a 252-bar path, so short paths of a model that clusters too much look like a long history
+  that clusters less);
 - discriminative: the discriminative score (released protocol) at most 0.20;
-- regimes (conditional models): crash paths at least twice the bull paths' annualised volatility, bear and crash
-  both more negatively skewed than bull, and the regime classifier's accuracy on generated windows within 10 points
-  of its accuracy on real held-out windows;
-- drift: over 1,000 bars, every 100-bar block's standard deviation of every column within a third and three times
-  the training split's (no path settles to a constant or runs away);
-- budget: training at most 15 minutes (this 2-core AVX2-only CPU) and 1,000 paths of 252 bars sampled in 5 s. The
-  fit's time is the lesser of its wall and CPU seconds: a one-thread fit on a shared CPU waits for the core, so its
-  wall seconds overstate what it takes, and its CPU seconds are the idle core's wall time.
+- regimes (conditional models): crash paths at least twice the bull paths' annualised volatility,
+  bear and crash both more negatively skewed than bull, and the regime classifier's accuracy on
+  generated windows within 10 points of its accuracy on real held-out windows;
+- drift: over 1,000 bars, every 100-bar block's standard deviation of every column within a third
+  and three times the training split's (no path settles to a constant or runs away);
+- budget: training at most 15 minutes (this 2-core AVX2-only CPU) and 1,000 paths of 252 bars
+  sampled in 5 s. The fit's time is the lesser of its wall and CPU seconds: a one-thread fit on a
+  shared CPU waits for the core, so its wall seconds overstate what it takes, and its CPU seconds
+  are the idle core's wall time.
 
 A goal that does not apply (GARCH-t against itself, regimes of an unconditional model) is ``None``.
 """
@@ -49,7 +53,8 @@ def _goal(ok: bool | None, text: str) -> dict[str, Any]:
 
 
 def tails_goal(row: dict[str, Any], held_kurtosis: float) -> dict[str, Any]:
-    """The tail goal of one model's row: its paths of the held-out length against the held-out kurtosis."""
+    """The tail goal of one model's row: its paths of the held-out length against the
+    held-out kurtosis."""
     lo, hi = kurtosis_range(held_kurtosis)
     like = row["at_held_out_length"]
     k = like["kurtosis_per_path_median"]
@@ -74,7 +79,8 @@ def emd_goal(row: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
 def tail_goals(
     row: dict[str, Any], held_kurtosis: float, reference: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """tails, emd, acf_abs and leverage of one model's row (its stylised facts) against GARCH-t's row."""
+    """tails, emd, acf_abs and leverage of one model's row (its stylised facts)
+    against GARCH-t's row."""
     out = {"tails": tails_goal(row, held_kurtosis)}
     if reference is None:
         return {
@@ -101,14 +107,15 @@ def regime_goal(block: dict[str, Any]) -> dict[str, Any]:
     ok = bool(ratio >= CRASH_VOL_RATIO and order and abs(gap) <= GOAL_POINTS)
     return _goal(
         ok,
-        f"crash/bull vol {ratio:.1f}x, goal >= {CRASH_VOL_RATIO:g}; bear and crash skew below bull: "
-        f"{'yes' if order else 'no'}; classifier gap {gap:+.1f} points, goal within {GOAL_POINTS:g}",
+        f"crash/bull vol {ratio:.1f}x, goal >= {CRASH_VOL_RATIO:g}; bear and crash skew below "
+        f"bull: {'yes' if order else 'no'}; classifier gap {gap:+.1f} points, goal "
+        f"within {GOAL_POINTS:g}",
     )
 
 
 def drift(paths: np.ndarray, train_std: np.ndarray, block: int = 100) -> dict[str, Any]:
-    """Standard deviation of every column in each ``block``-bar block of long paths (N, L, F), over the training
-    split's; ``ok`` when all of them are within DRIFT_RANGE."""
+    """Standard deviation of every column in each ``block``-bar block of long paths (N, L, F), over
+    the training split's; ``ok`` when all of them are within DRIFT_RANGE."""
     blocks = paths.shape[1] // block
     ratio = (
         np.stack([paths[:, b * block : (b + 1) * block].std(axis=(0, 1)) for b in range(blocks)])
@@ -126,7 +133,8 @@ def drift(paths: np.ndarray, train_std: np.ndarray, block: int = 100) -> dict[st
 
 
 def verdict(report: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Per model of ``names`` (report keys), every goal: {"pass": bool | None, "text": what was measured}."""
+    """Per model of ``names`` (report keys), every goal:
+    {"pass": bool | None, "text": what was measured}."""
     real = report["real_held_out"]
     held = real.get("kurtosis_per_series_median", real["kurtosis"])
     out = {}
@@ -190,9 +198,10 @@ def stress_warning(
     length: int = 252,
     seed: int = 0,
 ) -> str | None:
-    """The line ``evaluate --scenarios`` prints above its table when ``model`` fails the tail goals (kurtosis and
-    EMD against ``reference``, GARCH-t, measured as the report measures them with its default paths, length and
-    seed) or, for a conditional model, the regime goal (``regimes``: recognise.regime_report's block)."""
+    """The line ``evaluate --scenarios`` prints above its table when ``model`` fails the tail goals
+    (kurtosis and EMD against ``reference``, GARCH-t, measured as the report measures them with its
+    default paths, length and seed) or, for a conditional model, the regime goal (``regimes``:
+    recognise.regime_report's block)."""
     row = {
         **stylised_facts(held_ret, model.sample_features(paths, length, None, seed)[..., ret_col]),
         "at_held_out_length": like_for_like(model, held_ret, ret_col, seed),
@@ -213,6 +222,6 @@ def stress_warning(
     if not failed:
         return None
     return (
-        f"warning: {name} fails the scenario goals ({'; '.join(failed)}); its paths' tails or regimes are not "
-        "the market's, read this stress test with that in mind (docs/SCENARIOS.md)"
+        f"warning: {name} fails the scenario goals ({'; '.join(failed)}); its paths' tails or "
+        "regimes are not the market's, read this stress test with that in mind (docs/SCENARIOS.md)"
     )

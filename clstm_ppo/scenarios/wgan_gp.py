@@ -1,11 +1,13 @@
-"""WGAN-GP (Gulrajani et al., 2017) of one bar given its state, optionally given a regime label (the cGAN).
+"""WGAN-GP (Gulrajani et al., 2017) of one bar given its state, optionally given a
+regime label (the cGAN).
 
-The generator maps noise, the bar's state (coding.py: the volatility filter's variance, the implied vol's premium,
-and the previous bar's coded residuals) and, for the cGAN, the bar's regime to the bar's coded
-residual vector; the critic scores (residual vector, state, regime) with a gradient penalty of 10 towards unit
-gradient norm between real and generated rows. Paths are drawn bar by bar, each bar's state from the bars before it
-(FittedGenerator.sample_features), so a path has any length, and its volatility memory is the filter's, which a
-network trained on windows of a few dozen bars could not learn for lags of 100.
+The generator maps noise, the bar's state (coding.py: the volatility filter's variance, the implied
+vol's premium, and the previous bar's coded residuals) and, for the cGAN, the bar's regime to the
+bar's coded residual vector; the critic scores (residual vector, state, regime) with a gradient
+penalty of 10 towards unit gradient norm between real and generated rows. Paths are drawn bar by
+bar, each bar's state from the bars before it (FittedGenerator.sample_features), so a path has any
+length, and its volatility memory is the filter's, which a network trained on windows of a few dozen
+bars could not learn for lags of 100.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class WganGp:
-    """Generator, critic and their optimisers; ``step`` does n_critic critic updates then one generator update."""
+    """Generator, critic and their optimisers; ``step`` does n_critic critic updates then one
+    generator update."""
 
     kind = "wgan_gp"
 
@@ -73,11 +76,13 @@ class WganGp:
         self.critic = mlp(n_features + n_cond + n_labels, s.hidden, 1, s.layers).to(device)
         self.g_opt = torch.optim.Adam(self.generator.parameters(), lr=s.lr, betas=s.betas)
         self.c_opt = torch.optim.Adam(self.critic.parameters(), lr=s.lr, betas=s.betas)
-        # set by FittedGenerator from its transform: coded rows -> the return's standardised residual, in torch
+        # set by FittedGenerator from its transform: coded rows -> the return's
+        # standardised residual, in torch
         self.residual: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def noise(self, batch: int, gen: torch.Generator | None = None) -> torch.Tensor:
-        # drawn on the CPU, where a seeded generator lives, so a seed gives the same paths on every device
+        # drawn on the CPU, where a seeded generator lives, so a seed gives
+        # the same paths on every device
         return torch.randn(batch, self.settings.noise_dim, generator=gen).to(self.device)
 
     def generate(
@@ -113,7 +118,8 @@ class WganGp:
         )
 
     def step(self, batches: list[Batch], _step: int) -> dict[str, float]:
-        """One generator update after len(batches) == n_critic critic updates, each on its own real batch."""
+        """One generator update after len(batches) == n_critic critic updates, each on
+        its own real batch."""
         for batch in batches:
             real, cond, labels = self._rows(batch)
             with torch.no_grad():
@@ -140,12 +146,13 @@ class WganGp:
         }
 
     def _match(self, real: torch.Tensor, fake: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """Squared Wasserstein-2 distance between the generated and real return residuals z within bins of the
-        state's filtered variance (cond column 0; fake and real rows share their states, so the bins hold as many of
-        each). A path feeds its own residuals back into the variance recursion, so a few percent too much E[z^2] at
-        high variance makes the volatility run away (the S&P 500 filter's persistence is 0.993), and the critic
-        alone left errors of 10-70% there; matching the sorted samples fixes the whole conditional distribution,
-        tails included, where matching two moments let the generator collapse to a constant."""
+        """Squared Wasserstein-2 distance between the generated and real return residuals z within
+        bins of the state's filtered variance (cond column 0; fake and real rows share their states,
+        so the bins hold as many of each). A path feeds its own residuals back into the variance
+        recursion, so a few percent too much E[z^2] at high variance makes the volatility run away
+        (the S&P 500 filter's persistence is 0.993), and the critic alone left errors of 10-70%
+        there; matching the sorted samples fixes the whole conditional distribution, tails included,
+        where matching two moments let the generator collapse to a constant."""
         if self.residual is None or not self.settings.match_weight:
             return fake.new_zeros(())
         zr, zf = self.residual(real), self.residual(fake)

@@ -1,15 +1,16 @@
-"""Adapt a trained agent to a new underlying from Python: K env steps of PPO continuing its checkpoint on the new
-data's training split, then the adapted agent, the checkpoint zero-shot, a fresh agent trained for the same K and
-buy-and-hold walked over one split of the new data (docs/ADAPTATION.md).
+"""Adapt a trained agent to a new underlying from Python: K env steps of PPO continuing its
+checkpoint on the new data's training split, then the adapted agent, the checkpoint zero-shot, a
+fresh agent trained for the same K and buy-and-hold walked over one split of the new data
+(docs/ADAPTATION.md).
 
     from clstm_ppo.training.adaptation import adapt_checkpoint
     done = adapt_checkpoint("runs/a/best_composite.pt", "new_stock.csv", 50_000, part="encoder")
     done.report["summary"]["adapted"]["sharpe"]
 
-Adaptation continues the checkpoint through the trainer (training/runner.py) with the checkpoint's settings, its
-normalisation statistics and its optimizer state: K env steps, the learning rate decaying over them, validation walks
-and best_*.pt as in training. ``part="encoder"`` trains LSTM 1 + MLP alone. The zero-shot row is exactly
-``evaluate`` of the checkpoint on the same data and split.
+Adaptation continues the checkpoint through the trainer (training/runner.py) with the checkpoint's
+settings, its normalisation statistics and its optimizer state: K env steps, the learning rate
+decaying over them, validation walks and best_*.pt as in training. ``part="encoder"`` trains LSTM 1
++ MLP alone. The zero-shot row is exactly ``evaluate`` of the checkpoint on the same data and split.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ ROWS = ("adapted", "zero_shot", "scratch", "buy_and_hold")
 
 
 def check_feature_set(state: RunState, path: str, source: str, cfg: Config) -> None:
-    """The checkpoint's encoder reads the features it was normalised on; another set is refused in one line."""
+    """The checkpoint's encoder reads the features it was normalised on; another set is
+    refused in one line."""
     saved, observed = (
         tuple(state.normalizer["names"]),
         observed_feature_names(cfg.data.option_features),
@@ -60,8 +62,9 @@ def check_feature_set(state: RunState, path: str, source: str, cfg: Config) -> N
 def start_state(
     state: RunState, model: dict[str, Any], optimizer: dict[str, Any], num_envs: int
 ) -> RunState:
-    """What the trainer's resume path reads to begin a new run from given weights: the checkpoint's normalisation,
-    update 0, no env state (the copies start fresh on the new data) and fresh checkpoint selection."""
+    """What the trainer's resume path reads to begin a new run from given weights: the checkpoint's
+    normalisation, update 0, no env state (the copies start fresh on the new data) and fresh
+    checkpoint selection."""
     return RunState(
         model=model,
         optimizer=optimizer,
@@ -78,7 +81,8 @@ def start_state(
 
 
 def fresh_start(cfg: Config, state: RunState) -> RunState:
-    """A new agent of the checkpoint's settings, initialised as the trainer would, and a fresh Adam."""
+    """A new agent of the checkpoint's settings, initialised as the trainer would,
+    and a fresh Adam."""
     torch.manual_seed(cfg.seed)
     model = ActorCritic(
         len(observed_feature_names(cfg.data.option_features)),
@@ -93,7 +97,8 @@ def fresh_start(cfg: Config, state: RunState) -> RunState:
 def train_from_start(
     cfg: Config, run_dir: Path, device: torch.device, start: RunState, part: str
 ) -> Path:
-    """K env steps of PPO from ``start`` into ``run_dir`` through the trainer; returns its latest.pt."""
+    """K env steps of PPO from ``start`` into ``run_dir`` through the trainer;
+    returns its latest.pt."""
     from clstm_ppo.training.runner import Trainer  # imported late: argument errors stay fast
 
     trainer = Trainer(cfg, run_dir, device, resume=start)
@@ -114,8 +119,8 @@ def summary(result: WalkResult) -> dict[str, float]:
 
 @dataclass
 class Adaptation:
-    """One adaptation: each row's walk (adapted, zero_shot, scratch unless skipped, buy_and_hold), the checkpoint
-    each agent row walked, and ``report``, what ``clstm-ppo-adapt --json`` writes."""
+    """One adaptation: each row's walk (adapted, zero_shot, scratch unless skipped, buy_and_hold),
+    the checkpoint each agent row walked, and ``report``, what ``clstm-ppo-adapt --json`` writes."""
 
     results: dict[str, WalkResult]
     checkpoints: dict[str, Path]
@@ -123,7 +128,8 @@ class Adaptation:
 
 
 def default_out(cfg: Config, checkpoint: str, data: str, steps: int) -> Path:
-    """checkpoints/adapt-<checkpoint's run>-<data's stem>-<K>: one folder per adaptation asked for."""
+    """checkpoints/adapt-<checkpoint's run>-<data's stem>-<K>: one folder per
+    adaptation asked for."""
     stem = Path(data).name.split(".")[0]
     return Path(cfg.output.checkpoint_dir) / f"adapt-{Path(checkpoint).parent.name}-{stem}-{steps}"
 
@@ -141,9 +147,10 @@ def adapt_checkpoint(
     scratch: bool = True,
     device: str = "auto",
 ) -> Adaptation:
-    """Adapt ``checkpoint`` to ``data`` with ``steps`` env steps of PPO (``part``: all, or the encoder alone) into
-    ``out`` (adapted/, scratch/), then walk every row over ``split``. Another feature set, bad data or an ``out``
-    already holding a run is one ConfigError or DataError before any training."""
+    """Adapt ``checkpoint`` to ``data`` with ``steps`` env steps of PPO (``part``: all, or the
+    encoder alone) into ``out`` (adapted/, scratch/), then walk every row over ``split``. Another
+    feature set, bad data or an ``out`` already holding a run is one ConfigError or DataError
+    before any training."""
     checkpoint = str(checkpoint)
     if steps < 1:
         raise ConfigError(f"--steps {steps} must be at least 1")
@@ -182,7 +189,8 @@ def adapt_checkpoint(
     for name in ROWS:
         if name not in runs:
             continue
-        # zero-shot reads the checkpoint exactly as evaluate does; the new runs carry data and overrides already
+        # zero-shot reads the checkpoint exactly as evaluate does; the new runs
+        # carry data and overrides already
         agent_cfg, agent_data, model = (
             load_agent(checkpoint, data, list(overrides), picked)
             if name == "zero_shot"

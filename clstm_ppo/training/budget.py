@@ -1,5 +1,5 @@
-"""How far a run has come (its counters) and how far it goes: env steps per update, the planned budget the learning
-rate decays over, and when it is spent (docs/TRAINING.md, "Learning rate")."""
+"""How far a run has come (its counters) and how far it goes: env steps per update, the planned
+budget the learning rate decays over, and when it is spent (docs/TRAINING.md, "Learning rate")."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ class Progress:
 
 @dataclass(frozen=True)
 class Budget:
-    """One launch's budget: fixed by its settings and world size (a resume recomputes it from its own)."""
+    """One launch's budget: fixed by its settings and world size (a resume recomputes
+    it from its own)."""
 
     batch_size: int  # env steps per update, all ranks
     # env steps the learning rate decays over (num_episodes: estimated at full length)
@@ -46,7 +47,8 @@ class Budget:
         )
 
     def learning_rate(self, progress: Progress) -> float:
-        """The rate of the update after ``progress``: the base rate by the warm-up and the env-step schedule."""
+        """The rate of the update after ``progress``: the base rate by the warm-up and the
+        env-step schedule."""
         return self.base_lr * lr_factor(
             progress.update, progress.global_step, self.planned_steps, self.cfg.ppo
         )

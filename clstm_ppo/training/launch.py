@@ -1,6 +1,6 @@
-"""Training a run from Python: ``train_run`` checks everything a launch needs, locks the run folder and starts one
-worker (or one per GPU or CPU worker, spawned; under torchrun, joins its group). ``python -m clstm_ppo.train`` is
-its command line (docs/TRAINING.md).
+"""Training a run from Python: ``train_run`` checks everything a launch needs, locks the run folder
+and starts one worker (or one per GPU or CPU worker, spawned; under torchrun, joins its group).
+``python -m clstm_ppo.train`` is its command line (docs/TRAINING.md).
 
     from clstm_ppo.training.launch import train_run
     run = train_run("smoke", ["train.total_steps=4096"])          # -> checkpoints/synthetic-smoke
@@ -63,9 +63,10 @@ RESUME_FIXES = (
     "a run folder holds latest.pt, best_<metric>.pt and update_*.pt: check the path",
     "resume from another file of the run, e.g. --resume-from latest or a best_*.pt",
 )
-# Where and how wide a run executes belongs to each launch, not to the run: a resume on another machine
-# (a laptop after a GPU box, or GPUs after CPU workers) starts these from the defaults, not the checkpoint. So do
-# the folders it writes to: they come from this launch's command line and config, never from a file's settings.
+# Where and how wide a run executes belongs to each launch, not to the run: a resume on another
+# machine (a laptop after a GPU box, or GPUs after CPU workers) starts these from the defaults, not
+# the checkpoint. So do the folders it writes to: they come from this launch's command line and
+# config, never from a file's settings.
 PER_LAUNCH_SETTINGS = ("launch.device", "launch.threads_per_worker", *OUTPUT_SETTINGS)
 
 
@@ -102,8 +103,8 @@ def default_run_name(cfg: Config, config: str | None) -> str:
 def plan_workers(
     num_gpus: int, num_workers: int | None, cfg: Config, oversubscribe: bool = False
 ) -> tuple[int, str, str | None]:
-    """(number of workers, device kind, a notice to print) for a launch outside torchrun; more CPU workers than
-    the usable cores only with ``oversubscribe``."""
+    """(number of workers, device kind, a notice to print) for a launch outside torchrun; more CPU
+    workers than the usable cores only with ``oversubscribe``."""
     visible = cuda_device_count()
     if num_gpus == 0 or num_gpus < -1:
         raise ConfigError(f"--num-gpus {num_gpus} must be -1 (every GPU) or at least 1")
@@ -159,7 +160,8 @@ def run_worker(
     resume_path: Path | None,
     threads: int,
 ) -> None:
-    """One worker: join the group, train, leave. Spawned workers get ``ctx=None`` and derive it from their index."""
+    """One worker: join the group, train, leave. Spawned workers get ``ctx=None`` and derive it
+    from their index."""
     if ctx is None:
         ctx = DistContext(
             rank=local_rank,
@@ -181,9 +183,9 @@ def run_worker(
         if ctx.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            # Only the eager update's forward goes through DDP (its backward all-reduces gradients; the
-            # static update of launch.compile_loop averages them itself); rollouts and checkpoints use the raw module,
-            # so DDP never enters a state_dict.
+            # Only the eager update's forward goes through DDP (its backward all-reduces gradients;
+            # the static update of launch.compile_loop averages them itself); rollouts and
+            # checkpoints use the raw module, so DDP never enters a state_dict.
             launch = cfg.launch
             wrap = functools.partial(
                 DDP,
@@ -196,16 +198,17 @@ def run_worker(
         trainer.run()
         finished = True
     except torch.cuda.OutOfMemoryError:
-        # The update's activations grow with a minibatch's decisions (docs/TRAINING.md, "Memory at scale"):
-        # splitting each minibatch k ways with k-fold accumulation keeps the same optimizer steps in 1/k of it.
+        # The update's activations grow with a minibatch's decisions (docs/TRAINING.md,
+        # "Memory at scale"): splitting each minibatch k ways with k-fold accumulation keeps
+        # the same optimizer steps in 1/k of it.
         p, done = cfg.ppo, trainer.progress.update if trainer is not None else 0
         k = next((k for k in (4, 2) if cfg.train.num_envs % (k * p.num_minibatches) == 0), 0)
         # it refuses accumulation
         graphs = "--set launch.update_graphs=false " if cfg.launch.update_graphs else ""
         split = (
-            f"split each minibatch with {graphs}--set ppo.num_minibatches={k * p.num_minibatches} --set "
-            f"ppo.grad_accumulation={k * p.grad_accumulation} (the same optimizer steps; about 1/{k} of the "
-            "update's activations), or "
+            f"split each minibatch with {graphs}--set ppo.num_minibatches={k * p.num_minibatches} "
+            f"--set ppo.grad_accumulation={k * p.grad_accumulation} (the same optimizer steps; "
+            f"about 1/{k} of the update's activations), or "
             if k
             else ""
         )
@@ -231,7 +234,8 @@ def spawn_workers(
     threads: int,
     target=None,
 ) -> int:
-    """Start one process per worker; forward SIGINT/SIGTERM to them so they stop at an update boundary.
+    """Start one process per worker; forward SIGINT/SIGTERM to them so they stop
+    at an update boundary.
 
     ``target`` replaces :func:`run_worker` (same arguments) in tests that instrument a worker.
     """
@@ -275,8 +279,8 @@ def settings_of(
     settings: dict[str, Any] | None,
     base: dict | None = None,
 ) -> Config:
-    """Defaults (or a checkpoint's settings), then ``config``, then ``overrides`` (``KEY=VALUE``), then ``settings``
-    (dotted keys, as the command's flags give them)."""
+    """Defaults (or a checkpoint's settings), then ``config``, then ``overrides`` (``KEY=VALUE``),
+    then ``settings`` (dotted keys, as the command's flags give them)."""
     flags = dict(settings or {})
     if "train.total_steps" in flags:
         flags["train.num_episodes"] = 0  # an explicit step budget replaces an episode budget
@@ -295,11 +299,12 @@ def train_run(
     master_port: int | None = None,
     oversubscribe: bool = False,
 ) -> Path:
-    """Train one run to its budget and return its folder (``output.checkpoint_dir`` / ``output.run_name``, or a name
-    from the data and ``config``). ``config``: a named config or a YAML file; ``overrides``: ``KEY=VALUE`` strings;
-    ``settings``: dotted keys to values. ``resume_from``: latest, composite, ... or a checkpoint path (the run's
-    settings, then these); ``fresh_start``: move an existing run folder aside. ``num_gpus``/``num_workers``: DDP
-    workers, one per GPU or CPU workers over gloo (no more CPU workers than cores unless ``oversubscribe``).
+    """Train one run to its budget and return its folder (``output.checkpoint_dir`` /
+    ``output.run_name``, or a name from the data and ``config``). ``config``: a named config or a
+    YAML file; ``overrides``: ``KEY=VALUE`` strings; ``settings``: dotted keys to values.
+    ``resume_from``: latest, composite, ... or a checkpoint path (the run's settings, then these);
+    ``fresh_start``: move an existing run folder aside. ``num_gpus``/``num_workers``: DDP workers,
+    one per GPU or CPU workers over gloo (no more CPU workers than cores unless ``oversubscribe``).
     Raises ``ConfigError`` (a bad setting, file or resume: one line) or ``WorkersFailed``."""
     if resume_from and fresh_start:
         raise ConfigError("--resume-from and --fresh-start contradict each other; pick one")
@@ -330,7 +335,9 @@ def train_run(
             "start over with --fresh-start (the old run is moved aside), or pick --run-name"
         )
     data = observed_market_data(cfg)  # bad data fails here, in one line, before any worker starts
-    if is_first:  # an account that cannot hold what the agent may order says so once (docs/MARKET.md, "Sizing")
+    if is_first:
+        # an account that cannot hold what the agent may order says so once
+        # (docs/MARKET.md, "Sizing")
         notice = untradable_notice(data, ("train", "validation"), cfg.market, cfg.env)
         if notice:
             print(notice)
@@ -349,8 +356,8 @@ def train_run(
             raise ConfigError(
                 "launch.precision fp16 needs a CUDA device; on the CPU use bf16 or fp32"
             )
-    # Every check passed: only now is the run folder touched (locked, and with a fresh start moved aside); a
-    # launch that fails before training wrote anything takes back the folder it made.
+    # Every check passed: only now is the run folder touched (locked, and with a fresh start moved
+    # aside); a launch that fails before training wrote anything takes back the folder it made.
     made = is_first and not run_dir.exists()
     with contextlib.ExitStack() as held:
         if made:
@@ -360,12 +367,13 @@ def train_run(
             stale = remove_stale_writes(run_dir)
             if stale:
                 print(
-                    f"removed {len(stale)} unfinished checkpoint write(s) of a killed run: {', '.join(stale)}"
+                    f"removed {len(stale)} unfinished checkpoint write(s) of a killed "
+                    f"run: {', '.join(stale)}"
                 )
             if resume_from:
                 print(
-                    f"resuming {run_dir} at update {resume.update} ({resume.global_step:,} env steps, "
-                    f"written by {resume.world_size} worker(s))"
+                    f"resuming {run_dir} at update {resume.update} ({resume.global_step:,} env "
+                    f"steps, written by {resume.world_size} worker(s))"
                 )
             if fresh_start:
                 moved = move_aside(run_dir)

@@ -1,9 +1,10 @@
-"""Converting a checkpoint written before checkpoints were plain data into today's format: the one place a .pt is
-ever read with a full unpickle, and only when the caller says the file is trusted (docs/RELIABILITY.md, "What is safe
-to load"). ``python -m clstm_ppo.migrate`` is its command line.
+"""Converting a checkpoint written before checkpoints were plain data into today's format: the one
+place a .pt is ever read with a full unpickle, and only when the caller says the file is trusted
+(docs/RELIABILITY.md, "What is safe to load"). ``python -m clstm_ppo.migrate`` is its command line.
 
     from clstm_ppo.training.migration import migrate_checkpoint
-    migrate_checkpoint("old/latest.pt", "new/latest.pt", trust=True)   # -> "agent checkpoint, version 1 -> 2: ..."
+    migrate_checkpoint("old/latest.pt", "new/latest.pt",
+                       trust=True)  # -> "agent checkpoint, version 1 -> 2: ..."
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from clstm_ppo.scenarios import generator
 
 
 def read_old(path: Path, trust: bool) -> tuple[Any, bool]:
-    """``path``'s contents and whether a full unpickle read them: as data when it is plain data; otherwise only
-    with ``trust``, since unpickling a file can call any function it names."""
+    """``path``'s contents and whether a full unpickle read them: as data when it is plain data;
+    otherwise only with ``trust``, since unpickling a file can call any function it names."""
 
     def unreadable(err: BaseException) -> CheckpointError:
         return CheckpointError(
@@ -47,7 +48,8 @@ def read_old(path: Path, trust: bool) -> tuple[Any, bool]:
         raise unreadable(err) from None
     try:
         return torch.load(path, map_location="cpu", weights_only=False), True
-    except Exception as err:  # noqa: BLE001 (whatever a trusted but damaged pickle raises: one line)
+    except Exception as err:  # noqa: BLE001
+        # whatever a trusted but damaged pickle raises: one line
         raise unreadable(err) from None
 
 
@@ -80,9 +82,10 @@ def converted(saved: Any, path: Path) -> tuple[str, dict[str, Any]]:
 
 
 def migrate_checkpoint(old: str | Path, new: str | Path, trust: bool = False) -> str:
-    """Write ``old`` (an agent's or a scenario generator's checkpoint of any format this version knows) to ``new``
-    in today's format, read back as data before this returns; ``trust`` allows the full unpickle an old file needs.
-    Returns one line saying what was done. ``new`` must not exist: nothing is overwritten."""
+    """Write ``old`` (an agent's or a scenario generator's checkpoint of any format this version
+    knows) to ``new`` in today's format, read back as data before this returns; ``trust`` allows the
+    full unpickle an old file needs. Returns one line saying what was done. ``new`` must not exist:
+    nothing is overwritten."""
     old, new = Path(old), Path(new)
     if not old.is_file():
         raise CheckpointError(f"{old} not found; give the checkpoint file to convert")

@@ -1,4 +1,5 @@
-"""Resource statistics logged beside the training metrics: the host process, and each rank's GPU through NVML."""
+"""Resource statistics logged beside the training metrics: the host process, and each rank's
+GPU through NVML."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from clstm_ppo.config import first_line
 
 
 def cuda_uuid(device: torch.device) -> str:
-    """NVML's name for a CUDA device. CUDA's index is not NVML's under CUDA_VISIBLE_DEVICES; the UUID is."""
+    """NVML's name for a CUDA device. CUDA's index is not NVML's under
+    CUDA_VISIBLE_DEVICES; the UUID is."""
     return f"GPU-{torch.cuda.get_device_properties(device).uuid}"
 
 
 class ResourceMonitor:
     """Host: CPU use and peak memory of this process. GPU (when there is one): utilisation, memory,
-    temperature and power through NVML (nvidia-ml-py). Monitoring is never worth a run: the first NVML
-    failure (no driver library, MIG slices, boards without a sensor) turns GPU monitoring off and leaves
-    one line in ``off_reason`` for the caller to print."""
+    temperature and power through NVML (nvidia-ml-py). Monitoring is never worth a run: the first
+    NVML failure (no driver library, MIG slices, boards without a sensor) turns GPU monitoring off
+    and leaves one line in ``off_reason`` for the caller to print."""
 
     def __init__(self, device: torch.device, nvml: Any = None, uuid: str | None = None):
         self.handle, self.nvml, self.off_reason = None, None, ""
@@ -33,7 +35,8 @@ class ResourceMonitor:
             nvml.nvmlInit()
             self.nvml = nvml
             self.handle = nvml.nvmlDeviceGetHandleByUUID(uuid or cuda_uuid(device))
-        except Exception as err:  # noqa: BLE001 - any NVML or import failure means: no GPU statistics
+        except Exception as err:  # noqa: BLE001
+            # any NVML or import failure means: no GPU statistics
             self._turn_off(err)
 
     def _turn_off(self, err: BaseException) -> None:

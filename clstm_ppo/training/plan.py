@@ -1,9 +1,10 @@
-"""How a run executes, chosen once from its config, device and world size (docs/TRAINING.md, "How a run
-executes"): the env step eager or compiled; the rollout's decisions eager or fused into one compiled graph a step
-(replayed as a CUDA graph on CUDA); the update's loss eager (distinct bars, fused LSTM runs: data-dependent shapes)
-or static (fixed shapes, compiled; optionally replayed as CUDA graphs); the optimizer step eager or captured as one
-CUDA graph; and how several ranks share gradients. The trainer builds its parts from the plan and reads nothing
-else to decide; its "ran as" line then says what ran, where a capture fell back.
+"""How a run executes, chosen once from its config, device and world size (docs/TRAINING.md, "How a
+run executes"): the env step eager or compiled; the rollout's decisions eager or fused into one
+compiled graph a step (replayed as a CUDA graph on CUDA); the update's loss eager (distinct bars,
+fused LSTM runs: data-dependent shapes) or static (fixed shapes, compiled; optionally replayed as
+CUDA graphs); the optimizer step eager or captured as one CUDA graph; and how several ranks share
+gradients. The trainer builds its parts from the plan and reads nothing else to decide; its "ran as"
+line then says what ran, where a capture fell back.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from clstm_ppo.config import Config
 @dataclass(frozen=True)
 class ExecutionPlan:
     env_step: str  # "compiled" or "eager"
-    rollout: str  # "fused": one compiled decision a step where every bar's code is cached, else eager; or "eager"
+    # "fused": one compiled decision a step where every bar's code is cached, else eager; or "eager"
+    rollout: str
     rollout_graphs: bool  # the fused decision (or a compiled env step) is replayed as a CUDA graph
     update: str  # "static" (fixed shapes, compiled) or "eager"
     update_graphs: bool  # the static loss's compiled calls are replayed as CUDA graphs
     optimizer_step: str  # "captured" (one CUDA graph with the update's static loss) or "eager"
-    gradients: str  # "local" (one rank), "ddp" (DDP's forward averages them) or "all_reduce" (one before each step)
+    # "local" (one rank), "ddp" (DDP's forward averages them) or "all_reduce" (one before each step)
+    gradients: str
     why: tuple[str, ...]  # a clause for each choice
 
     @classmethod
@@ -34,8 +37,8 @@ class ExecutionPlan:
         # fp16's GradScaler reads the gradients on the host, which a captured step cannot.
         captured = graphs and launch.precision != "fp16"
         why = [
-            f"launch.compile_loop {launch.compile_loop} on {device.type}: the env step, the rollout's decisions "
-            f"and the update's loss are {'compiled' if compiled else 'eager'}"
+            f"launch.compile_loop {launch.compile_loop} on {device.type}: the env step, the "
+            f"rollout's decisions and the update's loss are {'compiled' if compiled else 'eager'}"
         ]
         if compiled:
             why.append(
@@ -72,13 +75,14 @@ class ExecutionPlan:
         )
 
     def describe(self) -> str:
-        """One line for the run's log: what was planned and why (what ran is the "ran as" line's)."""
+        """One line for the run's log: what was planned and why (what ran is the
+        "ran as" line's)."""
 
         def graphs(on: bool) -> str:
             return " as CUDA graphs" if on else ""
 
         return (
-            f"plan: env step {self.env_step}, rollout {self.rollout}{graphs(self.rollout_graphs)}, update "
-            f"{self.update}{graphs(self.update_graphs)}, optimizer step {self.optimizer_step}, gradients "
-            f"{self.gradients} ({'; '.join(self.why)})"
+            f"plan: env step {self.env_step}, rollout {self.rollout}{graphs(self.rollout_graphs)}, "
+            f"update {self.update}{graphs(self.update_graphs)}, optimizer step "
+            f"{self.optimizer_step}, gradients {self.gradients} ({'; '.join(self.why)})"
         )

@@ -1,8 +1,8 @@
-"""What differs between ranks at an update boundary: random streams, env copies and LSTM 2's carried state; and
-what a rank keeps of the last boundary for the checkpoints rank 0 writes.
+"""What differs between ranks at an update boundary: random streams, env copies and LSTM 2's carried
+state; and what a rank keeps of the last boundary for the checkpoints rank 0 writes.
 
-Rank 0 gathers every rank's copy each update so the checkpoints it writes resume every rank exactly; on a
-resume each rank takes its own back when the run has the saved run's workers and copies.
+Rank 0 gathers every rank's copy each update so the checkpoints it writes resume every rank exactly;
+on a resume each rank takes its own back when the run has the saved run's workers and copies.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ def capture(
     minibatches: torch.Generator,
     device: torch.device,
 ) -> RankState:
-    """This rank's random streams, env copies, carried LSTM state and the portfolio features its next decision
-    reads, on the CPU. The features are saved, not recomputed on a resume: a compiled env step computes them in
-    another operation order than the eager code would, and a last-bit difference would part the runs."""
+    """This rank's random streams, env copies, carried LSTM state and the portfolio features its
+    next decision reads, on the CPU. The features are saved, not recomputed on a resume: a compiled
+    env step computes them in another operation order than the eager code would, and a last-bit
+    difference would part the runs."""
     rng = RngState(
         torch.get_rng_state(),
         np.random.get_state(),
@@ -44,7 +45,8 @@ def capture(
 
 
 def saved_for_this_rank(state: RunState, ctx: DistContext, num_envs: int) -> RankState | None:
-    """This rank's saved state in checkpoint ``state``, when its workers and copies match this launch's."""
+    """This rank's saved state in checkpoint ``state``, when its workers and copies
+    match this launch's."""
     if not state.ranks:
         return None  # written between output.rank_state_every's saves
     if (
@@ -59,8 +61,9 @@ def saved_for_this_rank(state: RunState, ctx: DistContext, num_envs: int) -> Ran
 def restore(
     mine: RankState, env: BatchedOptionsEnv, minibatches: torch.Generator, device: torch.device
 ) -> State | None:
-    """Put ``mine`` (from ``saved_for_this_rank``) back and return the carried LSTM state, or do nothing and
-    return None when the env copies cannot continue (another env layout or another device's stream)."""
+    """Put ``mine`` (from ``saved_for_this_rank``) back and return the carried LSTM state, or do
+    nothing and return None when the env copies cannot continue (another env layout or another
+    device's stream)."""
     if not env.fits(mine.env):
         return None
     rng = mine.rng
@@ -77,9 +80,9 @@ def restore(
 @dataclass
 class Boundary:
     """What a rank keeps of the last update boundary: on rank 0 every other rank's state (every
-    ``output.rank_state_every`` updates), every rank's GPU readings and the metrics at a new best whose best_*.pt are
-    due; on every rank whether this boundary's checkpoints carry the ranks' states (so all join a forced gather),
-    its GPU monitor, and the run folder's checkpoint files."""
+    ``output.rank_state_every`` updates), every rank's GPU readings and the metrics at a new best
+    whose best_*.pt are due; on every rank whether this boundary's checkpoints carry the ranks'
+    states (so all join a forced gather), its GPU monitor, and the run folder's checkpoint files."""
 
     checkpoints: CheckpointManager
     resources: ResourceMonitor  # every rank reads its own GPU; rank 0 logs them all

@@ -1,5 +1,5 @@
-"""What rank 0 tells the user and the trackers during a run: the set-up, each update, each evaluation, the
-pretraining curve and where the files are at the end."""
+"""What rank 0 tells the user and the trackers during a run: the set-up, each update, each
+evaluation, the pretraining curve and where the files are at the end."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def describe(
     planned_updates: int,
     params: int,
 ) -> str:
-    """What is about to run, in four lines: where, on what data, on what hardware and budget, which agent."""
+    """What is about to run, in four lines: where, on what data, on what hardware and
+    budget, which agent."""
     t, a = cfg.train, cfg.agent
     splits = " | ".join(
         f"{name} {first.date()}..{last.date()}"
@@ -52,10 +53,11 @@ def describe(
         [
             f"run {run_dir.name} -> {run_dir}",
             f"data {cfg.data.source}: {', '.join(data.symbols)}, {bars}; {splits}",
-            f"{workers}; {t.num_envs} env copies x {cfg.ppo.num_steps} steps each = {batch_size:,} env steps "
-            f"per update; budget {budget} (~{planned_updates:,} updates)",
+            f"{workers}; {t.num_envs} env copies x {cfg.ppo.num_steps} steps each = {batch_size:,} "
+            f"env steps per update; budget {budget} (~{planned_updates:,} updates)",
             f"agent {a.kind}: {LAYERS[a.kind].format(a=a)}, {params:,} parameters; "
-            f"{cfg.launch.precision}; learning rate {cfg.ppo.learning_rate:g} {cfg.ppo.lr_schedule}",
+            f"{cfg.launch.precision}; learning rate {cfg.ppo.learning_rate:g} "
+            f"{cfg.ppo.lr_schedule}",
         ]
     )
 
@@ -119,9 +121,10 @@ class Reporter:
         with_rank_states: bool,
         trained_s: float,
     ) -> None:
-        """The per-update checkpoint's cost: the ranks' states gathered to rank 0, then written (periodic and
-        latest), and latest.pt's size; said once where it outweighs a fifth of the update's ``trained_s``
-        (rollout and PPO update) while every checkpoint carries the ranks' states."""
+        """The per-update checkpoint's cost: the ranks' states gathered to rank 0, then
+        written (periodic and latest), and latest.pt's size; said once where it outweighs a
+        fifth of the update's ``trained_s`` (rollout and PPO update) while every checkpoint
+        carries the ranks' states."""
         size_mb = latest.stat().st_size / 1e6
         self.tracker.log(
             "checkpoint",
@@ -188,8 +191,9 @@ def farewell(run_dir: Path, best: dict[str, float]) -> None:
         f"--checkpoint-dir {run_dir.parent} --resume-from latest   (or composite, win_rate, ...)"
     )
     print(
-        f"backtest on the held-out test split, against buy-and-hold, cash, random and two option rules:\n"
-        f"  python -m clstm_ppo.evaluate --checkpoint {run_dir / 'best_composite.pt'} --split test "
-        f"--plot {run_dir / 'test_equity.png'} --json {run_dir / 'test_report.json'}\n"
-        "(the best validation score is optimistic: it is the maximum over many evaluations of one split)"
+        "backtest on the held-out test split, against buy-and-hold, cash, random and two option "
+        f"rules:\n  python -m clstm_ppo.evaluate --checkpoint {run_dir / 'best_composite.pt'} "
+        f"--split test --plot {run_dir / 'test_equity.png'} --json {run_dir / 'test_report.json'}\n"
+        "(the best validation score is optimistic: it is the maximum over many "
+        "evaluations of one split)"
     )

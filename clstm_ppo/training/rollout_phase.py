@@ -1,5 +1,6 @@
-"""The run's rollouts: each fills the storage with ``ppo.num_steps`` decisions of every env copy and carries the
-observation and LSTM 2's state on to the next (docs/TRAINING.md, "Compiled and captured paths")."""
+"""The run's rollouts: each fills the storage with ``ppo.num_steps`` decisions of every env copy
+and carries the observation and LSTM 2's state on to the next (docs/TRAINING.md, "Compiled and
+captured paths")."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from clstm_ppo.training.plan import ExecutionPlan
 
 
 class Rollout:
-    """One rollout per ``collect()``, in the form the plan names: eager, or each decision one compiled graph
-    (replayed as a CUDA graph where captured: ``agent/fused_rollout.py``). The compiled decision reads the encoder's
-    per-bar codes, so a split with more bars than a rollout has decisions runs eagerly."""
+    """One rollout per ``collect()``, in the form the plan names: eager, or each decision one
+    compiled graph (replayed as a CUDA graph where captured: ``agent/fused_rollout.py``). The
+    compiled decision reads the encoder's per-bar codes, so a split with more bars than a rollout
+    has decisions runs eagerly."""
 
     def __init__(
         self,
@@ -32,7 +34,8 @@ class Rollout:
         obs: Observation,
         lstm_state: State,
     ):
-        """``obs`` and ``lstm_state``: where the env copies and LSTM 2 stand before the first rollout."""
+        """``obs`` and ``lstm_state``: where the env copies and LSTM 2 stand before
+        the first rollout."""
         self.model, self.env, self.storage, self.precision = model, env, storage, precision
         self.ppo, self.decisions = cfg.ppo, cfg.train.num_envs * cfg.ppo.num_steps
         self.fused = (
@@ -44,7 +47,8 @@ class Rollout:
         self.obs, self.lstm_state = obs, lstm_state
 
     def bar_codes(self) -> torch.Tensor | None:
-        """The encoder's code of every observable bar, when there are no more of them than decisions."""
+        """The encoder's code of every observable bar, when there are no more of
+        them than decisions."""
         return rollout.bar_codes(
             self.model, self.env.market_windows, self.decisions, self.precision
         )
@@ -52,12 +56,13 @@ class Rollout:
     def policy(
         self, obs: Observation, codes: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
-        """The rollout's forward for one step of every copy from the carried state (logits, value, next state)."""
+        """The rollout's forward for one step of every copy from the carried state (logits,
+        value, next state)."""
         return rollout.policy_step(self.model, obs, self.lstm_state, codes)
 
     def collect(self) -> np.ndarray:
-        """One rollout into the storage, carrying the observation and LSTM state on; the sums of the full-length
-        episodes that ended (``env.state.EPISODE_SUMS``)."""
+        """One rollout into the storage, carrying the observation and LSTM state on; the sums of the
+        full-length episodes that ended (``env.state.EPISODE_SUMS``)."""
         codes = self.bar_codes()
         if self.fused is not None and codes is not None:
             self.obs, self.lstm_state = self.fused.collect(

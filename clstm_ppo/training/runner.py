@@ -48,10 +48,10 @@ from clstm_ppo.training.update_phase import Update
 
 
 class Trainer:
-    """One worker's run: the rollout and the update the plan names, the run's counters and its files. ``wrap`` (the
-    DDP wrapper, given by the launcher) is what the eager update trains through (the static update, with
-    ``launch.compile_loop``, averages its gradients itself and needs no wrapper); rollouts and checkpoints use the
-    raw module, so DDP never enters a state_dict."""
+    """One worker's run: the rollout and the update the plan names, the run's counters and its
+    files. ``wrap`` (the DDP wrapper, given by the launcher) is what the eager update trains through
+    (the static update, with ``launch.compile_loop``, averages its gradients itself and needs no
+    wrapper); rollouts and checkpoints use the raw module, so DDP never enters a state_dict."""
 
     def __init__(
         self,
@@ -68,11 +68,13 @@ class Trainer:
         self.plan = plan = ExecutionPlan.choose(cfg, device, ctx.world_size)
         normalizer = Normalizer.from_state_dict(resume.normalizer) if resume else None
         self.data = observed_market_data(cfg, normalizer)
-        # Each rank its own streams; a resumed run whose env copies start afresh must not replay the first run's.
+        # Each rank its own streams; a resumed run whose env copies start afresh
+        # must not replay the first run's.
         seeds = rank_seeds(cfg.seed, ctx.rank, ctx.world_size, resume.update if resume else 0)
-        # No per-episode records: the copies' episode figures are summed on the device, read once per update.
-        # data.augment: generated underlyings join the training env's data only; self.data stays real for every
-        # validation walk and the saved normaliser. The pool is sampled from the run's seed, so a resume rebuilds it.
+        # No per-episode records: the copies' episode figures are summed on the device, read once
+        # per update. data.augment: generated underlyings join the training env's data only;
+        # self.data stays real for every validation walk and the saved normaliser. The pool is
+        # sampled from the run's seed, so a resume rebuilds it.
         env_data, weights = self.data, None
         if cfg.data.augment > 0:
             # the generators load only when asked
@@ -82,8 +84,8 @@ class Trainer:
         if cfg.agent.actions == "scale" and not cfg.agent.scale_rule:
             # the training years' best, kept in the run's settings for evaluate and a resume
             cfg.agent.scale_rule = pick_prior(self.data, cfg, device).name
-        # agent.actions scale: the copies take multiples of this rule's orders, its gate read on the env's bars; the
-        # validation walks read it on the real ones.
+        # agent.actions scale: the copies take multiples of this rule's orders, its gate read on the
+        # env's bars; the validation walks read it on the real ones.
         scaled = scaled_rule(cfg, env_data, device)
         self.walk_scaled = scaled_rule(cfg, self.data, device)
         self.env = BatchedOptionsEnv(
@@ -106,11 +108,12 @@ class Trainer:
             len(self.data.feature_names), len(PORTFOLIO_FEATURES), self.env.actions.n, cfg.agent
         ).to(device)
         if cfg.launch.compile_encoder:
-            # only the encoder (checkpoint keys unchanged): LSTM 2 runs in chunks cut at episode starts,
-            # a shape that changes every rollout and would recompile
+            # only the encoder (checkpoint keys unchanged): LSTM 2 runs in chunks cut at episode
+            # starts, a shape that changes every rollout and would recompile
             self.model.encoder.compile()
         torch.manual_seed(seeds.torch)  # then each rank samples its own actions
-        # The base rate (and its worker scaling) comes from this launch's settings, also on a resume.
+        # The base rate (and its worker scaling) comes from this
+        # launch's settings, also on a resume.
         self.budget = Budget.of(cfg, ctx.world_size, self.env.max_len)
         optimizer = make_adam(
             self.model.parameters(),
@@ -138,7 +141,8 @@ class Trainer:
             # as DDP's wrapping would: every rank starts from rank 0's weights
             ctx.broadcast_parameters(self.model)
         minibatches = torch.Generator().manual_seed(seeds.minibatches)
-        # A prior from the rules: the rule a new run is cloned from, and the one whose penalty every update keeps.
+        # A prior from the rules: the rule a new run is cloned from, and the one
+        # whose penalty every update keeps.
         starts_from_rule = cfg.pretrain.enabled and cfg.pretrain.method == "rule" and not resume
         prior = (
             RulePrior(self.data, cfg, device, env_data, scaled)
@@ -213,13 +217,14 @@ class Trainer:
         )
 
     def gather_rank_states(self, force: bool = False) -> None:
-        """Collective: rank 0 keeps every other rank's state of this update boundary for the checkpoints it writes,
-        every ``output.rank_state_every`` updates (or when ``force``d)."""
+        """Collective: rank 0 keeps every other rank's state of this update boundary for the
+        checkpoints it writes, every ``output.rank_state_every`` updates (or when ``force``d)."""
         b = self.boundary
         b.with_rank_states = force or self.progress.update % self.cfg.output.rank_state_every == 0
         # Rank 0 takes its own state when it saves.
         others_send = self.ctx.enabled and not self.ctx.is_main and b.with_rank_states
-        # As the file holds it (tensors and plain values): its tensors travel as one buffer, not pickled.
+        # As the file holds it (tensors and plain values): its tensors
+        # travel as one buffer, not pickled.
         sent = self.ctx.gather_to_main(
             {
                 "state": self.rank_state().to_file() if others_send else None,
@@ -266,8 +271,9 @@ class Trainer:
         precision: Precision,
         minibatches: torch.Generator,
     ) -> RankState | None:
-        """Put a checkpoint's weights, optimizer, counters and selection back; this rank's saved state (its carried
-        LSTM state on the device) when its env copies and random streams continue, else None."""
+        """Put a checkpoint's weights, optimizer, counters and selection back; this rank's saved
+        state (its carried LSTM state on the device) when its env copies and random streams
+        continue, else None."""
         try:
             self.model.load_state_dict(state.model)
         except RuntimeError as err:
@@ -276,14 +282,15 @@ class Trainer:
                 f"({first_line(err, 100)}); resume with the run's own config, or retrain if an "
                 "older version wrote it (its actions or observed portfolio differ)"
             ) from None
-        # This run's device settings, whichever device wrote it (a captured run's Adam cannot step on a CPU); its
-        # saved rate is replaced at every update.
+        # This run's device settings, whichever device wrote it (a captured run's Adam cannot step
+        # on a CPU); its saved rate is replaced at every update.
         optimizer.load_state_dict(fit_saved_state(state.optimizer, optimizer))
         precision.load_state_dict(state.scaler)
         self.progress = Progress(state.update, state.global_step, state.episodes)
         self.selection.load_state_dict(state.selection_state())
-        # The env copies and random streams continue exactly when this run has the saved run's workers and copies;
-        # otherwise (another world size, --num-envs or env layout) every copy starts afresh.
+        # The env copies and random streams continue exactly when this run has the saved
+        # run's workers and copies; otherwise (another world size, --num-envs or env
+        # layout) every copy starts afresh.
         mine = ranks.saved_for_this_rank(state, self.ctx, self.cfg.train.num_envs)
         carried = ranks.restore(mine, self.env, minibatches, self.device) if mine else None
         return None if carried is None else replace(mine, lstm_state=carried)
@@ -295,7 +302,8 @@ class Trainer:
         return self.rollout.collect()
 
     def optimise(self) -> dict[str, float]:
-        """One PPO update on the stored rollout at this update's learning rate; the update's statistics."""
+        """One PPO update on the stored rollout at this update's learning rate; the
+        update's statistics."""
         return self.ppo_update(
             self.budget.learning_rate(self.progress),
             self.progress.global_step,
@@ -307,12 +315,14 @@ class Trainer:
         u = self.ppo_update
         step = u.optimizer_step_path if u.optimizer_step is not None else "eager (fp16 scaler)"
         return (
-            f"ran as: rollout {self.rollout.path}, env step {'compiled' if self.env.compiled else 'eager'}, "
-            f"update {u.path}, optimizer step {step}, precision {u.precision.describe()}"
+            f"ran as: rollout {self.rollout.path}, env step "
+            f"{'compiled' if self.env.compiled else 'eager'}, update {u.path}, optimizer step "
+            f"{step}, precision {u.precision.describe()}"
         )
 
     def train_step(self) -> tuple[dict[str, float], np.ndarray]:
-        """One rollout and update; returns the update's statistics and every rank's summed episode statistics."""
+        """One rollout and update; returns the update's statistics and every rank's summed
+        episode statistics."""
         started = time.perf_counter()
         finished = self.collect()
         # one sync per update, so the two timings split the work where it happened
@@ -335,8 +345,8 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
 
     def evaluate(self) -> dict[str, float]:
-        """Walk the validation split; each metric that reaches a new best gets its best_<metric>.pt with the
-        update's next checkpoint (``Boundary.improved``)."""
+        """Walk the validation split; each metric that reaches a new best gets its best_<metric>.pt
+        with the update's next checkpoint (``Boundary.improved``)."""
         self.model.eval()
         policy, state = agent_policy(self.model, len(self.data.symbols), self.device)
         metrics = selection_metrics(
@@ -357,8 +367,9 @@ class Trainer:
         return metrics
 
     def save_checkpoints(self, periodic: bool = False) -> Path:
-        """latest.pt; with ``periodic`` also update_<n>.pt, and best_<metric>.pt of each metric improved since the
-        last save: one write, the other files its other names (``CheckpointManager.save``)."""
+        """latest.pt; with ``periodic`` also update_<n>.pt, and best_<metric>.pt of each metric
+        improved since the last save: one write, the other files its other names
+        (``CheckpointManager.save``)."""
         b = self.boundary
         best, b.improved = b.improved, ()
         return b.checkpoints.save(
@@ -408,8 +419,8 @@ class Trainer:
             farewell(self.run_dir, self.selection.best)
 
     def _pretrain(self, reporter: Reporter | None) -> None:
-        """Where a new run's PPO starts: the rule prior's clone where the run has a prior, else the encoder fitted
-        first by ``pretrain.method`` (supervised, maml or protonet)."""
+        """Where a new run's PPO starts: the rule prior's clone where the run has a prior, else the
+        encoder fitted first by ``pretrain.method`` (supervised, maml or protonet)."""
         prior = self.ppo_update.prior
         if prior is not None:
             r = self.rollout
@@ -443,7 +454,8 @@ class Trainer:
             failed = bool(stats["nonfinite"])
             early = False
             gathering = time.perf_counter()
-            self.gather_rank_states()  # every rank, every update, before rank 0 writes any checkpoint
+            # every rank, every update, before rank 0 writes any checkpoint
+            self.gather_rank_states()
             gathered_s = time.perf_counter() - gathering
             if main and not failed and not said_paths:
                 # once a process: captures happen in its first update
@@ -476,8 +488,9 @@ class Trainer:
                     early = patience > 0 and self.selection.evals_without_best >= patience
                 saving = time.perf_counter()
                 latest = self.save_checkpoints(periodic=n.update % cfg.output.checkpoint_every == 0)
-                # What saving every update costs (the ranks' states gathered, then written): at 65,536 copies a
-                # GPU it must stay small beside the update (output.rank_state_every lowers it).
+                # What saving every update costs (the ranks' states gathered, then written): at
+                # 65,536 copies a GPU it must stay small beside the update
+                # (output.rank_state_every lowers it).
                 reporter.checkpoint(
                     n.update,
                     n.global_step,
@@ -505,7 +518,8 @@ class Trainer:
                         "stop requested"
                         if agreed.stop_requested
                         else (
-                            f"early stop: {t.early_stopping_patience} evaluations without a new best composite"
+                            f"early stop: {t.early_stopping_patience} evaluations without "
+                            "a new best composite"
                         )
                     )
                     tracker.write(f"{why}: latest.pt written at update {n.update}")
@@ -513,8 +527,9 @@ class Trainer:
         return False
 
     def _save_rank_states(self) -> None:
-        """Collective: the last update's latest.pt carries every rank's state, whatever output.rank_state_every says,
-        so a resume after a finished or stopped run continues exactly."""
+        """Collective: the last update's latest.pt carries every rank's state, whatever
+        output.rank_state_every says, so a resume after a finished or stopped run
+        continues exactly."""
         if self.boundary.with_rank_states or self.progress.update == 0:
             return
         self.gather_rank_states(force=True)

@@ -1,8 +1,9 @@
 """Model selection on the validation split: the best score of each metric and the patience count.
 
-One validation walk's composite is noisy (its profit rate is 0 or 1 with one underlying), and the best of many
-noisy evaluations is optimistic. ``composite_smoothed``, the mean composite of the last ``window`` evaluations,
-picks the end of a good stretch instead of a lucky walk: best_composite_smoothed.pt beside best_composite.pt.
+One validation walk's composite is noisy (its profit rate is 0 or 1 with one underlying), and the
+best of many noisy evaluations is optimistic. ``composite_smoothed``, the mean composite of the last
+``window`` evaluations, picks the end of a good stretch instead of a lucky walk:
+best_composite_smoothed.pt beside best_composite.pt.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ class Selection:
     recent: list[float] = field(default_factory=list)  # the last ``window`` evaluations' composites
 
     def record(self, metrics: dict[str, float]) -> list[str]:
-        """Take one evaluation's ``metrics`` (adding ``composite_smoothed`` to them); return the metrics it is a new
-        best of (their checkpoints to write)."""
+        """Take one evaluation's ``metrics`` (adding ``composite_smoothed`` to them); return the
+        metrics it is a new best of (their checkpoints to write)."""
         self.recent = [*self.recent, metrics["composite"]][-self.window :]
         full = len(self.recent) == self.window  # before that, one lucky walk would be its own mean
         metrics["composite_smoothed"] = sum(self.recent) / self.window if full else math.nan

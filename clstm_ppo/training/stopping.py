@@ -1,5 +1,6 @@
-"""Stopping together: a Ctrl-C or SIGTERM asks for a stop at the next update boundary, and every rank learns
-of any rank's stop request, failure or early stop at the same boundary, so no rank waits for one that left."""
+"""Stopping together: a Ctrl-C or SIGTERM asks for a stop at the next update boundary, and every
+rank learns of any rank's stop request, failure or early stop at the same boundary, so no rank waits
+for one that left."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ class StopRequest:
         self.announce = announce
         self.next_update = 0
 
-    def _handle(self, signum: int, frame: object) -> None:  # noqa: ARG002 (signal handler signature)
+    # signal handler signature
+    def _handle(self, signum: int, frame: object) -> None:  # noqa: ARG002
         if self.announce and not self.requested:
             print(
-                f"\n{signal.Signals(signum).name}: stopping after update {self.next_update} is finished and "
-                "saved to latest.pt (the checkpoints are never left half-written, so kill -9 is safe too)",
+                f"\n{signal.Signals(signum).name}: stopping after update {self.next_update} is "
+                "finished and saved to latest.pt (the checkpoints are never left half-written, so "
+                "kill -9 is safe too)",
                 file=sys.stderr,
                 flush=True,
             )

@@ -19,9 +19,10 @@ from clstm_ppo.training.plan import ExecutionPlan
 
 
 class Update:
-    """One PPO update per call, in the form the plan names: the eager loss (through DDP's wrapper on several ranks),
-    or the static loss in fixed shapes (compiled, its graphs replayed where asked) that averages its own gradients;
-    the clip and Adam step eager or captured; and the rule prior's pull (``prior.kl``) where the run has one."""
+    """One PPO update per call, in the form the plan names: the eager loss (through DDP's wrapper on
+    several ranks), or the static loss in fixed shapes (compiled, its graphs replayed where asked)
+    that averages its own gradients; the clip and Adam step eager or captured; and the rule prior's
+    pull (``prior.kl``) where the run has one."""
 
     def __init__(
         self,
@@ -37,8 +38,9 @@ class Update:
         minibatches: torch.Generator,
         prior: RulePrior | None,
     ):
-        """Made after a resume loaded the optimizer's state: a captured step binds the tensors it holds then.
-        ``train_model``: what the eager loss trains through (DDP's wrapper, or ``model``)."""
+        """Made after a resume loaded the optimizer's state: a captured step binds the
+        tensors it holds then. ``train_model``: what the eager loss trains through (DDP's
+        wrapper, or ``model``)."""
         self.model, self.train_model, self.optimizer, self.storage = (
             model,
             train_model,
@@ -76,8 +78,8 @@ class Update:
         )
 
     def __call__(self, lr: float, env_steps: int, planned_steps: int) -> dict[str, float]:
-        """One PPO update on the stored rollout at learning rate ``lr``, ``env_steps`` into ``planned_steps``; the
-        update's statistics."""
+        """One PPO update on the stored rollout at learning rate ``lr``, ``env_steps`` into
+        ``planned_steps``; the update's statistics."""
         set_lr(self.optimizer, lr)  # into the rate tensor a captured step reads, if it is one
         coef = self.prior.fill(self.storage, env_steps, planned_steps) if self.prior else 0.0
         stats = ppo_update(
@@ -95,13 +97,15 @@ class Update:
 
     @property
     def optimizer_step_path(self) -> str:
-        """How the update's clip and Adam step ran: "captured" or "eager" (always eager under fp16's scaler)."""
+        """How the update's clip and Adam step ran: "captured" or "eager" (always eager
+        under fp16's scaler)."""
         return self.optimizer_step.path if self.optimizer_step is not None else "eager"
 
     @property
     def path(self) -> str:
-        """How the update's minibatch loss ran: "graphs" (replayed as CUDA graphs), "compiled" or "eager"; "compiled"
-        with a count where CUDA graphs were asked for and inductor compiled some of its graphs without them."""
+        """How the update's minibatch loss ran: "graphs" (replayed as CUDA graphs), "compiled" or
+        "eager"; "compiled" with a count where CUDA graphs were asked for and inductor compiled some
+        of its graphs without them."""
         if self.static_loss is None:
             return "eager"
         if not self.static_loss.cuda_graphs:

@@ -1,9 +1,11 @@
-"""A fixed grid of runs (the paper comparison's kind x window x seed) as the trials of a study, so several
-processes or machines share the work through one storage and each gathers every cell's result from it.
+"""A fixed grid of runs (the paper comparison's kind x window x seed) as the trials of a study,
+so several processes or machines share the work through one storage and each gathers every
+cell's result from it.
 
-The process that creates the study queues one trial per cell; every process then claims queued trials one
-at a time (the storage's WAITING -> RUNNING change is atomic, so a cell runs once), runs them, and records
-each result in its trial. A worker that dies stops sending heartbeats: its cell is failed and queued again.
+The process that creates the study queues one trial per cell; every process then claims queued
+trials one at a time (the storage's WAITING -> RUNNING change is atomic, so a cell runs once), runs
+them, and records each result in its trial. A worker that dies stops sending heartbeats: its cell is
+failed and queued again.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def cell_key(cell: Cell) -> str:
 def open_grid(
     storage: optuna.storages.BaseStorage, name: str, cells: list[Cell], wait_s: float = 120.0
 ) -> optuna.Study:
-    """The grid's study: created and filled by the first process, joined (once filled) by the others."""
+    """The grid's study: created and filled by the first process, joined (once
+    filled) by the others."""
     try:
         study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     except optuna.exceptions.DuplicatedStudyError:
@@ -56,8 +59,9 @@ def open_grid(
 
 
 def requeue_failed(study: optuna.Study, errors_too: bool) -> None:
-    """Queue again each cell whose every trial failed: a dead worker's (its heartbeats stopped), and with
-    ``errors_too`` one whose run raised (a new command retries those; its running peers do not)."""
+    """Queue again each cell whose every trial failed: a dead worker's (its heartbeats
+    stopped), and with ``errors_too`` one whose run raised (a new command retries those; its
+    running peers do not)."""
     optuna.storages.fail_stale_trials(study)
     by_cell: dict[str, list[Any]] = {}
     for t in study.get_trials(deepcopy=False):
@@ -71,7 +75,8 @@ def requeue_failed(study: optuna.Study, errors_too: bool) -> None:
 
 
 def claim(study: optuna.Study, storage: optuna.storages.BaseStorage) -> tuple[int, Cell] | None:
-    """(trial id, cell) of a queued trial this process now holds, or None when the queue is empty."""
+    """(trial id, cell) of a queued trial this process now holds, or None when
+    the queue is empty."""
     study_id = storage.get_study_id_from_name(study.study_name)
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
@@ -121,8 +126,8 @@ def run_grid(
     poll_s: float = 5.0,
     say: Callable[[str], None] = print,
 ) -> list[Any]:
-    """Run this process's share of the grid, wait for the other workers', and return every cell's result
-    in the order of ``cells``."""
+    """Run this process's share of the grid, wait for the other workers', and return every cell's
+    result in the order of ``cells``."""
     storage = open_storage(url)
     study = open_grid(storage, name, cells)
     requeue_failed(study, errors_too=True)

@@ -1,7 +1,8 @@
-"""A trial: draw the settings, train K seeds side by side, report their mean best validation composite to
-the pruner as the runs go, and stop them all with SIGTERM when the pruner says so.
+"""A trial: draw the settings, train K seeds side by side, report their mean best validation
+composite to the pruner as the runs go, and stop them all with SIGTERM when the pruner says so.
 
-The trainer's own validation walks are the only scores read: no trial ever evaluates on the test split.
+The trainer's own validation walks are the only scores read: no trial ever
+evaluates on the test split.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ REPORT_POINTS = 10
 
 
 class TrialFailed(RuntimeError):
-    """A training run of the trial exited with an error; the study records the trial as failed and goes on."""
+    """A training run of the trial exited with an error; the study records the trial as
+    failed and goes on."""
 
 
 def report_steps(total_steps: int, points: int = REPORT_POINTS) -> list[int]:
@@ -37,7 +39,8 @@ def run_dir_for(out: Path, trial_number: int, seed: int) -> Path:
 
 
 class Objective:
-    """Callable Optuna objective; one instance serves every thread of a worker (it keeps no per-trial state)."""
+    """Callable Optuna objective; one instance serves every thread of a worker (it keeps no
+    per-trial state)."""
 
     def __init__(
         self,
@@ -56,7 +59,8 @@ class Objective:
         return self.run(trial, values)
 
     def run(self, trial: Any, values: dict[str, Any]) -> float:
-        """Train every seed with ``values``; the mean over seeds of each run's best validation composite."""
+        """Train every seed with ``values``; the mean over seeds of each run's best
+        validation composite."""
         sets = as_overrides(values)
         runs = [
             TrainRun(self.spec, run_dir_for(self.out, trial.number, seed), seed, sets)
@@ -80,8 +84,9 @@ class Objective:
                         f"seed {failed[0].seed} exited {failed[0].process.returncode}: "
                         f"{failed[0].last_error()} (log: {failed[0].log_path})",
                     )
-                # Past a mark means a later update seen (or the run done): the validation walk of the mark's own
-                # update is logged after its update record, and reading between the two would miss it.
+                # Past a mark means a later update seen (or the run done): the validation walk
+                # of the mark's own update is logged after its update record, and reading
+                # between the two would miss it.
                 while marks and all(
                     d or r.last_step > marks[0] for r, d in zip(runs, done, strict=True)
                 ):
@@ -108,7 +113,8 @@ class Objective:
         raise TrialFailed(reason)
 
     def _report(self, trial: Any, runs: list[TrainRun], mark: int) -> None:
-        """Report the seeds' mean best-so-far at ``mark``; on the pruner's word, stop every run and prune."""
+        """Report the seeds' mean best-so-far at ``mark``; on the pruner's word, stop
+        every run and prune."""
         value = statistics.fmean(r.best_until(mark) for r in runs)
         if not math.isfinite(value):
             return  # no validation walk yet at this mark (a long eval_every): nothing to compare

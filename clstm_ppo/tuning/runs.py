@@ -1,6 +1,7 @@
-"""One training run of a trial: the train command in a subprocess, followed through the metrics.jsonl it
-appends to, and stopped with SIGTERM (the trainer then finishes its update, writes latest.pt and releases
-its run-folder lock). No callback into the trainer: its command line is the whole interface."""
+"""One training run of a trial: the train command in a subprocess, followed through the
+metrics.jsonl it appends to, and stopped with SIGTERM (the trainer then finishes its update,
+writes latest.pt and releases its run-folder lock). No callback into the trainer: its command line
+is the whole interface."""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ class TrainRun:
         self.last_step = 0  # the env steps of the last record read (update or eval)
 
     def read(self) -> None:
-        """Take in the records appended since the last read; a half-written last line waits for the next."""
+        """Take in the records appended since the last read; a half-written last line
+        waits for the next."""
         path = self.run_dir / "metrics.jsonl"
         if not path.is_file():
             return
@@ -95,7 +97,8 @@ class TrainRun:
                 )
 
     def best_until(self, step: float) -> float:
-        """The best validation composite among the walks at or before ``step`` env steps (nan: none yet)."""
+        """The best validation composite among the walks at or before ``step`` env
+        steps (nan: none yet)."""
         values = [v for s, v in self.evals if s <= step and math.isfinite(v)]
         return max(values) if values else math.nan
 

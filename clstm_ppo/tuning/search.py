@@ -1,5 +1,6 @@
-"""Tune from Python: a hyperparameter search (or seed sweep) on Optuna, each trial training its seeds through the
-train command, scored on validation walks only; ``python -m clstm_ppo.tune`` prints it (docs/TUNING.md).
+"""Tune from Python: a hyperparameter search (or seed sweep) on Optuna, each trial training its
+seeds through the train command, scored on validation walks only; ``python -m clstm_ppo.tune``
+prints it (docs/TUNING.md).
 
     from clstm_ppo.tuning.search import tune
     done = tune("smoke", trials=4, steps=2048, out=Path("checkpoints/tune/smoke"))
@@ -19,8 +20,8 @@ from clstm_ppo.market.observed import observed_market_data
 
 @dataclass
 class Search:
-    """A finished search: its Optuna study, where it is stored (the password masked) and run, and the summary
-    written to ``out``/summary.json."""
+    """A finished search: its Optuna study, where it is stored (the password masked) and run, and
+    the summary written to ``out``/summary.json."""
 
     study: Any  # optuna.Study (imported late: Optuna loads in seconds)
     storage: str
@@ -51,9 +52,10 @@ def tune(
     started: Callable[[str], None] | None = None,
     said: Callable[[Any, Any], None] | None = None,
 ) -> Search:
-    """Run ``trials`` trials (counted over every worker sharing ``storage``) of ``seeds`` runs of ``steps`` env
-    steps each from ``config`` and ``overrides``; ``started`` is told the study's opening line, ``said`` is Optuna's
-    callback after each trial. Bad arguments or data are one ConfigError or DataError before any trial."""
+    """Run ``trials`` trials (counted over every worker sharing ``storage``) of ``seeds`` runs of
+    ``steps`` env steps each from ``config`` and ``overrides``; ``started`` is told the study's
+    opening line, ``said`` is Optuna's callback after each trial. Bad arguments or data are one
+    ConfigError or DataError before any trial."""
     for flag, value, least in (
         ("--trials", trials, 1),
         ("--seeds", seeds, 1),

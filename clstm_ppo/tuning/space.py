@@ -1,5 +1,6 @@
-"""The search space: a YAML file mapping settings (dotted keys, as ``--set`` writes them) to distributions,
-checked against the settings registry before any trial runs, so a typo costs one line, not a study."""
+"""The search space: a YAML file mapping settings (dotted keys, as ``--set`` writes them) to
+distributions, checked against the settings registry before any trial runs, so a typo costs one
+line, not a study."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class Param:
         return trial.suggest_float(self.key, self.low, self.high, step=self.step, log=self.log)
 
     def candidates(self) -> list[Any]:
-        """The values that bound what this parameter can draw: checking them checks every draw's range."""
+        """The values that bound what this parameter can draw: checking them checks
+        every draw's range."""
         if self.kind == "categorical":
             return list(self.choices)
         return [int(self.low), int(self.high)] if self.kind == "int" else [self.low, self.high]
@@ -145,8 +147,9 @@ def parse_param(origin: str, key: str, spec: Any, types: dict[str, Any]) -> Para
 def load_space(
     path: str | Path | None, config: str | None = None, overrides: list[str] | None = None
 ) -> list[Param]:
-    """The space in ``path`` (None: the default), each bound checked against the setting's rule on top of
-    ``config`` and ``overrides`` (so a window the data cannot hold fails here, not in trial 7)."""
+    """The space in ``path`` (None: the default), each bound checked against the setting's
+    rule on top of ``config`` and ``overrides`` (so a window the data cannot hold fails
+    here, not in trial 7)."""
     path = Path(path) if path is not None else default_space_path()
     origin = f"space {path}"
     try:
@@ -177,8 +180,12 @@ def load_space(
 
 
 def as_overrides(values: dict[str, Any]) -> list[str]:
-    """A trial's drawn values as ``--set`` arguments (YAML text, so 1e-05 and true read back as they were)."""
+    """A trial's drawn values as ``--set`` arguments (YAML text, so 1e-05 and true read
+    back as they were)."""
     return [
-        f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+        (
+            f"{key}="
+            f"{yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+        )
         for key, value in values.items()
     ]

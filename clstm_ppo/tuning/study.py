@@ -1,6 +1,6 @@
 """Where a study lives and how workers share it: a SQLite file by default (nothing to start), or any
-SQLAlchemy URL (PostgreSQL, MySQL) so that processes on other machines join the same study. Each worker
-runs trials until the study holds the number asked for, counted across every worker."""
+SQLAlchemy URL (PostgreSQL, MySQL) so that processes on other machines join the same study. Each
+worker runs trials until the study holds the number asked for, counted across every worker."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ SECRET_KEYS = ("password", "passwd", "pwd", "sslpassword")
 
 
 def url_secrets(url: str) -> list[str]:
-    """Every secret ``url`` holds: the ``user:password@`` part and any ``?password=``-like query value."""
+    """Every secret ``url`` holds: the ``user:password@`` part and any
+    ``?password=``-like query value."""
     parts = urlsplit(url)
     found = [parts.password] if parts.password else []
     found += [
@@ -36,20 +37,23 @@ def url_secrets(url: str) -> list[str]:
         for key, value in parse_qsl(parts.query, keep_blank_values=True)
         if key.lower() in SECRET_KEYS and value
     ]
-    # the raw (still percent-encoded) forms too, as they stand in the URL and in a driver's error text
+    # the raw (still percent-encoded) forms too, as they stand in the
+    # URL and in a driver's error text
     found += [raw for raw in (quote(s, safe="") for s in list(found)) if raw not in found]
     return sorted(set(found), key=len, reverse=True)
 
 
 def scrubbed(text: str, url: str) -> str:
-    """``text`` (a message, an error a driver raised about ``url``) with each of ``url``'s secrets as ***."""
+    """``text`` (a message, an error a driver raised about ``url``) with each of
+    ``url``'s secrets as ***."""
     for secret in url_secrets(url):
         text = text.replace(secret, "***")
     return text
 
 
 def masked(url: str) -> str:
-    """``url`` without its passwords (``user:pw@`` and ``?password=pw``), for messages and summaries."""
+    """``url`` without its passwords (``user:pw@`` and ``?password=pw``), for
+    messages and summaries."""
     if "://" not in url:
         # a libpq keyword string ("host=db password=pw"), or a typo: mask key=value forms
         return re.sub(rf"(?i)\b({'|'.join(SECRET_KEYS)})(\s*=\s*)('[^']*'|\S+)", r"\1\2***", url)
@@ -80,7 +84,8 @@ def storage_url(url: str | None, out: Path) -> str:
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """The storage behind ``url``, tables made if new; an unreachable or malformed URL is one line."""
+    """The storage behind ``url``, tables made if new; an unreachable or
+    malformed URL is one line."""
     import sqlalchemy.exc
 
     scheme = url.split(":", 1)[0].split("+", 1)[0]
@@ -89,7 +94,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             f"--storage {masked(url)}: not a SQLAlchemy URL; write e.g. sqlite:///study.db or "
             "postgresql://user:password@host:5432/dbname"
         )
-    # SQLite: wait for another worker's write instead of failing at once; servers: give up on a dead host soon.
+    # SQLite: wait for another worker's write instead of failing at once;
+    # servers: give up on a dead host soon.
     connect = (
         {"timeout": 60}
         if scheme == "sqlite"
@@ -97,7 +103,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         if scheme == "postgresql"
         else {}
     )
-    # psycopg 3 (the dependency) whichever driver this SQLAlchemy version takes a bare postgresql:// to mean
+    # psycopg 3 (the dependency) whichever driver this SQLAlchemy version
+    # takes a bare postgresql:// to mean
     driver_url = (
         "postgresql+psycopg://" + url.removeprefix("postgresql://")
         if url.startswith("postgresql://")
@@ -115,9 +122,10 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                     grace_period=GRACE_S,
                 )
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as err:
-            # Workers started together on a new database race to create its tables: the loser's CREATE fails
-            # ("already exists": ProgrammingError or IntegrityError on a server; OperationalError on SQLite, which
-            # may also say "database is locked" while the winner writes), and a second look finds them made.
+            # Workers started together on a new database race to create its tables: the loser's
+            # CREATE fails ("already exists": ProgrammingError or IntegrityError on a server;
+            # OperationalError on SQLite, which may also say "database is locked" while the winner
+            # writes), and a second look finds them made.
             racing = isinstance(
                 err, (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.IntegrityError)
             ) or (
@@ -128,8 +136,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                 # a driver's error may quote the URL, password and all
                 why = scrubbed(first_line(err), url)
                 raise ConfigError(
-                    f"--storage {masked(url)}: cannot open it ({why}); check the URL, that the server "
-                    "runs and accepts this user, and that its driver is installed"
+                    f"--storage {masked(url)}: cannot open it ({why}); check the URL, that the "
+                    "server runs and accepts this user, and that its driver is installed"
                 ) from None
             time.sleep(0.5 + random.random())
     raise AssertionError("unreachable")
@@ -137,7 +145,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
 
 def make_pruner(name: str, steps: int, first_mark: int) -> optuna.pruners.BasePruner:
     if name == "median":
-        # a trial is judged only after a quarter of the budget, against at least three finished trials
+        # a trial is judged only after a quarter of the budget, against
+        # at least three finished trials
         return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=steps // 4)
     if name == "hyperband":
         return optuna.pruners.HyperbandPruner(
@@ -153,9 +162,10 @@ def open_study(
     sampler_seed: int | None,
     setup: dict[str, Any],
 ) -> optuna.Study:
-    """Create the study or join it; a worker whose settings differ from the study's is refused, since its
-    trials would not be comparable with the others'."""
-    # constant_liar: parallel workers see each other's running trials, so they do not all draw the same point
+    """Create the study or join it; a worker whose settings differ from the study's is refused,
+    since its trials would not be comparable with the others'."""
+    # constant_liar: parallel workers see each other's running trials, so they
+    # do not all draw the same point
     sampler = optuna.samplers.TPESampler(seed=sampler_seed, constant_liar=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -188,14 +198,14 @@ def run_workers(
     catch: tuple[type, ...],
     callback: Any = None,
 ) -> int:
-    """Run trials in ``n_jobs`` threads until the study holds ``trials`` (every worker's, every state); the
-    number this process ran. Trials run as subprocesses, so threads are enough here."""
+    """Run trials in ``n_jobs`` threads until the study holds ``trials`` (every worker's, every
+    state); the number this process ran. Trials run as subprocesses, so threads are enough here."""
     ran = [0]
     lock = threading.Lock()
 
     def loop() -> None:
-        # The count and the trial's creation are two transactions: two workers finishing at the same instant
-        # can start one trial more than asked, never fewer, and never run one trial twice.
+        # The count and the trial's creation are two transactions: two workers finishing at the same
+        # instant can start one trial more than asked, never fewer, and never run one trial twice.
         while len(study.get_trials(deepcopy=False)) < trials:
             study.optimize(
                 objective,

@@ -1,5 +1,5 @@
-"""What a study leaves behind: the best trial as a config file that ``--config`` takes, the parameter
-importances, an optimisation-history PNG and a summary (JSON and a console table)."""
+"""What a study leaves behind: the best trial as a config file that ``--config`` takes, the
+parameter importances, an optimisation-history PNG and a summary (JSON and a console table)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ PER_LAUNCH = {
 
 
 def best_config(spec: TrainSpec, params: dict[str, Any]) -> dict[str, Any]:
-    """Every setting of the best trial's seed-0 run, as the train command resolved them (same precedence:
-    the config, the data, the study's --set, then the trial's values), less where it ran."""
+    """Every setting of the best trial's seed-0 run, as the train command resolved them
+    (same precedence: the config, the data, the study's --set, then the trial's values),
+    less where it ran."""
     sets = [
         *spec.overrides,
         *as_overrides(params),
@@ -46,8 +47,9 @@ def write_best_yaml(path: Path, study: optuna.Study, spec: TrainSpec) -> None:
     best = study.best_trial
     seeds = best.user_attrs.get("seed_values", [])
     header = [
-        f"# The best trial of study {study.study_name!r}: trial {best.number}, mean best validation "
-        f"composite {best.value:.4f} over {len(seeds) or 1} seed(s) {[round(s, 4) for s in seeds]}.",
+        f"# The best trial of study {study.study_name!r}: trial {best.number}, mean best "
+        f"validation composite {best.value:.4f} over {len(seeds) or 1} seed(s) "
+        f"{[round(s, 4) for s in seeds]}.",
         "# Its drawn values: " + ", ".join(as_overrides(best.params)),
         f"# Train it: python -m clstm_ppo.train --config {path.name} --run-name tuned "
         "(and report the test split with evaluate --split test, which the study never read).",
@@ -133,7 +135,8 @@ def trial_rows(study: optuna.Study, top: int = 10) -> list[dict[str, Any]]:
 
 
 def write_report(out: Path, study: optuna.Study, spec: TrainSpec, storage: str) -> dict[str, Any]:
-    """best.yaml, importances.json, history.png and summary.json in ``out``; the summary as a dict."""
+    """best.yaml, importances.json, history.png and summary.json in ``out``; the
+    summary as a dict."""
     out.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
