@@ -3,7 +3,7 @@ of PPO, then backtest it on the new underlying's test split beside zero-shot,
 from-scratch-with-K and buy-and-hold.
 
     clstm-ppo-adapt --checkpoint checkpoints/<run>/best_composite.pt
-        --data new_stock.csv --steps 50000 \\
+        --data new_stock.csv --steps 50000
         [--part encoder|all] [--set data.symbols=[UNH]] [--out DIR] [--json F]
 
 Adaptation continues the checkpoint through the trainer with the checkpoint's settings, its
