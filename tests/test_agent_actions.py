@@ -14,6 +14,7 @@ from clstm_ppo.agent.from_checkpoint import load_agent
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.rules import FixedRule, rule_family, rules_policy
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import walk, walk_batched
 from clstm_ppo.cli import run_cli
 from clstm_ppo.env import ActionSpace
@@ -23,11 +24,16 @@ from clstm_ppo.train import main as train_main
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def trained(root: Path, actions: str) -> Path:
+    """A smoke run's last checkpoint, its agent choosing ``actions`` (contracts or scale)."""
+    assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(root), "--total-steps", "4096",
+                                "--set", f"agent.actions={actions}"]) == 0
+    return root / "synthetic-smoke" / "latest.pt"
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(root), "--total-steps", "4096"]) == 0
-    return root / "synthetic-smoke" / "latest.pt"
+    return trained(tmp_path_factory.mktemp("runs"), "contracts")
 
 
 def census(*paths, split: str = "test", overrides: tuple[str, ...] = ()) -> dict:
@@ -79,6 +85,18 @@ def test_another_market_walks_the_same_weights_differently(checkpoint):
     off_grid = census(checkpoint, overrides=("market.costs.index_ticks=[0,0]",))["rows"][0]
     assert base["trades"] > 0 and any(name.startswith(("buy", "sell")) for name in base["top_actions"])
     assert base["walk"] != off_grid["walk"]
+
+
+def test_a_scale_agent_is_described_by_the_multiples_of_its_rule(tmp_path):
+    """A scale agent's census walks its rule's multiples as evaluate does (same return) and names them."""
+    path = trained(tmp_path, "scale")
+    row = census(path, split="validation")["rows"][0]
+    cfg, data, model = load_agent(str(path), None, [], torch.device("cpu"))
+    scaled = scaled_rule(cfg, data, "cpu")
+    policy, state = agent_policy(model, len(data.symbols), torch.device("cpu"))
+    reference = walk("agent", policy, state, data, "validation", cfg, "cpu", scaled)
+    assert row["return"] == pytest.approx(underlying_metrics(reference, 0)["total_return"], rel=1e-12)
+    assert row["top_actions"] and all(name.endswith(f"x {cfg.agent.scale_rule}") for name in row["top_actions"])
 
 
 def test_a_missing_checkpoint_is_one_line(tmp_path):

@@ -14,9 +14,11 @@ from clstm_ppo.backtest.policies import agent_logits
 from clstm_ppo.backtest.report import underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import walk_family
+from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import walk
 from clstm_ppo.config import to_dict
 from clstm_ppo.env import ActionSpace, Observation
+from clstm_ppo.env.scaled import ScaleChoices
 from clstm_ppo.tables import strict_json
 
 TOP = 3  # actions listed per checkpoint
@@ -39,7 +41,8 @@ def census(path: str, split: str, overrides: list[str], device: torch.device,
     rule. ``rule_walks`` keeps the rules' walks of each market and split met so far (checkpoints of one fold share
     them)."""
     cfg, data, model = load_agent(path, None, overrides, device)
-    actions = ActionSpace.from_config(cfg.market)
+    scaled = scaled_rule(cfg, data, device)  # a scale agent chooses multiples of this rule's order
+    actions = ActionSpace.from_config(cfg.market) if scaled is None else ScaleChoices(scaled)
     choices: list[torch.Tensor] = []
     p_greedy: list[torch.Tensor] = []
     p_uniform: list[torch.Tensor] = []
@@ -54,7 +57,8 @@ def census(path: str, split: str, overrides: list[str], device: torch.device,
         return choice, state
 
     with torch.no_grad():
-        result = walk("agent", act, model.initial_state(len(data.symbols), device), data, split, cfg, device)
+        result = walk("agent", act, model.initial_state(len(data.symbols), device), data, split, cfg, device,
+                      scaled)
     per = [underlying_metrics(result, s) for s in range(len(data.symbols))]
     chosen = Counter(torch.cat(choices).tolist())  # read back once, after the walk
     decisions = sum(chosen.values())
