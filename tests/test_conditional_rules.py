@@ -115,6 +115,7 @@ def test_a_checkpoint_evaluates_as_before_with_best_conditional_rule_beside_best
     from clstm_ppo.agent.from_checkpoint import load_agent
     from clstm_ppo.backtest.policies import agent_policy
     from clstm_ppo.backtest.report import underlying_metrics
+    from clstm_ppo.backtest.scaled_rules import scaled_rule
     from clstm_ppo.cli import run_cli
     from clstm_ppo.evaluate import main as evaluate
     from clstm_ppo.train import main as train
@@ -132,7 +133,7 @@ def test_a_checkpoint_evaluates_as_before_with_best_conditional_rule_beside_best
     assert "best_conditional_rule" in report["policies"]
     cfg, data, model = load_agent(str(path), None, [], torch.device("cpu"))
     alone = {"agent": walk("agent", *agent_policy(model, len(data.symbols), torch.device("cpu")), data,
-                           "validation", cfg, "cpu")}
+                           "validation", cfg, "cpu", scaled_rule(cfg, data, "cpu"))}
     best = pick_rule(data, cfg, "cpu")
     alone["best_rule"] = walk("best_rule", *rules_policy([best.rule], ActionSpace.from_config(cfg.market),
                                                          len(data.symbols), cfg.env.max_positions, "cpu"),

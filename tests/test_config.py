@@ -54,7 +54,7 @@ def test_every_numeric_setting_outside_synthetic_market_has_a_rule():
 
 
 def test_every_default_and_shipped_config_obeys_the_rules():
-    for name in ("default", "smoke", "paper", "planted"):
+    for name in ("default", "smoke", "paper", "planted", "contracts"):
         load_config(name)
     load_config()
 
@@ -212,6 +212,24 @@ def test_settings_saved_before_a_key_existed_keep_what_the_run_did(tmp_path):
         keys = [added, stands_for.key] if isinstance(stands_for, SavedAs) else [added]
         for key in keys:
             assert functools.reduce(getattr, key.split("."), Config()) is not None, f"{key} is not a setting"
+
+
+def test_a_checkpoint_saved_before_the_action_modes_is_a_contracts_agent_paid_per_bar():
+    """The default agent scales one rule and is paid by position; a run saved before either setting existed chose
+    the chain's orders and was paid per bar, and resumes, walks and predicts so. A saved run keeps its own."""
+    fresh = Config()
+    assert (fresh.agent.actions, fresh.ppo.credit, fresh.pretrain.enabled, fresh.prior.kl) == ("scale", "position",
+                                                                                              False, 0.0)
+    saved = to_dict(Config())
+    del saved["agent"]["actions"], saved["ppo"]["credit"]
+    old = load_config(None, [], base=saved)
+    assert (old.agent.actions, old.ppo.credit) == ("contracts", "bar")
+    kept = to_dict(Config())  # saved since: what it says
+    assert (load_config(None, [], base=kept).agent.actions, load_config(None, [], base=kept).ppo.credit) == (
+        "scale", "position")
+    earlier = load_config("contracts")  # the default run before the change, by name
+    assert (earlier.agent.actions, earlier.ppo.credit, earlier.pretrain.enabled, earlier.prior.kl) == (
+        "contracts", "bar", True, 0.5)
 
 
 def test_a_renamed_key_is_read_as_its_new_name_with_one_line_from_a_file_or_flag_and_quietly_from_a_checkpoint(

@@ -19,7 +19,7 @@ def test_rows_split_every_free_decision_by_state_and_multiple(tmp_path):
         assert sum(r["decisions"] for r in mine) > 0
         assert all(0.0 <= r["chosen_multiple"] <= 1.5 for r in mine)
     with pytest.raises(ValueError, match="scale agent"):
-        next(probe_rows(SMALL[:3], tmp_path / "contracts", updates=1))
+        next(probe_rows([*SMALL[:3], "agent.actions=contracts"], tmp_path / "contracts", updates=1))
 
 
 def test_a_noiseless_bandit_pays_each_rich_decision_its_multiple(tmp_path):

@@ -115,5 +115,6 @@ def test_a_short_training_run_on_dow(tmp_path, capsys):
     assert run_cli(train_main, [*args, *[x for s in sets for x in ("--set", s)]]) == 0
     out = capsys.readouterr().out
     assert "data dow: AAPL, BA" in out and "test 2019-01-02..2020-01-24" in out
-    assert "prior: " in out and "fixed rules on train" in out  # the default run starts from the stocks' best rule
+    assert "actions scale: 0, 0.5, 1, 1.5 x " in out  # the default agent times the stocks' best rule
+    assert "credit position" in out
     assert (tmp_path / "dow-default" / "latest.pt").is_file()

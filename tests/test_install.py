@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_configs_are_one_top_level_copy_that_a_built_wheel_carries(tmp_path):
     named = ROOT / "clstm_ppo" / "config" / "named"
     assert named.is_symlink() and named.resolve() == (ROOT / "configs").resolve()
-    shipped = ["default.yaml", "paper.yaml", "planted.yaml", "smoke.yaml"]
+    shipped = ["contracts.yaml", "default.yaml", "paper.yaml", "planted.yaml", "smoke.yaml"]
     assert sorted(p.name for p in (ROOT / "configs").glob("*.yaml")) == shipped
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
                            "-q", "-w", str(tmp_path / "wheel")], capture_output=True, text=True, timeout=600)

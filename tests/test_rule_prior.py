@@ -176,19 +176,20 @@ def test_a_run_started_from_the_rule_says_which_and_resumes_exactly(tmp_path, ca
         assert torch.equal(b[name], value), name
 
 
-def test_the_default_run_starts_from_the_rule_and_older_runs_resume_as_they_ran(tmp_path, capsys):
-    """The default config (what ``make run`` and a bare ``clstm-ppo-train`` train) clones the training years' best
-    rule and keeps the fading pull toward it; smoke and paper start from nothing; a checkpoint saved before the
-    pull existed resumes without it; ``--no-pretraining`` alone is refused in one line naming the other setting."""
-    default = load_config(None, [])
-    assert (default.pretrain.enabled, default.pretrain.method, default.prior.kl) == (True, "rule", 0.5)
-    assert load_config("default", []) == default
-    for cfg in (load_config(name, []) for name in ("smoke", "paper")):
+def test_the_contracts_run_starts_from_the_rule_and_older_runs_resume_as_they_ran(tmp_path, capsys):
+    """``--config contracts`` (the default run before the scale agent) clones the training years' best rule and
+    keeps the fading pull toward it; the default (what ``make run`` and a bare ``clstm-ppo-train`` train), smoke
+    and paper start from nothing; a checkpoint saved before the pull existed resumes without it; ``--no-pretraining``
+    alone under the pull is refused in one line naming the other setting."""
+    contracts = load_config("contracts", [])
+    assert (contracts.pretrain.enabled, contracts.pretrain.method, contracts.prior.kl) == (True, "rule", 0.5)
+    assert load_config("default", []) == load_config(None, [])
+    for cfg in (load_config(name, []) for name in ("default", "smoke", "paper")):
         assert (cfg.pretrain.enabled, cfg.prior.kl) == (False, 0.0)
     saved = to_dict(load_config("smoke", []))
     del saved["prior"]["kl"]
     assert load_config(None, [], base=saved).prior.kl == 0.0
-    assert run_cli(train_main, ["--checkpoint-dir", str(tmp_path), "--no-pretraining"]) == 2
+    assert run_cli(train_main, ["--config", "contracts", "--checkpoint-dir", str(tmp_path), "--no-pretraining"]) == 2
     err = capsys.readouterr().err.strip()
     assert "prior.kl (0.5)" in err and "prior.kl 0" in err and "\n" not in err
     assert run_cli(train_main, ["--config", "smoke", "--checkpoint-dir", str(tmp_path), "--no-pretraining",

@@ -115,7 +115,7 @@ def test_words_that_name_no_rule_and_multiples_without_one_are_refused_in_one_li
         load_config(None, [*SMALL, "agent.scale_multiples=[0, 0.5, 2]"])
     with pytest.raises(ConfigError, match="repeat"):
         load_config(None, [*SMALL, "agent.scale_multiples=[0, 1, 1]"])
-    assert scaled_rule(load_config(None, SMALL[:-1]), data, "cpu") is None  # contracts: no rule
+    assert scaled_rule(load_config(None, [*SMALL[:-1], "agent.actions=contracts"]), data, "cpu") is None  # no rule
 
 
 @pytest.mark.xdist_group("inductor")

@@ -34,6 +34,7 @@ from clstm_ppo.config.sections import (
     TrainConfig,
 )
 from clstm_ppo.config.train_settings import (
+    RULE_PRIOR,
     WITHOUT_RULE_PRIOR,
     LaunchConfig,
     OutputConfig,
@@ -80,5 +81,6 @@ __all__ = [
     "walk_rules",
     "with_defaults_at",
     "without_obsolete",
+    "RULE_PRIOR",
     "WITHOUT_RULE_PRIOR",
 ]

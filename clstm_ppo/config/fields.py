@@ -251,6 +251,9 @@ ADDED: dict[str, Any] = {
     "agent.mlp_core_hidden": SavedAs(
         "agent.lstm2_hidden"
     ),  # the mlp kind took LSTM 2's width before 2026-12-02
+    # every agent chose among the chain's orders, paid per bar, before 2026-12-02
+    "agent.actions": "contracts",
+    "ppo.credit": "bar",
 }
 
 

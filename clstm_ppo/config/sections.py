@@ -460,9 +460,10 @@ class AgentConfig(Section):
     )
     # Timing and sizing one exposure is where the literature's gains over fixed option-selling
     # rules came from; choosing among 31 orders at every bar buries that decision
-    # (docs/ENVIRONMENT.md, "Scaling a rule").
+    # (docs/ENVIRONMENT.md, "Scaling a rule"). The default since the planted market showed it:
+    # scale finds part of a known edge where contracts walks its clone (docs/PLANTED.md).
     actions: str = setting(
-        "contracts",
+        "scale",
         "what the agent chooses at each bar: contracts (an order of the chain, a "
         "stock target, a close) or scale (a multiple of one fixed rule's order, "
         "agent.scale_multiples of agent.scale_rule)",
@@ -497,7 +498,7 @@ class PPOConfig(Section):
     # bars' equity: paid per bar, a decision's reward is buried in every other position's
     # P&L (docs/TRAINING.md, "Credit").
     credit: str = setting(
-        "bar",
+        "position",
         "what a step's reward holds: bar (the change in equity over the bar) or position "
         "(the bar's change less its options' P&L, plus the whole discounted P&L, within the "
         "rollout, of the option this step opened); env.reward equity or excess",

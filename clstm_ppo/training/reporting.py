@@ -33,8 +33,8 @@ def describe(
     planned_updates: int,
     params: int,
 ) -> str:
-    """What is about to run, in four lines: where, on what data, on what hardware and
-    budget, which agent."""
+    """What is about to run, in five lines: where, on what data, on what hardware and
+    budget, which agent, what it chooses."""
     t, a = cfg.train, cfg.agent
     splits = " | ".join(
         f"{name} {first.date()}..{last.date()}"
@@ -49,6 +49,12 @@ def describe(
     budget = (
         f"{t.num_episodes:,} episodes" if t.num_episodes > 0 else f"{t.total_steps:,} env steps"
     )
+    # the rule a scale agent times is the run's first question: which rule did it pick?
+    choices = (
+        f"{', '.join(f'{m:g}' for m in a.scale_multiples)} x {a.scale_rule}"
+        if a.actions == "scale"
+        else "an order of the chain, a stock target or a close"
+    )
     return "\n".join(
         [
             f"run {run_dir.name} -> {run_dir}",
@@ -58,6 +64,7 @@ def describe(
             f"agent {a.kind}: {LAYERS[a.kind].format(a=a)}, {params:,} parameters; "
             f"{cfg.launch.precision}; learning rate {cfg.ppo.learning_rate:g} "
             f"{cfg.ppo.lr_schedule}",
+            f"actions {a.actions}: {choices}; credit {cfg.ppo.credit}",
         ]
     )
 

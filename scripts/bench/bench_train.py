@@ -23,8 +23,8 @@ and ``--update-graphs`` the update's compiled loss too (``launch.update_graphs``
 "rollout" says how the decisions ran (captured, compiled or eager: agent/fused_rollout.py), "optimizer_step" how the
 update's clip and Adam step ran (captured or eager: agent/optimizer_step.py) beside "optimizer_step_asked", how the
 trainer asked it to run (captured on CUDA with --cuda-graphs outside fp16): the two differ where CUDA refused the
-capture and the step ran eagerly, ``--rule-prior`` keeps the default run's rule prior (cloned before the timed
-updates; without it, PPO alone as every older row), "rollout_share" the
+capture and the step ran eagerly, ``--rule-prior`` keeps the rule prior of ``--config contracts`` (cloned before
+the timed updates; without it, PPO alone as every older row), "rollout_share" the
 share of the timed updates' seconds spent in rollouts. On a GPU sb3-contrib runs on the same GPU
 (its policy there; its envs step on the host, as they always do).
 """
@@ -58,7 +58,7 @@ def main() -> None:
                         help="ours' launch.precision (sb3-contrib always runs fp32)")
     parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES, help="where ours trains (default cpu)")
     parser.add_argument("--rule-prior", action="store_true",
-                        help="ours with the default run's rule prior (its clone before the timed updates)")
+                        help="ours with the rule prior of --config contracts (its clone before the timed updates)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = pick_device(args.device)

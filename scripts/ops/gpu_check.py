@@ -7,7 +7,7 @@ env and trainer's speed on the GPU, eager, compiled and replayed as CUDA graphs.
 Parts, run in the order given. By default what a GPU has still to show comes first: "ranks" (two ranks sharing the
 one GPU, compiled and graphed: through `--num-gpus 2`, then scripts/bench/check_ranks_agree.py's weights compared
 after every update, collectives counted, none inside a capture, and the run resumed on one CPU rank), "train"
-(the trainer at default and paper sizes, the last row with the default run's rule prior; launch.update_graphs
+(the trainer at default and paper sizes, the last row with the rule prior of --config contracts; launch.update_graphs
 inside the trainer ran once beside the checks, faster at default sizes and slower at paper sizes: it wants timing
 alone; docs/BENCHMARKS.md), "env" and "rollout" (the compiled and captured paths are unmeasured since the tick
 grid), then what GPUs measured last (an H200's "checks" passed on 2026-11-27, its "scale", "update" and "sb3" the

@@ -1,14 +1,15 @@
 """The learning certificate: does the trainer find the planted market's edge? Seeded agents trained on 20 planted
 years (validated on 5) and walked on its 40 test years beside the oracle, best_rule and best_conditional_rule.
 
-    python scripts/studies/learning_certificate.py [--arms default scratch] [--seeds 0 1 2 ...]
+    python scripts/studies/learning_certificate.py [--arms default scratch prior] [--seeds 0 1 2 ...]
         [--budgets 200000 5000000] [--strengths 0 0.5 1 2] [--market-seeds 0] [--threads 1]
         [--set KEY=VALUE ... --variant NAME] [--out checkpoints/certificate]
         [--rows docs/data/planted/certificate.csv] [--json]
     python scripts/studies/learning_certificate.py --table [--rows F.csv]   # the doc's table from the rows
 
-Arms: ``default`` is the agent ``make run`` trains (the default config, rule prior on); ``scratch`` starts from
-nothing (pretrain.enabled=false, prior.kl=0). ``--strengths`` multiplies data.planted.premium_swing's
+Arms: ``default`` is the agent ``make run`` trains (the default config); ``scratch`` starts from nothing
+(pretrain.enabled=false, prior.kl=0); ``prior`` from the training years' best rule, cloned then pulled toward
+(pretrain.enabled=true, prior.kl=0.5). ``--strengths`` multiplies data.planted.premium_swing's
 default (0: a constant premium, nothing to time, so nothing should be "found"). Each cell's run folder is
 --out/market<k>-swing<s>/<arm>-<steps>-seed<n>, reused when finished and resumed when not; a cell whose row the
 --rows file already holds is skipped, so the command can be stopped and run again. Per cell, one row: the agent's

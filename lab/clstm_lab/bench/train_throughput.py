@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -21,11 +22,12 @@ SETTINGS = {"default": ("default", 32), "paper": ("paper", 32), "paper-256": ("p
 
 
 def bench_config(agent: AgentConfig, num_envs: int, rule_prior: bool = False) -> Config:
-    # PPO's own speed, as every earlier row measured it: sb3-contrib's side has no counterpart of the rule prior.
-    # With ``rule_prior`` the default run's prior stays (its clone runs before the timed updates; each update keeps
-    # its penalty and asks the rule for its actions once).
-    cfg = load_config(None, [] if rule_prior else list(WITHOUT_RULE_PRIOR))
-    cfg.agent = agent
+    # PPO's own speed on the workload every earlier row measured (the contracts agent paid per bar, the named
+    # config `contracts`): sb3-contrib's side has no counterpart of the rule prior. With ``rule_prior`` that
+    # config's prior stays (its clone runs before the timed updates; each update keeps its penalty and asks the
+    # rule for its actions once).
+    cfg = load_config("contracts", [] if rule_prior else list(WITHOUT_RULE_PRIOR))
+    cfg.agent = dataclasses.replace(agent, actions=cfg.agent.actions)
     cfg.train.num_envs = num_envs
     cfg.ppo.lr_schedule = "constant"
     return cfg

@@ -32,15 +32,17 @@ from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import PICK_SPLIT, pick_from_walks, rule_family, walk_family
 from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import walk, walk_together
-from clstm_ppo.config import WITHOUT_RULE_PRIOR, Config, PlantedConfig
+from clstm_ppo.config import RULE_PRIOR, WITHOUT_RULE_PRIOR, Config, PlantedConfig
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.env import ActionSpace, Observation
 from clstm_ppo.env.scaled import ScaleChoices
 from clstm_ppo.pretraining.rule_prior import pick_prior
 
 METRIC = "sharpe_excess"  # what evaluate picks best_rule by, and what the capture share is measured in
-# The two arms: the agent `make run` trains (default config, rule prior on) and the agent started from nothing.
-ARMS: dict[str, tuple[str, ...]] = {"default": (), "scratch": WITHOUT_RULE_PRIOR}
+# The arms: the agent `make run` trains (the default config), the agent started from nothing and the agent started
+# from the training years' best rule (cloned, then a fading pull toward it: the default run before 2026-12-04,
+# whose rows say arm `prior` and its then-default settings).
+ARMS: dict[str, tuple[str, ...]] = {"default": (), "scratch": WITHOUT_RULE_PRIOR, "prior": RULE_PRIOR}
 DEFAULT_SWING = PlantedConfig().premium_swing
 # A greedy walk whose daily returns correlate this much with a rule's makes that rule's trades on nearly every day:
 # it is the rule, however it was reached.
