@@ -1,4 +1,6 @@
-"""Typed configuration: the one source of truth for every setting (``sections.py``), how a setting
+"""Typed configuration: the one source of truth for every setting (``sections.py``, with the
+market's in ``market_settings.py``, the run's own in ``train_settings.py`` and the generated
+markets' in ``generated_markets.py``), how a setting
 is declared and checked (``fields.py``), the rules between settings (``consistency.py``), and how a
 run's settings are put together from defaults, a named config or file, and overrides
 (``resolve.py``)."""
@@ -9,6 +11,8 @@ from types import MappingProxyType
 
 from clstm_ppo.config.consistency import check_values
 from clstm_ppo.config.fields import ADDED, OBSOLETE, ConfigError, first_line, from_dict, walk_rules
+from clstm_ppo.config.generated_markets import PlantedConfig, SyntheticConfig
+from clstm_ppo.config.market_settings import CostConfig, MarketConfig
 from clstm_ppo.config.resolve import (
     config_text,
     current_key,
@@ -21,18 +25,7 @@ from clstm_ppo.config.resolve import (
     with_defaults_at,
     without_obsolete,
 )
-from clstm_ppo.config.sections import (
-    AgentConfig,
-    Config,
-    CostConfig,
-    DataConfig,
-    EnvConfig,
-    MarketConfig,
-    PlantedConfig,
-    PPOConfig,
-    SyntheticConfig,
-    TrainConfig,
-)
+from clstm_ppo.config.sections import AgentConfig, Config, DataConfig, EnvConfig, PPOConfig
 from clstm_ppo.config.train_settings import (
     RULE_PRIOR,
     WITHOUT_RULE_PRIOR,
@@ -40,6 +33,7 @@ from clstm_ppo.config.train_settings import (
     OutputConfig,
     PretrainConfig,
     PriorConfig,
+    TrainConfig,
 )
 
 # Read-only views of the rules, derived from the fields (kept for the
