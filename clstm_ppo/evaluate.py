@@ -47,14 +47,9 @@ import sys
 import time
 from pathlib import Path
 
+from clstm_ppo.backtest.charts import check_tearsheet, plot_equity, write_tearsheet
 from clstm_ppo.backtest.checkpoints import Backtest, backtest_checkpoints
-from clstm_ppo.backtest.report import (
-    check_tearsheet,
-    format_report,
-    plot_equity,
-    write_returns_csv,
-    write_tearsheet,
-)
+from clstm_ppo.backtest.report import format_report, write_returns_csv
 from clstm_ppo.backtest.rules import PICK_METRICS
 from clstm_ppo.backtest.stress import format_stress, plot_fan
 from clstm_ppo.backtest.stress_checkpoints import StressTest, load_stress_source, stress_checkpoints

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clstm_ppo.backtest import report
+from clstm_ppo.backtest import charts, report
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.config import ConfigError
 from clstm_ppo.data.calendar import detect_clock
@@ -248,17 +248,17 @@ def test_format_report_columns_align(walks):
 def test_equity_plot_is_a_real_image(walks, tmp_path):
     from matplotlib.image import imread
 
-    report.plot_equity(walks, tmp_path / "eq.png")
+    charts.plot_equity(walks, tmp_path / "eq.png")
     assert (tmp_path / "eq.png").stat().st_size > 10_000
     pixels = imread(tmp_path / "eq.png")[..., :3]
     assert pixels.std() > 0.05  # lines, text and axes, not a blank canvas
-    report.plot_equity(walks, tmp_path / "eq.svg")
+    charts.plot_equity(walks, tmp_path / "eq.svg")
     assert "<svg" in (tmp_path / "eq.svg").read_text()[:2000]
 
 
 def test_tearsheet_without_quantstats_says_how_to_install(walks, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "quantstats", None)  # import quantstats now raises ImportError
-    for call in (report.check_tearsheet, lambda: report.write_tearsheet(walks, tmp_path / "t.html")):
+    for call in (charts.check_tearsheet, lambda: charts.write_tearsheet(walks, tmp_path / "t.html")):
         with pytest.raises(ConfigError) as err:
             call()
         assert "\n" not in str(err.value) and "pip install 'clstm_ppo[report]'" in str(err.value)
@@ -275,7 +275,7 @@ def test_tearsheet_is_written_offline(walks, tmp_path, monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     font = list(matplotlib.rcParams["font.family"])
-    report.write_tearsheet(walks, tmp_path / "t.html")
+    charts.write_tearsheet(walks, tmp_path / "t.html")
     html = (tmp_path / "t.html").read_text()
     assert "agent" in html and "buy_and_hold" in html.lower()
     assert list(matplotlib.rcParams["font.family"]) == font  # quantstats' global restyling stays inside the call

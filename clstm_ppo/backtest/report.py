@@ -1,5 +1,5 @@
-"""What a quant reads after a backtest: metrics per underlying and per calendar year, tables,
-CSV, plot, tearsheet.
+"""What a quant reads after a backtest: metrics per underlying and per calendar year, tables
+and CSV (the pictures: charts.py).
 
 Every function takes the ``WalkResult`` of each policy, keyed by policy name; all of them walked the
 same dates. Returns are per bar, whatever the bars' interval, and every annualised figure uses the
@@ -8,17 +8,13 @@ walk's ``clock`` (its bars a year: docs/BACKTEST.md, "Report").
 
 from __future__ import annotations
 
-import importlib.util
-import logging
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from clstm_ppo.backtest.result import WalkResult
-from clstm_ppo.config import ConfigError, first_line
 from clstm_ppo.data.calendar import BarClock
 from clstm_ppo.market import COST_KINDS
 from clstm_ppo.metrics import is_ruined
@@ -51,9 +47,6 @@ PERCENT = {
     "excess_annual",
 }
 COUNTS = {"bars", "trades", "open_at_end"}
-NO_QUANTSTATS = (
-    "--tearsheet needs the optional report extra: pip install 'clstm_ppo[report]' (quantstats)"
-)
 
 
 def _ratio(num: float, den: float) -> float:
@@ -153,7 +146,7 @@ def yearly_metrics(result: WalkResult) -> dict[int, dict[str, dict]]:
     return out
 
 
-def _dates(results: dict[str, WalkResult]) -> pd.DatetimeIndex:
+def walk_dates(results: dict[str, WalkResult]) -> pd.DatetimeIndex:
     """The walk's dates, after checking every policy walked the same ones (else
     nothing lines up)."""
     first = next(iter(results.values())).dates
@@ -166,7 +159,7 @@ def _dates(results: dict[str, WalkResult]) -> pd.DatetimeIndex:
     return first
 
 
-def _clock(results: dict[str, WalkResult]) -> BarClock:
+def walk_clock(results: dict[str, WalkResult]) -> BarClock:
     """The walk's clock (every policy walked one data's bars)."""
     return next(iter(results.values())).clock
 
@@ -174,7 +167,7 @@ def _clock(results: dict[str, WalkResult]) -> BarClock:
 def report_dict(results: dict[str, WalkResult]) -> dict:
     """Every metric of every policy, underlying and year, JSON-ready (years as strings,
     JSON's only key type)."""
-    dates, clock = _dates(results), _clock(results)
+    dates, clock = walk_dates(results), walk_clock(results)
     return {
         "policies": {
             name: {sym: underlying_metrics(res, s) for s, sym in enumerate(res.symbols)}
@@ -214,7 +207,7 @@ def _rows(
 
 def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold") -> str:
     """The console report: main metrics, costs by kind, then one small table per calendar year."""
-    dates = _dates(results)
+    dates = walk_dates(results)
     several = any(len(r.symbols) > 1 for r in results.values())
     names = ["policy", *(["underlying"] if several else [])]
     whole = {
@@ -232,7 +225,7 @@ def format_report(results: dict[str, WalkResult], benchmark: str = "buy_and_hold
                 m["excess_annual"] = (
                     m["annual_return"] - bench["annual_return"] if bench else float("nan")
                 )
-    clock = _clock(results)
+    clock = walk_clock(results)
     lines = [
         f"Backtest {clock.label(dates[0])} to {clock.label(dates[-1])}: {len(dates) - 1} returns "
         f"of {clock.describe()}"
@@ -280,7 +273,7 @@ def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
     several), and last ``tbill`` (``tbill:<symbol>`` when several): the T-bill's return over each
     bar (the rate known at its first close), so a Sharpe ratio over the T-bill can be computed from
     the file alone (scripts/studies/sharpe_test.py)."""
-    dates = _dates(results)
+    dates = walk_dates(results)
     cols = {
         _column(name, sym, len(res.symbols) > 1): res.daily_returns[s]
         for name, res in results.items()
@@ -298,111 +291,8 @@ def returns_frame(results: dict[str, WalkResult]) -> pd.DataFrame:
 def write_returns_csv(results: dict[str, WalkResult], path: str | Path) -> None:
     """The bar returns as CSV (index column ``date``: ISO days, or timestamps for intraday bars),
     for any tool a reader prefers."""
-    daily = _clock(results).daily
+    daily = walk_clock(results).daily
     returns_frame(results).to_csv(path, date_format="%Y-%m-%d" if daily else "%Y-%m-%d %H:%M:%S")
-
-
-def _account(res: WalkResult) -> np.ndarray:
-    """The copies' equity summed: one account that split its cash equally over the underlyings."""
-    return res.equity.sum(axis=0)
-
-
-def plot_equity(
-    results: dict[str, WalkResult], path: str | Path, benchmark: str = "buy_and_hold"
-) -> None:
-    """Equity (above) and drawdown (below) of every policy on a date axis; the
-    benchmark in thick black."""
-    # no pyplot: no display, no global backend, the Agg canvas on save
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-    from matplotlib.figure import Figure
-
-    dates = _dates(results).values
-    fig = Figure(figsize=(11, 7), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    for name, res in results.items():
-        equity = _account(res)
-        drawdown = equity / np.maximum.accumulate(equity) - 1.0
-        style = (
-            dict(color="black", lw=2.2, ls="--", zorder=3) if name == benchmark else dict(lw=1.3)
-        )
-        (line,) = top.plot(dates, equity, label=name, **style)
-        bottom.plot(
-            dates, 100 * drawdown, color=line.get_color(), lw=style["lw"], ls=style.get("ls", "-")
-        )
-    symbols = next(iter(results.values())).symbols
-    top.set_ylabel(
-        "equity ($)" + (f", {len(symbols)} underlyings summed" if len(symbols) > 1 else "")
-    )
-    top.legend(loc="best")
-    top.grid(alpha=0.3)
-    bottom.set_ylabel("drawdown (%)")
-    bottom.grid(alpha=0.3)
-    locator = AutoDateLocator()
-    bottom.xaxis.set_major_locator(locator)
-    bottom.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-    first, last = (pd.Timestamp(d).date() for d in (dates[0], dates[-1]))
-    top.set_title(f"{', '.join(symbols)}: {first} to {last}")
-    fig.savefig(path, dpi=120)
-
-
-def check_tearsheet() -> None:
-    """Fail in one line before a long walk, not after it, when quantstats (an optional
-    extra) is missing."""
-    if importlib.util.find_spec("quantstats") is None:
-        raise ConfigError(NO_QUANTSTATS)
-
-
-def write_tearsheet(
-    results: dict[str, WalkResult],
-    path: str | Path,
-    policy: str = "agent",
-    benchmark: str = "buy_and_hold",
-) -> None:
-    """quantstats' HTML tearsheet of ``policy`` against ``benchmark`` (both as the summed
-    account of every copy)."""
-    for name in (policy, benchmark):
-        if name not in results:
-            raise ConfigError(
-                f"--tearsheet: no policy '{name}' was walked (walked: {', '.join(results)})"
-            )
-    dates = pd.DatetimeIndex(_dates(results)[1:], name="date")
-
-    def returns(name: str) -> pd.Series:
-        equity = _account(results[name])
-        return pd.Series(equity[1:] / equity[:-1] - 1.0, index=dates, name=name)
-
-    import matplotlib
-
-    font_log = logging.getLogger("matplotlib.font_manager")
-    level = font_log.level
-    # quantstats restyles matplotlib globally on import (seaborn theme, Arial): keep that
-    # inside this call, and mute its hundreds of "Arial not found" lines and tick warnings,
-    # which say nothing about the backtest
-    with matplotlib.rc_context(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        font_log.setLevel(logging.ERROR)
-        try:
-            try:
-                import quantstats
-            except ImportError as err:
-                missing = getattr(err, "name", None) == "quantstats" or "quantstats" in str(err)
-                why = NO_QUANTSTATS if missing else f"quantstats does not import: {first_line(err)}"
-                raise ConfigError(why) from None
-            # the benchmark goes in as a Series, never a ticker: a ticker makes
-            # quantstats download it from Yahoo
-            quantstats.reports.html(
-                returns(policy),
-                benchmark=returns(benchmark),
-                rf=0.0,
-                output=str(path),
-                title=f"{policy} vs {benchmark}",
-                strategy_title=policy,
-                benchmark_title=benchmark,
-                periods_per_year=round(_clock(results).periods_per_year),
-                compounded=True,
-            )
-        finally:
-            font_log.setLevel(level)
 
 
 def across_checkpoints(
