@@ -63,6 +63,40 @@ def test_sell_timing_is_one_for_the_oracles_choices_and_zero_for_a_policy_blind_
     assert math.isnan(sell_timing(rows, masked, data, cfg)["p_sell_rich"])
 
 
+def one_account(returns: np.ndarray, dates):
+    """A one-underlying walk compounding ``returns`` (one per bar after the first) from $10,000, the T-bill at 2%."""
+    from clstm_ppo.backtest.result import WalkResult
+    from clstm_ppo.data.calendar import detect_clock
+    from clstm_ppo.market import COST_KINDS
+
+    equity = 10_000.0 * np.concatenate([[1.0], np.cumprod(1 + returns)])[None]
+    return WalkResult(policy="p", symbols=["PLT"], dates=dates, equity=equity, rate=np.full_like(equity, 0.02),
+                      closed=np.zeros(1, int), wins=np.zeros(1, int), open_at_end=np.zeros(1, int),
+                      traded=np.zeros(1), costs=np.zeros((1, len(COST_KINDS))), ruin_fraction=0.5,
+                      clock=detect_clock(dates))
+
+
+def test_a_seed_beats_best_rule_by_more_than_luck_only_where_the_interval_says_so():
+    """The per-seed test is Ledoit and Wolf's on the two walks' daily returns over the T-bill: its difference is the
+    report's Sharpe over the T-bill less the rule's; a walk against itself holds 0; a clearly better one excludes it."""
+    import pandas as pd
+
+    from clstm_lab.studies.learning_certificate import against_best_rule
+    from clstm_ppo.backtest.report import underlying_metrics
+
+    dates = pd.bdate_range("2016-01-04", periods=2521)  # ten years of weekdays
+    rng = np.random.default_rng(0)
+    rule = one_account(rng.normal(0.0003, 0.01, 2520), dates)
+    same = against_best_rule(rule, rule)
+    assert same["vs_best_rule_difference"] == pytest.approx(0.0, abs=1e-12)
+    assert same["vs_best_rule_ci_low"] <= 0.0 <= same["vs_best_rule_ci_high"] and same["vs_best_rule_p"] > 0.5
+    better = one_account(np.diff(rule.equity[0]) / rule.equity[0, :-1] + rng.normal(0.0006, 0.002, 2520), dates)
+    test = against_best_rule(better, rule)
+    report = underlying_metrics(better, 0)["sharpe_excess"] - underlying_metrics(rule, 0)["sharpe_excess"]
+    assert test["vs_best_rule_difference"] == pytest.approx(report, rel=1e-3)  # ddof 0 against the report's 1
+    assert test["vs_best_rule_ci_low"] > 0.0 and test["vs_best_rule_p"] < 0.01
+
+
 def test_the_table_summarises_each_settings_seeds():
     from clstm_lab.studies.certificate_table import certificate_table
 
@@ -79,6 +113,9 @@ def test_the_table_summarises_each_settings_seeds():
     assert "scale: agent.actions=scale" in lines[3] and "| 1 of 1 |" in lines[3]
     kept = row(0, "curve", 0.7, 0.3, 0.6) | {"sets": "agent.actions=scale output.checkpoint_every=61"}
     assert "| curve: agent.actions=scale |" in certificate_table([kept])  # where checkpoints go is no setting shown
+    assert lines[2].endswith("| 0 of 2 | — |")  # rows measured before the per-seed test say nothing of it
+    tested = [row(s, "t", 0.7, 0.3, 0.6) | {"vs_best_rule_ci_low": low} for s, low in enumerate(("0.1", "-0.2", ""))]
+    assert certificate_table(tested).splitlines()[2].endswith("| 1 of 2 |")  # interval above 0 in one of two
 
 
 def curve_main():

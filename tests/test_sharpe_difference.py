@@ -78,6 +78,14 @@ def test_a_strategy_against_itself_shifted_by_a_known_edge():
     assert test.days == 16 * 252 and test.block_length >= 1
 
 
+def test_a_strategy_against_itself_is_no_difference_with_nothing_to_test():
+    """An agent that walks its rule exactly: no resample moves the difference, which is 0 for certain."""
+    x = np.random.default_rng(4).normal(0.0004, 0.01, 3 * 252)
+    test = sharpe_difference(x, x, resamples=99)
+    assert (test.difference, test.ci_low, test.ci_high, test.p_value, test.resamples) == (0.0, 0.0, 0.0, 1.0, 0)
+    assert test.sharpe_a == test.sharpe_b == pytest.approx(x.mean() / x.std() * math.sqrt(252))
+
+
 @pytest.mark.parametrize("a, b, words", [
     (np.zeros(300), np.ones(300) * 0.001, "constant"),
     (np.r_[np.nan, np.random.default_rng(0).normal(size=299)], np.random.default_rng(1).normal(size=300), "NaN"),

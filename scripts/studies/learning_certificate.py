@@ -33,7 +33,8 @@ from clstm_ppo.data.errors import DataError
 from clstm_ppo.tables import append_rows, print_table, provenance
 
 SHOWN = ("strength", "arm", "variant", "steps", "seed", "agent_test_sharpe", "best_rule_test_sharpe",
-         "oracle_test_sharpe", "capture", "sell_timing", "closest_rule", "closest_corr", "p_chosen")
+         "oracle_test_sharpe", "capture", "vs_best_rule_ci_low", "vs_best_rule_ci_high", "sell_timing",
+         "closest_rule", "closest_corr", "p_chosen")
 
 
 def main(argv: list[str] | None = None) -> int:

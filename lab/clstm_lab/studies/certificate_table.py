@@ -42,17 +42,21 @@ def certificate_table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         groups.setdefault(tuple(str(row.get(k, "")) for k in GROUP), []).append(row)
     lines = ["| premium swing | arm | variant: its settings | env steps | seeds | agent's Sharpe | oracle's | capture "
-             "≥ 0.5 | sell_timing | greedy timing | walks a rule |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "≥ 0.5 | sell_timing | greedy timing | walks a rule | beats best_rule (95%) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (_, _, arm, variant, steps), members in groups.items():
         sets = " ".join(current_setting(s) for s in str(members[0].get("sets", "")).split()
                         if not current_setting(s).startswith(SILENT)) or "—"
         captured = sum(number(r, "capture") >= CAPTURED for r in members)
         walking = sum(str(r.get("walks_a_rule")) == "True" for r in members)
+        tested = [number(r, "vs_best_rule_ci_low") for r in members]
+        tested = [low for low in tested if math.isfinite(low)]  # rows measured before the test: none
+        beating = f"{sum(low > 0 for low in tested)} of {len(tested)}" if tested else "—"
         lines.append(
             f"| {number(members[0], 'premium_swing'):g} | {arm} | {variant or '—'}: {sets} | {int(steps):,} | "
             f"{len(members)} | {spread([number(r, 'agent_test_sharpe') for r in members])} | "
             f"{number(members[0], 'oracle_test_sharpe'):.2f} | {captured} of {len(members)} | "
             f"{spread([number(r, 'sell_timing') for r in members])} | "
-            f"{spread([number(r, 'greedy_sell_timing') for r in members])} | {walking} of {len(members)} |")
+            f"{spread([number(r, 'greedy_sell_timing') for r in members])} | {walking} of {len(members)} | "
+            f"{beating} |")
     return "\n".join(lines)

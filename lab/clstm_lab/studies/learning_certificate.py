@@ -27,10 +27,11 @@ from clstm_ppo.backtest.conditional import LABEL as CONDITIONAL
 from clstm_ppo.backtest.conditional import conditional_policy, pick_conditional_rule
 from clstm_ppo.backtest.oracle import RICH, oracle_policy, true_premium
 from clstm_ppo.backtest.policies import agent_logits
-from clstm_ppo.backtest.report import underlying_metrics
+from clstm_ppo.backtest.report import excess_returns, underlying_metrics
 from clstm_ppo.backtest.result import WalkResult
 from clstm_ppo.backtest.rules import PICK_SPLIT, pick_from_walks, rule_family, walk_family
 from clstm_ppo.backtest.scaled_rules import scaled_rule
+from clstm_ppo.backtest.sharpe_difference import sharpe_difference
 from clstm_ppo.backtest.walk import walk, walk_together
 from clstm_ppo.config import RULE_PRIOR, WITHOUT_RULE_PRIOR, Config, PlantedConfig
 from clstm_ppo.data.dataset import MarketData
@@ -122,6 +123,19 @@ def benchmarks(data: MarketData, cfg: Config, device: torch.device | str) -> dic
 def sharpe(result: WalkResult) -> float:
     """A walk's Sharpe over the T-bill, averaged over its underlyings (the planted market has one)."""
     return float(np.mean([underlying_metrics(result, s)[METRIC] for s in range(len(result.symbols))]))
+
+
+def against_best_rule(result: WalkResult, rule: WalkResult) -> dict[str, float]:
+    """Ledoit and Wolf's test of the agent's Sharpe less best_rule's over the same test days (docs/BACKTEST.md, "Is
+    the difference real?"): a seed beats best_rule by more than luck where the interval's low end is above 0. Each
+    walk's underlyings are one account that split its cash equally (the planted market has one)."""
+
+    def excess(w: WalkResult) -> np.ndarray:
+        return np.mean([excess_returns(w.equity[s], w.dates, w.rate[s]) for s in range(len(w.symbols))], axis=0)
+
+    test = sharpe_difference(excess(result), excess(rule), periods_per_year=result.clock.periods_per_year)
+    return {"vs_best_rule_difference": test.difference, "vs_best_rule_ci_low": test.ci_low,
+            "vs_best_rule_ci_high": test.ci_high, "vs_best_rule_p": test.p_value}
 
 
 def greedy_walk(model: Any, data: MarketData, cfg: Config, device: torch.device | str) -> tuple[WalkResult, dict]:
@@ -220,6 +234,7 @@ def measure(checkpoint: Path, marks: dict[str, Any] | None, device: torch.device
            "walks_a_rule": corr is not None and corr > FIXED_RULE_CORR,
            "corr_best_rule": correlation(result, marks["family"][marks["best_rule"]]),
            "corr_oracle": correlation(result, marks["oracle"]), **chose,
+           **against_best_rule(result, marks["family"][marks["best_rule"]]),
            "trades": int(sum(underlying_metrics(result, s)["trades"] for s in range(len(result.symbols)))),
            "best_rule": marks["best_rule"], "best_conditional_rule": marks["best_conditional_rule"],
            "test_years": f"{data.split_dates('test')[0].date()}..{data.split_dates('test')[1].date()}"}
