@@ -7,7 +7,7 @@ import torch
 from clstm_ppo.cli import run_cli
 from clstm_ppo.config import Config
 from clstm_ppo.data import BUILTIN_SOURCES, DataError, build_market_data, load_bars
-from clstm_ppo.data.loading import HOLIDAY_GAP_DAYS, _carry_forward, tbill_to_continuous
+from clstm_ppo.data.builtin import HOLIDAY_GAP_DAYS, carry_forward, tbill_to_continuous
 from clstm_ppo.env import BatchedOptionsEnv
 from clstm_ppo.market.inputs import market_inputs
 from clstm_ppo.market.margin import margin_rates
@@ -97,14 +97,14 @@ def test_each_episode_copy_trades_one_underlying_and_copies_draw_many(data, cfg)
 def test_a_joined_series_is_never_carried_over_a_long_gap():
     table = pd.DataFrame({"rate_pct": [1.0, 2.0]}, index=pd.DatetimeIndex(["2010-01-04", "2010-03-01"]))
     dates = pd.DatetimeIndex(["2010-01-05", "2010-01-11", "2010-03-02"])
-    assert _carry_forward(table, dates, "t.csv", past_end=False)["rate_pct"].tolist() == [1.0, 1.0, 2.0]
+    assert carry_forward(table, dates, "t.csv", past_end=False)["rate_pct"].tolist() == [1.0, 1.0, 2.0]
     late = pd.DatetimeIndex(["2010-02-01"])
     with pytest.raises(DataError, match=f"t.csv: no value within {HOLIDAY_GAP_DAYS} days before 2010-02-01"):
-        _carry_forward(table, late, "t.csv", past_end=True)  # a hole inside the series
+        carry_forward(table, late, "t.csv", past_end=True)  # a hole inside the series
     after = pd.DatetimeIndex(["2010-06-01"])
     with pytest.raises(DataError, match="last is from 2010-03-01"):
-        _carry_forward(table, after, "t.csv", past_end=False)
-    assert _carry_forward(table, after, "t.csv", past_end=True)["rate_pct"].tolist() == [2.0]
+        carry_forward(table, after, "t.csv", past_end=False)
+    assert carry_forward(table, after, "t.csv", past_end=True)["rate_pct"].tolist() == [2.0]
 
 
 def test_a_short_training_run_on_dow(tmp_path, capsys):

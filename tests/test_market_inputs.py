@@ -13,7 +13,7 @@ from reference_env import black_scholes
 
 from clstm_ppo.config import DataConfig, EnvConfig, MarketConfig
 from clstm_ppo.data import build_market_data, load_bars
-from clstm_ppo.data.loading import tbill_to_continuous
+from clstm_ppo.data.builtin import tbill_to_continuous
 from clstm_ppo.env import BatchedOptionsEnv
 from clstm_ppo.market.inputs import fit_iv_model, market_inputs
 

@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 
 from clstm_ppo.config import Config, DataConfig, check_values
+from clstm_ppo.data.builtin import BUILTIN_SOURCES
 from clstm_ppo.data.calendar import BarClock, check_one_interval, market_clock
 from clstm_ppo.data.errors import DataError
 from clstm_ppo.data.features import FEATURE_NAMES, compute_features, log_returns
-from clstm_ppo.data.loading import BUILTIN_SOURCES, load_bars
+from clstm_ppo.data.loading import load_bars
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.data.planted import planted_split_ends
 from clstm_ppo.data.turbulence import turbulence

@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 from arch.bootstrap import StationaryBootstrap, optimal_block_length
 
+from clstm_ppo.data.builtin import BUILTIN_SOURCES
 from clstm_ppo.data.dataset import MarketData
 from clstm_ppo.data.errors import DataError
-from clstm_ppo.data.loading import BUILTIN_SOURCES, load_bars
+from clstm_ppo.data.loading import load_bars
 from clstm_ppo.scenarios.bar_columns import bar_features, feature_names, reconstruct, split_bars
 from clstm_ppo.scenarios.baselines import Fhs
 
