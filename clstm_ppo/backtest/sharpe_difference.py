@@ -179,27 +179,18 @@ def sharpe_difference(
         ]
     )
     root = math.sqrt(periods_per_year)
-    if len(t_star) == 0:
+    if len(t_star):
+        width = float(np.quantile(np.abs(t_star), level)) * se
+        upper = diff - float(np.quantile(t_star, 1.0 - level)) * se
+        p = (
+            (int(np.sum(np.abs(t_star) >= abs(diff) / se)) + 1) / (len(t_star) + 1)
+            if se > 0
+            else 1.0
+        )
+    else:
         # no resample moves the difference (b is a, or a multiple of it: an agent that walks its
         # rule exactly): it is known, with nothing to test
-        return SharpeDifference(
-            sharpe_a=_sharpe(a, root),
-            sharpe_b=_sharpe(b, root),
-            difference=diff * root,
-            hac_se=se * root,
-            ci_low=diff * root,
-            ci_high=diff * root,
-            p_value=1.0 if abs(diff) <= 1e-12 else 0.0,
-            edge_ruled_out=diff * root,
-            days=len(a),
-            correlation=float(np.corrcoef(a, b)[0, 1]),
-            block_length=block,
-            resamples=0,
-            level=level,
-        )
-    width = float(np.quantile(np.abs(t_star), level)) * se
-    upper = diff - float(np.quantile(t_star, 1.0 - level)) * se
-    p = (int(np.sum(np.abs(t_star) >= abs(diff) / se)) + 1) / (len(t_star) + 1) if se > 0 else 1.0
+        width, upper, p = 0.0, diff, 1.0 if abs(diff) <= 1e-12 else 0.0
     return SharpeDifference(
         sharpe_a=_sharpe(a, root),
         sharpe_b=_sharpe(b, root),

@@ -214,9 +214,11 @@ def correlation(a: WalkResult, b: WalkResult) -> float:
     return float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
 
 
-def measure(checkpoint: Path, marks: dict[str, Any] | None, device: torch.device | str) -> tuple[dict[str, Any], dict]:
+def measure(checkpoint: Path, marks: dict[str, Any] | None, device: torch.device | str,
+            tested: bool = True) -> tuple[dict[str, Any], dict]:
     """A checkpoint's row: its greedy walk of the test years against ``marks`` (``benchmarks`` of its market;
-    computed here, and returned for the next run of the same market, when None)."""
+    computed here, and returned for the next run of the same market, when None); with ``tested``, Ledoit and
+    Wolf's test against best_rule (thousands of resamples: only for the row that keeps it)."""
     cfg, data, model = load_agent(str(checkpoint), None, [], torch.device(device))
     if marks is None:
         marks = benchmarks(data, cfg, device)
@@ -234,7 +236,7 @@ def measure(checkpoint: Path, marks: dict[str, Any] | None, device: torch.device
            "walks_a_rule": corr is not None and corr > FIXED_RULE_CORR,
            "corr_best_rule": correlation(result, marks["family"][marks["best_rule"]]),
            "corr_oracle": correlation(result, marks["oracle"]), **chose,
-           **against_best_rule(result, marks["family"][marks["best_rule"]]),
+           **(against_best_rule(result, marks["family"][marks["best_rule"]]) if tested else {}),
            "trades": int(sum(underlying_metrics(result, s)["trades"] for s in range(len(result.symbols)))),
            "best_rule": marks["best_rule"], "best_conditional_rule": marks["best_conditional_rule"],
            "test_years": f"{data.split_dates('test')[0].date()}..{data.split_dates('test')[1].date()}"}
@@ -265,7 +267,7 @@ def run_cell(cell: Cell, out: Path, threads: int | None, sets: list[str], marks:
     row, marks = measure(run / "best_composite.pt", marks, device)
     # The last update's policy beside the one validation picked: selection on 5 noisy years often keeps an early
     # checkpoint, which would hide what the learner ends with.
-    final, marks = measure(run / "latest.pt", marks, device)
+    final, marks = measure(run / "latest.pt", marks, device, tested=False)  # keeps FINAL's keys alone
     record = run_record(run)
     head = {"strength": cell.strength, "premium_swing": cell.strength * DEFAULT_SWING,
             "market_seed": cell.market_seed, "arm": cell.arm, "variant": cell.variant, "steps": cell.steps,

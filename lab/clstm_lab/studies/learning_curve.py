@@ -49,7 +49,7 @@ def curve_rows(run: Path, device: torch.device | str = "cpu", marks: dict[str, A
     rows = []
     for path in checkpoints(run):
         state = load_checkpoint(path)
-        row, marks = measure(path, marks, device)
+        row, marks = measure(path, marks, device, tested=False)  # KEPT holds no test column
         rows.append({"run": run.name, "checkpoint": path.name, "update": state.update, "env_steps": state.global_step,
                      **walks.get(state.global_step, {"val_composite": None, "val_sharpe": None}),
                      **{k: row[k] for k in KEPT}})
