@@ -1,13 +1,12 @@
-"""The training loop of one worker: rollout -> GAE -> PPO update -> evaluate -> checkpoint.
+"""One worker's trainer: the env copies, the model, the rollout and the update its plan names, the
+run's counters, and the state its checkpoints hold and a resume puts back.
 
-Every rank runs this same loop on its own env copies; rank 0 alone evaluates,
-logs and writes files. All collectives sit at fixed points of the loop, so
-every rank makes the same number of them.
+The loop that drives them is training/loop.py. Every rank builds the same pieces on its own env
+copies; rank 0 alone evaluates, logs and writes files.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable
@@ -25,25 +24,23 @@ from clstm_ppo.agent.storage import credit_settings
 from clstm_ppo.backtest.policies import agent_policy
 from clstm_ppo.backtest.scaled_rules import scaled_rule
 from clstm_ppo.backtest.walk import selection_metrics, walk
-from clstm_ppo.config import Config, check_values, first_line, save_config, to_dict
+from clstm_ppo.config import Config, check_values, first_line, to_dict
 from clstm_ppo.data.normalize import Normalizer
 from clstm_ppo.device import wait_for
-from clstm_ppo.distributed import DistContext, TrainingFailure, rank_seeds
+from clstm_ppo.distributed import DistContext, rank_seeds
 from clstm_ppo.env import PORTFOLIO_FEATURES, BatchedOptionsEnv
 from clstm_ppo.market.observed import observed_market_data
-from clstm_ppo.pretraining.encoder import pretrain
 from clstm_ppo.pretraining.rule_prior import RulePrior, pick_prior
 from clstm_ppo.run_files.checkpoint import CheckpointError
 from clstm_ppo.run_files.run_state import RankState, RunState
-from clstm_ppo.run_files.tracking import Tracker
 from clstm_ppo.training import rank_state as ranks
 from clstm_ppo.training.budget import Budget, Progress
+from clstm_ppo.training.loop import run
 from clstm_ppo.training.plan import ExecutionPlan
 from clstm_ppo.training.rank_state import Boundary
-from clstm_ppo.training.reporting import Reporter, describe, farewell
+from clstm_ppo.training.reporting import describe
 from clstm_ppo.training.rollout_phase import Rollout
 from clstm_ppo.training.selection import Selection
-from clstm_ppo.training.stopping import StopRequest, agree
 from clstm_ppo.training.update_phase import Update
 
 
@@ -376,171 +373,6 @@ class Trainer:
             self.run_state().to_file(), self.progress.update if periodic else None, best
         )
 
-    # ------------------------------------------------------------------ the loop
-
     def run(self) -> None:
-        cfg, t, main = self.cfg, self.cfg.train, self.ctx.is_main
-        tracker, reporter = None, None
-        if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, self.run_dir / "config.yaml")
-            total = t.total_steps if t.num_episodes <= 0 else None
-            out = cfg.output
-            tracker = Tracker(
-                self.run_dir,
-                total,
-                to_dict(cfg),
-                out.wandb,
-                out.wandb_project,
-                self.run_dir.name,
-                initial_steps=self.progress.global_step,
-                tensorboard=out.tensorboard,
-            )
-            reporter = Reporter(
-                tracker, cfg, self.budget.batch_size, self.ctx.world_size, self.device
-            )
-            tracker.write(self.describe())
-            tracker.write(self.plan.describe())
-            if self.resume_note:
-                tracker.write(f"resumed at update {self.progress.update}: {self.resume_note}")
-        stop = StopRequest(announce=main)
-        try:
-            with stop.installed():
-                stopped = self._loop(reporter, tracker, stop)
-            if not stopped:
-                self._save_rank_states()
-            if main and self.progress.update % t.eval_every != 0 and not stopped:
-                self._evaluate_and_report(reporter)
-                self.save_checkpoints()
-        finally:
-            if tracker is not None:
-                tracker.close()
-        if main:
-            farewell(self.run_dir, self.selection.best)
-
-    def _pretrain(self, reporter: Reporter | None) -> None:
-        """Where a new run's PPO starts: the rule prior's clone where the run has a prior, else the
-        encoder fitted first by ``pretrain.method`` (supervised, maml or protonet)."""
-        prior = self.ppo_update.prior
-        if prior is not None:
-            r = self.rollout
-            line, r.obs, r.lstm_state = prior.clone(
-                self.model,
-                self.env,
-                r.obs,
-                r.lstm_state,
-                torch.Generator().manual_seed(self.cfg.seed),
-            )
-            self.ctx.broadcast_parameters(self.model)  # every rank starts PPO from rank 0's clone
-            if reporter is not None:
-                reporter.tracker.write(line)
-            return
-        line, history = pretrain(self.model, self.env.market_windows, self.data, self.cfg, self.ctx)
-        if reporter is not None and line is not None:
-            reporter.tracker.write(line)
-        elif reporter is not None:  # rank 0 writes the supervised losses into the run folder
-            reporter.pretraining(self.run_dir, history)
-
-    def _loop(self, reporter: Reporter | None, tracker: Tracker | None, stop: StopRequest) -> bool:
-        """Updates until the budget is spent; True when a stop request or early stop ended them."""
-        cfg, t, main, n = self.cfg, self.cfg.train, self.ctx.is_main, self.progress
-        if cfg.pretrain.enabled and n.update == 0:
-            self._pretrain(reporter)
-        said_paths = False
-        while not self.budget.reached(self.progress):
-            n = self.progress
-            stop.next_update = n.update + 1
-            stats, sums = self.train_step()
-            failed = bool(stats["nonfinite"])
-            early = False
-            gathering = time.perf_counter()
-            # every rank, every update, before rank 0 writes any checkpoint
-            self.gather_rank_states()
-            gathered_s = time.perf_counter() - gathering
-            if main and not failed and not said_paths:
-                # once a process: captures happen in its first update
-                tracker.write(self.paths())
-                said_paths = True
-            # this update's, every rank: none may run inside a capture
-            collectives = self.ctx.record.take()
-            if main and not failed:
-                b = self.boundary
-                reporter.update(
-                    n.update,
-                    n.episodes,
-                    n.global_step,
-                    {
-                        **stats,
-                        **(
-                            {f"collectives_{k}": v for k, v in collectives.items()}
-                            if self.ctx.enabled
-                            else {}
-                        ),
-                    },
-                    sums,
-                    b.resources.host(),
-                    b.rank_gpus,
-                    b.gpu_notes,
-                )
-                if n.update % t.eval_every == 0:
-                    self._evaluate_and_report(reporter)
-                    patience = t.early_stopping_patience
-                    early = patience > 0 and self.selection.evals_without_best >= patience
-                saving = time.perf_counter()
-                latest = self.save_checkpoints(periodic=n.update % cfg.output.checkpoint_every == 0)
-                # What saving every update costs (the ranks' states gathered, then written): at
-                # 65,536 copies a GPU it must stay small beside the update
-                # (output.rank_state_every lowers it).
-                reporter.checkpoint(
-                    n.update,
-                    n.global_step,
-                    gathered_s,
-                    time.perf_counter() - saving,
-                    latest,
-                    b.with_rank_states,
-                    stats["rollout_s"] + stats["update_s"],
-                )
-            agreed = agree(self.ctx, self.device, stop.requested, failed, early)
-            if agreed.failed:
-                saved = (
-                    f"latest.pt holds update {n.update}"
-                    if n.update
-                    else "no checkpoint was written"
-                )
-                raise TrainingFailure(
-                    f"the loss became NaN or infinite in update {n.update + 1}; {saved}; "
-                    "lower ppo.learning_rate or check the data for extreme values"
-                )
-            if agreed.stop_requested or agreed.early_stop:
-                self._save_rank_states()
-                if main:
-                    why = (
-                        "stop requested"
-                        if agreed.stop_requested
-                        else (
-                            f"early stop: {t.early_stopping_patience} evaluations without "
-                            "a new best composite"
-                        )
-                    )
-                    tracker.write(f"{why}: latest.pt written at update {n.update}")
-                return True
-        return False
-
-    def _save_rank_states(self) -> None:
-        """Collective: the last update's latest.pt carries every rank's state, whatever
-        output.rank_state_every says, so a resume after a finished or stopped run
-        continues exactly."""
-        if self.boundary.with_rank_states or self.progress.update == 0:
-            return
-        self.gather_rank_states(force=True)
-        if self.ctx.is_main:
-            self.save_checkpoints()
-
-    def _evaluate_and_report(self, reporter: Reporter) -> None:
-        metrics = self.evaluate()
-        reporter.evaluation(
-            self.progress.update,
-            self.progress.global_step,
-            metrics,
-            self.selection.best.get("composite", math.nan),
-        )
+        """The updates until the budget is spent or a stop (training/loop.py)."""
+        run(self)
