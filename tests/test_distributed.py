@@ -31,13 +31,14 @@ def smoke_config(total_steps: int, *extra: str):
 def instrumented_worker(local_rank, ctx, cfg, run_dir, resume_path, threads):
     """run_worker, recording what this rank saw and wrote, for the assertions below."""
     import clstm_ppo.run_files.checkpoint as checkpoint
+    import clstm_ppo.training.loop as loop
     import clstm_ppo.training.runner as runner
 
     writes, original_save = [], checkpoint.atomic_save
     checkpoint.atomic_save = lambda obj, path: (writes.append(str(path)), original_save(obj, path))
     trackers = []
-    tracker_class = runner.Tracker
-    runner.Tracker = lambda *a, **k: (trackers.append(1), tracker_class(*a, **k))[1]
+    tracker_class = loop.Tracker
+    loop.Tracker = lambda *a, **k: (trackers.append(1), tracker_class(*a, **k))[1]
     original_run = runner.Trainer.run
 
     def run_and_record(self):
