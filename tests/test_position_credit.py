@@ -106,13 +106,16 @@ def test_position_credit_refuses_the_dsr_reward():
         load_config("smoke", ["ppo.credit=position", "env.reward=dsr"])
 
 
-@pytest.mark.parametrize("compile", ["off", pytest.param("on", marks=pytest.mark.xdist_group("inductor"))])
-def test_a_run_credited_by_position_trains_and_resumes_exactly(tmp_path, compile):
+@pytest.mark.parametrize(("compile", "actions"), [
+    ("off", "contracts"), pytest.param("on", "contracts", marks=pytest.mark.xdist_group("inductor")),
+    ("off", "scale")], ids=["eager", "compiled", "scale"])
+def test_a_run_credited_by_position_trains_and_resumes_exactly(tmp_path, compile, actions):
+    """Both action modes; with ``scale`` (and the smoke config's start from nothing) this is the default agent."""
     from smoke_training import train
 
     from clstm_ppo.run_files.run_state import load_checkpoint
 
-    common = ["--set", "ppo.credit=position", "--set", "ppo.lr_schedule=constant",
+    common = ["--set", "ppo.credit=position", "--set", "ppo.lr_schedule=constant", "--set", f"agent.actions={actions}",
               "--set", f"launch.compile_loop={compile}", "--set", "train.eval_every=2"]
     batch = 16 * 32
     assert train(tmp_path / "a", "--total-steps", str(4 * batch), *common) == 0
