@@ -16,7 +16,7 @@ from clstm_ppo.data import DataError, build_market_data
 from clstm_ppo.data.calendar import detect_clock
 from clstm_ppo.data.folds import Fold, annual_folds, folds_of, walk_forward_folds
 from clstm_ppo.evaluate import main as evaluate_main
-from clstm_ppo.market.inputs import market_inputs
+from clstm_ppo.market.inputs import fit_iv_model, market_inputs
 from clstm_ppo.train import main as train_main
 
 
@@ -124,6 +124,27 @@ def test_the_atm_per_iv_calibration_walks_only_the_training_years():
     years = calibration_years("2004-12-31")
     assert years == [2000, 2001, 2002, 2003, 2004]
     assert calibrate(data, years, [0.85, 0.95]) == calibrate(changed, years, [0.85, 0.95])
+
+
+def test_a_fold_of_stocks_testing_after_the_vix_ends_fits_on_the_reference_training_years(tmp_path):
+    # the Dow stocks run to January 2020, the S&P 500 and its VIX end with 2018: the last annual fold
+    # validates on 2018 and tests on 2019, so the reference has no test bars at all
+    stock = make_bars(2000, seed=6, start="2012-06-01")  # no IV column: the IV model comes from the VIX
+    (tmp_path / "stock.csv").write_text(stock.to_csv(index=False))
+    fold = Fold(0, "2017-12-31", "2018-12-31", "2019-12-31")
+    cfg = DataConfig(source=str(tmp_path / "stock.csv"), window=10, turbulence_lookback=60, **{
+        "train_end": fold.train_end, "val_end": fold.val_end, "test_end": fold.test_end})
+    settings = fold_market_settings(fold, cfg, MarketConfig())
+    # the same training years with a reference split that keeps bars after them: the same fits
+    reference = build_market_data(DataConfig(source="sp500", train_end="2017-12-31", val_end="2018-06-30"))
+    assert settings["iv_model_source"] == "sp500"
+    assert settings["iv_model_coefs"] == [round(c, 4) for c in fit_iv_model(reference, MarketConfig())]
+    years = calibration_years(fold.train_end)
+    best = min(calibrate(cboe_data("2017-12-31", "2018-06-30"), years), key=lambda r: r["mean_mad"])
+    assert settings["atm_per_iv"] == best["atm_per_iv"] and settings["atm_per_iv_mad"] == best["mean_mad"]
+    # a run still needs every split of its own data
+    with pytest.raises(DataError, match=r"test split \(empty, after indicator warm-up\) has 0 bars"):
+        build_market_data(DataConfig(source="sp500", train_end="2017-12-31", val_end="2018-12-31"))
 
 
 def test_no_bar_after_test_end_is_loaded(tmp_path):

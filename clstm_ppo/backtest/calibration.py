@@ -38,7 +38,8 @@ IV_REFERENCE = "sp500"  # the built-in with a real implied-vol series (the VIX)
 
 def cboe_data(train_end: str | None = None, val_end: str | None = None) -> MarketData:
     """The embedded S&P 500 with the shortest warm-up (its walks start 1999-02-22), split
-    at the given dates."""
+    at the given dates. Calibrations walk only its training split, so its later splits may be
+    empty: a fold of the Dow stocks validates and tests after the S&P 500's last bar."""
     return build_market_data(
         DataConfig(
             source=IV_REFERENCE,
@@ -46,7 +47,8 @@ def cboe_data(train_end: str | None = None, val_end: str | None = None) -> Marke
             window=1,
             train_end=train_end,
             val_end=val_end,
-        )
+        ),
+        needed=("train",),
     )
 
 
@@ -116,7 +118,8 @@ def fold_market_settings(fold: Fold, data_cfg: DataConfig, market: MarketConfig)
     reference = (
         own
         if "iv" in own.bars
-        else build_market_data(DataConfig(source=IV_REFERENCE, **_dates(fold)))
+        # the IV model reads only the training years, which the VIX covers for every fold
+        else build_market_data(DataConfig(source=IV_REFERENCE, **_dates(fold)), needed=("train",))
     )
     coefs = [round(float(c), 4) for c in fit_iv_model(reference, market)]
     years = calibration_years(fold.train_end)

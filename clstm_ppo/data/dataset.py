@@ -130,11 +130,16 @@ def _split_bounds(dates: pd.DatetimeIndex, cfg: DataConfig) -> dict[str, tuple[i
     return {"train": (0, cut1), "validation": (cut1, cut2), "test": (cut2, len(dates))}
 
 
-def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> MarketData:
+def build_market_data(
+    cfg: DataConfig, normalizer: Normalizer | None = None, needed: tuple[str, ...] = SPLITS
+) -> MarketData:
     """Everything the market and env need, from ``cfg``.
 
     ``normalizer``: re-apply saved statistics (from a checkpoint) instead of fitting new ones; the
     bar features' part of them, where they go on with the option market's (``market.observed``).
+    ``needed``: the splits that must hold a window of bars; a fit that reads only the training
+    years of a reference series (the VIX's IV model for a fold of stocks that outlive it) asks
+    for ``("train",)``, and the later splits may then be short or empty.
     """
     _check_config(cfg)
     frames = load_bars(cfg.source, cfg.symbols, cfg.synthetic, cfg.planted)
@@ -178,7 +183,7 @@ def build_market_data(cfg: DataConfig, normalizer: Normalizer | None = None) -> 
     bars["realized_vol"] = raw[:, :, FEATURE_NAMES.index("realized_vol")].copy()
 
     splits = _split_bounds(dates, cfg)
-    for name in SPLITS:
+    for name in needed:
         start, end = splits[name]
         if end - start < cfg.window + 1:
             span = f"{dates[start].date()}..{dates[end - 1].date()}" if end > start else "empty"
