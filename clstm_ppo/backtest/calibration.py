@@ -118,7 +118,7 @@ def fold_market_settings(fold: Fold, data_cfg: DataConfig, market: MarketConfig)
     reference = (
         own
         if "iv" in own.bars
-        # the IV model reads only the training years, which the VIX covers for every fold
+        # the IV model reads only the training years: the reference may end before the fold does
         else build_market_data(DataConfig(source=IV_REFERENCE, **_dates(fold)), needed=("train",))
     )
     coefs = [round(float(c), 4) for c in fit_iv_model(reference, market)]
