@@ -132,8 +132,8 @@ def test_a_fold_of_stocks_testing_after_the_vix_ends_fits_on_the_reference_train
     stock = make_bars(2000, seed=6, start="2012-06-01")  # no IV column: the IV model comes from the VIX
     (tmp_path / "stock.csv").write_text(stock.to_csv(index=False))
     fold = Fold(0, "2017-12-31", "2018-12-31", "2019-12-31")
-    cfg = DataConfig(source=str(tmp_path / "stock.csv"), window=10, turbulence_lookback=60, **{
-        "train_end": fold.train_end, "val_end": fold.val_end, "test_end": fold.test_end})
+    cfg = DataConfig(source=str(tmp_path / "stock.csv"), window=10, turbulence_lookback=60,
+                     train_end=fold.train_end, val_end=fold.val_end, test_end=fold.test_end)
     settings = fold_market_settings(fold, cfg, MarketConfig())
     # the same training years with a reference split that keeps bars after them: the same fits
     reference = build_market_data(DataConfig(source="sp500", train_end="2017-12-31", val_end="2018-06-30"))
